@@ -1,0 +1,272 @@
+// Package pgtest gives tests real PostgreSQL databases and a real Temporal dev
+// server. Servers are throwaway, started once per test package on first use and
+// stopped when the package's tests end (call Run from TestMain).
+//
+// Outside CI a missing binary skips the test with the reason; with CI=true it
+// fails, so a green CI run always means the integration tests ran.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/devenv"
+)
+
+var (
+	mu       sync.Mutex
+	pg       *devenv.PG
+	pgErr    error
+	root     string
+	servers  = map[int]*devenv.Server{}
+	temporal *devenv.Temporal
+	tcmd     *exec.Cmd
+	tErr     error
+	dbSeq    atomic.Int64
+)
+
+// Run runs the package's tests, then stops every server they started. Use it
+// as: func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }.
+func Run(m *testing.M) int {
+	code := m.Run()
+	Shutdown()
+	return code
+}
+
+// Shutdown stops every server this process started and removes their files.
+func Shutdown() {
+	mu.Lock()
+	defer mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, s := range servers {
+		_ = pg.Kill(ctx, *s)
+	}
+	servers = map[int]*devenv.Server{}
+	if temporal != nil {
+		_ = devenv.StopTemporal(*temporal)
+		if tcmd != nil {
+			_, _ = tcmd.Process.Wait()
+		}
+		temporal = nil
+	}
+	if root != "" {
+		os.RemoveAll(root)
+		root = ""
+	}
+}
+
+// unavailable skips outside CI and fails in CI.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("integration test needs it and CI=true: %v", err)
+	}
+	t.Skipf("skipping integration test: %v", err)
+}
+
+func workdir() (string, error) {
+	if root != "" {
+		return root, nil
+	}
+	d, err := os.MkdirTemp("", "reshard-pgtest-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		return "", err
+	}
+	root = d
+	return d, nil
+}
+
+// Server returns throwaway server i (0-based), starting it on first use.
+// Tests that need several shards use several servers.
+func Server(t testing.TB, i int) *devenv.Server {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if s, ok := servers[i]; ok {
+		return s
+	}
+	if pg == nil && pgErr == nil {
+		pg, pgErr = devenv.NewPG()
+	}
+	if pgErr != nil {
+		unavailable(t, pgErr)
+	}
+	dir, err := workdir()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := devenv.FreePort()
+		if err != nil {
+			t.Fatalf("pgtest: free port: %v", err)
+		}
+		s := &devenv.Server{Name: fmt.Sprintf("pg%d", i), Port: port, DataDir: filepath.Join(dir, fmt.Sprintf("pg%d", i), "data")}
+		if err := os.MkdirAll(filepath.Dir(s.DataDir), 0o755); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if err := pg.Init(ctx, *s, devenv.ServerOptions{Fast: true}); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if err := pg.SetPort(*s); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		if lastErr = pg.Start(ctx, *s); lastErr == nil {
+			servers[i] = s
+			return s
+		}
+	}
+	t.Fatalf("pgtest: start server %d: %v", i, lastErr)
+	return nil
+}
+
+// PG returns the binaries runner, for tests that stop or kill servers.
+func PG(t testing.TB) *devenv.PG {
+	t.Helper()
+	Server(t, 0)
+	return pg
+}
+
+// DB is a fresh database on a throwaway server, dropped when the test ends.
+type DB struct {
+	Name   string
+	Server *devenv.Server
+	// DSN connects to this database (trust authentication, no password).
+	DSN  string
+	Pool *pgxpool.Pool
+}
+
+// NewDB creates a fresh, empty database on server i. Two tests never share one.
+func NewDB(t testing.TB, server int) *DB {
+	t.Helper()
+	s := Server(t, server)
+	name := fmt.Sprintf("t_%s_%d", sanitize(t.Name()), dbSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, s.DSN("postgres", false))
+	if err != nil {
+		t.Fatalf("pgtest: connect to %s: %v", s.Name, err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("pgtest: create database %s: %v", name, err)
+	}
+	db := &DB{Name: name, Server: s, DSN: s.DSN(name, false)}
+	db.Pool, err = pgxpool.New(ctx, db.DSN)
+	if err != nil {
+		t.Fatalf("pgtest: pool for %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		db.Pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := pgx.Connect(ctx, s.DSN("postgres", false))
+		if err != nil {
+			return // the server may have been stopped by the test
+		}
+		defer c.Close(ctx)
+		// Slots pin the database; drop any a test left behind.
+		_, _ = c.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active`, name)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return db
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(s) {
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('_')
+		}
+		if b.Len() >= 40 {
+			break
+		}
+	}
+	return b.String()
+}
+
+// Exec runs SQL on the database and fails the test on error.
+func (db *DB) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("exec on %s: %v\n%s", db.Name, err, sql)
+	}
+}
+
+// QueryInt64 runs a query returning one int64 and fails the test on error.
+func (db *DB) QueryInt64(t testing.TB, sql string, args ...any) int64 {
+	t.Helper()
+	var v int64
+	if err := db.Pool.QueryRow(context.Background(), sql, args...).Scan(&v); err != nil {
+		t.Fatalf("query on %s: %v\n%s", db.Name, err, sql)
+	}
+	return v
+}
+
+// Conn opens a dedicated connection, closed when the test ends.
+func (db *DB) Conn(t testing.TB) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), db.DSN)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", db.Name, err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// ReplicationDSN is the DSN of a replication connection (replication=database).
+func (db *DB) ReplicationDSN() string { return db.DSN + "&replication=database" }
+
+// Temporal returns a Temporal dev server (in memory) shared by the package,
+// starting it on first use.
+func Temporal(t testing.TB) devenv.Temporal {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if temporal != nil {
+		return *temporal
+	}
+	if tErr != nil {
+		unavailable(t, tErr)
+	}
+	if _, err := devenv.FindTemporal(); err != nil {
+		tErr = err
+		unavailable(t, err)
+	}
+	ports, err := devenv.FreePorts(2)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	dir, err := workdir()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tt, cmd, err := devenv.StartTemporal(ctx, devenv.Temporal{Port: ports[0], UIPort: ports[1], Log: filepath.Join(dir, "temporal.log")})
+	if err != nil {
+		tErr = err
+		t.Fatalf("pgtest: %v", err)
+	}
+	temporal, tcmd = &tt, cmd
+	return tt
+}

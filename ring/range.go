@@ -1,0 +1,196 @@
+package ring
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MinToken and MaxToken bound the token space, a circle of int64.
+const (
+	MinToken int64 = math.MinInt64
+	MaxToken int64 = math.MaxInt64
+)
+
+// Range is a token range (Lo, Hi]: lower bound exclusive, upper bound
+// inclusive, the one convention of every component (router, copy, CDC
+// filter, verify, fence, cleanup).
+//
+// A range never wraps: Lo < Hi always. A wrapping ring range (last, first] is
+// two Ranges, (last, MaxToken] and [MinToken, first]. Because nothing lies
+// below MinToken, a Range whose Lo is MinToken includes MinToken itself; that
+// is the only way to name the token MinToken, and it is why no vnode token may
+// equal MinToken (see Ring).
+type Range struct {
+	Lo int64 `json:"lo"`
+	Hi int64 `json:"hi"`
+}
+
+// Contains reports whether token t lies in r.
+func (r Range) Contains(t int64) bool {
+	if t > r.Hi {
+		return false
+	}
+	return t > r.Lo || (r.Lo == MinToken && t == MinToken)
+}
+
+// Valid reports whether r is a non-empty, non-wrapping range.
+func (r Range) Valid() bool { return r.Lo < r.Hi }
+
+// Width is the number of tokens in r, as a float64 (the space has 2^64 tokens).
+func (r Range) Width() float64 {
+	w := float64(uint64(r.Hi - r.Lo))
+	if r.Lo == MinToken {
+		w++
+	}
+	return w
+}
+
+// String renders r as "(lo,hi]" (or "[lo,hi]" when it includes MinToken).
+func (r Range) String() string {
+	open := "("
+	if r.Lo == MinToken {
+		open = "["
+	}
+	return open + strconv.FormatInt(r.Lo, 10) + "," + strconv.FormatInt(r.Hi, 10) + "]"
+}
+
+// ParseRange reads "lo:hi" (lo exclusive, hi inclusive, as Range).
+func ParseRange(s string) (Range, error) {
+	lo, hi, ok := strings.Cut(s, ":")
+	if !ok {
+		return Range{}, fmt.Errorf("range %q: want lo:hi (lo exclusive, hi inclusive, int64 tokens)", s)
+	}
+	l, err := strconv.ParseInt(strings.TrimSpace(lo), 10, 64)
+	if err != nil {
+		return Range{}, fmt.Errorf("range %q: lower bound: %w", s, err)
+	}
+	h, err := strconv.ParseInt(strings.TrimSpace(hi), 10, 64)
+	if err != nil {
+		return Range{}, fmt.Errorf("range %q: upper bound: %w", s, err)
+	}
+	r := Range{Lo: l, Hi: h}
+	if !r.Valid() {
+		return Range{}, fmt.Errorf("range %q: lower bound must be below upper bound; write a wrapping range as two ranges lo:%d and %d:hi", s, MaxToken, MinToken)
+	}
+	return r, nil
+}
+
+// Normalize sorts ranges and merges those that overlap or touch, dropping
+// empty ones. The result covers exactly the same tokens.
+func Normalize(rs []Range) []Range {
+	out := make([]Range, 0, len(rs))
+	for _, r := range rs {
+		if r.Valid() {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b Range) int {
+		switch {
+		case a.Lo < b.Lo:
+			return -1
+		case a.Lo > b.Lo:
+			return 1
+		}
+		return 0
+	})
+	merged := out[:0]
+	for _, r := range out {
+		if n := len(merged); n > 0 && r.Lo <= merged[n-1].Hi {
+			if r.Hi > merged[n-1].Hi {
+				merged[n-1].Hi = r.Hi
+			}
+			continue
+		}
+		merged = append(merged, r)
+	}
+	return merged
+}
+
+// ContainsAny reports whether t lies in any of rs.
+func ContainsAny(rs []Range, t int64) bool {
+	for _, r := range rs {
+		if r.Contains(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// Predicate renders the SQL condition "expr in rs" for a set of ranges, where
+// expr is a token expression (see TokenSQL). Literal int64 bounds only, so the
+// result is safe to embed in a statement and accepted by PG15 publication
+// row filters. An empty set renders "false".
+func Predicate(expr string, rs []Range) string {
+	rs = Normalize(rs)
+	if len(rs) == 0 {
+		return "false"
+	}
+	parts := make([]string, 0, len(rs))
+	for _, r := range rs {
+		var conds []string
+		if r.Lo != MinToken {
+			conds = append(conds, expr+" > "+strconv.FormatInt(r.Lo, 10))
+		}
+		if r.Hi != MaxToken {
+			conds = append(conds, expr+" <= "+strconv.FormatInt(r.Hi, 10))
+		}
+		switch len(conds) {
+		case 0:
+			return "true"
+		case 1:
+			parts = append(parts, conds[0])
+		default:
+			parts = append(parts, "("+conds[0]+" AND "+conds[1]+")")
+		}
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return "(" + strings.Join(parts, " OR ") + ")"
+}
+
+// KeyType is the type family of a table set's shard key; it picks the token
+// function (DESIGN.md §1).
+type KeyType string
+
+const (
+	KeyInt  KeyType = "bigint" // smallint, integer, bigint: hashint8extended
+	KeyText KeyType = "text"   // text, varchar: hashtextextended
+	KeyUUID KeyType = "uuid"   // uuid: uuid_hash_extended
+)
+
+// ParseKeyType accepts the names users and PostgreSQL use for key types.
+func ParseKeyType(s string) (KeyType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "bigint", "int8", "integer", "int", "int4", "smallint", "int2":
+		return KeyInt, nil
+	case "text", "varchar", "character varying":
+		return KeyText, nil
+	case "uuid":
+		return KeyUUID, nil
+	}
+	return "", fmt.Errorf("key type %q: want bigint, integer, smallint, text, varchar or uuid", s)
+}
+
+// TokenSQL renders the SQL token expression of a key column: the immutable
+// built-in hash PostgreSQL hash partitioning uses, with seed 0. The column name
+// is quoted; qualifier, when not empty, is a table alias to prefix it with.
+func TokenSQL(kt KeyType, qualifier, column string) string {
+	col := pgx.Identifier{column}.Sanitize()
+	if qualifier != "" {
+		col = pgx.Identifier{qualifier, column}.Sanitize()
+	}
+	switch kt {
+	case KeyText:
+		return "hashtextextended(" + col + ", 0)"
+	case KeyUUID:
+		return "uuid_hash_extended(" + col + ", 0)"
+	default:
+		return "hashint8extended(" + col + ", 0)"
+	}
+}
