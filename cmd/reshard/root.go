@@ -1,0 +1,62 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// globalOptions are the flags every command shares.
+type globalOptions struct {
+	stateDir string // the local dev cluster's state directory
+	logLevel string
+	logger   *slog.Logger
+}
+
+// usageError marks bad input: exit code 2, nothing was changed.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// exitCode maps an error to the process exit code scripts can rely on:
+// 1 failure, 2 bad input (nothing changed).
+func exitCode(err error) int {
+	var ue usageError
+	if errors.As(err, &ue) {
+		return 2
+	}
+	return 1
+}
+
+func newRootCmd() *cobra.Command {
+	opts := &globalOptions{}
+	root := &cobra.Command{
+		Use:           "reshard",
+		Short:         "Online resharding of PostgreSQL by token ranges",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(opts.logLevel)); err != nil {
+				return usageError{err}
+			}
+			opts.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			return nil
+		},
+	}
+	root.PersistentFlags().StringVar(&opts.stateDir, "state-dir", envOr("RESHARD_STATE_DIR", ".reshard/dev"), "state directory of the local dev cluster")
+	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(
+	// one line per verb: newXCmd(opts)
+	)
+	return root
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
