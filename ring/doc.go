@@ -1,0 +1,14 @@
+// Package ring is the address book of reshard: token functions, the ring of
+// vnode tokens, placement, token allocation, plans and their simulation. It is
+// pure Go and does no I/O.
+//
+// Invariants:
+//   - One convention: a range is (lo, hi], lower bound exclusive, upper bound
+//     inclusive; the wrapping range is two ranges, (last, MaxToken] and
+//     [MinToken, first]. No vnode token is MinToken.
+//   - A token is computed the same in Go and in SQL: TokenInt64, TokenText and
+//     TokenUUID are bit-exact with PostgreSQL 15's hashint8extended,
+//     hashtextextended and uuid_hash_extended with seed 0 (see TokenSQL).
+//   - A plan is the diff of two rings: a key whose token lies outside the moved
+//     ranges never changes owner.
+package ring
