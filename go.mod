@@ -2,7 +2,11 @@ module github.com/reshard/reshard
 
 go 1.26
 
-require github.com/jackc/pgx/v5 v5.12.0
+require (
+	github.com/jackc/pgx/v5 v5.12.0
+	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/sync v0.22.0
+)
 
 require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
@@ -11,6 +15,5 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
-	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )

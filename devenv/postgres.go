@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -65,15 +66,27 @@ type Server struct {
 	DataDir string `json:"data_dir"`
 	// Password of the superuser "postgres" for TCP connections; empty means
 	// trust authentication (throwaway test servers).
-	Password string `json:"-"`
+	Password Secret `json:"-"`
 }
+
+// Secret is a password: fmt and slog print it redacted, so a Server printed
+// with %+v or logged whole does not leak it. Use string(s) where it is needed.
+type Secret string
+
+const redacted = "[redacted]"
+
+// Format prints the secret redacted for every verb.
+func (Secret) Format(f fmt.State, _ rune) { _, _ = f.Write([]byte(redacted)) }
+
+// LogValue keeps the secret out of slog output.
+func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
 
 // DSN is the connection string of the server's database db, with the password
 // when withPassword is set. Print only the form without it.
 func (s Server) DSN(db string, withPassword bool) string {
 	auth := "postgres"
 	if withPassword && s.Password != "" {
-		auth += ":" + urlEscape(s.Password)
+		auth += ":" + urlEscape(string(s.Password))
 	}
 	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", auth, s.Port, db)
 }
@@ -171,6 +184,11 @@ func (pg *PG) Init(ctx context.Context, s Server, opts ServerOptions) error {
 	if _, err := os.Stat(filepath.Join(s.DataDir, "PG_VERSION")); err == nil {
 		return nil
 	}
+	// The parent holds the log and the initdb password file, which the
+	// server's OS user must reach: 0755, not MkdirAll's inherited 0700.
+	if err := os.MkdirAll(filepath.Dir(s.DataDir), 0o755); err != nil {
+		return fmt.Errorf("create directory of %s: %w", s.Name, err)
+	}
 	if err := os.MkdirAll(s.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data directory of %s: %w", s.Name, err)
 	}
@@ -180,7 +198,7 @@ func (pg *PG) Init(ctx context.Context, s Server, opts ServerOptions) error {
 	args := []string{"-D", s.DataDir, "-U", "postgres", "--auth-local=trust", "-E", "UTF8", "--locale=C", "--no-instructions"}
 	if s.Password != "" {
 		pw := filepath.Join(filepath.Dir(s.DataDir), "."+s.Name+".pw")
-		if err := os.WriteFile(pw, []byte(s.Password+"\n"), 0o600); err != nil {
+		if err := os.WriteFile(pw, []byte(string(s.Password)+"\n"), 0o600); err != nil {
 			return err
 		}
 		defer os.Remove(pw)

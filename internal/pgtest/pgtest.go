@@ -67,8 +67,9 @@ func Shutdown() {
 	}
 }
 
-// unavailable skips outside CI and fails in CI.
-func unavailable(t testing.TB, err error) {
+// Unavailable is for a missing binary or service: it skips the test outside
+// CI and fails it with CI=true.
+func Unavailable(t testing.TB, err error) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("integration test needs it and CI=true: %v", err)
@@ -76,15 +77,40 @@ func unavailable(t testing.TB, err error) {
 	t.Skipf("skipping integration test: %v", err)
 }
 
-func workdir() (string, error) {
-	if root != "" {
-		return root, nil
+// TempDir is a directory the servers' OS user can reach, removed when the
+// test ends. As root it is under /tmp, whatever TMPDIR says: the postgres
+// user must be able to traverse every parent (t.TempDir makes 0700 ones).
+func TempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	d, err := mkdirReachable(prefix)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
-	d, err := os.MkdirTemp("", "reshard-pgtest-")
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func mkdirReachable(prefix string) (string, error) {
+	base := ""
+	if os.Geteuid() == 0 {
+		base = "/tmp"
+	}
+	d, err := os.MkdirTemp(base, prefix)
 	if err != nil {
 		return "", err
 	}
 	if err := os.Chmod(d, 0o755); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
+func workdir() (string, error) {
+	if root != "" {
+		return root, nil
+	}
+	d, err := mkdirReachable("reshard-pgtest-")
+	if err != nil {
 		return "", err
 	}
 	root = d
@@ -104,7 +130,7 @@ func Server(t testing.TB, i int) *devenv.Server {
 		pg, pgErr = devenv.NewPG()
 	}
 	if pgErr != nil {
-		unavailable(t, pgErr)
+		Unavailable(t, pgErr)
 	}
 	dir, err := workdir()
 	if err != nil {
@@ -246,11 +272,11 @@ func Temporal(t testing.TB) devenv.Temporal {
 		return *temporal
 	}
 	if tErr != nil {
-		unavailable(t, tErr)
+		// A server that failed to start is a failure, not a missing binary.
+		t.Fatalf("pgtest: temporal dev server did not start earlier: %v", tErr)
 	}
 	if _, err := devenv.FindTemporal(); err != nil {
-		tErr = err
-		unavailable(t, err)
+		Unavailable(t, err)
 	}
 	ports, err := devenv.FreePorts(2)
 	if err != nil {

@@ -1,0 +1,775 @@
+package devenv
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/sync/errgroup"
+)
+
+// Files and names of a local cluster's state directory.
+const (
+	ClusterFile   = "cluster.json" // ports, pids, names; never the password
+	SecretFile    = "secret"       // the superuser password, mode 0600
+	ConfigFile    = "reshard.yaml" // the worker configuration written by Up
+	DefaultShards = 4
+	ControlName   = "control"
+	// Database is created on every server, so nobody works in "postgres".
+	Database = "reshard"
+	// PasswordEnv, when set, overrides the password file for the worker.
+	PasswordEnv = "RESHARD_DEV_PASSWORD"
+)
+
+// Server roles in a cluster.
+const (
+	RoleControl = "control"
+	RoleShard   = "shard"
+)
+
+// ErrNoCluster means the state directory holds no cluster.
+var ErrNoCluster = errors.New("no local cluster")
+
+// ErrShrink means Up was asked for fewer shards than the cluster has.
+var ErrShrink = errors.New("fewer shards than the cluster has")
+
+// Options of Up.
+type Options struct {
+	// StateDir holds everything of the cluster; made absolute.
+	StateDir string
+	// Shards is the number of shard servers: 0 keeps the cluster's count
+	// (DefaultShards for a new one); more adds shards; fewer is refused
+	// (ErrShrink), since removing a shard would drop its data.
+	Shards int
+	// Fast turns off fsync on new servers: for tests only.
+	Fast bool
+	// Logger gets progress; nil discards it.
+	Logger *slog.Logger
+}
+
+// Node is one PostgreSQL server of the cluster as recorded in cluster.json.
+type Node struct {
+	Server        // Name, Port, DataDir; the Password is never serialized
+	Role   string `json:"role"`
+	Log    string `json:"log"`
+	Pid    int    `json:"pid"` // postmaster pid when last started by Up; 0 after Down
+}
+
+// Cluster is a local cluster: a control server, shard1..shardN and a
+// Temporal dev server, all under StateDir.
+type Cluster struct {
+	StateDir string   `json:"state_dir"`
+	Nodes    []Node   `json:"servers"` // control first, then shard1..shardN
+	Temporal Temporal `json:"temporal"`
+}
+
+// Node returns the server named name.
+func (c *Cluster) Node(name string) (Node, bool) {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// Names lists the servers' names in order.
+func (c *Cluster) Names() []string {
+	var names []string
+	for _, n := range c.Nodes {
+		names = append(names, n.Name)
+	}
+	return names
+}
+
+// Shards are the shard servers, shard1 first.
+func (c *Cluster) Shards() []Node {
+	var out []Node
+	for _, n := range c.Nodes {
+		if n.Role == RoleShard {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// ConfigPath is the worker configuration file Up writes.
+func (c *Cluster) ConfigPath() string { return filepath.Join(c.StateDir, ConfigFile) }
+
+// SecretPath is the file holding the superuser password.
+func (c *Cluster) SecretPath() string { return filepath.Join(c.StateDir, SecretFile) }
+
+// ShardName is the name of shard i (1-based).
+func ShardName(i int) string { return "shard" + strconv.Itoa(i) }
+
+// AbsStateDir makes a state directory absolute, so that cluster.json,
+// reshard.yaml and the servers do not depend on the caller's directory.
+func AbsStateDir(dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("state directory is empty")
+	}
+	return filepath.Abs(dir)
+}
+
+// Load reads the cluster of stateDir with its password set on every server.
+// It returns ErrNoCluster (wrapped) when there is none.
+func Load(stateDir string) (*Cluster, error) {
+	dir, err := AbsStateDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := readState(dir)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return nil, fmt.Errorf("%w in %s: start one with reshard dev up", ErrNoCluster, dir)
+	}
+	pw, err := readSecret(c.SecretPath())
+	if err != nil {
+		return nil, err
+	}
+	c.setPassword(pw)
+	return c, nil
+}
+
+// readState returns nil, nil when dir has no cluster.json.
+func readState(dir string) (*Cluster, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ClusterFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c Cluster
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, ClusterFile), err)
+	}
+	// The directory may have been moved; what is inside follows it.
+	if c.StateDir != dir {
+		return nil, fmt.Errorf("%s describes a cluster in %s, not %s: move it back, or reshard dev destroy there", filepath.Join(dir, ClusterFile), c.StateDir, dir)
+	}
+	return &c, nil
+}
+
+func (c *Cluster) setPassword(pw string) {
+	for i := range c.Nodes {
+		c.Nodes[i].Password = Secret(pw)
+	}
+}
+
+func (c *Cluster) save() error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(c.StateDir, ClusterFile), append(b, '\n'), 0o644)
+}
+
+// writeFileAtomic replaces path with data, and leaves an identical file
+// untouched (a second Up changes nothing).
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the cluster password: %w (without it the servers cannot be reached: reshard dev destroy, then up)", err)
+	}
+	pw := strings.TrimSpace(string(b))
+	if pw == "" {
+		return "", fmt.Errorf("the password file %s is empty: reshard dev destroy, then up", path)
+	}
+	return pw, nil
+}
+
+// newSecret generates the password once; an existing file is kept.
+func newSecret(path string) (string, error) {
+	buf := make([]byte, 24)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	pw := base64.RawURLEncoding.EncodeToString(buf)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.WriteString(pw + "\n"); err != nil {
+		f.Close()
+		return "", err
+	}
+	return pw, f.Close()
+}
+
+// lock serializes Up, Down and Destroy on one state directory.
+func lock(ctx context.Context, dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", dir, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("another reshard dev command holds %s: %w", dir, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func logger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return l
+}
+
+// Up starts the cluster of opts.StateDir, creating what is missing: it is
+// idempotent (a second Up changes nothing), restarts servers that crashed and
+// adds shards when opts.Shards grows. Ports are chosen once and kept.
+func Up(ctx context.Context, opts Options) (*Cluster, error) {
+	log := logger(opts.Logger)
+	if opts.Shards < 0 {
+		return nil, fmt.Errorf("shards = %d: need at least 1", opts.Shards)
+	}
+	dir, err := AbsStateDir(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	pg, err := NewPG()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := FindTemporal(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	unlock, err := lock(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	c, err := readState(dir)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		c = &Cluster{StateDir: dir}
+	}
+	pw, err := clusterSecret(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.plan(opts.Shards); err != nil {
+		return nil, err
+	}
+	// Record the ports before starting anything, so that a failed Up is
+	// retried on the same ports.
+	if err := c.save(); err != nil {
+		return nil, err
+	}
+	c.setPassword(pw)
+
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for i := range c.Nodes {
+		n := c.Nodes[i]
+		g.Go(func() error {
+			pid, err := upNode(gctx, pg, n, opts.Fast, log)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			c.Nodes[i].Pid = pid
+			mu.Unlock()
+			return nil
+		})
+	}
+	g.Go(func() error {
+		t, err := upTemporal(gctx, c.Temporal, log)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		c.Temporal = t
+		mu.Unlock()
+		return nil
+	})
+	err = g.Wait()
+	// Pids of what did start are worth keeping even when something failed.
+	if serr := c.save(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := c.writeConfig(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// clusterSecret reads the password, or generates it for a cluster that has
+// no server yet.
+func clusterSecret(c *Cluster) (string, error) {
+	_, err := os.Stat(c.SecretPath())
+	if err == nil {
+		return readSecret(c.SecretPath())
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	for _, n := range c.Nodes {
+		if _, err := os.Stat(n.DataDir); err == nil {
+			return "", fmt.Errorf("%s is missing but server %s exists with a password set from it: reshard dev destroy, then up", c.SecretPath(), n.Name)
+		}
+	}
+	return newSecret(c.SecretPath())
+}
+
+// plan adds the servers that are missing and gives them free ports.
+func (c *Cluster) plan(shards int) error {
+	have := len(c.Shards())
+	want := shards
+	if want == 0 {
+		want = have
+		if want == 0 {
+			want = DefaultShards
+		}
+	}
+	if want < have {
+		return fmt.Errorf("%w: asked for %d, %s has %d (reshard dev destroy, then up --shards %d, to start smaller)", ErrShrink, want, c.StateDir, have, want)
+	}
+	used := map[int]bool{}
+	for _, n := range c.Nodes {
+		used[n.Port] = true
+	}
+	used[c.Temporal.Port], used[c.Temporal.UIPort] = true, true
+	port := func() (int, error) {
+		for range 100 {
+			p, err := FreePort()
+			if err != nil {
+				return 0, err
+			}
+			if !used[p] {
+				used[p] = true
+				return p, nil
+			}
+		}
+		return 0, errors.New("no free port found")
+	}
+	add := func(name, role string) error {
+		p, err := port()
+		if err != nil {
+			return err
+		}
+		base := filepath.Join(c.StateDir, "pg", name)
+		c.Nodes = append(c.Nodes, Node{
+			Server: Server{Name: name, Port: p, DataDir: filepath.Join(base, "data")},
+			Role:   role,
+			Log:    filepath.Join(base, name+".log"),
+		})
+		return nil
+	}
+	if _, ok := c.Node(ControlName); !ok {
+		if err := add(ControlName, RoleControl); err != nil {
+			return err
+		}
+	}
+	for i := have + 1; i <= want; i++ {
+		if err := add(ShardName(i), RoleShard); err != nil {
+			return err
+		}
+	}
+	if c.Temporal.Port == 0 {
+		var err error
+		if c.Temporal.Port, err = port(); err != nil {
+			return err
+		}
+		if c.Temporal.UIPort, err = port(); err != nil {
+			return err
+		}
+		c.Temporal.DBFile = filepath.Join(c.StateDir, "temporal.db")
+		c.Temporal.Log = filepath.Join(c.StateDir, "temporal.log")
+	}
+	return nil
+}
+
+// upNode initializes and starts one server and creates its database; it
+// returns the postmaster's pid.
+func upNode(ctx context.Context, pg *PG, n Node, fast bool, log *slog.Logger) (int, error) {
+	if !pg.Running(ctx, n.Server) {
+		log.Info("starting server", "shard", n.Name, "port", n.Port, "data_dir", n.DataDir)
+		if err := pg.Init(ctx, n.Server, ServerOptions{Fast: fast}); err != nil {
+			return 0, err
+		}
+		if err := pg.Start(ctx, n.Server); err != nil {
+			return 0, err
+		}
+	}
+	if err := createDatabase(ctx, n.Server); err != nil {
+		return 0, err
+	}
+	return postmasterPid(n.DataDir)
+}
+
+func createDatabase(ctx context.Context, s Server) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DSN("postgres", true))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", s.Name, err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", Database).Scan(&exists); err != nil {
+		return fmt.Errorf("look for database %s on %s: %w", Database, s.Name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{Database}.Sanitize()); err != nil {
+		return fmt.Errorf("create database %s on %s: %w", Database, s.Name, err)
+	}
+	return nil
+}
+
+// postmasterPid reads the first line of postmaster.pid.
+func postmasterPid(dataDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strconv.Atoi(strings.TrimSpace(line))
+}
+
+// temporalOurs tells a running dev server of this cluster from a recycled pid.
+func temporalOurs(t Temporal) bool {
+	if !t.Running() {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", t.Pid))
+	return err == nil && bytes.Contains(cmdline, []byte(t.DBFile))
+}
+
+func upTemporal(ctx context.Context, t Temporal, log *slog.Logger) (Temporal, error) {
+	if temporalOurs(t) {
+		return t, nil
+	}
+	log.Info("starting temporal dev server", "address", t.Address(), "ui", t.UIURL())
+	// The process is detached (own session) and outlives us; the goroutine
+	// StartTemporal leaves waiting on it ends with this process.
+	started, _, err := StartTemporal(ctx, t)
+	if err != nil {
+		return t, err
+	}
+	return started, nil
+}
+
+// WorkerConfig is the format of reshard.yaml, the worker configuration that
+// Up writes. DSNs carry no password: it comes from the environment variable
+// PasswordEnv when that is set, otherwise from PasswordFile.
+type WorkerConfig struct {
+	Control      string            `yaml:"control"`
+	Shards       map[string]string `yaml:"shards"`
+	PasswordEnv  string            `yaml:"password_env"`
+	PasswordFile string            `yaml:"password_file"`
+	Temporal     TemporalConfig    `yaml:"temporal"`
+}
+
+// TemporalConfig says where the worker finds Temporal.
+type TemporalConfig struct {
+	Address   string `yaml:"address"`
+	Namespace string `yaml:"namespace"`
+	UI        string `yaml:"ui"`
+}
+
+const configHeader = `# reshard worker configuration, written by "reshard dev up" on every run
+# (edit a copy, not this file).
+#
+#   control:        DSN of the control database (topology), without password
+#   shards:         shard name -> DSN, without password
+#   password_env:   environment variable holding the password of every DSN;
+#                   when it is set it wins over password_file
+#   password_file:  file holding that password (mode 0600)
+#   temporal:       address (host:port of the frontend), namespace, ui (URL)
+`
+
+// WorkerConfig is the configuration a worker needs to use this cluster.
+func (c *Cluster) WorkerConfig() WorkerConfig {
+	wc := WorkerConfig{
+		Shards:       map[string]string{},
+		PasswordEnv:  PasswordEnv,
+		PasswordFile: c.SecretPath(),
+		Temporal:     TemporalConfig{Address: c.Temporal.Address(), Namespace: Namespace, UI: c.Temporal.UIURL()},
+	}
+	for _, n := range c.Nodes {
+		switch n.Role {
+		case RoleControl:
+			wc.Control = n.DSN(Database, false)
+		case RoleShard:
+			wc.Shards[n.Name] = n.DSN(Database, false)
+		}
+	}
+	return wc
+}
+
+func (c *Cluster) writeConfig() error {
+	b, err := yaml.Marshal(c.WorkerConfig())
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(c.ConfigPath(), append([]byte(configHeader), b...), 0o644)
+}
+
+// ReadWorkerConfig reads a file written by Up.
+func ReadWorkerConfig(path string) (WorkerConfig, error) {
+	var wc WorkerConfig
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return wc, err
+	}
+	if err := yaml.Unmarshal(b, &wc); err != nil {
+		return wc, fmt.Errorf("read %s: %w", path, err)
+	}
+	return wc, nil
+}
+
+// Password resolves the password of the configuration's DSNs.
+func (wc WorkerConfig) Password() (string, error) {
+	if wc.PasswordEnv != "" {
+		if pw := os.Getenv(wc.PasswordEnv); pw != "" {
+			return pw, nil
+		}
+	}
+	if wc.PasswordFile == "" {
+		return "", errors.New("no password: neither password_env is set nor password_file given")
+	}
+	return readSecret(wc.PasswordFile)
+}
+
+// NodeStatus is what Status found about one server.
+type NodeStatus struct {
+	Node
+	Running  bool
+	WalLevel string // read over a connection; empty when it failed
+	Err      error  // why the server is not answering, if it is not
+}
+
+// TemporalStatus is what Status found about the Temporal dev server.
+type TemporalStatus struct {
+	Temporal
+	Running  bool
+	UIStatus int // HTTP status of the UI; 0 when it did not answer
+	Err      error
+}
+
+// Status of a cluster.
+type Status struct {
+	Cluster  *Cluster
+	Nodes    []NodeStatus
+	Temporal TemporalStatus
+}
+
+// Healthy reports whether every server runs with wal_level=logical and
+// Temporal's UI answers.
+func (st *Status) Healthy() bool {
+	for _, n := range st.Nodes {
+		if !n.Running || n.WalLevel != "logical" {
+			return false
+		}
+	}
+	return st.Temporal.Running && st.Temporal.UIStatus == http.StatusOK
+}
+
+// GetStatus looks at every server of the cluster in stateDir: process,
+// wal_level read over a connection, Temporal's UI over HTTP.
+func GetStatus(ctx context.Context, stateDir string) (*Status, error) {
+	c, err := Load(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	pg, err := NewPG()
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{Cluster: c, Nodes: make([]NodeStatus, len(c.Nodes))}
+	var g errgroup.Group
+	g.SetLimit(4)
+	for i, n := range c.Nodes {
+		g.Go(func() error {
+			ns := NodeStatus{Node: n, Running: pg.Running(ctx, n.Server)}
+			if ns.Running {
+				if pid, err := postmasterPid(n.DataDir); err == nil {
+					ns.Pid = pid
+				}
+				ns.WalLevel, ns.Err = walLevel(ctx, n.Server)
+			} else {
+				ns.Pid = 0
+			}
+			st.Nodes[i] = ns
+			return nil
+		})
+	}
+	_ = g.Wait()
+	st.Temporal = TemporalStatus{Temporal: c.Temporal, Running: temporalOurs(c.Temporal)}
+	if st.Temporal.Running {
+		hc := &http.Client{Timeout: 5 * time.Second}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Temporal.UIURL(), nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			st.Temporal.Err = err
+		} else {
+			resp.Body.Close()
+			st.Temporal.UIStatus = resp.StatusCode
+		}
+	}
+	return st, nil
+}
+
+func walLevel(ctx context.Context, s Server) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DSN(Database, true))
+	if err != nil {
+		return "", fmt.Errorf("connect to %s: %w", s.Name, err)
+	}
+	defer conn.Close(ctx)
+	var lvl string
+	if err := conn.QueryRow(ctx, "SHOW wal_level").Scan(&lvl); err != nil {
+		return "", fmt.Errorf("read wal_level of %s: %w", s.Name, err)
+	}
+	return lvl, nil
+}
+
+// Down stops every process Up started: each server with pg_ctl stop (fast),
+// then the Temporal dev server. Data and ports are kept for the next Up.
+func Down(ctx context.Context, stateDir string) error {
+	dir, err := AbsStateDir(stateDir)
+	if err != nil {
+		return err
+	}
+	c, err := readState(dir)
+	if err != nil {
+		return err
+	}
+	if c == nil {
+		return fmt.Errorf("%w in %s", ErrNoCluster, dir)
+	}
+	unlock, err := lock(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return c.down(ctx)
+}
+
+func (c *Cluster) down(ctx context.Context) error {
+	var errs []error
+	if len(c.Nodes) > 0 {
+		pg, err := NewPG()
+		if err != nil {
+			return err
+		}
+		var g errgroup.Group
+		g.SetLimit(4)
+		stopErrs := make([]error, len(c.Nodes))
+		for i, n := range c.Nodes {
+			g.Go(func() error {
+				stopErrs[i] = pg.Stop(ctx, n.Server)
+				if stopErrs[i] == nil {
+					c.Nodes[i].Pid = 0
+				}
+				return nil
+			})
+		}
+		_ = g.Wait()
+		errs = append(errs, stopErrs...)
+	}
+	if temporalOurs(c.Temporal) {
+		if err := StopTemporal(c.Temporal); err != nil {
+			errs = append(errs, err)
+		} else {
+			c.Temporal.Pid = 0
+		}
+	} else {
+		c.Temporal.Pid = 0
+	}
+	errs = append(errs, c.save())
+	return errors.Join(errs...)
+}
+
+// Destroy stops the cluster and removes its state directory. A directory
+// that is not a cluster's (no cluster.json, not empty) is left alone.
+func Destroy(ctx context.Context, stateDir string) error {
+	dir, err := AbsStateDir(stateDir)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	c, err := readState(dir)
+	if err != nil {
+		return err
+	}
+	if c == nil {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if e.Name() != ".lock" && e.Name() != SecretFile {
+				return fmt.Errorf("%s has no %s: not a reshard dev state directory, not removing it", dir, ClusterFile)
+			}
+		}
+		return os.RemoveAll(dir)
+	}
+	unlock, err := lock(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := c.down(ctx); err != nil {
+		return fmt.Errorf("stop the cluster before removing it: %w", err)
+	}
+	return os.RemoveAll(dir)
+}
