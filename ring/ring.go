@@ -24,6 +24,11 @@ type Ring struct {
 	shards []string // sorted, distinct
 	// domains, when not nil, maps a shard to its failure domain (Replicas).
 	domains map[string]string
+	// bucket indexes tokens by their top bits so that Owner touches one or
+	// two cache lines instead of binary-searching the whole array:
+	// bucket[b] is the index of the first token whose top bits are >= b.
+	bucket []int32
+	shift  uint
 }
 
 // New builds a ring from vnodes (in any order).
@@ -71,7 +76,29 @@ func New(vnodes []VNode) (*Ring, error) {
 		j, _ := slices.BinarySearch(r.shards, v.Shard)
 		r.owners[i] = int32(j)
 	}
+	r.buildIndex()
 	return r, nil
+}
+
+// ukey maps a token to uint64 preserving order.
+func ukey(t int64) uint64 { return uint64(t) ^ 1<<63 }
+
+// buildIndex sizes the bucket table to the power of two at or above the
+// number of tokens (about one token per bucket).
+func (r *Ring) buildIndex() {
+	k := uint(1)
+	for 1<<k < len(r.tokens) {
+		k++
+	}
+	r.shift = 64 - k
+	r.bucket = make([]int32, 1<<k+1)
+	i := 0
+	for b := range r.bucket {
+		for i < len(r.tokens) && ukey(r.tokens[i])>>r.shift < uint64(b) {
+			i++
+		}
+		r.bucket[b] = int32(i)
+	}
 }
 
 // MustNew is New for rings known to be valid (tests, literals); it panics on error.
@@ -107,11 +134,22 @@ func (r *Ring) HasShard(shard string) bool {
 // index returns the index of the vnode owning token: the first vnode token
 // >= token, wrapping to the first vnode past the last one.
 func (r *Ring) index(token int64) int {
-	i, _ := slices.BinarySearch(r.tokens, token)
-	if i == len(r.tokens) {
+	b := ukey(token) >> r.shift
+	lo, hi := int(r.bucket[b]), int(r.bucket[b+1])
+	// Every token in [lo, hi) shares token's top bits; the first one >= token
+	// owns it, and if none is, the first token of a later bucket does.
+	if hi-lo > 8 { // clustered tokens: stay logarithmic
+		i, _ := slices.BinarySearch(r.tokens[lo:hi], token)
+		lo += i
+	} else {
+		for lo < hi && r.tokens[lo] < token {
+			lo++
+		}
+	}
+	if lo == len(r.tokens) {
 		return 0
 	}
-	return i
+	return lo
 }
 
 // Owner returns the shard owning token. It does not allocate.
