@@ -309,6 +309,17 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
+	// Temporal first: it takes longest to answer.
+	g.Go(func() error {
+		t, err := upTemporal(gctx, c.Temporal, log)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		c.Temporal = t
+		mu.Unlock()
+		return nil
+	})
 	for i := range c.Nodes {
 		n := c.Nodes[i]
 		g.Go(func() error {
@@ -322,16 +333,6 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 			return nil
 		})
 	}
-	g.Go(func() error {
-		t, err := upTemporal(gctx, c.Temporal, log)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		c.Temporal = t
-		mu.Unlock()
-		return nil
-	})
 	err = g.Wait()
 	// Pids of what did start are worth keeping even when something failed.
 	if serr := c.save(); err == nil {

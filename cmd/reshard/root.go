@@ -49,7 +49,8 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&opts.stateDir, "state-dir", envOr("RESHARD_STATE_DIR", ".reshard/dev"), "state directory of the local dev cluster")
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(
-	// one line per verb: newXCmd(opts)
+		// one line per verb: newXCmd(opts)
+		newDevCmd(opts),
 	)
 	return root
 }

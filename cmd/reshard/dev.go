@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/devenv"
+)
+
+func newDevCmd(opts *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Local cluster: a control server, N shard servers and a Temporal dev server",
+		Long: `Local cluster for development and the demo: a control PostgreSQL server,
+N shard servers (shard1..shardN) with wal_level=logical, and a Temporal dev
+server, all under --state-dir. The processes outlive this command and stop
+with "reshard dev down".`,
+	}
+	// Bad flags and arguments are usage errors (exit 2), as everywhere.
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.AddCommand(newDevUpCmd(opts), newDevStatusCmd(opts), newDevDownCmd(opts), newDevDestroyCmd(opts), newDevPsqlCmd(opts))
+	return cmd
+}
+
+func newDevUpCmd(opts *globalOptions) *cobra.Command {
+	var shards int
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start the local cluster (idempotent: restarts what crashed, adds shards)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := devenv.Options{StateDir: opts.stateDir, Logger: opts.logger}
+			if cmd.Flags().Changed("shards") {
+				if shards < 1 {
+					return usageError{fmt.Errorf("--shards %d: a cluster needs at least 1 shard (--shards 1 or more)", shards)}
+				}
+				o.Shards = shards
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
+			defer cancel()
+			c, err := devenv.Up(ctx, o)
+			if errors.Is(err, devenv.ErrShrink) {
+				return usageError{err}
+			}
+			if err != nil {
+				return err
+			}
+			printCluster(cmd.OutOrStdout(), c)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&shards, "shards", devenv.DefaultShards, "number of shard servers; an existing cluster keeps its count unless this is larger")
+	return cmd
+}
+
+func printCluster(out io.Writer, c *devenv.Cluster) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tDSN\tDATA DIR")
+	for _, n := range c.Nodes {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.DSN(devenv.Database, false), n.DataDir)
+	}
+	w.Flush()
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "temporal\t%s (namespace %s)\n", c.Temporal.Address(), devenv.Namespace)
+	fmt.Fprintf(w, "temporal ui\t%s\n", c.Temporal.UIURL())
+	fmt.Fprintf(w, "worker config\t%s\n", c.ConfigPath())
+	fmt.Fprintf(w, "password\tin %s (reshard dev psql <name> uses it)\n", c.SecretPath())
+	w.Flush()
+}
+
+func newDevStatusCmd(opts *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show each server (running, port, wal_level) and Temporal; exit 1 unless all is up",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			st, err := devenv.GetStatus(ctx, opts.stateDir)
+			if err != nil {
+				return err
+			}
+			printStatus(cmd.OutOrStdout(), st)
+			if !st.Healthy() {
+				return errors.New("the local cluster is not fully up: reshard dev up restarts what is down")
+			}
+			return nil
+		},
+	}
+}
+
+func printStatus(out io.Writer, st *devenv.Status) {
+	fmt.Fprintf(out, "state dir %s\n\n", st.Cluster.StateDir)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NAME\tROLE\tSTATE\tPID\tPORT\tWAL_LEVEL")
+	for _, n := range st.Nodes {
+		state, pid, lvl := "stopped", "-", "-"
+		if n.Running {
+			state, pid = "running", fmt.Sprint(n.Pid)
+			lvl = n.WalLevel
+			if n.Err != nil {
+				lvl = "error: " + n.Err.Error()
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.Role, state, pid, n.Port, lvl)
+	}
+	w.Flush()
+	t := st.Temporal
+	fmt.Fprintln(out)
+	switch {
+	case !t.Running:
+		fmt.Fprintf(out, "temporal  stopped (%s, ui %s)\n", t.Address(), t.UIURL())
+	case t.Err != nil:
+		fmt.Fprintf(out, "temporal  running pid %d at %s; ui %s not answering: %v\n", t.Pid, t.Address(), t.UIURL(), t.Err)
+	default:
+		fmt.Fprintf(out, "temporal  running pid %d at %s (namespace %s); ui %s answers HTTP %d\n", t.Pid, t.Address(), devenv.Namespace, t.UIURL(), t.UIStatus)
+	}
+}
+
+func newDevDownCmd(opts *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop every server and the Temporal dev server (data and ports are kept)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Minute)
+			defer cancel()
+			err := devenv.Down(ctx, opts.stateDir)
+			if errors.Is(err, devenv.ErrNoCluster) {
+				fmt.Fprintf(cmd.OutOrStdout(), "%v: nothing to stop\n", err)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "local cluster stopped; reshard dev up starts it again")
+			return nil
+		},
+	}
+}
+
+func newDevDestroyCmd(opts *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "destroy",
+		Short: "Stop the local cluster and remove its state directory (all data)",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Minute)
+			defer cancel()
+			dir, err := devenv.AbsStateDir(opts.stateDir)
+			if err != nil {
+				return usageError{err}
+			}
+			if err := devenv.Destroy(ctx, dir); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", dir)
+			return nil
+		},
+	}
+}
+
+func newDevPsqlCmd(opts *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "psql <name> [-- psql arguments]",
+		Short: "Run psql on a server's reshard database (control, shard1, ...)",
+		Args:  usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := devenv.Load(opts.stateDir)
+			if err != nil {
+				return err
+			}
+			path, argv, env, err := psqlCommand(c, args[0], args[1:])
+			if err != nil {
+				return err
+			}
+			// Replace this process: psql gets the terminal, and the password
+			// travels only in its environment.
+			return syscall.Exec(path, argv, env)
+		},
+	}
+}
+
+// psqlCommand is the psql invocation for server name: the password is in
+// PGPASSWORD of env, never in argv.
+func psqlCommand(c *devenv.Cluster, name string, extra []string) (path string, argv, env []string, err error) {
+	n, ok := c.Node(name)
+	if !ok {
+		return "", nil, nil, usageError{fmt.Errorf("no server %q in %s: use one of %s", name, c.StateDir, strings.Join(c.Names(), ", "))}
+	}
+	path, err = findPsql()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	argv = append([]string{"psql", "-h", "127.0.0.1", "-p", fmt.Sprint(n.Port), "-U", "postgres", "-d", devenv.Database}, extra...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PGPASSWORD=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PGPASSWORD="+string(n.Password))
+	return path, argv, env, nil
+}
+
+// findPsql prefers the psql next to the servers' binaries.
+func findPsql() (string, error) {
+	if bin, err := devenv.FindPGBin(); err == nil {
+		if p := filepath.Join(bin, "psql"); isExecutable(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("psql"); err == nil {
+		return p, nil
+	}
+	return "", errors.New("psql not found: " + devenv.InstallHint)
+}
+
+func isExecutable(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// usageArgs makes an argument check's complaint a usage error.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{fmt.Errorf("%w (see reshard %s --help)", err, strings.TrimPrefix(cmd.CommandPath(), "reshard "))}
+		}
+		return nil
+	}
+}
