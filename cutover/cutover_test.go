@@ -1,0 +1,171 @@
+package cutover
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// cutoverEnv is a source and a target shard with users fenced on the target
+// (as JOINING leaves them) and a control database for the journal and a
+// stand-in topology row.
+type cutoverEnv struct {
+	src, dst, ctl *pgtest.DB
+	set           tableset.Set
+	ranges        []ring.Range
+	journal       PGJournal
+}
+
+func newCutoverEnv(t *testing.T) *cutoverEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := &cutoverEnv{src: pgtest.NewDB(t, 0), dst: pgtest.NewDB(t, 1), ctl: pgtest.NewDB(t, 0)}
+	e.set = usersSet(t, e.src)
+	usersSet(t, e.dst)
+	e.ranges = []ring.Range{{Lo: 0, Hi: ring.MaxToken}}
+	for _, p := range []*pgtest.DB{e.src, e.dst} {
+		if err := InstallTriggers(ctx, p.Pool, e.set, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Fence(ctx, e.dst.Pool, e.set, e.ranges, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureJournal(ctx, e.ctl.Pool); err != nil {
+		t.Fatal(err)
+	}
+	e.ctl.Exec(t, "CREATE TABLE topo (version bigint PRIMARY KEY)")
+	e.ctl.Exec(t, "INSERT INTO topo VALUES (1)")
+	e.journal = PGJournal{Pool: e.ctl.Pool, Move: "m1"}
+	return e
+}
+
+func (e *cutoverEnv) actions() *PG {
+	return &PG{
+		Source: e.src.Pool, Target: e.dst.Pool, Set: e.set, Ranges: e.ranges, Move: "m1", Epoch: 2,
+		DrainFunc: func(context.Context, string, time.Duration) error { return nil },
+		PublishFunc: func(ctx context.Context) (int64, error) {
+			_, err := e.ctl.Pool.Exec(ctx, "INSERT INTO topo VALUES (2)")
+			return 2, err
+		},
+		PublishedFunc: func(ctx context.Context) (bool, error) {
+			var n int64
+			err := e.ctl.Pool.QueryRow(ctx, "SELECT count(*) FROM topo WHERE version = 2").Scan(&n)
+			return n == 1, err
+		},
+	}
+}
+
+// keyIn returns a key whose token lies in (0, MaxToken] or not.
+func keyIn(t *testing.T, db *pgtest.DB, inHigh bool) int64 {
+	for k := int64(1); ; k++ {
+		if (tokenOf(t, db, k) > 0) == inHigh {
+			return k
+		}
+	}
+}
+
+func TestCutoverMovesOwnershipAndMeasuresThePause(t *testing.T) {
+	ctx := context.Background()
+	e := newCutoverEnv(t)
+	moving := keyIn(t, e.src, true)
+	res, err := Run(ctx, e.actions(), e.journal, Options{Budget: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Version != 2 || res.WritePause <= 0 || res.WritePause > 2*time.Second || len(res.Steps) != len(Steps) {
+		t.Fatalf("result %+v", res)
+	}
+	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !IsFenceError(err) {
+		t.Fatalf("write of a moved key on the old owner: %v", err)
+	}
+	if _, err := e.dst.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); err != nil {
+		t.Fatalf("write of a moved key on the new owner: %v", err)
+	}
+	if last, _ := e.journal.Last(ctx); last != StepDone {
+		t.Fatalf("journal ends with %q", last)
+	}
+}
+
+func TestCutoverOverBudgetAbortsAndUnfencesSource(t *testing.T) {
+	ctx := context.Background()
+	e := newCutoverEnv(t)
+	moving := keyIn(t, e.src, true)
+	long := e.src.Conn(t)
+	if _, err := long.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1 FROM users"); err != nil {
+		t.Fatal(err)
+	}
+	defer long.Exec(ctx, "ROLLBACK")
+	_, err := Run(ctx, e.actions(), e.journal, Options{Budget: 300 * time.Millisecond})
+	var obe *OverBudgetError
+	if !errors.Is(err, ErrAborted) || !errors.As(err, &obe) {
+		t.Fatalf("cutover with a long transaction open: %v", err)
+	}
+	if !strings.Contains(err.Error(), "pid") {
+		t.Fatalf("abort does not name the blocking session: %v", err)
+	}
+	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); err != nil {
+		t.Fatalf("source still fenced after abort: %v", err)
+	}
+	if n := e.ctl.QueryInt64(t, "SELECT count(*) FROM topo"); n != 1 {
+		t.Fatalf("topology published by an aborted cutover")
+	}
+	if last, _ := e.journal.Last(ctx); last != StepAbort {
+		t.Fatalf("journal ends with %q", last)
+	}
+}
+
+func TestResumeAfterCrash(t *testing.T) {
+	ctx := context.Background()
+	for _, published := range []bool{false, true} {
+		e := newCutoverEnv(t)
+		a := e.actions()
+		moving := keyIn(t, e.src, true)
+		// A crash right after fencing the source (and, in the second case,
+		// right after publishing).
+		if err := e.journal.Record(ctx, StepFenceSource, ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.FenceSource(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if published {
+			if _, err := a.Publish(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done, err := Resume(ctx, a, e.journal)
+		if err != nil || done != published {
+			t.Fatalf("published=%v: Resume = %v, %v", published, done, err)
+		}
+		_, srcErr := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving)
+		_, dstErr := e.dst.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving)
+		if published && (!IsFenceError(srcErr) || dstErr != nil) {
+			t.Fatalf("resumed forward: source err %v, target err %v", srcErr, dstErr)
+		}
+		if !published && (srcErr != nil || !IsFenceError(dstErr)) {
+			t.Fatalf("undone: source err %v, target err %v", srcErr, dstErr)
+		}
+	}
+}
+
+func TestDryRunChangesNothing(t *testing.T) {
+	var out bytes.Buffer
+	d := DryRun{W: &out, Move: "m1", Source: "shard1", Target: "shard5", Ranges: []ring.Range{{Lo: 1, Hi: 5}}, Version: 7}
+	res, err := Run(context.Background(), d, NopJournal{}, Options{})
+	if err != nil || res.Version != 8 {
+		t.Fatalf("dry run: %v %+v", err, res)
+	}
+	for _, want := range []string{"fence 1 range(s) on source shard1", "publish topology v8", "unfence the ranges on target shard5"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

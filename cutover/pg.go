@@ -1,0 +1,100 @@
+package cutover
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// PG is the real Actions of a cutover. Fencing, the in-flight wait and the
+// marker are PostgreSQL work done here; the gates, the CDC drain and the
+// topology publish belong to other packages and are passed in as functions
+// by the caller that owns them (the activity layer).
+type PG struct {
+	Source, Target *pgxpool.Pool
+	Set            tableset.Set
+	Ranges         []ring.Range
+	Move           string
+	// Epoch is the topology version the cutover publishes; fences carry it.
+	Epoch int64
+	// Exclude are source backend pids of our own that the in-flight wait
+	// ignores (none of them writes application rows).
+	Exclude []int32
+
+	GatesFunc     func(ctx context.Context) error
+	DrainFunc     func(ctx context.Context, marker string, budget time.Duration) error
+	PublishFunc   func(ctx context.Context) (int64, error)
+	PublishedFunc func(ctx context.Context) (bool, error)
+}
+
+var _ Actions = (*PG)(nil)
+
+func (p *PG) Gates(ctx context.Context) error {
+	if p.GatesFunc == nil {
+		return nil
+	}
+	return p.GatesFunc(ctx)
+}
+
+func (p *PG) FenceSource(ctx context.Context) error {
+	return Fence(ctx, p.Source, p.Set, p.Ranges, p.Epoch)
+}
+
+func (p *PG) WaitInFlight(ctx context.Context, budget time.Duration) error {
+	horizon, err := FenceHorizon(ctx, p.Source)
+	if err != nil {
+		return err
+	}
+	return WaitInFlight(ctx, p.Source, horizon, p.Exclude, budget)
+}
+
+func (p *PG) EmitMarker(ctx context.Context) (string, error) {
+	marker := "cutover:" + p.Move + ":" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if _, err := p.Source.Exec(ctx, `SELECT pg_logical_emit_message(true, 'reshard', $1)`, marker); err != nil {
+		return "", fmt.Errorf("emit marker on source: %w", err)
+	}
+	return marker, nil
+}
+
+func (p *PG) Drain(ctx context.Context, marker string, budget time.Duration) error {
+	if p.DrainFunc == nil {
+		return fmt.Errorf("no CDC drain configured for move %s", p.Move)
+	}
+	if budget <= 0 {
+		return fmt.Errorf("write-pause budget spent before the drain")
+	}
+	dctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	if err := p.DrainFunc(dctx, marker, budget); err != nil {
+		return fmt.Errorf("drain CDC to marker %s: %w", marker, err)
+	}
+	return nil
+}
+
+func (p *PG) Publish(ctx context.Context) (int64, error) {
+	if p.PublishFunc == nil {
+		return 0, fmt.Errorf("no topology publisher configured for move %s", p.Move)
+	}
+	return p.PublishFunc(ctx)
+}
+
+func (p *PG) Published(ctx context.Context) (bool, error) {
+	if p.PublishedFunc == nil {
+		return false, fmt.Errorf("no topology reader configured for move %s", p.Move)
+	}
+	return p.PublishedFunc(ctx)
+}
+
+func (p *PG) UnfenceTarget(ctx context.Context) error {
+	return Unfence(ctx, p.Target, p.Set, p.Ranges, p.Epoch)
+}
+
+func (p *PG) UnfenceSource(ctx context.Context) error {
+	return Unfence(ctx, p.Source, p.Set, p.Ranges, p.Epoch)
+}
