@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
@@ -373,5 +374,39 @@ func TestDSNNeverCarriesPasswordUnlessAsked(t *testing.T) {
 	}
 	if cfg.Password != string(s.Password) || cfg.Port != 5432 || cfg.Database != "reshard" {
 		t.Fatalf("DSN with password parses to password ok=%v port %d db %s", cfg.Password == string(s.Password), cfg.Port, cfg.Database)
+	}
+}
+
+// docker-compose.yml cannot be run here (no Docker engine); at least keep its
+// Temporal search attributes and PostgreSQL settings in step with devenv.
+func TestComposeFileMatchesDevenv(t *testing.T) {
+	b, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Image   string `yaml:"image"`
+			Command any    `yaml:"command"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &compose); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	tc := compose.Services["temporal"]
+	args := fmt.Sprint(tc.Command)
+	for _, sa := range devenv.SearchAttributes {
+		if !strings.Contains(args, sa) {
+			t.Errorf("temporal service lacks --search-attribute %s", sa)
+		}
+	}
+	if !strings.Contains(args, "--namespace "+devenv.Namespace) || !strings.HasSuffix(tc.Image, ":"+strings.TrimPrefix(devenv.TemporalVersion, "v")) {
+		t.Errorf("temporal service: image %s, command %s", tc.Image, args)
+	}
+	for _, name := range []string{"control", "shard1", "shard2", "shard3", "shard4"} {
+		s, ok := compose.Services[name]
+		if !ok || s.Image != "postgres:15" || !strings.Contains(fmt.Sprint(s.Command), "wal_level=logical") {
+			t.Errorf("service %s: %+v", name, s)
+		}
 	}
 }

@@ -1,0 +1,39 @@
+# reshard — developer entry points. Needs Go 1.26 on PATH (/usr/local/go/bin).
+GO ?= go
+TEMPORAL_VERSION := v1.5.1
+GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
+# Extra flags for go test, e.g. GOTESTFLAGS=-v (.ci/run sets it).
+GOTESTFLAGS ?=
+
+.PHONY: tools build test demo bench
+
+# The pinned Temporal CLI (dev server), installed only when devenv would not
+# find one: $$TEMPORAL_CLI, PATH, then $$(go env GOPATH)/bin.
+tools:
+	@if [ -n "$$TEMPORAL_CLI" ] && [ -x "$$TEMPORAL_CLI" ]; then echo "temporal CLI: $$TEMPORAL_CLI"; \
+	elif command -v temporal >/dev/null 2>&1; then echo "temporal CLI: $$(command -v temporal)"; \
+	elif [ -x "$(GOBIN_DIR)/temporal" ]; then echo "temporal CLI: $(GOBIN_DIR)/temporal"; \
+	else echo "installing temporal CLI $(TEMPORAL_VERSION) into $(GOBIN_DIR)"; \
+		GOBIN="$(GOBIN_DIR)" $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VERSION); fi
+
+build:
+	$(GO) build -o bin/reshard ./cmd/reshard
+
+# gofmt, vet, then every test with the race detector, integration tests
+# included (they need PostgreSQL 15 binaries and the temporal CLI; with
+# CI=true a missing one fails the run instead of skipping).
+test:
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./...
+
+# For now: a local cluster (control + 4 shards + Temporal) via reshard dev up.
+# A later issue turns this into the end-to-end demo with live writes.
+demo: build tools
+	bin/reshard dev up
+
+# For now: the ring benchmarks. Later issues extend this target (copy, CDC
+# apply and cutover pause benchmarks against real servers).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./ring/...
