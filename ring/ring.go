@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -22,8 +23,8 @@ type Ring struct {
 	tokens []int64  // sorted, distinct, never MinToken
 	owners []int32  // owners[i] indexes shards: the owner of tokens[i]
 	shards []string // sorted, distinct
-	// domains, when not nil, maps a shard to its failure domain (Replicas).
-	domains map[string]string
+	// info holds weights and failure domains, when known (Build, WithShards).
+	info map[string]Shard
 	// bucket indexes tokens by their top bits so that Owner touches one or
 	// two cache lines instead of binary-searching the whole array:
 	// bucket[b] is the index of the first token whose top bits are >= b.
@@ -53,6 +54,7 @@ func New(vnodes []VNode) (*Ring, error) {
 		return 0
 	})
 	r := &Ring{tokens: make([]int64, len(vs)), owners: make([]int32, len(vs))}
+	names := map[string]int32{}
 	for i, v := range vs {
 		if v.Shard == "" {
 			return nil, fmt.Errorf("ring: vnode at token %d has no shard name", v.Token)
@@ -64,17 +66,20 @@ func New(vnodes []VNode) (*Ring, error) {
 			return nil, fmt.Errorf("ring: duplicate token %d (shards %s and %s)", v.Token, vs[i-1].Shard, v.Shard)
 		}
 		r.tokens[i] = v.Token
-		if _, ok := slices.BinarySearch(r.shards, v.Shard); !ok {
+		if _, ok := names[v.Shard]; !ok {
+			names[v.Shard] = 0
 			r.shards = append(r.shards, v.Shard)
-			slices.Sort(r.shards)
 		}
 	}
-	if len(r.shards) > 1<<31-1 {
+	if len(r.shards) > math.MaxInt32 {
 		return nil, errors.New("ring: too many shards")
 	}
+	slices.Sort(r.shards)
+	for j, name := range r.shards {
+		names[name] = int32(j)
+	}
 	for i, v := range vs {
-		j, _ := slices.BinarySearch(r.shards, v.Shard)
-		r.owners[i] = int32(j)
+		r.owners[i] = names[v.Shard]
 	}
 	r.buildIndex()
 	return r, nil

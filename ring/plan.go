@@ -1,0 +1,279 @@
+package ring
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Move is a token range changing owner, from one shard to another.
+type Move struct {
+	Range Range
+	From  string
+	To    string
+}
+
+type moveJSON struct {
+	Lo   int64  `json:"lo"`
+	Hi   int64  `json:"hi"`
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// MarshalJSON renders {"lo":..,"hi":..,"from":..,"to":..}, lo exclusive and
+// hi inclusive (a Lo of MinToken includes MinToken, as Range does).
+func (m Move) MarshalJSON() ([]byte, error) {
+	return json.Marshal(moveJSON{m.Range.Lo, m.Range.Hi, m.From, m.To})
+}
+
+// UnmarshalJSON reads the form MarshalJSON writes.
+func (m *Move) UnmarshalJSON(b []byte) error {
+	var j moveJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	r := Range{Lo: j.Lo, Hi: j.Hi}
+	if !r.Valid() {
+		return fmt.Errorf("move %s: lo must be below hi", r)
+	}
+	*m = Move{Range: r, From: j.From, To: j.To}
+	return nil
+}
+
+func (m Move) String() string { return fmt.Sprintf("%s %s→%s", m.Range, m.From, m.To) }
+
+// MovedFraction is the fraction of the token space the moves cover.
+func MovedFraction(moves []Move) float64 {
+	var w float64
+	for _, m := range moves {
+		w += m.Range.Width()
+	}
+	return w / twoTo64
+}
+
+// Diff returns the ranges whose owner differs between old and new, in token
+// order, adjacent ranges with the same from and to merged. A range crossing
+// the wrap comes as two moves, (x, MaxToken] and [MinToken, y]. Every token
+// outside the moves has the same owner in both rings.
+func Diff(old, new *Ring) []Move {
+	// Between two consecutive tokens of either ring, both owners are
+	// constant; so the union of the tokens cuts the space into segments
+	// each with one owner in each ring.
+	bounds := make([]int64, 0, len(old.tokens)+len(new.tokens)+1)
+	bounds = append(bounds, old.tokens...)
+	bounds = append(bounds, new.tokens...)
+	if old.tokens[len(old.tokens)-1] != MaxToken || new.tokens[len(new.tokens)-1] != MaxToken {
+		bounds = append(bounds, MaxToken) // split the wrap at MaxToken
+	}
+	slices.Sort(bounds)
+	bounds = slices.Compact(bounds)
+	var moves []Move
+	lo := MinToken
+	for _, hi := range bounds {
+		from, to := old.Owner(hi), new.Owner(hi)
+		if from != to {
+			if n := len(moves); n > 0 && moves[n-1].Range.Hi == lo && moves[n-1].From == from && moves[n-1].To == to {
+				moves[n-1].Range.Hi = hi
+			} else {
+				moves = append(moves, Move{Range: Range{Lo: lo, Hi: hi}, From: from, To: to})
+			}
+		}
+		lo = hi
+	}
+	return moves
+}
+
+func plan(old, next *Ring) (*Ring, []Move, error) {
+	return next, Diff(old, next), nil
+}
+
+// PlanAddNode adds shard s. In hash mode it gets the tokens of "<s>#<i>"; in
+// balanced mode its tokens cut the largest ranges of the shards holding more
+// than their weighted share, so it takes weight/(total weight) of the space,
+// from every shard in proportion to its excess (for a balanced ring: evenly).
+func PlanAddNode(old *Ring, s Shard, o Options) (*Ring, []Move, error) {
+	if err := s.validate(); err != nil {
+		return nil, nil, fmt.Errorf("add node: %w", err)
+	}
+	if old.HasShard(s.Name) {
+		return nil, nil, fmt.Errorf("add node %s: the ring already has a shard %s; choose a new name", s.Name, s.Name)
+	}
+	mode, err := o.mode()
+	if err != nil {
+		return nil, nil, fmt.Errorf("add node %s: %w", s.Name, err)
+	}
+	specs := append(old.specs(), s)
+	var vs []VNode
+	switch mode {
+	case AllocHash:
+		taken := make(map[int64]bool, len(old.tokens))
+		for _, t := range old.tokens {
+			taken[t] = true
+		}
+		vs = appendHashVNodes(old.VNodes(), s.Name, o.vnodes(s), taken)
+	case AllocBalanced:
+		vs = old.splitInto(excess(old, specs), s.Name, o.vnodes(s))
+	}
+	next, err := New(vs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("add node %s: %w", s.Name, err)
+	}
+	return plan(old, next.withInfo(specs))
+}
+
+// excess returns, for each shard of r, how much of the token space it holds
+// beyond its weighted share among specs (only positive excesses).
+func excess(r *Ring, specs []Shard) map[string]float64 {
+	var total float64
+	for _, s := range specs {
+		total += s.weight()
+	}
+	share := r.Share()
+	out := map[string]float64{}
+	for _, s := range specs {
+		if e := share[s.Name] - s.weight()/total; e > 0 {
+			out[s.Name] = e
+		}
+	}
+	return out
+}
+
+// PlanSplit moves part of shard's ranges to a new shard into: its tokens cut
+// the largest ranges of shard so that into takes weight(into)/(weight(shard)+
+// weight(into)) of shard's space (half, for equal weights), from shard only.
+// The allocation mode does not apply: a split by hashed tokens would take from
+// every shard.
+func PlanSplit(old *Ring, shard string, into Shard, o Options) (*Ring, []Move, error) {
+	if !old.HasShard(shard) {
+		return nil, nil, fmt.Errorf("split %s: no such shard in the ring (shards: %v)", shard, old.shards)
+	}
+	if err := into.validate(); err != nil {
+		return nil, nil, fmt.Errorf("split %s: %w", shard, err)
+	}
+	if old.HasShard(into.Name) {
+		return nil, nil, fmt.Errorf("split %s into %s: the ring already has a shard %s; choose a new name", shard, into.Name, into.Name)
+	}
+	ws, wi := old.Spec(shard).weight(), into.weight()
+	give := map[string]float64{shard: old.Share()[shard] * wi / (ws + wi)}
+	n := o.vnodes(into)
+	vs := old.splitInto(give, into.Name, n)
+	next, err := New(vs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("split %s: %w", shard, err)
+	}
+	return plan(old, next.withInfo(append(old.specs(), into)))
+}
+
+// PlanRemoveNode hands all of shard's ranges to the other shards. In hash mode
+// its tokens are dropped, so each range goes to the next shard clockwise (the
+// classic ring). In balanced mode the tokens stay and each range, largest
+// first, goes to the shard furthest below its weighted share.
+func PlanRemoveNode(old *Ring, shard string, o Options) (*Ring, []Move, error) {
+	if !old.HasShard(shard) {
+		return nil, nil, fmt.Errorf("remove node %s: no such shard in the ring (shards: %v)", shard, old.shards)
+	}
+	if len(old.shards) == 1 {
+		return nil, nil, fmt.Errorf("remove node %s: it is the only shard; the ring needs at least one", shard)
+	}
+	mode, err := o.mode()
+	if err != nil {
+		return nil, nil, fmt.Errorf("remove node %s: %w", shard, err)
+	}
+	var specs []Shard
+	for _, s := range old.specs() {
+		if s.Name != shard {
+			specs = append(specs, s)
+		}
+	}
+	vs := old.VNodes()
+	switch mode {
+	case AllocHash:
+		vs = slices.DeleteFunc(vs, func(v VNode) bool { return v.Shard == shard })
+	case AllocBalanced:
+		reassign(old, vs, shard, specs)
+	}
+	next, err := New(vs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("remove node %s: %w", shard, err)
+	}
+	return plan(old, next.withInfo(specs))
+}
+
+// reassign gives every vnode of shard in vs (vs is in r's vnode order) to the
+// shard of specs furthest below its weighted share, largest range first.
+func reassign(r *Ring, vs []VNode, shard string, specs []Shard) {
+	var total float64
+	for _, s := range specs {
+		total += s.weight()
+	}
+	share := r.Share()
+	deficit := make([]float64, len(specs))
+	for i, s := range specs {
+		deficit[i] = s.weight()/total - share[s.Name]
+	}
+	var mine []span
+	for _, sp := range r.spans() {
+		if vs[sp.vnode].Shard == shard {
+			mine = append(mine, sp)
+		}
+	}
+	slices.SortStableFunc(mine, func(a, b span) int { return cmp.Compare(b.w(), a.w()) })
+	for _, sp := range mine {
+		best := 0
+		for i := range deficit {
+			if deficit[i] > deficit[best] {
+				best = i
+			}
+		}
+		vs[sp.vnode].Shard = specs[best].Name
+		deficit[best] -= sp.w() / twoTo64
+	}
+}
+
+// PlanMove gives range rg to shard to (a new or an existing shard), leaving
+// every other token with its owner: tokens are added at the range's bounds
+// where needed and every vnode inside it is handed to `to`.
+func PlanMove(old *Ring, rg Range, to string) (*Ring, []Move, error) {
+	if !rg.Valid() {
+		return nil, nil, fmt.Errorf("move %s: empty or wrapping range; give a wrapping range as two moves", rg)
+	}
+	if to == "" {
+		return nil, nil, errors.New("move: no target shard")
+	}
+	vs := old.VNodes()
+	has := make(map[int64]bool, len(vs))
+	for _, v := range vs {
+		has[v.Token] = true
+	}
+	add := func(t int64, shard string) {
+		if !has[t] {
+			has[t] = true
+			vs = append(vs, VNode{Token: t, Shard: shard})
+		}
+	}
+	// A token at Lo keeps (…, Lo] with its owner. Lo = MinToken has no token
+	// (none may be MinToken); then a token at MaxToken keeps (last, MaxToken]
+	// out of the wrap range that now ends inside rg.
+	if rg.Lo != MinToken {
+		add(rg.Lo, old.Owner(rg.Lo))
+	} else if rg.Hi != MaxToken {
+		add(MaxToken, old.Owner(MaxToken))
+	}
+	add(rg.Hi, to)
+	for i := range vs {
+		if rg.Contains(vs[i].Token) {
+			vs[i].Shard = to
+		}
+	}
+	next, err := New(vs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("move %s to %s: %w", rg, to, err)
+	}
+	specs := old.specs()
+	if !old.HasShard(to) {
+		specs = append(specs, Shard{Name: to})
+	}
+	return plan(old, next.withInfo(specs))
+}
