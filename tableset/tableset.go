@@ -38,6 +38,7 @@ type Column struct {
 	TypeOID   uint32 `json:"type_oid"`
 	NotNull   bool   `json:"not_null"`
 	Generated bool   `json:"generated"` // GENERATED ALWAYS AS (...) STORED: never written
+	Identity  bool   `json:"identity"`  // GENERATED {ALWAYS|BY DEFAULT} AS IDENTITY: a per-shard sequence
 	Default   string `json:"default,omitempty"`
 }
 
@@ -162,14 +163,16 @@ func introspectTable(ctx context.Context, q Querier, ts TableSpec, where string)
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, t.Schema, t.Name).Scan(&relid, &t.ReplicaIdentity)
 	if err == pgx.ErrNoRows {
-		return Table{}, fmt.Errorf("table %s does not exist on %s: create it there with the same schema as the other shards", t, where)
+		return Table{}, &Problem{Check: CheckTable, Shard: where, Table: t.String(),
+			Problem: fmt.Sprintf("table %s does not exist on %s", t, where),
+			Fix:     "create it there with the same schema as the other shards"}
 	}
 	if err != nil {
 		return Table{}, fmt.Errorf("read catalog of %s on %s: %w", t, where, err)
 	}
 	rows, err := q.Query(ctx, `
 		SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid, a.attnotnull,
-		       a.attgenerated <> '', coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		       a.attgenerated <> '', a.attidentity <> '', coalesce(pg_get_expr(d.adbin, d.adrelid), '')
 		FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, relid)
@@ -178,7 +181,7 @@ func introspectTable(ctx context.Context, q Querier, ts TableSpec, where string)
 	}
 	for rows.Next() {
 		var c Column
-		if err := rows.Scan(&c.Name, &c.Type, &c.TypeOID, &c.NotNull, &c.Generated, &c.Default); err != nil {
+		if err := rows.Scan(&c.Name, &c.Type, &c.TypeOID, &c.NotNull, &c.Generated, &c.Identity, &c.Default); err != nil {
 			rows.Close()
 			return Table{}, err
 		}
@@ -189,18 +192,24 @@ func introspectTable(ctx context.Context, q Querier, ts TableSpec, where string)
 	}
 	key, ok := t.Column(t.KeyColumn)
 	if !ok {
-		return Table{}, fmt.Errorf("table %s on %s has no column %q: name its shard-key column in the table set", t, where, t.KeyColumn)
+		return Table{}, &Problem{Check: CheckKey, Shard: where, Table: t.String(),
+			Problem: fmt.Sprintf("table %s on %s has no column %q", t, where, t.KeyColumn),
+			Fix:     "name its shard-key column in the table set"}
 	}
 	kt, err := ring.ParseKeyType(baseType(key.Type))
 	if err != nil {
-		return Table{}, fmt.Errorf("shard key %s.%s on %s is %s, which reshard cannot hash: use a smallint, integer, bigint, text, varchar or uuid key", t, t.KeyColumn, where, key.Type)
+		return Table{}, &Problem{Check: CheckKey, Shard: where, Table: t.String(),
+			Problem: fmt.Sprintf("shard key %s.%s on %s is %s, which reshard cannot hash", t, t.KeyColumn, where, key.Type),
+			Fix:     "use a smallint, integer, bigint, text, varchar or uuid key"}
 	}
 	t.KeyType = kt
 	if t.PK, err = indexColumns(ctx, q, `SELECT indexrelid FROM pg_index WHERE indrelid = $1 AND indisprimary`, relid); err != nil {
 		return Table{}, fmt.Errorf("read primary key of %s on %s: %w", t, where, err)
 	}
 	if len(t.PK) == 0 {
-		return Table{}, fmt.Errorf("table %s on %s has no primary key: add one (ALTER TABLE %s ADD PRIMARY KEY (...)); reshard needs it to copy idempotently and to apply changes", t, where, t.Quoted())
+		return Table{}, &Problem{Check: CheckPrimaryKey, Shard: where, Table: t.String(),
+			Problem: fmt.Sprintf("table %s on %s has no primary key; reshard needs it to copy idempotently and to apply changes", t, where),
+			Fix:     fmt.Sprintf("add one: ALTER TABLE %s ADD PRIMARY KEY (...)", t.Quoted())}
 	}
 	switch t.ReplicaIdentity {
 	case "d":

@@ -1,0 +1,362 @@
+package tableset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/ring"
+)
+
+// Checks of the PLAN phase, as they appear in Problem.Check.
+const (
+	CheckTable           = "table"
+	CheckPrimaryKey      = "primary_key"
+	CheckKey             = "shard_key"
+	CheckColumns         = "columns"
+	CheckReplicaIdentity = "replica_identity"
+	CheckWalLevel        = "wal_level"
+	CheckReplication     = "replication_privilege"
+	CheckSuperuser       = "superuser"
+	CheckSlots           = "replication_slots"
+	CheckWalSenders      = "wal_senders"
+	CheckTruncate        = "truncate_published"
+)
+
+// Problem is one failed check: what is wrong where, and the fix. Shard is
+// the name the caller gave the server ("source", "target shard2"); Table is
+// empty for server-wide checks.
+type Problem struct {
+	Check   string `json:"check"`
+	Shard   string `json:"shard"`
+	Table   string `json:"table,omitempty"`
+	Problem string `json:"problem"`
+	Fix     string `json:"fix"`
+}
+
+func (p *Problem) Error() string { return p.Problem + ": " + p.Fix }
+
+// Warning is a risk worth reading that does not stop a move.
+type Warning struct {
+	Shard   string `json:"shard"`
+	Table   string `json:"table"`
+	Message string `json:"message"`
+}
+
+// IndexAdvice says whether a shard has the token expression index of a table,
+// and the statement that creates it (CreateTokenIndex runs it).
+type IndexAdvice struct {
+	Shard     string `json:"shard"`
+	Table     string `json:"table"`
+	Present   bool   `json:"present"`
+	Statement string `json:"statement"`
+}
+
+// Estimate is the expected size of one table's rows in one range on the source.
+type Estimate struct {
+	Table  string     `json:"table"`
+	Range  ring.Range `json:"range"`
+	Rows   int64      `json:"rows"`
+	Bytes  int64      `json:"bytes"`
+	Method string     `json:"method"` // "statistics" (pg_class) or "sample N%" (TABLESAMPLE)
+}
+
+// PreflightOptions name the two servers in messages and say what the move
+// will need of them.
+type PreflightOptions struct {
+	SourceName string // default "source"
+	TargetName string // default "target"
+	// Ranges are the moving ranges, for the estimates.
+	Ranges []ring.Range
+	// Slots and WalSenders are the free replication slots and WAL senders
+	// each server must have: the forward stream uses one on the source, the
+	// reverse stream of GRACE one on the target. Zero means 1.
+	Slots, WalSenders int
+}
+
+// Report is the outcome of Preflight.
+type Report struct {
+	Source    Set           `json:"source"`
+	Target    Set           `json:"target"`
+	Problems  []*Problem    `json:"problems,omitempty"`
+	Warnings  []Warning     `json:"warnings,omitempty"`
+	Indexes   []IndexAdvice `json:"indexes,omitempty"`
+	Estimates []Estimate    `json:"estimates,omitempty"`
+}
+
+// Err joins the problems; nil when every check passed.
+func (r Report) Err() error {
+	errs := make([]error, len(r.Problems))
+	for i, p := range r.Problems {
+		errs[i] = p
+	}
+	return errors.Join(errs...)
+}
+
+// Rows and Bytes are the estimated totals of the move.
+func (r Report) Rows() (n int64) {
+	for _, e := range r.Estimates {
+		n += e.Rows
+	}
+	return n
+}
+
+func (r Report) Bytes() (n int64) {
+	for _, e := range r.Estimates {
+		n += e.Bytes
+	}
+	return n
+}
+
+// ETA is the copy time at the given throttle (0 = unlimited, which gives 0).
+func (r Report) ETA(rowsPerSec, bytesPerSec float64) time.Duration {
+	var s float64
+	if rowsPerSec > 0 {
+		s = float64(r.Rows()) / rowsPerSec
+	}
+	if bytesPerSec > 0 {
+		s = math.Max(s, float64(r.Bytes())/bytesPerSec)
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// Preflight runs the PLAN checks of a move from source to target (DESIGN.md
+// §4.1). It changes nothing: every query runs in a read-only transaction that
+// is rolled back. Failed checks are in Report.Problems and, joined, in the
+// returned error; an error without a report means a server could not be asked.
+func Preflight(ctx context.Context, source, target *pgxpool.Pool, spec Spec, opts PreflightOptions) (Report, error) {
+	if opts.SourceName == "" {
+		opts.SourceName = "source"
+	}
+	if opts.TargetName == "" {
+		opts.TargetName = "target"
+	}
+	if opts.Slots <= 0 {
+		opts.Slots = 1
+	}
+	if opts.WalSenders <= 0 {
+		opts.WalSenders = 1
+	}
+	if len(spec.Tables) == 0 {
+		return Report{}, fmt.Errorf("table set %q lists no tables: add at least one table with its key column", spec.Name)
+	}
+	var rep Report
+	src, err := source.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return Report{}, fmt.Errorf("preflight: begin on %s: %w", opts.SourceName, err)
+	}
+	defer src.Rollback(context.WithoutCancel(ctx))
+	dst, err := target.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return Report{}, fmt.Errorf("preflight: begin on %s: %w", opts.TargetName, err)
+	}
+	defer dst.Rollback(context.WithoutCancel(ctx))
+
+	if rep.Source, err = rep.introspect(ctx, src, spec, opts.SourceName); err != nil {
+		return Report{}, err
+	}
+	if rep.Target, err = rep.introspect(ctx, dst, spec, opts.TargetName); err != nil {
+		return Report{}, err
+	}
+	rep.compare(opts)
+	for _, side := range []struct {
+		tx   pgx.Tx
+		name string
+		set  Set
+	}{{src, opts.SourceName, rep.Source}, {dst, opts.TargetName, rep.Target}} {
+		if err := rep.checkServer(ctx, side.tx, side.name, opts); err != nil {
+			return Report{}, err
+		}
+		for _, t := range side.set.Tables {
+			if err := rep.checkTable(ctx, side.tx, side.name, t); err != nil {
+				return Report{}, err
+			}
+		}
+	}
+	for _, t := range rep.Source.Tables {
+		est, err := EstimateRanges(ctx, src, t, opts.Ranges)
+		if err != nil {
+			return Report{}, fmt.Errorf("preflight: estimate %s on %s: %w", t, opts.SourceName, err)
+		}
+		rep.Estimates = append(rep.Estimates, est...)
+	}
+	return rep, rep.Err()
+}
+
+func (rep *Report) add(p *Problem) { rep.Problems = append(rep.Problems, p) }
+
+// introspect reads every table it can, recording the catalog problems of the
+// others; only a failure to query is returned.
+func (rep *Report) introspect(ctx context.Context, q Querier, spec Spec, where string) (Set, error) {
+	set := Set{Name: spec.Name}
+	for _, ts := range spec.Tables {
+		t, err := introspectTable(ctx, q, ts, where)
+		var p *Problem
+		if errors.As(err, &p) {
+			rep.add(p)
+			continue
+		}
+		if err != nil {
+			return Set{}, fmt.Errorf("preflight: %w", err)
+		}
+		if set.KeyType == "" {
+			set.KeyType = t.KeyType
+		} else if t.KeyType != set.KeyType {
+			rep.add(&Problem{Check: CheckKey, Shard: where, Table: t.String(),
+				Problem: fmt.Sprintf("key %s.%s is %s but %s.%s is %s on %s", t, t.KeyColumn, t.KeyType, set.Tables[0], set.Tables[0].KeyColumn, set.KeyType, where),
+				Fix:     "all tables of a set must share one key type: pick key columns of one type"})
+			continue
+		}
+		set.Tables = append(set.Tables, t)
+	}
+	return set, nil
+}
+
+// compare checks that both sides have the same tables, columns and keys.
+func (rep *Report) compare(opts PreflightOptions) {
+	for _, s := range rep.Source.Tables {
+		var d *Table
+		for i := range rep.Target.Tables {
+			if rep.Target.Tables[i].String() == s.String() {
+				d = &rep.Target.Tables[i]
+			}
+		}
+		if d == nil {
+			continue // its problem is recorded already
+		}
+		if diff := ColumnDiff(s, *d, opts.SourceName, opts.TargetName); diff != "" {
+			rep.add(&Problem{Check: CheckColumns, Shard: opts.TargetName, Table: s.String(),
+				Problem: fmt.Sprintf("table %s differs between %s and %s: %s", s, opts.SourceName, opts.TargetName, diff),
+				Fix:     fmt.Sprintf("make the schema of %s on %s the same as on %s (ALTER TABLE %s ...) before moving", s, opts.TargetName, opts.SourceName, s.Quoted())})
+		}
+	}
+}
+
+// ColumnDiff describes the first difference between two shapes of one table
+// (columns by name, types, generated columns, primary key), or "" if none.
+func ColumnDiff(a, b Table, aName, bName string) string {
+	for _, ca := range a.Columns {
+		cb, ok := b.Column(ca.Name)
+		switch {
+		case !ok:
+			return fmt.Sprintf("column %q exists on %s but not on %s", ca.Name, aName, bName)
+		case ca.Type != cb.Type:
+			return fmt.Sprintf("column %q is %s on %s but %s on %s", ca.Name, ca.Type, aName, cb.Type, bName)
+		case ca.Generated != cb.Generated:
+			return fmt.Sprintf("column %q is generated on one side only (%s: %t, %s: %t)", ca.Name, aName, ca.Generated, bName, cb.Generated)
+		}
+	}
+	for _, cb := range b.Columns {
+		if _, ok := a.Column(cb.Name); !ok {
+			return fmt.Sprintf("column %q exists on %s but not on %s", cb.Name, bName, aName)
+		}
+	}
+	if strings.Join(a.PK, ",") != strings.Join(b.PK, ",") {
+		return fmt.Sprintf("primary key is (%s) on %s but (%s) on %s", strings.Join(a.PK, ", "), aName, strings.Join(b.PK, ", "), bName)
+	}
+	return ""
+}
+
+func (rep *Report) checkServer(ctx context.Context, q Querier, name string, opts PreflightOptions) error {
+	var (
+		walLevel                            string
+		super, repl                         bool
+		maxSlots, usedSlots, maxSenders, ws int
+	)
+	err := q.QueryRow(ctx, `
+		SELECT current_setting('wal_level'),
+		       r.rolsuper, r.rolreplication,
+		       current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots)::int,
+		       current_setting('max_wal_senders')::int,
+		       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender')::int
+		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &super, &repl, &maxSlots, &usedSlots, &maxSenders, &ws)
+	if err != nil {
+		return fmt.Errorf("preflight: read settings of %s: %w", name, err)
+	}
+	if walLevel != "logical" {
+		rep.add(&Problem{Check: CheckWalLevel, Shard: name,
+			Problem: fmt.Sprintf("wal_level is %s on %s; logical replication needs logical (the source streams the move, the target streams back during the grace period)", walLevel, name),
+			Fix:     "ALTER SYSTEM SET wal_level = logical; then restart that server"})
+	}
+	if !super && !repl {
+		rep.add(&Problem{Check: CheckReplication, Shard: name,
+			Problem: fmt.Sprintf("the role reshard connects to %s as has no replication privilege", name),
+			Fix:     "ALTER ROLE <that role> REPLICATION (or connect as a superuser)"})
+	}
+	if !super {
+		rep.add(&Problem{Check: CheckSuperuser, Shard: name,
+			Problem: fmt.Sprintf("the role reshard connects to %s as is not a superuser; the appliers set session_replication_role = replica to pass the fences, which needs superuser on PostgreSQL 15", name),
+			Fix:     "connect as a superuser (ALTER ROLE <that role> SUPERUSER)"})
+	}
+	if free := maxSlots - usedSlots; free < opts.Slots {
+		rep.add(&Problem{Check: CheckSlots, Shard: name,
+			Problem: fmt.Sprintf("%s has %d free replication slots (max_replication_slots %d, %d in use), the move needs %d", name, free, maxSlots, usedSlots, opts.Slots),
+			Fix:     "drop unused slots (pg_drop_replication_slot) or raise max_replication_slots and restart"})
+	}
+	if free := maxSenders - ws; free < opts.WalSenders {
+		rep.add(&Problem{Check: CheckWalSenders, Shard: name,
+			Problem: fmt.Sprintf("%s has %d free WAL senders (max_wal_senders %d, %d running), the move needs %d", name, free, maxSenders, ws, opts.WalSenders),
+			Fix:     "stop idle replication connections or raise max_wal_senders and restart"})
+	}
+	return nil
+}
+
+func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Table) error {
+	switch {
+	case t.ReplicaIdentity == "n":
+		rep.add(&Problem{Check: CheckReplicaIdentity, Shard: name, Table: t.String(),
+			Problem: fmt.Sprintf("table %s on %s has REPLICA IDENTITY NOTHING: once published, every UPDATE and DELETE on it fails", t, name),
+			Fix:     fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY DEFAULT", t.Quoted())})
+	case len(t.IdentityColumns) == 0:
+		rep.add(&Problem{Check: CheckReplicaIdentity, Shard: name, Table: t.String(),
+			Problem: fmt.Sprintf("table %s on %s has REPLICA IDENTITY USING INDEX but that index is gone: once published, every UPDATE and DELETE on it fails", t, name),
+			Fix:     fmt.Sprintf("ALTER TABLE %s REPLICA IDENTITY DEFAULT", t.Quoted())})
+	}
+	rows, err := q.Query(ctx, `
+		SELECT p.pubname FROM pg_publication p
+		JOIN pg_publication_tables pt ON pt.pubname = p.pubname
+		WHERE p.pubtruncate AND pt.schemaname = $1 AND pt.tablename = $2
+		ORDER BY 1`, t.Schema, t.Name)
+	var pubs []string
+	if err == nil {
+		pubs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if err != nil {
+		return fmt.Errorf("preflight: read publications of %s on %s: %w", t, name, err)
+	}
+	for _, p := range pubs {
+		rep.add(&Problem{Check: CheckTruncate, Shard: name, Table: t.String(),
+			Problem: fmt.Sprintf("publication %s on %s publishes TRUNCATE of %s; a replicated TRUNCATE ignores row filters and would empty the whole table on its subscribers", p, name, t),
+			Fix:     fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert, update, delete'), or drop %s from it", pgx.Identifier{p}.Sanitize(), t)})
+	}
+	for _, c := range t.Columns {
+		switch {
+		case c.Identity:
+			rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
+				Message: fmt.Sprintf("column %q is an identity column: values issued per shard can collide with moved rows; the move stops on a collision, and the target's sequence should be advanced past the moved values at cutover", c.Name)})
+		case strings.Contains(c.Default, "nextval("):
+			rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
+				Message: fmt.Sprintf("column %q takes its default from a sequence (%s): values issued per shard can collide with moved rows; the move stops on a collision, and the target's sequence should be advanced past the moved values at cutover", c.Name, c.Default)})
+		case c.Generated:
+			rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
+				Message: fmt.Sprintf("column %q is generated: it is not copied but recomputed on the target", c.Name)})
+		}
+	}
+	present, err := HasTokenIndex(ctx, q, t)
+	if err != nil {
+		return fmt.Errorf("preflight: read indexes of %s on %s: %w", t, name, err)
+	}
+	rep.Indexes = append(rep.Indexes, IndexAdvice{Shard: name, Table: t.String(), Present: present, Statement: TokenIndexStatement(t)})
+	if !present {
+		rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
+			Message: fmt.Sprintf("no token index: copy, verify and cleanup of a range scan the whole table; create it with %s", TokenIndexStatement(t))})
+	}
+	return nil
+}
+

@@ -1,0 +1,295 @@
+package tableset
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+)
+
+const preflightDDL = `
+	CREATE TABLE users (id bigint PRIMARY KEY, email text NOT NULL, name text);
+	CREATE TABLE orders (id bigserial PRIMARY KEY, user_id bigint NOT NULL, total numeric(10,2), n int GENERATED ALWAYS AS (1) STORED)`
+
+var preflightSpec = Spec{Name: "app", Tables: []TableSpec{{Table: "users", KeyColumn: "id"}, {Table: "orders", KeyColumn: "user_id"}}}
+
+// fingerprint summarizes what Preflight must never change: relations,
+// indexes, replica identities, publications, slots and roles.
+func fingerprint(t *testing.T, db *pgtest.DB) string {
+	t.Helper()
+	var s string
+	err := db.Pool.QueryRow(context.Background(), `
+		SELECT md5(string_agg(x, ',' ORDER BY x)) FROM (
+			SELECT 'c:' || oid || relname || relkind::text || relreplident::text || relpages FROM pg_class
+			UNION ALL SELECT 'i:' || indexrelid || indisvalid || indisreplident FROM pg_index
+			UNION ALL SELECT 'p:' || pubname || pubtruncate FROM pg_publication
+			UNION ALL SELECT 'pr:' || prpubid || '/' || prrelid FROM pg_publication_rel
+			UNION ALL SELECT 's:' || slot_name FROM pg_replication_slots
+			UNION ALL SELECT 'r:' || rolname || rolsuper || rolreplication FROM pg_roles
+			UNION ALL SELECT 'n:' || relname || (xpath('/row/c/text()', query_to_xml('SELECT count(*) AS c FROM ' || oid::regclass, false, true, '')))[1]::text
+				FROM pg_class WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'
+		) f(x)`).Scan(&s)
+	if err != nil {
+		t.Fatalf("fingerprint: %v", err)
+	}
+	return s
+}
+
+func preflightPair(t *testing.T) (src, dst *pgtest.DB) {
+	src, dst = pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, preflightDDL)
+	dst.Exec(t, preflightDDL)
+	src.Exec(t, `INSERT INTO users SELECT g, 'u'||g||'@x', 'n' FROM generate_series(1, 200) g;
+		INSERT INTO orders (user_id, total) SELECT g % 200 + 1, g FROM generate_series(1, 400) g`)
+	return src, dst
+}
+
+// runPreflight runs Preflight and fails the test if it changed anything on either side.
+func runPreflight(t *testing.T, src, dst *pgtest.DB, sp, dp *pgxpool.Pool, opts PreflightOptions) (Report, error) {
+	t.Helper()
+	before := fingerprint(t, src) + fingerprint(t, dst)
+	if sp == nil {
+		sp = src.Pool
+	}
+	if dp == nil {
+		dp = dst.Pool
+	}
+	rep, err := Preflight(context.Background(), sp, dp, preflightSpec, opts)
+	if after := fingerprint(t, src) + fingerprint(t, dst); after != before {
+		t.Fatalf("preflight changed the catalog or the data")
+	}
+	return rep, err
+}
+
+func TestPreflightPasses(t *testing.T) {
+	src, dst := preflightPair(t)
+	half := ring.Range{Lo: ring.MinToken, Hi: 0}
+	rep, err := runPreflight(t, src, dst, nil, nil, PreflightOptions{Ranges: []ring.Range{half}})
+	if err != nil {
+		t.Fatalf("clean pair refused: %v", err)
+	}
+	if len(rep.Source.Tables) != 2 || len(rep.Target.Tables) != 2 {
+		t.Fatalf("tables: %+v", rep)
+	}
+	var seq, gen, noIndex int
+	for _, w := range rep.Warnings {
+		switch {
+		case strings.Contains(w.Message, "sequence"):
+			seq++
+		case strings.Contains(w.Message, "generated"):
+			gen++
+		case strings.Contains(w.Message, "no token index"):
+			noIndex++
+		}
+	}
+	if seq != 2 || gen != 2 || noIndex != 4 { // orders on both sides; every table on both sides
+		t.Fatalf("warnings %+v", rep.Warnings)
+	}
+	for _, ix := range rep.Indexes {
+		if ix.Present {
+			t.Fatalf("index reported present: %+v", ix)
+		}
+	}
+	if want := `CREATE INDEX CONCURRENTLY IF NOT EXISTS "users_reshard_token" ON "public"."users" ((hashint8extended("id", 0)))`; rep.Indexes[0].Statement != want {
+		t.Fatalf("statement %s", rep.Indexes[0].Statement)
+	}
+	// Never analyzed: sampled, here the whole (small) table, so exact.
+	exact := src.QueryInt64(t, `SELECT count(*) FROM users WHERE `+ring.Predicate(`hashint8extended(id, 0)`, []ring.Range{half}))
+	if e := rep.Estimates[0]; e.Table != "public.users" || e.Rows != exact || !strings.HasPrefix(e.Method, "sample") || e.Bytes <= 0 {
+		t.Fatalf("estimate %+v, want %d rows", e, exact)
+	}
+}
+
+func TestPreflightEstimatesFromStatistics(t *testing.T) {
+	src, dst := preflightPair(t)
+	src.Exec(t, `INSERT INTO users SELECT g, 'u'||g||'@x', 'n' FROM generate_series(201, 20000) g; ANALYZE users; ANALYZE orders`)
+	quarter := ring.Range{Lo: 0, Hi: math.MaxInt64 / 2}
+	rep, err := runPreflight(t, src, dst, nil, nil, PreflightOptions{Ranges: []ring.Range{quarter}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := rep.Estimates[0]
+	if e.Method != "statistics" || math.Abs(float64(e.Rows)-5000) > 500 {
+		t.Fatalf("estimate %+v, want about 5000 rows", e)
+	}
+	if eta := rep.ETA(1000, 0); eta < 4*time.Second || eta > 7*time.Second {
+		t.Fatalf("ETA at 1000 rows/s: %s (rows %d)", eta, rep.Rows())
+	}
+}
+
+func TestPreflightRefuses(t *testing.T) {
+	cases := []struct {
+		name         string
+		src, dst     string // DDL run on each side before the check
+		opts         PreflightOptions
+		check, shard string
+		table        string
+		want         string // in the problem or its fix
+	}{
+		{name: "missing table", dst: `DROP TABLE orders`, check: CheckTable, shard: "target", table: "public.orders", want: "create it there"},
+		{name: "no primary key", src: `ALTER TABLE users DROP CONSTRAINT users_pkey`, check: CheckPrimaryKey, shard: "source", table: "public.users", want: "ADD PRIMARY KEY"},
+		{name: "key column missing", dst: `ALTER TABLE orders DROP COLUMN user_id`, check: CheckKey, shard: "target", table: "public.orders", want: `no column "user_id"`},
+		{name: "type differs", dst: `ALTER TABLE orders ALTER COLUMN total TYPE bigint`, check: CheckColumns, shard: "target", table: "public.orders", want: `column "total" is numeric(10,2) on source but bigint on target`},
+		{name: "extra column", dst: `ALTER TABLE users ADD COLUMN age int`, check: CheckColumns, shard: "target", table: "public.users", want: `column "age" exists on target but not on source`},
+		{name: "replica identity nothing", src: `ALTER TABLE users REPLICA IDENTITY NOTHING`, check: CheckReplicaIdentity, shard: "source", table: "public.users", want: "REPLICA IDENTITY DEFAULT"},
+		{name: "replica identity index gone", dst: `CREATE UNIQUE INDEX users_email ON users (email); ALTER TABLE users REPLICA IDENTITY USING INDEX users_email; DROP INDEX users_email`,
+			check: CheckReplicaIdentity, shard: "target", table: "public.users", want: "index is gone"},
+		{name: "truncate published", dst: `CREATE PUBLICATION app_pub FOR TABLE users`, check: CheckTruncate, shard: "target", table: "public.users", want: `ALTER PUBLICATION "app_pub" SET (publish = 'insert, update, delete')`},
+		{name: "truncate published for all tables", src: `CREATE PUBLICATION everything FOR ALL TABLES`, check: CheckTruncate, shard: "source", table: "public.orders", want: "publishes TRUNCATE"},
+		{name: "wal senders", opts: PreflightOptions{WalSenders: 10000}, check: CheckWalSenders, shard: "source", want: "raise max_wal_senders"},
+		{name: "names shards as told", dst: `DROP TABLE users`, opts: PreflightOptions{SourceName: "shard1", TargetName: "shard7"}, check: CheckTable, shard: "shard7", table: "public.users", want: "does not exist on shard7"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src, dst := preflightPair(t)
+			if c.src != "" {
+				src.Exec(t, c.src)
+			}
+			if c.dst != "" {
+				dst.Exec(t, c.dst)
+			}
+			rep, err := runPreflight(t, src, dst, nil, nil, c.opts)
+			if err == nil {
+				t.Fatal("preflight passed")
+			}
+			expectProblem(t, rep, err, c.check, c.shard, c.table, c.want)
+		})
+	}
+}
+
+func expectProblem(t *testing.T, rep Report, err error, check, shard, table, want string) {
+	t.Helper()
+	for _, p := range rep.Problems {
+		if p.Check == check && p.Shard == shard && p.Table == table && strings.Contains(p.Error(), want) && p.Fix != "" {
+			if !strings.Contains(err.Error(), p.Error()) {
+				t.Fatalf("returned error %q lacks problem %q", err, p)
+			}
+			return
+		}
+	}
+	t.Fatalf("no %s problem on %s for %q mentioning %q; got %v", check, shard, table, want, err)
+}
+
+func TestPreflightRefusesFullSlots(t *testing.T) {
+	src, dst := preflightPair(t)
+	ctx := context.Background()
+	free := dst.QueryInt64(t, `SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)`)
+	dst.Exec(t, `SELECT pg_create_physical_replication_slot('preflight_fill_' || g) FROM generate_series(1, $1::int) g`, free)
+	t.Cleanup(func() {
+		_, _ = dst.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'preflight_fill_%'`)
+	})
+	rep, err := runPreflight(t, src, dst, nil, nil, PreflightOptions{})
+	expectProblem(t, rep, err, CheckSlots, "target", "", "pg_drop_replication_slot")
+	if len(rep.Problems) != 1 {
+		t.Fatalf("problems %v", err)
+	}
+}
+
+func TestPreflightRefusesUnprivilegedRole(t *testing.T) {
+	src, dst := preflightPair(t)
+	ctx := context.Background()
+	role := "preflight_app_" + strings.TrimPrefix(src.Name, "t_")
+	role = role[:min(len(role), 60)]
+	src.Exec(t, `CREATE ROLE `+quote(role)+` LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO `+quote(role))
+	t.Cleanup(func() {
+		_, _ = src.Pool.Exec(ctx, `DROP OWNED BY `+quote(role)+`; DROP ROLE `+quote(role))
+	})
+	cfg, err := pgxpool.ParseConfig(src.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	rep, err := runPreflight(t, src, dst, pool, nil, PreflightOptions{})
+	expectProblem(t, rep, err, CheckReplication, "source", "", "REPLICATION")
+	expectProblem(t, rep, err, CheckSuperuser, "source", "", "SUPERUSER")
+}
+
+func quote(s string) string { return `"` + s + `"` }
+
+// TestPreflightRefusesWalLevel needs a server started with wal_level=replica,
+// which the shared test servers are not.
+func TestPreflightRefusesWalLevel(t *testing.T) {
+	src, dst := preflightPair(t)
+	pg := pgtest.PG(t)
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port, err := devenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := devenv.Server{Name: "walreplica", Port: port, DataDir: filepath.Join(dir, "pg", "data")}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := pg.Init(ctx, s, devenv.ServerOptions{Fast: true, ExtraConf: []string{"wal_level = replica"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Start(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Kill(context.Background(), s)
+	pool, err := pgxpool.New(ctx, s.DSN("postgres", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, preflightDDL); err != nil {
+		t.Fatal(err)
+	}
+	before := fingerprint(t, src)
+	rep, err := Preflight(ctx, src.Pool, pool, preflightSpec, PreflightOptions{})
+	if fingerprint(t, src) != before {
+		t.Fatal("preflight changed the source")
+	}
+	expectProblem(t, rep, err, CheckWalLevel, "target", "", "wal_level = logical")
+	_ = dst
+}
+
+func TestTokenIndex(t *testing.T) {
+	db := pgtest.NewDB(t, 0)
+	ctx := context.Background()
+	db.Exec(t, `CREATE TABLE a (id int PRIMARY KEY); CREATE TABLE b (k varchar(20) PRIMARY KEY); CREATE TABLE c ("Key" uuid PRIMARY KEY);
+		CREATE TABLE d (id bigint PRIMARY KEY); CREATE INDEX ON d ((hashint8extended(id, 0))) WHERE id > 0;
+		CREATE TABLE e (id bigint PRIMARY KEY, o bigint); CREATE INDEX ON e ((hashint8extended(o, 0)))`)
+	set, err := Introspect(ctx, db.Pool, Spec{Name: "s", Tables: []TableSpec{{Table: "a", KeyColumn: "id"}}}, "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range []TableSpec{{Table: "a", KeyColumn: "id"}, {Table: "b", KeyColumn: "k"}, {Table: "c", KeyColumn: "Key"}, {Table: "d", KeyColumn: "id"}, {Table: "e", KeyColumn: "id"}} {
+		tb, err := introspectTable(ctx, db.Pool, ts, "db")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := HasTokenIndex(ctx, db.Pool, tb); err != nil || ok {
+			t.Fatalf("%s: index before creation: %v %v", tb, ok, err)
+		}
+		if err := CreateTokenIndex(ctx, db.Pool, tb); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := HasTokenIndex(ctx, db.Pool, tb); err != nil || !ok {
+			t.Fatalf("%s: index not found after CreateTokenIndex: %v %v", tb, ok, err)
+		}
+		if err := CreateTokenIndex(ctx, db.Pool, tb); err != nil { // idempotent
+			t.Fatal(err)
+		}
+	}
+	_ = set
+}
