@@ -359,4 +359,3 @@ func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Tab
 	}
 	return nil
 }
-
