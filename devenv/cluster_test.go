@@ -176,7 +176,7 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("crashed server is restarted", func(t *testing.T) {
+	t.Run("crashed server and Temporal are restarted", func(t *testing.T) {
 		pg, err := devenv.NewPG()
 		if err != nil {
 			t.Fatal(err)
@@ -185,9 +185,16 @@ func TestClusterLifecycle(t *testing.T) {
 		if err := pg.Kill(ctx, victim.Server); err != nil {
 			t.Fatalf("kill shard1: %v", err)
 		}
+		// And the Temporal dev server dies hard.
+		if err := syscall.Kill(c.Temporal.Pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill temporal: %v", err)
+		}
+		for i := 0; alive(c.Temporal.Pid) && i < 50; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
 		st := mustStatus(t, ctx, dir)
-		if st.Nodes[1].Running || st.Healthy() {
-			t.Fatalf("status after kill: shard1 running=%v healthy=%v", st.Nodes[1].Running, st.Healthy())
+		if st.Nodes[1].Running || st.Temporal.Running || st.Healthy() {
+			t.Fatalf("status after kill: shard1 running=%v temporal running=%v healthy=%v", st.Nodes[1].Running, st.Temporal.Running, st.Healthy())
 		}
 		c3, err := devenv.Up(ctx, devenv.Options{StateDir: dir})
 		if err != nil {
@@ -197,7 +204,10 @@ func TestClusterLifecycle(t *testing.T) {
 		if got.ports["shard1"] != first.ports["shard1"] || got.pids["shard1"] == first.pids["shard1"] {
 			t.Fatalf("shard1 after restart: port %d (was %d), pid %d (was %d)", got.ports["shard1"], first.ports["shard1"], got.pids["shard1"], first.pids["shard1"])
 		}
-		for _, name := range []string{"control", "shard2", "temporal"} {
+		if got.ports["temporal"] != first.ports["temporal"] || got.pids["temporal"] == first.pids["temporal"] {
+			t.Fatalf("temporal after restart: port %d (was %d), pid %d (was %d)", got.ports["temporal"], first.ports["temporal"], got.pids["temporal"], first.pids["temporal"])
+		}
+		for _, name := range []string{"control", "shard2"} {
 			if got.pids[name] != first.pids[name] {
 				t.Fatalf("%s was restarted although it ran: pid %d, was %d", name, got.pids[name], first.pids[name])
 			}
