@@ -1,0 +1,405 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/reshard/reshard/ring"
+)
+
+// FenceSQLState is the SQLSTATE a shard raises when a write touches a token
+// range fenced on it (DESIGN.md §3): the router's cue to refresh and retry.
+// The cutover package raises it from its trigger:
+// RAISE EXCEPTION ... USING ERRCODE = 'RSF01'.
+const FenceSQLState = "RSF01"
+
+// IsFenceError reports whether err is, or wraps, the fence error.
+func IsFenceError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == FenceSQLState
+}
+
+// Token is a key already turned into its token; Route and Do accept it in
+// place of a key.
+type Token int64
+
+// RouterOptions configure a Router. Zero values take the defaults.
+type RouterOptions struct {
+	// KeyType is the type of the table set's shard key; it decides how Route
+	// and Do hash a key. Default ring.KeyInt.
+	KeyType ring.KeyType
+	// PollInterval: how often Run reloads the topology even without NOTIFY
+	// (a missed notification, a proxy that drops them). Default 5s; negative
+	// disables polling.
+	PollInterval time.Duration
+	// FenceRetries bounds the retries of one Do after fence errors. Default 8.
+	FenceRetries int
+	// FenceBackoff is the first pause between fence retries when the
+	// topology has not changed yet (the write pause of a cutover); it doubles
+	// up to MaxFenceBackoff. Defaults 10ms and 500ms, about 1.6s in all.
+	FenceBackoff, MaxFenceBackoff time.Duration
+	// ReadFallback: Read of a key in a range that is migrating and already
+	// cut over (served by its new owner, the old owner still kept current by
+	// reverse CDC during the grace period) asks the old owner when fn finds
+	// nothing (pgx.ErrNoRows) on the new owner. It turns a false "not found"
+	// after a faulty move into an answer, at a price: the answer may be as
+	// stale as reverse CDC's lag, and every use is counted
+	// (reshard_router_fallback_reads_total) because a non-zero rate means the
+	// move lost rows and must not complete. Before cutover the old owner is
+	// the owner, so there is nothing to fall back to; writes never fall back.
+	ReadFallback bool
+	Metrics      *Metrics
+	Logger       *slog.Logger // default: discard
+}
+
+func (o *RouterOptions) defaults() {
+	if o.KeyType == "" {
+		o.KeyType = ring.KeyInt
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 5 * time.Second
+	}
+	if o.FenceRetries == 0 {
+		o.FenceRetries = 8
+	}
+	if o.FenceBackoff == 0 {
+		o.FenceBackoff = 10 * time.Millisecond
+	}
+	if o.MaxFenceBackoff == 0 {
+		o.MaxFenceBackoff = 500 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// snapshot is what the router routes with; replaced whole, never modified.
+type snapshot struct {
+	topo *Topology
+	prev int64              // the version it replaced (0: none)
+	reqs prometheus.Counter // requests routed with it; nil without metrics
+}
+
+// Router routes keys to shards for an application. It holds an immutable
+// snapshot of the topology behind an atomic pointer, so routing takes no lock,
+// and it never moves to an older version than the one it holds, whatever
+// order versions arrive in (NOTIFY, polling, refreshes after fence errors).
+type Router struct {
+	store *Store
+	pools map[string]*pgxpool.Pool
+	opts  RouterOptions
+	cur   atomic.Pointer[snapshot]
+	// refreshing lets one goroutine reload after a fence error while the
+	// others wait for its result instead of all hitting the control DB.
+	refreshing chan struct{}
+}
+
+// NewRouter loads the current topology and returns a router over pools, the
+// application's connection pools by shard name (the router never closes
+// them). Call Run to follow topology changes.
+func NewRouter(ctx context.Context, store *Store, pools map[string]*pgxpool.Pool, opts RouterOptions) (*Router, error) {
+	opts.defaults()
+	if _, err := ring.ParseKeyType(string(opts.KeyType)); err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	r := &Router{store: store, pools: maps.Clone(pools), opts: opts, refreshing: make(chan struct{}, 1)}
+	t, err := store.Current(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	r.offer(t, "initial")
+	return r, nil
+}
+
+// Topology returns the topology the router routes with.
+func (r *Router) Topology() Topology { return *r.cur.Load().topo }
+
+// Version returns the version the router routes with.
+func (r *Router) Version() int64 { return r.cur.Load().topo.Version }
+
+// offer makes t the routing topology if it is newer than the current one and
+// reports whether it did. Older or equal versions are ignored, so delivery
+// order does not matter.
+func (r *Router) offer(t Topology, source string) bool {
+	next := &snapshot{topo: &t}
+	for {
+		old := r.cur.Load()
+		if old != nil && t.Version <= old.topo.Version {
+			r.opts.Metrics.staleOffer()
+			return false
+		}
+		var retire int64
+		if old != nil {
+			next.prev, retire = old.topo.Version, old.prev
+		}
+		if next.reqs == nil && r.opts.Metrics != nil {
+			next.reqs = r.opts.Metrics.requestCounter(t.Version)
+		}
+		if r.cur.CompareAndSwap(old, next) {
+			r.opts.Metrics.adopted(retire, t.Version, source)
+			r.opts.Logger.Info("topology adopted", "ring_version", t.Version, "previous", next.prev, "source", source)
+			return true
+		}
+	}
+}
+
+// Refresh reloads the current topology from the control database and adopts
+// it if it is newer.
+func (r *Router) Refresh(ctx context.Context) error { return r.refresh(ctx, "manual") }
+
+func (r *Router) refresh(ctx context.Context, source string) error {
+	t, err := r.store.Current(ctx)
+	if err != nil {
+		return err
+	}
+	r.offer(t, source)
+	return nil
+}
+
+// refreshAfterFence reloads unless another goroutine already moved the
+// router past seen while this one waited.
+func (r *Router) refreshAfterFence(ctx context.Context, seen int64) error {
+	select {
+	case r.refreshing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.refreshing }()
+	if r.Version() > seen {
+		return nil
+	}
+	return r.refresh(ctx, "fence")
+}
+
+// Run follows topology changes until ctx ends: it LISTENs on NotifyChannel on
+// a dedicated connection (reconnecting with backoff, reloading after every
+// (re)connect so nothing published meanwhile is missed) and polls every
+// PollInterval. It returns nil when ctx is cancelled.
+func (r *Router) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { r.listen(ctx); return nil })
+	if r.opts.PollInterval > 0 {
+		g.Go(func() error { r.poll(ctx); return nil })
+	}
+	return g.Wait()
+}
+
+func (r *Router) poll(ctx context.Context) {
+	tick := time.NewTicker(r.opts.PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := r.refresh(ctx, "poll"); err != nil && ctx.Err() == nil {
+				r.opts.Logger.Warn("topology poll failed", "err", err)
+			}
+		}
+	}
+}
+
+func (r *Router) listen(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := r.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.opts.Logger.Warn("topology listener lost, reconnecting", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// listenOnce returns when the connection fails or ctx ends.
+func (r *Router) listenOnce(ctx context.Context) error {
+	conn, err := pgx.ConnectConfig(ctx, r.store.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("connect to control database: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen %s: %w", NotifyChannel, err)
+	}
+	if err := r.refresh(ctx, "notify"); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		v, err := strconv.ParseInt(n.Payload, 10, 64)
+		if err == nil && v <= r.Version() {
+			continue // already there, or older
+		}
+		if err := r.refresh(ctx, "notify"); err != nil {
+			return err
+		}
+	}
+}
+
+// Owner returns the shard owning token under the current topology. It does
+// not allocate and records no metrics.
+func (r *Router) Owner(token int64) string { return r.cur.Load().topo.Ring.Owner(token) }
+
+// RouteToken returns the shard owning token and the version that says so.
+func (r *Router) RouteToken(token int64) (shard string, version int64) {
+	s := r.cur.Load()
+	if s.reqs != nil {
+		s.reqs.Inc()
+	}
+	return s.topo.Ring.Owner(token), s.topo.Version
+}
+
+// Route returns the shard owning key and the version that says so. key is a
+// Token, or a key of the router's KeyType: an integer (int, int8..int64,
+// uint8..uint32) for integer keys, a string for text keys, [16]byte or
+// pgtype.UUID for uuid keys; a string is also accepted for integer and uuid
+// keys, in PostgreSQL's text form.
+func (r *Router) Route(key any) (shard string, version int64, err error) {
+	tok, err := r.Token(key)
+	if err != nil {
+		return "", 0, err
+	}
+	shard, version = r.RouteToken(tok)
+	return shard, version, nil
+}
+
+// Token computes the token of key (see Route for the accepted forms).
+func (r *Router) Token(key any) (int64, error) {
+	kt := r.opts.KeyType
+	wrong := func() (int64, error) {
+		return 0, fmt.Errorf("route key of Go type %T: the table set's key type is %s; pass a matching value, a string in PostgreSQL text form, or a topology.Token", key, kt)
+	}
+	var i int64
+	switch k := key.(type) {
+	case Token:
+		return int64(k), nil
+	case string:
+		return ring.TokenOf(kt, k)
+	case [16]byte:
+		if kt != ring.KeyUUID {
+			return wrong()
+		}
+		return ring.TokenUUID(k), nil
+	case pgtype.UUID:
+		if kt != ring.KeyUUID || !k.Valid {
+			return wrong()
+		}
+		return ring.TokenUUID(k.Bytes), nil
+	case int64:
+		i = k
+	case int:
+		i = int64(k)
+	case int32:
+		i = int64(k)
+	case int16:
+		i = int64(k)
+	case int8:
+		i = int64(k)
+	case uint32:
+		i = int64(k)
+	case uint16:
+		i = int64(k)
+	case uint8:
+		i = int64(k)
+	case uint64:
+		if k > math.MaxInt64 {
+			return 0, fmt.Errorf("route key %d: out of the bigint range", k)
+		}
+		i = int64(k)
+	default:
+		return wrong()
+	}
+	if kt != ring.KeyInt {
+		return wrong()
+	}
+	return ring.TokenInt64(i), nil
+}
+
+// Do runs fn on the pool of the shard owning key. When the shard refuses with
+// the fence error (its range moved, or is in a cutover's write pause), Do
+// reloads the topology and runs fn again on the owner it names, up to
+// FenceRetries times, pausing between tries while the topology has not
+// changed. fn must therefore be safe to run again after a fence error: do the
+// key's writes in one transaction, which the fence error rolls back.
+func (r *Router) Do(ctx context.Context, key any, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
+	tok, err := r.Token(key)
+	if err != nil {
+		return err
+	}
+	return r.do(ctx, tok, fn, false)
+}
+
+// Read is Do for reads: the same routing and fence retries, plus the
+// ReadFallback of RouterOptions when it is on.
+func (r *Router) Read(ctx context.Context, key any, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
+	tok, err := r.Token(key)
+	if err != nil {
+		return err
+	}
+	return r.do(ctx, tok, fn, true)
+}
+
+func (r *Router) do(ctx context.Context, tok int64, fn func(context.Context, *pgxpool.Pool) error, read bool) error {
+	backoff := r.opts.FenceBackoff
+	for attempt := 0; ; attempt++ {
+		s := r.cur.Load()
+		shard := s.topo.Ring.Owner(tok)
+		pool := r.pools[shard]
+		if pool == nil {
+			return fmt.Errorf("route token %d: topology version %d names shard %q, which has no pool; pass one in the router's pools", tok, s.topo.Version, shard)
+		}
+		if s.reqs != nil {
+			s.reqs.Inc()
+		}
+		err := fn(ctx, pool)
+		if read && r.opts.ReadFallback && errors.Is(err, pgx.ErrNoRows) {
+			if st, ok := s.topo.migratingAt(tok); ok && st.CutOver() {
+				if old := r.pools[st.From]; old != nil {
+					r.opts.Metrics.fallbackRead()
+					return fn(ctx, old)
+				}
+			}
+		}
+		if !IsFenceError(err) {
+			return err
+		}
+		if attempt >= r.opts.FenceRetries {
+			return fmt.Errorf("shard %s still fenced for token %d after %d retries (topology version %d); is a cutover stuck?: %w", shard, tok, attempt, s.topo.Version, err)
+		}
+		r.opts.Metrics.fenceRetry()
+		if rerr := r.refreshAfterFence(ctx, s.topo.Version); rerr != nil {
+			return fmt.Errorf("reload topology after fence error on shard %s: %w (fence error: %w)", shard, rerr, err)
+		}
+		if r.Version() > s.topo.Version {
+			continue // a newer topology: retry at once on the owner it names
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting to retry fenced write on shard %s: %w", shard, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, r.opts.MaxFenceBackoff)
+	}
+}

@@ -1,0 +1,198 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ShardState is a shard's place in the cluster's life cycle.
+type ShardState string
+
+const (
+	ShardJoining ShardState = "joining" // registered as a move target; serves nothing yet
+	ShardActive  ShardState = "active"  // serves the ranges the ring gives it
+	ShardLeaving ShardState = "leaving" // its ranges are being moved away
+)
+
+// shardTransitions is the one table of allowed shard state changes.
+var shardTransitions = map[ShardState][]ShardState{
+	ShardJoining: {ShardActive, ShardLeaving}, // joined; or the add was rolled back
+	ShardActive:  {ShardLeaving},
+	ShardLeaving: {ShardActive}, // a remove rolled back
+}
+
+// CanTransition reports whether a shard may go from one state to another.
+func CanTransition(from, to ShardState) bool {
+	return slices.Contains(shardTransitions[from], to)
+}
+
+// ParseShardState reads "active", "joining" or "leaving".
+func ParseShardState(s string) (ShardState, error) {
+	switch st := ShardState(s); st {
+	case ShardActive, ShardJoining, ShardLeaving:
+		return st, nil
+	}
+	return "", fmt.Errorf("shard state %q: want active, joining or leaving", s)
+}
+
+// ConnRef says where a shard is and as whom to connect, never with which
+// password: that comes from the connecting process's environment (PGPASSWORD,
+// a passfile, a secret store).
+type ConnRef struct {
+	Host     string `json:"host"`
+	Port     uint16 `json:"port"`
+	Database string `json:"dbname"`
+	User     string `json:"user"`
+}
+
+// ParseConnRef takes the connection reference out of a DSN (URL or
+// keyword/value form), dropping any password in it.
+func ParseConnRef(dsn string) (ConnRef, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		// pgconn's error may quote the DSN; do not let a password through.
+		return ConnRef{}, errors.New("parse shard connection string: invalid DSN (want postgres://user@host:port/db or host=... port=... dbname=... user=...)")
+	}
+	return ConnRef{Host: cfg.Host, Port: cfg.Port, Database: cfg.Database, User: cfg.User}, nil
+}
+
+// DSN renders the reference in keyword/value form, without a password.
+func (c ConnRef) DSN() string {
+	q := func(v string) string {
+		return "'" + strings.ReplaceAll(strings.ReplaceAll(v, `\`, `\\`), `'`, `\'`) + "'"
+	}
+	return "host=" + q(c.Host) + " port=" + strconv.Itoa(int(c.Port)) + " dbname=" + q(c.Database) + " user=" + q(c.User)
+}
+
+func (c ConnRef) String() string {
+	return c.User + "@" + c.Host + ":" + strconv.Itoa(int(c.Port)) + "/" + c.Database
+}
+
+// Shard is one registered shard.
+type Shard struct {
+	Name          string     `json:"name"`
+	Conn          ConnRef    `json:"conn"`
+	FailureDomain string     `json:"failure_domain,omitempty"`
+	Weight        float64    `json:"weight"`
+	State         ShardState `json:"state"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+}
+
+// RegisterShard adds a shard. Registering the same shard again with the same
+// settings is a no-op (so a retried step is harmless); with different
+// settings it is an error naming them. A zero Weight means 1.
+func (s *Store) RegisterShard(ctx context.Context, sh Shard) error {
+	if sh.Name == "" {
+		return errors.New("register shard: a name is required")
+	}
+	if sh.Weight == 0 {
+		sh.Weight = 1
+	}
+	if sh.Weight < 0 {
+		return fmt.Errorf("register shard %s: weight %g must be positive", sh.Name, sh.Weight)
+	}
+	if _, err := ParseShardState(string(sh.State)); err != nil {
+		return fmt.Errorf("register shard %s: %w", sh.Name, err)
+	}
+	if sh.Conn.Host == "" || sh.Conn.Port == 0 || sh.Conn.Database == "" || sh.Conn.User == "" {
+		return fmt.Errorf("register shard %s: the connection reference needs host, port, dbname and user (have %s)", sh.Name, sh.Conn)
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO reshard.shards (name, host, port, dbname, username, failure_domain, weight, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO NOTHING`,
+		sh.Name, sh.Conn.Host, int32(sh.Conn.Port), sh.Conn.Database, sh.Conn.User, sh.FailureDomain, sh.Weight, string(sh.State))
+	if err != nil {
+		return fmt.Errorf("register shard %s: %w", sh.Name, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	have, err := s.Shard(ctx, sh.Name)
+	if err != nil {
+		return fmt.Errorf("register shard %s: %w", sh.Name, err)
+	}
+	if have.Conn != sh.Conn || have.FailureDomain != sh.FailureDomain || have.Weight != sh.Weight || have.State != sh.State {
+		return fmt.Errorf("register shard %s: already registered as %s (domain %q, weight %g, %s); pick another name or change it explicitly",
+			sh.Name, have.Conn, have.FailureDomain, have.Weight, have.State)
+	}
+	return nil
+}
+
+const selectShard = `SELECT name, host, port, dbname, username, failure_domain, weight, state, created_at, updated_at FROM reshard.shards`
+
+func scanShard(r pgx.CollectableRow) (Shard, error) {
+	var (
+		sh    Shard
+		port  int32
+		state string
+	)
+	err := r.Scan(&sh.Name, &sh.Conn.Host, &port, &sh.Conn.Database, &sh.Conn.User, &sh.FailureDomain, &sh.Weight, &state, &sh.CreatedAt, &sh.UpdatedAt)
+	sh.Conn.Port = uint16(port)
+	sh.State = ShardState(state)
+	return sh, err
+}
+
+// Shard returns one registered shard.
+func (s *Store) Shard(ctx context.Context, name string) (Shard, error) {
+	rows, err := s.pool.Query(ctx, selectShard+` WHERE name = $1`, name)
+	if err != nil {
+		return Shard{}, fmt.Errorf("shard %s: %w", name, err)
+	}
+	sh, err := pgx.CollectExactlyOneRow(rows, scanShard)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Shard{}, fmt.Errorf("shard %s is not registered", name)
+	}
+	if err != nil {
+		return Shard{}, fmt.Errorf("shard %s: %w", name, err)
+	}
+	return sh, nil
+}
+
+// Shards returns every registered shard, by name.
+func (s *Store) Shards(ctx context.Context) ([]Shard, error) {
+	rows, err := s.pool.Query(ctx, selectShard+` ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list shards: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanShard)
+	if err != nil {
+		return nil, fmt.Errorf("list shards: %w", err)
+	}
+	return out, nil
+}
+
+// SetShardState moves a shard to another state along the transition table
+// (CanTransition). Setting the state it already has is a no-op.
+func (s *Store) SetShardState(ctx context.Context, name string, to ShardState) error {
+	if _, err := ParseShardState(string(to)); err != nil {
+		return fmt.Errorf("set state of shard %s: %w", name, err)
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var from string
+		err := tx.QueryRow(ctx, `SELECT state FROM reshard.shards WHERE name = $1 FOR UPDATE`, name).Scan(&from)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("set state of shard %s: not registered", name)
+		}
+		if err != nil {
+			return fmt.Errorf("set state of shard %s: %w", name, err)
+		}
+		if ShardState(from) == to {
+			return nil
+		}
+		if !CanTransition(ShardState(from), to) {
+			return fmt.Errorf("set state of shard %s: %s -> %s is not allowed (allowed from %s: %v)", name, from, to, from, shardTransitions[ShardState(from)])
+		}
+		if _, err := tx.Exec(ctx, `UPDATE reshard.shards SET state = $2, updated_at = now() WHERE name = $1`, name, string(to)); err != nil {
+			return fmt.Errorf("set state of shard %s: %w", name, err)
+		}
+		return nil
+	})
+}

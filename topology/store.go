@@ -1,0 +1,214 @@
+package topology
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/ring"
+)
+
+// NotifyChannel is the channel Publish notifies, with the new version as payload.
+const NotifyChannel = "reshard_topology"
+
+// ErrNoTopology: nothing has been published yet.
+var ErrNoTopology = errors.New("no topology published yet; publish version 1 with expected version 0")
+
+// ErrVersionConflict is matched (errors.Is) by every *VersionConflictError.
+var ErrVersionConflict = errors.New("topology version conflict")
+
+// VersionConflictError: Publish expected the current version to be Want but
+// it is Have. Someone else published first; reload, re-plan, publish again.
+type VersionConflictError struct {
+	Have int64 // the current version in the control database
+	Want int64 // the version the publisher expected
+}
+
+func (e *VersionConflictError) Error() string {
+	return fmt.Sprintf("topology version conflict: expected current version %d, the control database has %d; reload the topology and publish against it", e.Want, e.Have)
+}
+
+// Is makes errors.Is(err, ErrVersionConflict) true.
+func (e *VersionConflictError) Is(target error) bool { return target == ErrVersionConflict }
+
+// Store reads and writes the topology in the control database. Call Migrate
+// once before using it.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// NewStore returns a store over a pool on the control database.
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+const selectVersion = `SELECT version, ring, ranges, reason, coalesce(migration_id, ''), created_at FROM reshard.topology_versions`
+
+// Current returns the newest version, or ErrNoTopology.
+func (s *Store) Current(ctx context.Context) (Topology, error) {
+	t, err := s.scanOne(ctx, selectVersion+` ORDER BY version DESC LIMIT 1`)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Topology{}, ErrNoTopology
+	}
+	if err != nil {
+		return Topology{}, fmt.Errorf("load current topology: %w", err)
+	}
+	return t, nil
+}
+
+// Load returns one version.
+func (s *Store) Load(ctx context.Context, version int64) (Topology, error) {
+	t, err := s.scanOne(ctx, selectVersion+` WHERE version = $1`, version)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Topology{}, fmt.Errorf("load topology version %d: no such version", version)
+	}
+	if err != nil {
+		return Topology{}, fmt.Errorf("load topology version %d: %w", version, err)
+	}
+	return t, nil
+}
+
+func (s *Store) scanOne(ctx context.Context, sql string, args ...any) (Topology, error) {
+	var (
+		t             Topology
+		ringJ, rangeJ []byte
+	)
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&t.Version, &ringJ, &rangeJ, &t.Reason, &t.MigrationID, &t.CreatedAt); err != nil {
+		return Topology{}, err
+	}
+	t.Ring = new(ring.Ring)
+	if err := json.Unmarshal(ringJ, t.Ring); err != nil {
+		return Topology{}, fmt.Errorf("version %d: ring: %w", t.Version, err)
+	}
+	var states []RangeState
+	if err := json.Unmarshal(rangeJ, &states); err != nil {
+		return Topology{}, fmt.Errorf("version %d: ranges: %w", t.Version, err)
+	}
+	t.migrating = fromStates(states)
+	if err := t.validate(); err != nil {
+		return Topology{}, fmt.Errorf("version %d: %w", t.Version, err)
+	}
+	return t, nil
+}
+
+// HistoryEntry summarizes one version.
+type HistoryEntry struct {
+	Version     int64     `json:"version"`
+	Reason      string    `json:"reason"`
+	MigrationID string    `json:"migration_id,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+	Shards      int       `json:"shards"`
+	VNodes      int       `json:"vnodes"`
+	Migrating   int       `json:"migrating_ranges"`
+}
+
+// History returns the newest limit versions, newest first (limit <= 0: all),
+// summarized in SQL so that no ring is decoded.
+func (s *Store) History(ctx context.Context, limit int) ([]HistoryEntry, error) {
+	sql := `SELECT version, reason, coalesce(migration_id, ''), created_at,
+	(SELECT count(DISTINCT v->>'shard') FROM jsonb_array_elements(ring->'vnodes') v),
+	jsonb_array_length(ring->'vnodes'),
+	(SELECT count(*) FROM jsonb_array_elements(ranges) r WHERE r->>'state' = 'migrating')
+FROM reshard.topology_versions ORDER BY version DESC`
+	var args []any
+	if limit > 0 {
+		sql += ` LIMIT $1`
+		args = append(args, limit)
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("topology history: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (HistoryEntry, error) {
+		var h HistoryEntry
+		err := r.Scan(&h.Version, &h.Reason, &h.MigrationID, &h.CreatedAt, &h.Shards, &h.VNodes, &h.Migrating)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("topology history: %w", err)
+	}
+	return out, nil
+}
+
+// Publish makes next the version expected+1, if and only if the current
+// version is expected (0 for the first publish): a compare-and-set. Of
+// concurrent publishers on the same expected version exactly one wins; the
+// others get a *VersionConflictError (errors.Is ErrVersionConflict). In the
+// same transaction it notifies NotifyChannel with the new version, so routers
+// hear of it exactly when it is visible. Every shard named by next must be
+// registered. It returns next as stored (Version, CreatedAt set).
+func (s *Store) Publish(ctx context.Context, expected int64, next Topology) (Topology, error) {
+	if err := next.validate(); err != nil {
+		return Topology{}, fmt.Errorf("publish topology: %w", err)
+	}
+	if next.Reason == "" {
+		return Topology{}, errors.New("publish topology: a reason is required (it is the audit trail of who changed ownership and why)")
+	}
+	ringJ, err := json.Marshal(next.Ring)
+	if err != nil {
+		return Topology{}, fmt.Errorf("publish topology: %w", err)
+	}
+	rangeJ, err := json.Marshal(next.States())
+	if err != nil {
+		return Topology{}, fmt.Errorf("publish topology: %w", err)
+	}
+	names := next.Ring.Shards()
+	for _, m := range next.migrating {
+		names = append(names, m.From, m.To)
+	}
+	var migrationID *string
+	if next.MigrationID != "" {
+		migrationID = &next.MigrationID
+	}
+	next.Version = expected + 1
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// Self-conflicting, so publishers queue here; readers are not blocked.
+		if _, err := tx.Exec(ctx, `LOCK TABLE reshard.topology_versions IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		var have int64
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM reshard.topology_versions`).Scan(&have); err != nil {
+			return err
+		}
+		if have != expected {
+			return &VersionConflictError{Have: have, Want: expected}
+		}
+		var missing []string
+		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT n ORDER BY n), '{}') FROM unnest($1::text[]) n
+WHERE NOT EXISTS (SELECT 1 FROM reshard.shards s WHERE s.name = n)`, names).Scan(&missing); err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("shards %v are not registered; register them (RegisterShard) before publishing a topology naming them", missing)
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO reshard.topology_versions (version, ring, ranges, reason, migration_id)
+VALUES ($1, $2, $3, $4, $5) RETURNING created_at`, next.Version, ringJ, rangeJ, next.Reason, migrationID).Scan(&next.CreatedAt); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(next.Version, 10))
+		return err
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // a racing insert that skipped the lock
+			have, herr := s.currentVersion(ctx)
+			if herr != nil {
+				have = -1
+			}
+			err = &VersionConflictError{Have: have, Want: expected}
+		}
+		return Topology{}, fmt.Errorf("publish topology version %d: %w", expected+1, err)
+	}
+	return next, nil
+}
+
+func (s *Store) currentVersion(ctx context.Context) (int64, error) {
+	var v int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM reshard.topology_versions`).Scan(&v)
+	return v, err
+}
