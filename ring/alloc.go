@@ -105,9 +105,9 @@ func Build(shards []Shard, o Options) (*Ring, error) {
 	var vs []VNode
 	switch mode {
 	case AllocHash:
-		taken := map[int64]bool{}
+		added := map[int64]bool{}
 		for _, s := range shards {
-			vs = appendHashVNodes(vs, s.Name, o.vnodes(s), taken)
+			vs = appendHashVNodes(vs, s.Name, o.vnodes(s), nil, added)
 		}
 	case AllocBalanced:
 		vs = evenVNodes(shards, o)
@@ -120,15 +120,15 @@ func Build(shards []Shard, o Options) (*Ring, error) {
 }
 
 // appendHashVNodes appends n vnodes of shard at TokenText("<shard>#<i>"),
-// skipping an i whose token is taken or is MinToken, so the result is
-// deterministic and valid.
-func appendHashVNodes(vs []VNode, shard string, n int, taken map[int64]bool) []VNode {
+// skipping an i whose token is MinToken, in existing (sorted) or already
+// added, so the result is deterministic and valid.
+func appendHashVNodes(vs []VNode, shard string, n int, existing []int64, added map[int64]bool) []VNode {
 	for i := 0; n > 0; i++ {
 		t := TokenText(shard + "#" + strconv.Itoa(i))
-		if t == MinToken || taken[t] {
+		if _, found := slices.BinarySearch(existing, t); found || t == MinToken || added[t] {
 			continue
 		}
-		taken[t] = true
+		added[t] = true
 		vs = append(vs, VNode{Token: t, Shard: shard})
 		n--
 	}
@@ -136,32 +136,30 @@ func appendHashVNodes(vs []VNode, shard string, n int, taken map[int64]bool) []V
 }
 
 // evenVNodes spaces all vnodes evenly over the token space and interleaves
-// the shards by smooth weighted round robin, so every shard's vnodes are
-// spread around the ring and neighbours differ.
+// the shards: shard i's k-th vnode sits at relative position
+// (k + (i+½)/N) / count_i, so every shard's vnodes are spread around the ring
+// and, for equal weights, the shards take turns.
 func evenVNodes(shards []Shard, o Options) []VNode {
-	counts := make([]int, len(shards))
-	total := 0
-	for i, s := range shards {
-		counts[i] = o.vnodes(s)
-		total += counts[i]
+	type slot struct {
+		pos   float64
+		shard int
 	}
-	vs := make([]VNode, 0, total)
-	credit := make([]int, len(shards))
-	left := slices.Clone(counts)
-	for j := 0; j < total; j++ {
-		best := -1
-		for i := range shards {
-			if left[i] == 0 {
-				continue
-			}
-			credit[i] += counts[i]
-			if best < 0 || credit[i] > credit[best] {
-				best = i
-			}
+	var slots []slot
+	for i, s := range shards {
+		c := o.vnodes(s)
+		for k := 0; k < c; k++ {
+			slots = append(slots, slot{(float64(k) + (float64(i)+0.5)/float64(len(shards))) / float64(c), i})
 		}
-		credit[best] -= total
-		left[best]--
-		vs = append(vs, VNode{Token: evenToken(j, total), Shard: shards[best].Name})
+	}
+	slices.SortFunc(slots, func(a, b slot) int {
+		if c := cmp.Compare(a.pos, b.pos); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.shard, b.shard)
+	})
+	vs := make([]VNode, len(slots))
+	for j, sl := range slots {
+		vs[j] = VNode{Token: evenToken(j, len(slots)), Shard: shards[sl.shard].Name}
 	}
 	return vs
 }
@@ -242,31 +240,34 @@ func (r *Ring) spans() []span {
 	return out
 }
 
-// splitInto returns the vnodes of r plus new vnodes of shard `to`, each taking
+// splitInto returns new vnodes of shard `to` (to add to r's), each taking
 // the low part of one of the largest spans of a donor: donor s gives about
 // give[s] of the token space (a fraction of 2^64) in pieces from its largest
 // spans, count vnodes in all, shared among donors in proportion to give.
 func (r *Ring) splitInto(give map[string]float64, to string, count int) []VNode {
-	byShard := map[string][]span{}
-	for _, sp := range r.spans() {
-		s := r.shards[r.owners[sp.vnode]]
+	donor := make([]bool, len(r.shards))
+	var donors []string
+	for j, s := range r.shards { // sorted, so the result is deterministic
 		if give[s] > 0 {
-			byShard[s] = append(byShard[s], sp)
+			donor[j] = true
+			donors = append(donors, s)
 		}
 	}
-	donors := make([]string, 0, len(byShard))
-	for s := range byShard {
-		donors = append(donors, s)
+	byShard := make(map[int32][]span, len(donors))
+	for _, sp := range r.spans() {
+		if o := r.owners[sp.vnode]; donor[o] {
+			byShard[o] = append(byShard[o], sp)
+		}
 	}
-	slices.Sort(donors)
 	pieces := apportion(donors, give, count)
-	vs := r.VNodes()
+	var vs []VNode
 	for _, d := range donors {
-		n := min(pieces[d], len(byShard[d]))
+		j, _ := slices.BinarySearch(r.shards, d)
+		sps := byShard[int32(j)]
+		n := min(pieces[d], len(sps))
 		if n == 0 {
 			continue
 		}
-		sps := byShard[d]
 		slices.SortStableFunc(sps, func(a, b span) int { return cmp.Compare(b.w(), a.w()) })
 		sps = sps[:n]
 		var sum float64

@@ -60,15 +60,25 @@ func MovedFraction(moves []Move) float64 {
 func Diff(old, new *Ring) []Move {
 	// Between two consecutive tokens of either ring, both owners are
 	// constant; so the union of the tokens cuts the space into segments
-	// each with one owner in each ring.
+	// each with one owner in each ring. MaxToken is always a bound, which
+	// splits the wrap.
 	bounds := make([]int64, 0, len(old.tokens)+len(new.tokens)+1)
-	bounds = append(bounds, old.tokens...)
-	bounds = append(bounds, new.tokens...)
-	if old.tokens[len(old.tokens)-1] != MaxToken || new.tokens[len(new.tokens)-1] != MaxToken {
-		bounds = append(bounds, MaxToken) // split the wrap at MaxToken
+	a, b := old.tokens, new.tokens
+	for len(a) > 0 || len(b) > 0 {
+		var t int64
+		switch {
+		case len(b) == 0 || len(a) > 0 && a[0] < b[0]:
+			t, a = a[0], a[1:]
+		case len(a) == 0 || b[0] < a[0]:
+			t, b = b[0], b[1:]
+		default:
+			t, a, b = a[0], a[1:], b[1:]
+		}
+		bounds = append(bounds, t)
 	}
-	slices.Sort(bounds)
-	bounds = slices.Compact(bounds)
+	if bounds[len(bounds)-1] != MaxToken {
+		bounds = append(bounds, MaxToken)
+	}
 	var moves []Move
 	lo := MinToken
 	for _, hi := range bounds {
@@ -108,15 +118,11 @@ func PlanAddNode(old *Ring, s Shard, o Options) (*Ring, []Move, error) {
 	var vs []VNode
 	switch mode {
 	case AllocHash:
-		taken := make(map[int64]bool, len(old.tokens))
-		for _, t := range old.tokens {
-			taken[t] = true
-		}
-		vs = appendHashVNodes(old.VNodes(), s.Name, o.vnodes(s), taken)
+		vs = appendHashVNodes(nil, s.Name, o.vnodes(s), old.tokens, map[int64]bool{})
 	case AllocBalanced:
 		vs = old.splitInto(excess(old, specs), s.Name, o.vnodes(s))
 	}
-	next, err := New(vs)
+	next, err := New(mergeVNodes(old.VNodes(), vs))
 	if err != nil {
 		return nil, nil, fmt.Errorf("add node %s: %w", s.Name, err)
 	}
@@ -159,7 +165,7 @@ func PlanSplit(old *Ring, shard string, into Shard, o Options) (*Ring, []Move, e
 	give := map[string]float64{shard: old.Share()[shard] * wi / (ws + wi)}
 	n := o.vnodes(into)
 	vs := old.splitInto(give, into.Name, n)
-	next, err := New(vs)
+	next, err := New(mergeVNodes(old.VNodes(), vs))
 	if err != nil {
 		return nil, nil, fmt.Errorf("split %s: %w", shard, err)
 	}
@@ -276,4 +282,20 @@ func PlanMove(old *Ring, rg Range, to string) (*Ring, []Move, error) {
 		specs = append(specs, Shard{Name: to})
 	}
 	return plan(old, next.withInfo(specs))
+}
+
+// mergeVNodes merges extra into sorted (sorted by token), so that New gets
+// sorted vnodes without sorting the whole ring again.
+func mergeVNodes(sorted, extra []VNode) []VNode {
+	slices.SortFunc(extra, func(a, b VNode) int { return cmp.Compare(a.Token, b.Token) })
+	out := make([]VNode, 0, len(sorted)+len(extra))
+	for len(sorted) > 0 && len(extra) > 0 {
+		if extra[0].Token < sorted[0].Token {
+			out, extra = append(out, extra[0]), extra[1:]
+		} else {
+			out, sorted = append(out, sorted[0]), sorted[1:]
+		}
+	}
+	out = append(out, sorted...)
+	return append(out, extra...)
 }

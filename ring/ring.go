@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,16 +44,12 @@ func New(vnodes []VNode) (*Ring, error) {
 	if len(vnodes) == 0 {
 		return nil, errors.New("ring: no vnodes; a ring needs at least one shard")
 	}
-	vs := slices.Clone(vnodes)
-	slices.SortFunc(vs, func(a, b VNode) int {
-		switch {
-		case a.Token < b.Token:
-			return -1
-		case a.Token > b.Token:
-			return 1
-		}
-		return 0
-	})
+	vs := vnodes
+	byToken := func(a, b VNode) int { return cmp.Compare(a.Token, b.Token) }
+	if !slices.IsSortedFunc(vs, byToken) { // planners pass sorted vnodes
+		vs = slices.Clone(vnodes)
+		slices.SortFunc(vs, byToken)
+	}
 	r := &Ring{tokens: make([]int64, len(vs)), owners: make([]int32, len(vs))}
 	names := map[string]int32{}
 	for i, v := range vs {
@@ -234,8 +231,22 @@ func (r *Ring) AllRanges() []OwnedRange {
 // Share returns the fraction of the token space each shard owns.
 func (r *Ring) Share() map[string]float64 {
 	out := make(map[string]float64, len(r.shards))
-	for _, or := range r.AllRanges() {
-		out[or.Shard] += or.Range.Width() / twoTo64
+	for j, v := range r.shareByIndex() {
+		out[r.shards[j]] = v
+	}
+	return out
+}
+
+// shareByIndex is Share indexed like r.shards.
+func (r *Ring) shareByIndex() []float64 {
+	out := make([]float64, len(r.shards))
+	n := len(r.tokens)
+	for i, t := range r.tokens {
+		w := float64(uint64(t - r.tokens[(i+n-1)%n]))
+		if n == 1 {
+			w = twoTo64
+		}
+		out[r.owners[i]] += w / twoTo64
 	}
 	return out
 }
