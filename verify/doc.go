@@ -1,7 +1,12 @@
 // Package verify compares the moving ranges on source and target by chunked,
 // order-independent checksums taken at one LSN, and bisects a mismatching
-// chunk down to the primary keys that differ.
+// chunk down to the primary keys that differ (missing, extra, different).
 //
-// Invariant: both sides are read at the same position of the source's history,
-// so live writes never cause a false mismatch.
+// Invariant: both sides are read at the same position of the source's history
+// (a temporary slot's exported snapshot on the source, the CDC applier held at
+// its LSN while the target snapshot is taken), so live writes never cause a
+// false mismatch. Chunks are primary-key intervals filtered by the moving
+// ranges, planned once per run and open at both ends, so together they cover
+// every moving row whenever it was written; a row's checksum is over its text
+// with the source's columns by name, independent of physical column order.
 package verify

@@ -1,0 +1,486 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// Options configure one verification.
+type Options struct {
+	// RunID names the run; its plan and verified chunks are recorded on the
+	// target (reshard.verify_run, reshard.verify_chunk) and a later call with
+	// the same id continues where it stopped. Empty: nothing is written
+	// anywhere and nothing resumes.
+	RunID string
+	// Set is the table set as read from the SOURCE (tableset.Introspect):
+	// the source's column order is the canonical column order of the row
+	// text on both sides, columns taken by name, so the target's physical
+	// column order does not matter.
+	Set    tableset.Set
+	Ranges []ring.Range
+	// ChunkRows is the target number of moving rows per chunk (default 50000).
+	ChunkRows int
+	// BisectRows: a mismatching interval with at most this many rows on
+	// either side is compared row by row (default 1000, at least 16).
+	BisectRows int
+	// Parallel bounds the chunks compared at once (default 2); each worker
+	// holds one connection per side.
+	Parallel int
+	// RowsPerSecond throttles the rows read per side; 0 means no limit.
+	RowsPerSecond float64
+	// MaxSampleKeys bounds the keys listed per chunk (default 20); counts
+	// are always exact.
+	MaxSampleKeys int
+	// Holder holds the CDC applier at the source snapshot's LSN while the
+	// target snapshot is taken. Nil only when the source is quiescent: then
+	// a concurrent write can show up as a false mismatch.
+	Holder  Holder
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// Progress, when set, is called after every chunk, from the worker that
+	// compared it (so concurrently when Parallel > 1); chunks accepted from
+	// an earlier attempt are not reported here.
+	Progress func(ChunkReport)
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.ChunkRows <= 0 {
+		o.ChunkRows = 50_000
+	}
+	if o.BisectRows <= 0 {
+		o.BisectRows = 1000
+	}
+	o.BisectRows = max(o.BisectRows, 16)
+	if o.Parallel <= 0 {
+		o.Parallel = 2
+	}
+	if o.MaxSampleKeys <= 0 {
+		o.MaxSampleKeys = 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(o.Set.Tables) == 0 {
+		return o, errors.New("verify: the table set has no tables")
+	}
+	if len(ring.Normalize(o.Ranges)) == 0 {
+		return o, errors.New("verify: no token range to verify")
+	}
+	if o.RowsPerSecond < 0 {
+		return o, fmt.Errorf("verify: rows per second %v is negative", o.RowsPerSecond)
+	}
+	return o, nil
+}
+
+// Run compares the moving rows of every table of opts.Set on src and dst.
+// A mismatch is not an error: it is in the report (Report.OK). Errors are
+// failures to compare at all.
+//
+// Resuming a run accepts the chunks an earlier attempt verified, although
+// that attempt read both sides at an older LSN. That is sound for what verify
+// proves: each chunk is shown equal on both sides at one LSN at or after the
+// run started, and the chunks cover the whole key space of every table (the
+// plan is fixed when the run starts and open at both ends). Past its
+// verification LSN a chunk depends on the applier, exactly as the chunks
+// already compared within one uninterrupted attempt do once the attempt moves
+// on — no verification covers writes after its own snapshot, and cutover's
+// drain-to-marker is what covers those. Re-checking finished chunks would
+// make a crash-looping verify of a large table never finish (Vitess VDiff
+// resumes the same way). A chunk that mismatched is never accepted: the next
+// attempt compares it again and lists its keys.
+func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	qs := make([]*tableSQL, len(opts.Set.Tables))
+	for i, t := range opts.Set.Tables {
+		if qs[i], err = newTableSQL(t, opts.Ranges); err != nil {
+			return nil, err
+		}
+	}
+	started := time.Now()
+	chunks, err := plan(ctx, src, dst, opts.RunID, qs, opts.Ranges, opts.ChunkRows)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{RunID: opts.RunID, Ranges: ring.Normalize(opts.Ranges), Started: started, Tables: make([]TableReport, len(qs))}
+	var todo []chunk
+	for i, q := range qs {
+		rep.Tables[i] = TableReport{Table: q.t.String(), PK: q.t.PK, Chunks: make([]ChunkReport, len(chunks[i]))}
+		for j, c := range chunks[i] {
+			if c.index != j {
+				return nil, fmt.Errorf("verify run %q: chunks of %s are not numbered 0..%d: use a new run id", opts.RunID, q.t, len(chunks[i])-1)
+			}
+			if c.done == nil {
+				todo = append(todo, c)
+				continue
+			}
+			cr := resumed(q, c)
+			rep.Tables[i].Chunks[j] = cr
+			opts.Metrics.chunk(cr)
+		}
+	}
+	if len(todo) > 0 {
+		if err := compareAll(ctx, src, dst, opts, qs, todo, rep); err != nil {
+			return nil, err
+		}
+	}
+	rep.Duration = time.Since(started)
+	for i := range rep.Tables {
+		summarize(&rep.Tables[i], qs[i].ranges)
+		for _, c := range rep.Tables[i].Chunks {
+			if !c.Resumed {
+				rep.Rows += c.Rows
+			}
+		}
+	}
+	if s := rep.Duration.Seconds(); s > 0 {
+		rep.RowsPerSecond = float64(rep.Rows) / s
+	}
+	return rep, nil
+}
+
+func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []*tableSQL, todo []chunk, rep *Report) error {
+	n := min(opts.Parallel, len(todo))
+	snaps, err := openSnapshots(ctx, src, dst, opts.Holder, n)
+	if err != nil {
+		return fmt.Errorf("verify: take snapshots: %w", err)
+	}
+	defer snaps.close()
+	rep.LSN = snaps.lsn
+	opts.Logger.Info("verify snapshots taken", "lsn", snaps.lsn, "chunks", len(todo), "workers", n)
+
+	free := make(chan *session, n)
+	for _, s := range snaps.sessions {
+		free <- s
+	}
+	var lim *rate.Limiter
+	if opts.RowsPerSecond > 0 {
+		lim = rate.NewLimiter(rate.Limit(opts.RowsPerSecond), max(int(opts.RowsPerSecond), opts.ChunkRows))
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(n)
+	for _, c := range todo {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error {
+			s := <-free
+			defer func() { free <- s }()
+			q := qs[c.table]
+			cr, checksum, err := compareChunk(gctx, s, q, c, snaps.lsn, opts)
+			if err != nil {
+				return fmt.Errorf("verify chunk %d %s of %s: %w", c.index, interval(c.lo, c.hi), q.t, err)
+			}
+			rep.Tables[c.table].Chunks[c.index] = cr
+			if opts.RunID != "" {
+				if err := record(gctx, dst, opts.RunID, q, cr, checksum); err != nil {
+					return err
+				}
+			}
+			opts.Metrics.chunk(cr)
+			for _, m := range cr.Keys {
+				opts.Metrics.mismatch(m.Kind)
+			}
+			opts.Logger.Debug("verify chunk", "table", q.t.String(), "chunk", c.index, "rows", cr.Rows, "mismatches", cr.Mismatches, "lsn", snaps.lsn)
+			if opts.Progress != nil {
+				opts.Progress(cr)
+			}
+			return throttle(gctx, lim, max(cr.SourceRows, cr.TargetRows))
+		})
+	}
+	return g.Wait()
+}
+
+func throttle(ctx context.Context, lim *rate.Limiter, rows int64) error {
+	if lim == nil {
+		return nil
+	}
+	for rows > 0 {
+		k := min(rows, int64(lim.Burst()))
+		if err := lim.WaitN(ctx, int(k)); err != nil {
+			return err
+		}
+		rows -= k
+	}
+	return nil
+}
+
+func resumed(q *tableSQL, c chunk) ChunkReport {
+	cr := ChunkReport{Table: q.t.String(), Index: c.index, Lo: c.lo, Hi: c.hi, Resumed: true, LSN: c.done.lsn, VerifiedAt: c.done.verifiedAt,
+		SourceRows: c.done.rows, TargetRows: c.done.rows, Rows: c.done.rows, Matches: c.done.rows}
+	for i, r := range q.ranges {
+		rr := RangeReport{Range: r}
+		if i < len(c.done.rangeRows) {
+			n := c.done.rangeRows[i]
+			rr.SourceRows, rr.TargetRows, rr.Rows, rr.Matches = n, n, n, n
+		}
+		cr.Ranges = append(cr.Ranges, rr)
+	}
+	return cr
+}
+
+func summarize(t *TableReport, ranges []ring.Range) {
+	t.Ranges = make([]RangeReport, len(ranges))
+	for i, r := range ranges {
+		t.Ranges[i].Range = r
+	}
+	t.Mismatches = 0
+	for _, c := range t.Chunks {
+		t.Mismatches += c.Mismatches
+		for i, rr := range c.Ranges {
+			if i >= len(t.Ranges) {
+				break
+			}
+			t.Ranges[i].SourceRows += rr.SourceRows
+			t.Ranges[i].TargetRows += rr.TargetRows
+			t.Ranges[i].Rows += rr.Rows
+			t.Ranges[i].Matches += rr.Matches
+			t.Ranges[i].Mismatches += rr.Mismatches
+		}
+	}
+}
+
+// digest is the order-independent checksum of a set of rows. Each part is
+// invertible (subtraction, XOR), so the digest of one half of an interval
+// gives the other half's for free.
+type digest struct {
+	n int64
+	x int64
+	s big.Int
+}
+
+func (d *digest) add(o *digest) {
+	d.n += o.n
+	d.x ^= o.x
+	d.s.Add(&d.s, &o.s)
+}
+
+func (d *digest) minus(o *digest) *digest {
+	r := &digest{n: d.n - o.n, x: d.x ^ o.x}
+	r.s.Sub(&d.s, &o.s)
+	return r
+}
+
+func (d *digest) equal(o *digest) bool { return d.n == o.n && d.x == o.x && d.s.Cmp(&o.s) == 0 }
+
+func (d *digest) String() string { return fmt.Sprintf("%d/%016x/%s", d.n, uint64(d.x), d.s.String()) }
+
+// digests returns the digest of (lo, hi] per moving range.
+func digests(ctx context.Context, tx pgx.Tx, q *tableSQL, lo, hi []string) ([]*digest, error) {
+	out := make([]*digest, len(q.ranges))
+	for i := range out {
+		out[i] = &digest{}
+	}
+	sql, args := q.sums(lo, hi)
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			r int
+			d digest
+			s string
+		)
+		if err := rows.Scan(&r, &d.n, &d.x, &s); err != nil {
+			return nil, err
+		}
+		if _, ok := d.s.SetString(s, 10); !ok || r < 0 || r >= len(out) {
+			return nil, fmt.Errorf("unexpected checksum row (%d, %q)", r, s)
+		}
+		out[r] = &d
+	}
+	return out, rows.Err()
+}
+
+func total(ds []*digest) *digest {
+	t := &digest{}
+	for _, d := range ds {
+		t.add(d)
+	}
+	return t
+}
+
+// both runs f on the source and the target at once.
+func both[T any](ctx context.Context, s *session, f func(ctx context.Context, tx pgx.Tx) (T, error)) (src, dst T, err error) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		src, err = f(gctx, s.src.tx)
+		if err != nil {
+			err = fmt.Errorf("source: %w", err)
+		}
+		return err
+	})
+	g.Go(func() (err error) {
+		dst, err = f(gctx, s.dst.tx)
+		if err != nil {
+			err = fmt.Errorf("target: %w", err)
+		}
+		return err
+	})
+	err = g.Wait()
+	return src, dst, err
+}
+
+func compareChunk(ctx context.Context, s *session, q *tableSQL, c chunk, lsn string, opts Options) (ChunkReport, string, error) {
+	start := time.Now()
+	sd, dd, err := both(ctx, s, func(ctx context.Context, tx pgx.Tx) ([]*digest, error) { return digests(ctx, tx, q, c.lo, c.hi) })
+	if err != nil {
+		return ChunkReport{}, "", err
+	}
+	cr := ChunkReport{Table: q.t.String(), Index: c.index, Lo: c.lo, Hi: c.hi, LSN: lsn, Ranges: make([]RangeReport, len(q.ranges))}
+	equal := true
+	for i, r := range q.ranges {
+		cr.Ranges[i] = RangeReport{Range: r, SourceRows: sd[i].n, TargetRows: dd[i].n}
+		equal = equal && sd[i].equal(dd[i])
+	}
+	var diffs []Mismatch
+	if !equal {
+		if diffs, err = bisect(ctx, s, q, c.lo, c.hi, total(sd), total(dd), opts.BisectRows); err != nil {
+			return ChunkReport{}, "", err
+		}
+	}
+	extra := make([]int64, len(q.ranges))
+	miss := make([]int64, len(q.ranges))
+	for _, m := range diffs {
+		i := max(q.rangeIndex(m.Token), 0) // the predicate keeps only moving tokens
+		miss[i]++
+		if m.Kind == Extra {
+			extra[i]++
+		}
+	}
+	for i := range cr.Ranges {
+		rr := &cr.Ranges[i]
+		rr.Rows = rr.SourceRows + extra[i]
+		rr.Mismatches = miss[i]
+		rr.Matches = rr.Rows - rr.Mismatches
+		cr.SourceRows += rr.SourceRows
+		cr.TargetRows += rr.TargetRows
+		cr.Rows += rr.Rows
+		cr.Matches += rr.Matches
+		cr.Mismatches += rr.Mismatches
+	}
+	cr.Keys = diffs[:min(len(diffs), opts.MaxSampleKeys)]
+	cr.VerifiedAt = time.Now()
+	cr.Duration = time.Since(start)
+	if sec := cr.Duration.Seconds(); sec > 0 {
+		cr.RowsPerSecond = float64(cr.Rows) / sec
+	}
+	return cr, total(sd).String(), nil
+}
+
+// bisect narrows a mismatching key interval: it splits it at the median key
+// of the side holding more rows, compares the left halves (the right half's
+// digest follows by subtraction) and recurses into the halves that differ,
+// down to intervals small enough to compare row by row.
+func bisect(ctx context.Context, s *session, q *tableSQL, lo, hi []string, sd, dd *digest, small int) ([]Mismatch, error) {
+	if max(sd.n, dd.n) <= int64(small) {
+		return rowDiff(ctx, s, q, lo, hi)
+	}
+	side, n := s.src.tx, sd.n
+	if dd.n > sd.n {
+		side, n = s.dst.tx, dd.n
+	}
+	sql, args := q.nth(lo, hi, n/2)
+	var mid []string
+	if err := side.QueryRow(ctx, sql, args...).Scan(&mid); err != nil {
+		return nil, fmt.Errorf("split %s: %w", interval(lo, hi), err)
+	}
+	ls, ld, err := both(ctx, s, func(ctx context.Context, tx pgx.Tx) (*digest, error) {
+		ds, err := digests(ctx, tx, q, lo, mid)
+		if err != nil {
+			return nil, err
+		}
+		return total(ds), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []Mismatch
+	if !ls.equal(ld) {
+		m, err := bisect(ctx, s, q, lo, mid, ls, ld, small)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m...)
+	}
+	if rs, rd := sd.minus(ls), dd.minus(ld); !rs.equal(rd) {
+		m, err := bisect(ctx, s, q, mid, hi, rs, rd, small)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m...)
+	}
+	return out, nil
+}
+
+type hashedRow struct {
+	key    []string
+	token  int64
+	h0, h1 int64
+}
+
+// rowDiff compares the rows of a small interval by primary key.
+func rowDiff(ctx context.Context, s *session, q *tableSQL, lo, hi []string) ([]Mismatch, error) {
+	sr, dr, err := both(ctx, s, func(ctx context.Context, tx pgx.Tx) ([]hashedRow, error) {
+		sql, args := q.rows(lo, hi)
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (hashedRow, error) {
+			var h hashedRow
+			err := r.Scan(&h.key, &h.token, &h.h0, &h.h1)
+			return h, err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	keyOf := func(k []string) string { return strings.Join(k, "\x00") }
+	target := make(map[string]hashedRow, len(dr))
+	for _, r := range dr {
+		target[keyOf(r.key)] = r
+	}
+	var out []Mismatch
+	mk := func(r hashedRow, k Kind) Mismatch {
+		m := Mismatch{Key: r.key, Kind: k, Token: r.token}
+		if i := q.rangeIndex(r.token); i >= 0 {
+			m.Range = q.ranges[i]
+		}
+		return m
+	}
+	for _, r := range sr {
+		k := keyOf(r.key)
+		t, ok := target[k]
+		switch {
+		case !ok:
+			out = append(out, mk(r, Missing))
+		case t.h0 != r.h0 || t.h1 != r.h1:
+			out = append(out, mk(r, Different))
+		}
+		delete(target, k)
+	}
+	for _, r := range dr {
+		if _, ok := target[keyOf(r.key)]; ok {
+			out = append(out, mk(r, Extra))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,335 @@
+package verify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+const (
+	usersSrc = `CREATE TABLE users (id bigint PRIMARY KEY, email text NOT NULL, name text, balance bigint NOT NULL DEFAULT 0,
+		payload text, score double precision, updated_at timestamptz NOT NULL DEFAULT now())`
+	// The target's physical column order differs: columns are compared by name.
+	usersDst = `CREATE TABLE users (name text, balance bigint NOT NULL DEFAULT 0, id bigint PRIMARY KEY, payload text,
+		updated_at timestamptz NOT NULL DEFAULT now(), score double precision, email text NOT NULL)`
+	usersFill = `INSERT INTO users (id, email, name, balance, payload, score, updated_at)
+		SELECT g, 'u' || g || '@example.com', 'name ' || g, g % 1000, md5(g::text), g / 7.0,
+		       timestamptz '2024-01-01 00:00:00+00' + g * interval '1 second'
+		FROM generate_series($1::bigint, $2::bigint) g`
+	ordersDDL  = `CREATE TABLE orders (user_id bigint NOT NULL, id bigint NOT NULL, total numeric(12,2), note text, PRIMARY KEY (user_id, id))`
+	ordersFill = `INSERT INTO orders SELECT g % 5000, g, (g % 997) / 3.0, CASE WHEN g % 3 = 0 THEN NULL ELSE 'n' || g END FROM generate_series(1, $1::bigint) g`
+)
+
+var usersSpec = tableset.Spec{Name: "users", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}
+
+func introspect(t *testing.T, db *pgtest.DB, spec tableset.Spec) tableset.Set {
+	t.Helper()
+	set, err := tableset.Introspect(context.Background(), db.Pool, spec, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// inRange returns the first id in [from, to] whose token lies in (or, with
+// in=false, outside) the ranges.
+func inRange(t *testing.T, db *pgtest.DB, ranges []ring.Range, from, to int64, in bool) int64 {
+	t.Helper()
+	pred := ring.Predicate("hashint8extended(g, 0)", ranges)
+	if !in {
+		pred = "NOT " + pred
+	}
+	return db.QueryInt64(t, "SELECT min(g) FROM generate_series($1::bigint, $2::bigint) g WHERE "+pred, from, to)
+}
+
+func TestFaultsAreFoundAndNamed(t *testing.T) {
+	ctx := context.Background()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, usersSrc)
+	dst.Exec(t, usersDst)
+	src.Exec(t, ordersDDL)
+	dst.Exec(t, ordersDDL)
+	const n = 100_000
+	src.Exec(t, usersFill, 1, n)
+	dst.Exec(t, usersFill, 1, n)
+	src.Exec(t, ordersFill, 20_000)
+	dst.Exec(t, ordersFill, 20_000)
+	src.Exec(t, "ANALYZE")
+
+	ranges := []ring.Range{{Lo: ring.MinToken, Hi: -3_000_000_000_000_000_000}, {Lo: 0, Hi: 4_000_000_000_000_000_000}}
+	missing := inRange(t, src, ranges, 1, n, true)
+	changed := inRange(t, src, ranges, n/2, n, true)
+	extra := inRange(t, src, ranges, n+1, 2*n, true)
+	outside := inRange(t, src, ranges, 1, n, false)
+	dst.Exec(t, "DELETE FROM users WHERE id = $1", missing)
+	dst.Exec(t, "UPDATE users SET name = 'changed' WHERE id = $1", changed)
+	dst.Exec(t, usersFill, extra, extra)
+	// Rows outside the moving ranges are not the move's business.
+	dst.Exec(t, "DELETE FROM users WHERE id = $1", outside)
+	outsideExtra := inRange(t, src, ranges, 2*n+1, 3*n, false)
+	dst.Exec(t, usersFill, outsideExtra, outsideExtra)
+	// orders: composite primary key, the shard key first; NULL vs value.
+	orderUser := inRange(t, src, ranges, 0, 4999, true)
+	orderID := src.QueryInt64(t, "SELECT min(id) FROM orders WHERE user_id = $1 AND note IS NULL", orderUser)
+	dst.Exec(t, "UPDATE orders SET note = '' WHERE user_id = $1 AND id = $2", orderUser, orderID)
+
+	spec := tableset.Spec{Name: "users", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}, {Table: "orders", KeyColumn: "user_id"}}}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	t0 := time.Now()
+	rep, err := Run(ctx, src.Pool, dst.Pool, Options{Set: introspect(t, src, spec), Ranges: ranges, ChunkRows: 8000, Parallel: 2, Metrics: m})
+	t.Logf("verify took %v", time.Since(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || rep.Mismatches() != 4 {
+		t.Fatalf("want 4 mismatches, got %d: %+v %+v", rep.Mismatches(), rep.Tables[0].AllKeys(), rep.Tables[1].AllKeys())
+	}
+	users, orders := rep.Tables[0], rep.Tables[1]
+	got := users.AllKeys()
+	slices.SortFunc(got, func(a, b Mismatch) int { return strings.Compare(string(a.Kind), string(b.Kind)) })
+	want := []struct {
+		kind Kind
+		key  int64
+	}{{Different, changed}, {Extra, extra}, {Missing, missing}}
+	if len(got) != len(want) {
+		t.Fatalf("users mismatches: got %+v, want %+v", got, want)
+	}
+	for i, w := range want {
+		if got[i].Kind != w.kind || !slices.Equal(got[i].Key, []string{fmt.Sprint(w.key)}) || !ring.ContainsAny(ranges, got[i].Token) || !got[i].Range.Contains(got[i].Token) {
+			t.Errorf("users mismatch %d: got %+v, want %s id=%d", i, got[i], w.kind, w.key)
+		}
+	}
+	ok := orders.AllKeys()
+	if len(ok) != 1 || ok[0].Kind != Different || !slices.Equal(ok[0].Key, []string{fmt.Sprint(orderUser), fmt.Sprint(orderID)}) {
+		t.Errorf("orders mismatches: got %+v, want different (%d, %d)", ok, orderUser, orderID)
+	}
+
+	// Counts: every moving row of the source was compared, per range.
+	if len(users.Chunks) < 5 {
+		t.Errorf("users: %d chunks, want several at 8000 rows per chunk", len(users.Chunks))
+	}
+	for i, r := range ring.Normalize(ranges) {
+		wantRows := src.QueryInt64(t, "SELECT count(*) FROM users WHERE "+ring.Predicate("hashint8extended(id, 0)", []ring.Range{r}))
+		rr := users.Ranges[i]
+		if rr.SourceRows != wantRows {
+			t.Errorf("range %s: source rows %d, want %d", r, rr.SourceRows, wantRows)
+		}
+		if rr.Rows != rr.Matches+rr.Mismatches {
+			t.Errorf("range %s: rows %d != matches %d + mismatches %d", r, rr.Rows, rr.Matches, rr.Mismatches)
+		}
+	}
+	if got := counter(t, reg, "reshard_verify_mismatches_total", "different"); got != 2 {
+		t.Errorf("metric mismatches{different} = %v, want 2", got)
+	}
+	if got := counter(t, reg, "reshard_verify_rows_total", "source"); got < n/3 {
+		t.Errorf("metric rows{source} = %v", got)
+	}
+
+	var buf bytes.Buffer
+	if err := rep.Table(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"MISMATCH", "missing", fmt.Sprintf("(%d)", missing), "extra", "different"} {
+		if !strings.Contains(buf.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, buf.String())
+		}
+	}
+	j, err := rep.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(j, &back); err != nil || back.Mismatches() != 4 {
+		t.Errorf("JSON round trip: %v, %d mismatches", err, back.Mismatches())
+	}
+
+	// Repaired, the same comparison passes.
+	dst.Exec(t, "DELETE FROM users WHERE id = $1", extra)
+	dst.Exec(t, usersFill, missing, missing)
+	dst.Exec(t, usersFill+" ON CONFLICT (id) DO UPDATE SET name = excluded.name", changed, changed)
+	dst.Exec(t, "UPDATE orders SET note = NULL WHERE user_id = $1 AND id = $2", orderUser, orderID)
+	rep, err = Run(ctx, src.Pool, dst.Pool, Options{Set: introspect(t, src, spec), Ranges: ranges, ChunkRows: 8000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("after repair: %d mismatches: %+v", rep.Mismatches(), rep.Tables[0].AllKeys())
+	}
+}
+
+// counter reads one labelled counter from reg.
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func TestEmptyTargetListsEveryRow(t *testing.T) {
+	ctx := context.Background()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, usersSrc)
+	dst.Exec(t, usersSrc)
+	src.Exec(t, usersFill, 1, 3000)
+	ranges := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	rep, err := Run(ctx, src.Pool, dst.Pool, Options{Set: introspect(t, src, usersSpec), Ranges: ranges, BisectRows: 100, MaxSampleKeys: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rep.Tables[0].Chunks[0]
+	if rep.Mismatches() != 3000 || c.Rows != 3000 || c.Matches != 0 || len(c.Keys) != 5 || c.Keys[0].Kind != Missing {
+		t.Fatalf("got %d mismatches, chunk %+v", rep.Mismatches(), c)
+	}
+}
+
+func TestRestartContinuesWithTheNextChunk(t *testing.T) {
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, usersSrc)
+	dst.Exec(t, usersSrc)
+	const n = 40_000
+	src.Exec(t, usersFill, 1, n)
+	dst.Exec(t, usersFill, 1, n)
+	src.Exec(t, "ANALYZE users")
+	ranges := []ring.Range{{Lo: -5_000_000_000_000_000_000, Hi: 8_000_000_000_000_000_000}}
+	opts := Options{RunID: "move-7", Set: introspect(t, src, usersSpec), Ranges: ranges, ChunkRows: 3000, Parallel: 1}
+
+	// First attempt: stopped (as by a crash) after three chunks.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var first []int
+	opts.Progress = func(c ChunkReport) {
+		if first = append(first, c.Index); len(first) == 3 {
+			cancel()
+		}
+	}
+	if _, err := Run(ctx, src.Pool, dst.Pool, opts); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted attempt: %v", err)
+	}
+	if !slices.Equal(first, []int{0, 1, 2}) {
+		t.Fatalf("first attempt compared %v", first)
+	}
+	var stamps []time.Time
+	rows, err := dst.Pool.Query(context.Background(), `SELECT verified_at FROM reshard.verify_chunk WHERE run_id = 'move-7' AND ok ORDER BY chunk`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var ts time.Time
+		if err := rows.Scan(&ts); err != nil {
+			t.Fatal(err)
+		}
+		stamps = append(stamps, ts)
+	}
+	if len(stamps) != 3 {
+		t.Fatalf("%d chunks recorded verified, want 3", len(stamps))
+	}
+	total := dst.QueryInt64(t, `SELECT count(*) FROM reshard.verify_chunk WHERE run_id = 'move-7'`)
+	if total < 8 {
+		t.Fatalf("plan has %d chunks, want about 10", total)
+	}
+
+	// Second attempt, new snapshot: compares only the chunks not yet done.
+	// More rows arrive meanwhile on both sides; the plan's open last chunk
+	// covers them.
+	src.Exec(t, usersFill, n+1, n+2000)
+	dst.Exec(t, usersFill, n+1, n+2000)
+	var mu sync.Mutex
+	var second []int
+	opts.Progress = func(c ChunkReport) { mu.Lock(); second = append(second, c.Index); mu.Unlock() }
+	opts.Parallel = 2
+	rep, err := Run(context.Background(), src.Pool, dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(second)
+	var want []int
+	for i := 3; i < int(total); i++ {
+		want = append(want, i)
+	}
+	if !slices.Equal(second, want) {
+		t.Fatalf("second attempt compared chunks %v, want %v", second, want)
+	}
+	if !rep.OK() {
+		t.Fatalf("mismatches: %+v", rep.Tables[0].AllKeys())
+	}
+	var sum int64
+	for i, c := range rep.Tables[0].Chunks {
+		if c.Resumed != (i < 3) {
+			t.Errorf("chunk %d resumed=%v", i, c.Resumed)
+		}
+		if i < 3 && !c.VerifiedAt.Equal(stamps[i]) {
+			t.Errorf("chunk %d verified at %v, recorded %v", i, c.VerifiedAt, stamps[i])
+		}
+		sum += c.SourceRows
+	}
+	if want := src.QueryInt64(t, "SELECT count(*) FROM users WHERE "+ring.Predicate("hashint8extended(id, 0)", ranges)); sum != want {
+		t.Errorf("chunks cover %d rows, want %d", sum, want)
+	}
+	var again int64
+	again = dst.QueryInt64(t, `SELECT count(*) FROM reshard.verify_chunk WHERE run_id = 'move-7' AND ok AND chunk < 3 AND verified_at = ANY($1)`, stamps)
+	if again != 3 {
+		t.Errorf("finished chunks were re-recorded: %d of 3 keep their stamps", again)
+	}
+
+	// A third attempt has nothing left to compare and opens no snapshot.
+	opts.Progress = func(c ChunkReport) { t.Errorf("chunk %d compared again", c.Index) }
+	if rep, err = Run(context.Background(), src.Pool, dst.Pool, opts); err != nil || !rep.OK() {
+		t.Fatalf("third attempt: %v", err)
+	}
+
+	// The same run id for other ranges is refused.
+	opts.Ranges = []ring.Range{{Lo: 0, Hi: 1}}
+	if _, err := Run(context.Background(), src.Pool, dst.Pool, opts); err == nil || !strings.Contains(err.Error(), "new run id") {
+		t.Fatalf("other ranges under the same run id: %v", err)
+	}
+}
+
+func TestThrottle(t *testing.T) {
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, usersSrc)
+	dst.Exec(t, usersSrc)
+	src.Exec(t, usersFill, 1, 4000)
+	dst.Exec(t, usersFill, 1, 4000)
+	src.Exec(t, "ANALYZE users")
+	start := time.Now()
+	rep, err := Run(context.Background(), src.Pool, dst.Pool, Options{Set: introspect(t, src, usersSpec),
+		Ranges: []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}, ChunkRows: 1000, RowsPerSecond: 2000, Parallel: 1})
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v", err)
+	}
+	// The limiter's burst is one second's worth: 4000 rows at 2000/s take ≥ 1 s.
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("throttled run took %v", d)
+	}
+}
