@@ -51,6 +51,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		// one line per verb: newXCmd(opts)
 		newDevCmd(opts),
+		newVerifyCmd(opts),
 	)
 	return root
 }
