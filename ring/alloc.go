@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -268,7 +269,19 @@ func (r *Ring) splitInto(give map[string]float64, to string, count int) []VNode 
 		if n == 0 {
 			continue
 		}
-		slices.SortStableFunc(sps, func(a, b span) int { return cmp.Compare(b.w(), a.w()) })
+		// Largest first; among equal spans (a fresh balanced ring), in
+		// bit-reversed order of their position, so the cuts spread around
+		// the ring instead of bunching at its start.
+		rank := make(map[int]uint32, len(sps))
+		for i, sp := range sps {
+			rank[sp.vnode] = bits.Reverse32(uint32(i))
+		}
+		slices.SortFunc(sps, func(a, b span) int {
+			if c := cmp.Compare(b.w(), a.w()); c != 0 {
+				return c
+			}
+			return cmp.Compare(rank[a.vnode], rank[b.vnode])
+		})
 		sps = sps[:n]
 		var sum float64
 		for _, sp := range sps {

@@ -52,6 +52,7 @@ func newRootCmd() *cobra.Command {
 		// one line per verb: newXCmd(opts)
 		newDevCmd(opts),
 		newVerifyCmd(opts),
+		newRingCmd(opts),
 	)
 	return root
 }

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/ring"
+)
+
+func newRingCmd(_ *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ring",
+		Short: "Tokens, ring plans and the scale-out simulation (no database needed)",
+	}
+	cmd.AddCommand(newRingTokenCmd(), newRingPlanCmd(), newRingSimulateCmd())
+	return cmd
+}
+
+func newRingTokenCmd() *cobra.Command {
+	var keyType string
+	cmd := &cobra.Command{
+		Use:   "token --type text|bigint|uuid [KEY...]",
+		Short: "Print the token of each key: KEY<TAB>TOKEN",
+		Long: `Prints the token of each key, the same value PostgreSQL computes with
+hashint8extended(k, 0), hashtextextended(k, 0) or uuid_hash_extended(k, 0).
+Without KEY arguments, reads keys from standard input, one per line; an empty
+line is the empty key.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kt, err := parseTokenType(keyType)
+			if err != nil {
+				return err
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			emit := func(key string) error {
+				tok, err := ring.TokenOf(kt, key)
+				if err != nil {
+					return usageError{fmt.Errorf("%w; give keys in PostgreSQL's text form for --type %s", err, keyType)}
+				}
+				_, err = fmt.Fprintf(w, "%s\t%d\n", key, tok)
+				return err
+			}
+			if len(args) > 0 {
+				for _, k := range args {
+					if err := emit(k); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			return eachLine(cmd.InOrStdin(), emit)
+		},
+	}
+	cmd.Flags().StringVar(&keyType, "type", "", "key type: text, bigint or uuid (also integer, smallint, varchar)")
+	return cmd
+}
+
+func parseTokenType(s string) (ring.KeyType, error) {
+	if s == "" {
+		return "", usageError{fmt.Errorf("--type is required: text, bigint or uuid")}
+	}
+	kt, err := ring.ParseKeyType(s)
+	if err != nil {
+		return "", usageError{fmt.Errorf("--type %q: want text, bigint or uuid", s)}
+	}
+	return kt, nil
+}
+
+// eachLine calls fn with each line of r without its line ending; a final
+// line without a newline counts, a trailing newline does not add an empty key.
+func eachLine(r io.Reader, fn func(string) error) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadString('\n')
+		if len(line) > 0 {
+			line = strings.TrimSuffix(line, "\n")
+			line = strings.TrimSuffix(line, "\r")
+			if ferr := fn(line); ferr != nil {
+				return ferr
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read keys from stdin: %w", err)
+		}
+	}
+}
+
+// ringFlags are the ring shape flags shared by plan.
+type ringFlags struct {
+	shards string
+	vnodes int
+	tokens string
+}
+
+func (f *ringFlags) options() (ring.Options, error) {
+	if f.vnodes < 1 {
+		return ring.Options{}, usageError{fmt.Errorf("--vnodes %d: give 1 or more vnodes per shard", f.vnodes)}
+	}
+	mode, err := ring.ParseAllocation(f.tokens)
+	if err != nil {
+		return ring.Options{}, usageError{fmt.Errorf("--tokens %q: want balanced or hash", f.tokens)}
+	}
+	return ring.Options{VNodes: f.vnodes, Tokens: mode}, nil
+}
+
+func (f *ringFlags) shardList() ([]ring.Shard, error) {
+	var out []ring.Shard
+	seen := map[string]bool{}
+	for _, name := range strings.Split(f.shards, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		if seen[name] {
+			return nil, usageError{fmt.Errorf("--shards: %s is listed twice; give each shard once", name)}
+		}
+		seen[name] = true
+		out = append(out, ring.Shard{Name: name})
+	}
+	if len(out) == 0 {
+		return nil, usageError{fmt.Errorf("--shards is empty: give the current shards, e.g. --shards a,b,c,d")}
+	}
+	return out, nil
+}
+
+func newRingPlanCmd() *cobra.Command {
+	var (
+		rf                           ringFlags
+		add, split, into, remove, mv string
+		to                           string
+		asJSON                       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "plan --shards a,b,c,d (--add e | --split a | --remove a | --move lo:hi --to e) [--json]",
+		Short: "Print the moves that take a ring to its next shape",
+		Long: `Builds the ring of --shards (--vnodes per shard, --tokens balanced or hash)
+and prints the ranges that change owner for one operation: --add a shard,
+--split a shard (into --into, default <shard>-2), --remove a shard, or --move a
+range (lo:hi, lo exclusive, hi inclusive) --to a shard. Ranges are (lo, hi];
+a range crossing the wrap is two moves, (x, MaxInt64] and [MinInt64, y].`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			shards, err := rf.shardList()
+			if err != nil {
+				return err
+			}
+			o, err := rf.options()
+			if err != nil {
+				return err
+			}
+			ops := 0
+			for _, v := range []string{add, split, remove, mv} {
+				if v != "" {
+					ops++
+				}
+			}
+			if ops != 1 {
+				return usageError{fmt.Errorf("give exactly one of --add, --split, --remove or --move")}
+			}
+			old, err := ring.Build(shards, o)
+			if err != nil {
+				return usageError{fmt.Errorf("--shards: %w", err)}
+			}
+			var moves []ring.Move
+			switch {
+			case add != "":
+				if old.HasShard(add) {
+					return usageError{fmt.Errorf("--add %s: the ring already has a shard %s; give a new name", add, add)}
+				}
+				_, moves, err = ring.PlanAddNode(old, ring.Shard{Name: add}, o)
+			case split != "":
+				if !old.HasShard(split) {
+					return usageError{fmt.Errorf("--split %s: no such shard; give one of --shards (%s)", split, strings.Join(old.Shards(), ","))}
+				}
+				if into == "" {
+					into = split + "-2"
+				}
+				if old.HasShard(into) {
+					return usageError{fmt.Errorf("--into %s: the ring already has a shard %s; give a new name", into, into)}
+				}
+				_, moves, err = ring.PlanSplit(old, split, ring.Shard{Name: into}, o)
+			case remove != "":
+				if !old.HasShard(remove) {
+					return usageError{fmt.Errorf("--remove %s: no such shard; give one of --shards (%s)", remove, strings.Join(old.Shards(), ","))}
+				}
+				if len(shards) == 1 {
+					return usageError{fmt.Errorf("--remove %s: it is the only shard; a ring needs at least one", remove)}
+				}
+				_, moves, err = ring.PlanRemoveNode(old, remove, o)
+			default:
+				rg, perr := ring.ParseRange(mv)
+				if perr != nil {
+					return usageError{fmt.Errorf("--move: %w", perr)}
+				}
+				if to == "" {
+					return usageError{fmt.Errorf("--move needs --to: the shard receiving the range")}
+				}
+				_, moves, err = ring.PlanMove(old, rg, to)
+			}
+			if err != nil {
+				return err
+			}
+			if moves == nil {
+				moves = []ring.Move{}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				return enc.Encode(struct {
+					Moves []ring.Move `json:"moves"`
+				}{moves})
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "FROM\tTO\tLO (excl)\tHI (incl)\tFRACTION\t")
+			for _, m := range moves {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.6f\t\n", m.From, m.To, m.Range.Lo, m.Range.Hi, m.Range.Width()/18446744073709551616.0)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(out, "%d moves, moved fraction %.4f of the token space (%s tokens, %d vnodes per shard)\n",
+				len(moves), ring.MovedFraction(moves), o.Tokens, o.VNodes)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&rf.shards, "shards", "", "current shards, comma-separated (required)")
+	f.IntVar(&rf.vnodes, "vnodes", 16, "vnodes per shard")
+	f.StringVar(&rf.tokens, "tokens", "balanced", "token allocation: balanced or hash")
+	f.StringVar(&add, "add", "", "add a shard with this name")
+	f.StringVar(&split, "split", "", "split this shard in two")
+	f.StringVar(&into, "into", "", "name of the shard a --split creates (default <shard>-2)")
+	f.StringVar(&remove, "remove", "", "remove this shard")
+	f.StringVar(&mv, "move", "", "move the range lo:hi (lo exclusive, hi inclusive) --to a shard")
+	f.StringVar(&to, "to", "", "the shard receiving a --move")
+	f.BoolVar(&asJSON, "json", false, `print {"moves":[{"lo","hi","from","to"},...]}`)
+	return cmd
+}
+
+func newRingSimulateCmd() *cobra.Command {
+	var (
+		shards, add, vnodes, keys int
+		algo                      string
+		asJSON                    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "simulate --shards 4 --add 1 [--vnodes 16] [--keys 1000000] [--algo all] [--json]",
+		Short: "Compare how many keys move, and how even the load is, when shards are added",
+		Long: `Maps --keys sample keys ("key-<i>", tokens by hashtextextended) to --shards
+shards and again after adding --add shards, for each algorithm: modulo (token
+mod N), ring-hash (vnodes at the tokens of "<shard>#<i>"), ring-balanced
+(reshard's default allocation), rendezvous, jump (Lamping-Veach) and slots
+(16384 fixed slots, reassigned minimally). Reports the fraction of keys moved,
+the ideal add/(shards+add), and max_over_mean: the most loaded shard's keys over
+the mean. "tokens" is vnodes per shard for the rings, the slot count for slots.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case shards < 1:
+				return usageError{fmt.Errorf("--shards %d: give 1 or more shards", shards)}
+			case add < 1:
+				return usageError{fmt.Errorf("--add %d: give 1 or more shards to add", add)}
+			case vnodes < 1:
+				return usageError{fmt.Errorf("--vnodes %d: give 1 or more vnodes per shard", vnodes)}
+			case keys < 1:
+				return usageError{fmt.Errorf("--keys %d: give 1 or more sample keys", keys)}
+			}
+			var algos []string
+			for _, a := range strings.Split(algo, ",") {
+				if a = strings.TrimSpace(a); a != "" {
+					if a != "all" && !slices.Contains(ring.Algorithms, a) {
+						return usageError{fmt.Errorf("--algo %s: want all or a comma-separated list of %s", a, strings.Join(ring.Algorithms, ", "))}
+					}
+					algos = append(algos, a)
+				}
+			}
+			res, err := ring.Simulate(ring.SimOptions{Shards: shards, Add: add, VNodes: vnodes, Keys: keys, Algos: algos})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(res)
+			}
+			fmt.Fprintf(out, "%d shards + %d, %d keys, ideal moved fraction %.4f\n", shards, add, keys, float64(add)/float64(shards+add))
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ALGO\tTOKENS\tMOVED\tIDEAL\tMAX/MEAN")
+			for _, r := range res {
+				fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.4f\t%.4f\n", r.Algo, r.Tokens, r.MovedFraction, r.IdealFraction, r.MaxOverMean)
+			}
+			return tw.Flush()
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&shards, "shards", 4, "shards before the change")
+	f.IntVar(&add, "add", 1, "shards added")
+	f.IntVar(&vnodes, "vnodes", 16, "vnodes per shard for the ring algorithms")
+	f.IntVar(&keys, "keys", 1_000_000, "sample keys")
+	f.StringVar(&algo, "algo", "all", "all, or a comma-separated list of "+strings.Join(ring.Algorithms, ", "))
+	f.BoolVar(&asJSON, "json", false, `print a JSON array of {"algo","tokens","moved_fraction","ideal_fraction","max_over_mean"}`)
+	return cmd
+}
