@@ -1,7 +1,18 @@
 // Package topology keeps the versioned source of truth of which shard owns
 // which token range, in the control database, and the router applications use.
 //
-// Invariants: versions are append-only; publishing version v+1 is a
-// compare-and-set on v followed by NOTIFY; a router never moves to an older
-// version than the one it holds, whatever order versions arrive in.
+// Invariants: versions are append-only (a trigger refuses UPDATE, DELETE,
+// TRUNCATE and out-of-sequence INSERTs); publishing version v+1 is a
+// compare-and-set on v followed, in the same transaction, by NOTIFY
+// reshard_topology '<v+1>'; a router never moves to an older version than the
+// one it holds, whatever order versions arrive in.
+//
+// A version is a ring (who owns each token) plus the ranges being moved. A
+// migrating range names its source (From) and target (To); its owner, the
+// shard that serves it and the one the ring names, is From until cutover and
+// To after it. Connection references of shards never hold a password.
+//
+// The router routes without locks from an immutable snapshot. When a shard
+// refuses a write with the fence error (SQLSTATE RSF01, DESIGN.md §3), Do
+// reloads the topology and retries on the owner it names.
 package topology

@@ -13,7 +13,7 @@ type Metrics struct {
 	fenceRetries  prometheus.Counter
 	fallbackReads prometheus.Counter
 	version       prometheus.Gauge
-	refreshes     *prometheus.CounterVec // by source: notify, poll, fence, manual
+	refreshes     *prometheus.CounterVec // by source: initial, listen, notify, poll, fence, manual
 	stale         prometheus.Counter
 }
 
@@ -40,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reshard_router_topology_updates_total",
-			Help: "Newer topology versions adopted, by what brought them (notify, poll, fence, manual).",
+			Help: "Topology versions adopted, by what brought them (initial, listen, notify, poll, fence, manual).",
 		}, []string{"source"}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "reshard_router_stale_topologies_total",

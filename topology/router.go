@@ -236,11 +236,16 @@ func (r *Router) listenOnce(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connect to control database: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen %s: %w", NotifyChannel, err)
 	}
-	if err := r.refresh(ctx, "notify"); err != nil {
+	// Anything published before LISTEN took effect sent no notification to us.
+	if err := r.refresh(ctx, "listen"); err != nil {
 		return err
 	}
 	for {

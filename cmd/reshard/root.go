@@ -53,6 +53,7 @@ func newRootCmd() *cobra.Command {
 		newDevCmd(opts),
 		newVerifyCmd(opts),
 		newRingCmd(opts),
+		newTopologyCmd(opts),
 	)
 	return root
 }

@@ -1,0 +1,557 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/url"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
+)
+
+func newTopologyCmd(opts *globalOptions) *cobra.Command {
+	var controlDSN string
+	cmd := &cobra.Command{
+		Use:   "topology",
+		Short: "The versioned topology in the control database: show, history, skew",
+		Long: `The topology is the one source of truth of which shard owns which token
+range: an append-only list of versions in the control database (schema
+reshard), each a ring plus the state of every range (stable, or migrating
+from one shard to another). Routers follow it; only a move's cutover
+publishes a new version.`,
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.PersistentFlags().StringVar(&controlDSN, "control-dsn", envOr("RESHARD_CONTROL_DSN", ""), "control database (default $RESHARD_CONTROL_DSN)")
+	cmd.AddCommand(newTopologyShowCmd(&controlDSN), newTopologyHistoryCmd(&controlDSN), newTopologySkewCmd(&controlDSN))
+	return cmd
+}
+
+// openControl connects to the control database. Errors never carry the DSN
+// unredacted: it may hold a password.
+func openControl(ctx context.Context, dsn string) (*topology.Store, func(), error) {
+	if dsn == "" {
+		return nil, nil, usageError{errors.New("no control database: pass --control-dsn or set RESHARD_CONTROL_DSN")}
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("--control-dsn %s is not a valid PostgreSQL connection string (want postgres://user@host:port/db or host=... dbname=...)", redactDSN(dsn))}
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control database %s: %w", redactDSN(dsn), err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("control database %s: %w", redactDSN(dsn), err)
+	}
+	return topology.NewStore(pool), pool.Close, nil
+}
+
+// controlErr explains a missing schema instead of printing "relation does not exist".
+func controlErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return fmt.Errorf("the control database has no topology schema (reshard.topology_versions); it is created by topology.Migrate when the cluster is set up: %w", err)
+	}
+	if errors.Is(err, topology.ErrNoTopology) {
+		return fmt.Errorf("the control database holds no topology yet: %w", err)
+	}
+	return err
+}
+
+// loadTopology loads version (0: the current one).
+func loadTopology(ctx context.Context, s *topology.Store, version int64) (topology.Topology, error) {
+	if version > 0 {
+		t, err := s.Load(ctx, version)
+		return t, controlErr(err)
+	}
+	t, err := s.Current(ctx)
+	return t, controlErr(err)
+}
+
+func newTopologyShowCmd(controlDSN *string) *cobra.Command {
+	var (
+		version int64
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Show a topology version: shards, their share of the token space, migrating ranges",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if version < 0 {
+				return usageError{fmt.Errorf("--version %d: versions start at 1 (omit it for the current one)", version)}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			store, closeFn, err := openControl(ctx, *controlDSN)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			t, err := loadTopology(ctx, store, version)
+			if err != nil {
+				return err
+			}
+			shards, err := store.Shards(ctx)
+			if err != nil {
+				return controlErr(err)
+			}
+			if asJSON {
+				return topoWriteJSON(cmd.OutOrStdout(), topologyJSON(t, shards))
+			}
+			printTopology(cmd.OutOrStdout(), t, shards)
+			return nil
+		},
+	}
+	cmd.Flags().Int64Var(&version, "version", 0, "topology version to show (default: the current one)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+type shardJSON struct {
+	topology.Shard
+	VNodes int     `json:"vnodes"`
+	Space  float64 `json:"space"`
+}
+
+func topologyJSON(t topology.Topology, shards []topology.Shard) any {
+	return struct {
+		Version     int64                 `json:"version"`
+		Reason      string                `json:"reason"`
+		MigrationID string                `json:"migration_id,omitempty"`
+		CreatedAt   time.Time             `json:"created_at"`
+		Shards      []shardJSON           `json:"shards"`
+		Ring        *ring.Ring            `json:"ring"`
+		Migrating   []topology.RangeState `json:"migrating"`
+	}{t.Version, t.Reason, t.MigrationID, t.CreatedAt, shardRows(t, shards), t.Ring, topoNonNil(t.Migrating())}
+}
+
+func topoNonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// shardRows joins the ring's shards with the registry: every shard of the
+// ring, then registered shards the ring gives nothing (joining, or gone).
+func shardRows(t topology.Topology, reg []topology.Shard) []shardJSON {
+	vn := map[string]int{}
+	for _, v := range t.Ring.VNodes() {
+		vn[v.Shard]++
+	}
+	share := t.Ring.Share()
+	byName := map[string]topology.Shard{}
+	for _, s := range reg {
+		byName[s.Name] = s
+	}
+	var out []shardJSON
+	for _, name := range t.Ring.Shards() {
+		s, ok := byName[name]
+		if !ok {
+			s = topology.Shard{Name: name, State: "unregistered"}
+		}
+		out = append(out, shardJSON{Shard: s, VNodes: vn[name], Space: share[name]})
+	}
+	for _, s := range reg {
+		if !t.Ring.HasShard(s.Name) {
+			out = append(out, shardJSON{Shard: s})
+		}
+	}
+	return out
+}
+
+func printTopology(out io.Writer, t topology.Topology, reg []topology.Shard) {
+	fmt.Fprintf(out, "version %d  %s  %s", t.Version, t.CreatedAt.Format(time.RFC3339), t.Reason)
+	if t.MigrationID != "" {
+		fmt.Fprintf(out, "  (migration %s)", t.MigrationID)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "SHARD\tSTATE\tVNODES\tSPACE\tWEIGHT\tDOMAIN\tCONNECTION")
+	for _, s := range shardRows(t, reg) {
+		conn := "-"
+		if s.Conn.Host != "" {
+			conn = s.Conn.String()
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f%%\t%g\t%s\t%s\n", s.Name, s.State, s.VNodes, 100*s.Space, s.Weight, topoDash(s.FailureDomain), conn)
+	}
+	w.Flush()
+	m := t.Migrating()
+	if len(m) == 0 {
+		fmt.Fprintln(out, "\nno range is migrating")
+		return
+	}
+	fmt.Fprintf(out, "\n%d migrating range(s):\n", len(m))
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "RANGE\tFROM\tTO\tSERVED BY")
+	for _, r := range m {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.Range, r.From, r.To, r.Owner)
+	}
+	w.Flush()
+}
+
+func topoDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func topoWriteJSON(out io.Writer, v any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newTopologyHistoryCmd(controlDSN *string) *cobra.Command {
+	var (
+		limit  int
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "history",
+		Short: "List topology versions, newest first",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 0 {
+				return usageError{fmt.Errorf("--limit %d: want 0 (all) or more", limit)}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			store, closeFn, err := openControl(ctx, *controlDSN)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			h, err := store.History(ctx, limit)
+			if err != nil {
+				return controlErr(err)
+			}
+			if asJSON {
+				return topoWriteJSON(cmd.OutOrStdout(), topoNonNil(h))
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "VERSION\tCREATED\tSHARDS\tVNODES\tMIGRATING\tMIGRATION\tREASON")
+			for _, e := range h {
+				fmt.Fprintf(w, "%d\t%s\t%d\t%d\t%d\t%s\t%s\n", e.Version, e.CreatedAt.Format(time.RFC3339), e.Shards, e.VNodes, e.Migrating, topoDash(e.MigrationID), e.Reason)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 20, "versions to list (0: all)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func newTopologySkewCmd(controlDSN *string) *cobra.Command {
+	var (
+		tables    []string
+		shardDSNs []string
+		keyType   string
+		interval  time.Duration
+		top       int
+		asJSON    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "skew",
+		Short: "Rows, bytes and write rates per shard and the hottest ranges, against max/median",
+		Long: `Reads every shard of the current topology: row and byte estimates per
+table (pg_class, pg_total_relation_size), rows per owned range (counted
+through the token expression; large tables through TABLESAMPLE SYSTEM,
+scaled), and write rates from two pg_stat_user_tables readings --interval
+apart. Uniform keys are not uniform traffic: a shard can own its fair share
+of the token space and still hold a hot key or take most of the writes.
+
+Shards are reached through the connection references in the registry; the
+password comes from the environment (PGPASSWORD, PGPASSFILE, ~/.pgpass).
+--shard-dsn name=DSN overrides one shard's connection.`,
+		Example: `  reshard topology skew --table users:id --table orders:user_id --interval 10s`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sopts, overrides, err := parseSkewInput(tables, shardDSNs, keyType, interval, top)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute+interval)
+			defer cancel()
+			store, closeFn, err := openControl(ctx, *controlDSN)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			t, err := loadTopology(ctx, store, 0)
+			if err != nil {
+				return err
+			}
+			reg, err := store.Shards(ctx)
+			if err != nil {
+				return controlErr(err)
+			}
+			pools, closePools, err := shardPools(ctx, t, reg, overrides)
+			if err != nil {
+				return err
+			}
+			defer closePools()
+			rep, err := topology.Skew(ctx, t, pools, sopts)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return topoWriteJSON(cmd.OutOrStdout(), rep)
+			}
+			printSkew(cmd.OutOrStdout(), rep)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&tables, "table", nil, "table and shard-key column, [schema.]table:key (repeatable; all share one key type)")
+	f.StringArrayVar(&shardDSNs, "shard-dsn", nil, "connection of one shard, name=DSN, instead of its registered reference (repeatable)")
+	f.StringVar(&keyType, "key-type", "bigint", "shard-key type: bigint, integer, smallint, text, varchar or uuid")
+	f.DurationVar(&interval, "interval", 5*time.Second, "time between the two write-counter readings")
+	f.IntVar(&top, "top", 5, "hottest ranges to list")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+// parseSkewInput checks the skew flags; every error is bad input.
+func parseSkewInput(tables, shardDSNs []string, keyType string, interval time.Duration, top int) (topology.SkewOptions, map[string]string, error) {
+	var o topology.SkewOptions
+	if len(tables) == 0 {
+		return o, nil, errors.New("name at least one --table [schema.]table:key")
+	}
+	for _, t := range tables {
+		name, key, ok := strings.Cut(t, ":")
+		if !ok || name == "" || key == "" {
+			return o, nil, fmt.Errorf("--table %q: want [schema.]table:key", t)
+		}
+		o.Tables = append(o.Tables, topology.SkewTable{Name: name, KeyColumn: key})
+	}
+	kt, err := ring.ParseKeyType(keyType)
+	if err != nil {
+		return o, nil, fmt.Errorf("--key-type: %w", err)
+	}
+	o.KeyType = kt
+	if interval < 100*time.Millisecond {
+		return o, nil, fmt.Errorf("--interval %s: too short to measure writes; use 1s or more", interval)
+	}
+	o.Interval = interval
+	if top < 1 {
+		return o, nil, fmt.Errorf("--top %d: want 1 or more", top)
+	}
+	o.Top = top
+	overrides := map[string]string{}
+	for i, s := range shardDSNs {
+		name, dsn, ok := strings.Cut(s, "=")
+		if !ok || name == "" || dsn == "" {
+			// Not echoed: a malformed value may hold a password anywhere.
+			return o, nil, fmt.Errorf("--shard-dsn number %d: want name=DSN, e.g. --shard-dsn shard1=postgres://app@db1:5432/app", i+1)
+		}
+		overrides[name] = dsn
+	}
+	return o, overrides, nil
+}
+
+// shardPools opens a small pool per shard of the ring.
+func shardPools(ctx context.Context, t topology.Topology, reg []topology.Shard, overrides map[string]string) (map[string]*pgxpool.Pool, func(), error) {
+	byName := map[string]topology.Shard{}
+	for _, s := range reg {
+		byName[s.Name] = s
+	}
+	pools := map[string]*pgxpool.Pool{}
+	closeAll := func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}
+	for name := range overrides {
+		if !t.Ring.HasShard(name) {
+			return nil, nil, usageError{fmt.Errorf("--shard-dsn %s: topology version %d has no shard %s (shards: %s)", name, t.Version, name, strings.Join(t.Ring.Shards(), ", "))}
+		}
+	}
+	for _, name := range t.Ring.Shards() {
+		dsn, ok := overrides[name]
+		if !ok {
+			s, known := byName[name]
+			if !known {
+				closeAll()
+				return nil, nil, usageError{fmt.Errorf("shard %s is not registered; pass --shard-dsn %s=DSN", name, name)}
+			}
+			dsn = s.Conn.DSN()
+		}
+		cfg, err := pgxpool.ParseConfig(dsn)
+		if err != nil {
+			closeAll()
+			return nil, nil, usageError{fmt.Errorf("shard %s: %s is not a valid PostgreSQL connection string", name, redactDSN(dsn))}
+		}
+		cfg.MaxConns = 2
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err == nil {
+			err = p.Ping(ctx)
+			pools[name] = p
+		}
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("shard %s (%s): %w", name, redactDSN(dsn), err)
+		}
+	}
+	return pools, closeAll, nil
+}
+
+func printSkew(out io.Writer, rep *topology.SkewReport) {
+	fmt.Fprintf(out, "topology version %d, writes measured over %s\n\n", rep.Version, rep.Interval)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "SHARD\tSPACE\tROWS\tBYTES\tWRITES/S\tFOREIGN ROWS\t")
+	for _, s := range rep.Shards {
+		fmt.Fprintf(w, "%s\t%.2f%%\t%.0f\t%s\t%.1f\t%.0f\t\n", s.Shard, 100*s.Space, s.Rows, topoHumanBytes(s.Bytes), s.WritesPerSec, s.ForeignRows)
+	}
+	w.Flush()
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "FIGURE\tMAX/MEDIAN\tHOTTEST")
+	for _, f := range []struct {
+		name string
+		im   topology.Imbalance
+	}{{"rows", rep.Rows}, {"bytes", rep.Bytes}, {"writes", rep.Writes}} {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", f.name, topoRatio(f.im.Ratio), topoDash(f.im.Hottest))
+	}
+	w.Flush()
+	if len(rep.HotRanges) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "\nhottest ranges (by rows):")
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "RANGE\tSHARD\tROWS\tOF ROWS\tOF SPACE")
+	for _, r := range rep.HotRanges {
+		fmt.Fprintf(w, "%s\t%s\t%.0f\t%.1f%%\t%.2f%%\n", r.Range, r.Shard, r.Rows, 100*r.RowShare, 100*r.SpaceShare)
+	}
+	w.Flush()
+}
+
+func topoRatio(r float64) string {
+	if math.IsInf(r, 1) {
+		return "inf (median 0)"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+func topoHumanBytes(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+// newRingShowCmd is "reshard ring show": the current ring from the control
+// database. It belongs under the ring command, which wires it.
+func newRingShowCmd(opts *globalOptions) *cobra.Command {
+	var (
+		controlDSN string
+		version    int64
+		asJSON     bool
+		ranges     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Show the ring of the current topology (or of --version): vnodes and token space per shard",
+		Args:  usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if version < 0 {
+				return usageError{fmt.Errorf("--version %d: versions start at 1 (omit it for the current one)", version)}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			store, closeFn, err := openControl(ctx, controlDSN)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			t, err := loadTopology(ctx, store, version)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return topoWriteJSON(out, t.Ring)
+			}
+			fmt.Fprintf(out, "topology version %d: %d shards, %d vnodes\n\n", t.Version, len(t.Ring.Shards()), t.Ring.Len())
+			share := t.Ring.Share()
+			w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "SHARD\tVNODES\tRANGES\tSPACE")
+			vn := map[string]int{}
+			for _, v := range t.Ring.VNodes() {
+				vn[v.Shard]++
+			}
+			for _, s := range t.Ring.Shards() {
+				fmt.Fprintf(w, "%s\t%d\t%d\t%.2f%%\n", s, vn[s], len(t.Ring.Ranges(s)), 100*share[s])
+			}
+			w.Flush()
+			if ranges {
+				fmt.Fprintln(out, "\nranges (lo exclusive, hi inclusive):")
+				w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(w, "RANGE\tSHARD\tSTATE")
+				for _, st := range t.States() {
+					state := string(st.Status)
+					if st.Status == topology.Migrating {
+						state = fmt.Sprintf("migrating %s->%s", st.From, st.To)
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\n", st.Range, st.Owner, state)
+				}
+				w.Flush()
+			}
+			return nil
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.Flags().StringVar(&controlDSN, "control-dsn", envOr("RESHARD_CONTROL_DSN", ""), "control database (default $RESHARD_CONTROL_DSN)")
+	cmd.Flags().Int64Var(&version, "version", 0, "topology version (default: the current one)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print the ring as JSON, {"vnodes":[{"token":..,"shard":..},...]}`)
+	cmd.Flags().BoolVar(&ranges, "ranges", false, "list every range with its owner and state")
+	return cmd
+}
+
+var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
+
+// redactDSN returns dsn with any password replaced, for messages and logs.
+// It handles both URL (postgres://user:pw@host/db?password=pw) and
+// keyword/value (host=... password=...) forms.
+func redactDSN(dsn string) string {
+	const mask = "xxxxx"
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return "(unparsable connection URL)" // might hold a password anywhere
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), mask)
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Set("password", mask)
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	return kvPassword.ReplaceAllString(dsn, "${1}"+mask)
+}
