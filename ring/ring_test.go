@@ -187,3 +187,41 @@ func TestOwnerDoesNotAllocate(t *testing.T) {
 		t.Fatalf("OwnerText allocates %v times", n)
 	}
 }
+
+// FuzzRingOwner builds a ring from fuzzed tokens and checks Owner (bucket
+// index) against a linear scan and against Ranges.
+func FuzzRingOwner(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9}, int64(0))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0, 0, 0, 0, 0x80}, int64(MinToken))
+	f.Fuzz(func(t *testing.T, raw []byte, probe int64) {
+		var vs []VNode
+		seen := map[int64]bool{}
+		for i := 0; i+8 <= len(raw) && len(vs) < 64; i += 8 {
+			tok := int64(uint64(raw[i]) | uint64(raw[i+1])<<8 | uint64(raw[i+2])<<16 | uint64(raw[i+3])<<24 |
+				uint64(raw[i+4])<<32 | uint64(raw[i+5])<<40 | uint64(raw[i+6])<<48 | uint64(raw[i+7])<<56)
+			if tok == MinToken || seen[tok] {
+				continue
+			}
+			seen[tok] = true
+			vs = append(vs, VNode{tok, fmt.Sprintf("s%d", raw[i]%3)})
+		}
+		if len(vs) == 0 {
+			return
+		}
+		r := MustNew(vs)
+		sorted := r.VNodes()
+		want := sorted[0].Shard // wrap
+		for _, v := range sorted {
+			if v.Token >= probe {
+				want = v.Shard
+				break
+			}
+		}
+		if got := r.Owner(probe); got != want {
+			t.Fatalf("Owner(%d) = %s, linear scan %s (%v)", probe, got, want, sorted)
+		}
+		if !ContainsAny(r.Ranges(want), probe) {
+			t.Fatalf("Ranges(%s) do not contain %d", want, probe)
+		}
+	})
+}
