@@ -1,0 +1,474 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// tablePlan is one table's statements on the target. Every one carries the
+// moving-range predicate on the target row (alias t), so the applier can
+// never touch a row the target owns (DESIGN.md §4.4).
+type tablePlan struct {
+	t      tableset.Table
+	kt     ring.KeyType
+	cols   []tableset.Column // written columns, in target attribute order
+	byName map[string]int
+	pk     []int // indexes into cols
+	key    int   // index of the shard key in cols
+	pred   string
+
+	upsertSQL    string // $1..$n text[] of every column
+	deleteSQL    string // $1..$k text[] of the primary key
+	collisionSQL string // same parameters as deleteSQL
+	fetchSQL     string // on the source: $1..$k text of the primary key
+}
+
+func cast(v string, c tableset.Column) string { return v + "::" + c.Type }
+
+func newTablePlan(t tableset.Table, ranges []ring.Range) (*tablePlan, error) {
+	p := &tablePlan{t: t, kt: t.KeyType, cols: t.WritableColumns(), byName: map[string]int{}, key: -1}
+	for i, c := range p.cols {
+		p.byName[c.Name] = i
+	}
+	for _, name := range t.PK {
+		i, ok := p.byName[name]
+		if !ok {
+			return nil, fmt.Errorf("table %s: primary-key column %s is generated: reshard cannot apply changes to it", t, name)
+		}
+		p.pk = append(p.pk, i)
+	}
+	if len(p.pk) == 0 {
+		return nil, fmt.Errorf("table %s has no primary key: reshard needs one to apply changes", t)
+	}
+	var ok bool
+	if p.key, ok = p.byName[t.KeyColumn]; !ok {
+		return nil, fmt.Errorf("table %s: shard key %s is missing or generated", t, t.KeyColumn)
+	}
+	// UPDATE and DELETE messages identify the old row by the replica
+	// identity; the applier finds the target row by primary key, so the
+	// identity must contain it (default and FULL do).
+	for _, name := range t.PK {
+		if t.ReplicaIdentity != "f" && !slices.Contains(t.IdentityColumns, name) {
+			return nil, fmt.Errorf("table %s: replica identity (%s) does not contain primary-key column %s: use REPLICA IDENTITY DEFAULT or FULL", t, strings.Join(t.IdentityColumns, ", "), name)
+		}
+	}
+	p.pred = ring.Predicate(t.TokenSQL("t"), ranges)
+	p.buildSQL()
+	return p, nil
+}
+
+func (p *tablePlan) buildSQL() {
+	tq := p.t.Quoted() + " AS t"
+	var names, sel, arrs, us, set []string
+	for i, c := range p.cols {
+		q := pgx.Identifier{c.Name}.Sanitize()
+		u := "v" + strconv.Itoa(i)
+		names = append(names, q)
+		sel = append(sel, cast("u."+u, c))
+		arrs = append(arrs, "$"+strconv.Itoa(i+1)+"::text[]")
+		us = append(us, u)
+		if !slices.Contains(p.pk, i) {
+			set = append(set, q+" = EXCLUDED."+q)
+		}
+	}
+	var pkNames, pkJoin, pkArrs, pkUs, pkText, pkWhere []string
+	for j, i := range p.pk {
+		c := p.cols[i]
+		q := pgx.Identifier{c.Name}.Sanitize()
+		u := "k" + strconv.Itoa(j)
+		pkNames = append(pkNames, q)
+		pkJoin = append(pkJoin, "t."+q+" = "+cast("u."+u, c))
+		pkArrs = append(pkArrs, "$"+strconv.Itoa(j+1)+"::text[]")
+		pkUs = append(pkUs, u)
+		pkText = append(pkText, "t."+q+"::text")
+		pkWhere = append(pkWhere, "t."+q+" = "+cast("$"+strconv.Itoa(j+1)+"::text", c))
+	}
+	if len(set) == 0 { // every column is in the key: a no-op update still reports the row
+		set = append(set, pkNames[0]+" = EXCLUDED."+pkNames[0])
+	}
+	p.upsertSQL = "INSERT INTO " + tq + " (" + strings.Join(names, ", ") + ") OVERRIDING SYSTEM VALUE SELECT " + strings.Join(sel, ", ") +
+		" FROM unnest(" + strings.Join(arrs, ", ") + ") AS u(" + strings.Join(us, ", ") + ")" +
+		" ON CONFLICT (" + strings.Join(pkNames, ", ") + ") DO UPDATE SET " + strings.Join(set, ", ") + " WHERE " + p.pred
+	p.deleteSQL = "DELETE FROM " + tq + " USING unnest(" + strings.Join(pkArrs, ", ") + ") AS u(" + strings.Join(pkUs, ", ") + ")" +
+		" WHERE " + strings.Join(pkJoin, " AND ") + " AND " + p.pred
+	p.collisionSQL = "SELECT " + strings.Join(pkText, ", ") + " FROM " + tq + " JOIN unnest(" + strings.Join(pkArrs, ", ") + ") AS u(" + strings.Join(pkUs, ", ") + ")" +
+		" ON " + strings.Join(pkJoin, " AND ") + " WHERE (" + p.pred + ") IS NOT TRUE LIMIT 1"
+	var all []string
+	for _, c := range p.cols {
+		all = append(all, pgx.Identifier{c.Name}.Sanitize()+"::text")
+	}
+	p.fetchSQL = "SELECT " + strings.Join(all, ", ") + " FROM " + tq + " WHERE " + strings.Join(pkWhere, " AND ")
+}
+
+// partialUpdateSQL sets only the sent columns of the row whose primary key
+// is $1..$k (unchanged TOAST columns are not sent and must not be touched).
+func (p *tablePlan) partialUpdateSQL(row []Col) string {
+	var set, where []string
+	n := len(p.pk)
+	for i, c := range p.cols {
+		if row[i].Kind == ColUnchanged {
+			continue
+		}
+		n++
+		set = append(set, pgx.Identifier{c.Name}.Sanitize()+" = "+cast("$"+strconv.Itoa(n)+"::text", c))
+	}
+	for j, i := range p.pk {
+		c := p.cols[i]
+		where = append(where, "t."+pgx.Identifier{c.Name}.Sanitize()+" = "+cast("$"+strconv.Itoa(j+1)+"::text", c))
+	}
+	return "UPDATE " + p.t.Quoted() + " AS t SET " + strings.Join(set, ", ") + " WHERE " + strings.Join(where, " AND ") + " AND " + p.pred
+}
+
+// binding maps one Relation message's columns onto a table plan.
+type binding struct {
+	rel  *Relation
+	plan *tablePlan
+	cols []int // relation column i -> plan column
+}
+
+// bind checks a Relation message against the target's shape: a difference
+// means DDL happened on the source during the move.
+func bind(rel *Relation, p *tablePlan) (*binding, error) {
+	b := &binding{rel: rel, plan: p, cols: make([]int, len(rel.Columns))}
+	e := &SchemaChangeError{Table: p.t.String()}
+	seen := make([]bool, len(p.cols))
+	for i, rc := range rel.Columns {
+		j, ok := p.byName[rc.Name]
+		if !ok {
+			e.OnlySource = append(e.OnlySource, rc.Name)
+			continue
+		}
+		b.cols[i] = j
+		seen[j] = true
+		// Built-in types have the same OID everywhere; user types do not.
+		if tc := p.cols[j]; rc.TypeOID < 16384 && tc.TypeOID < 16384 && rc.TypeOID != tc.TypeOID {
+			e.TypeChanged = append(e.TypeChanged, fmt.Sprintf("%s: source type oid %d, target %s (oid %d)", rc.Name, rc.TypeOID, tc.Type, tc.TypeOID))
+		}
+	}
+	for j, ok := range seen {
+		if !ok {
+			e.OnlyTarget = append(e.OnlyTarget, p.cols[j].Name)
+		}
+	}
+	if len(e.OnlySource)+len(e.OnlyTarget)+len(e.TypeChanged) > 0 {
+		return nil, e
+	}
+	return b, nil
+}
+
+// row maps a tuple to plan column order.
+func (b *binding) row(t Tuple) []Col {
+	if t == nil {
+		return nil
+	}
+	r := make([]Col, len(b.plan.cols))
+	for i := range r {
+		r[i] = Col{Kind: ColUnchanged}
+	}
+	for i, c := range t {
+		r[b.cols[i]] = c
+	}
+	return r
+}
+
+// inRanges computes whether a row's key lies in the moving ranges; known is
+// false when the key was not sent.
+func (p *tablePlan) inRanges(row []Col, ranges []ring.Range) (in, known bool, err error) {
+	if row == nil {
+		return false, false, nil
+	}
+	k := row[p.key]
+	switch k.Kind {
+	case ColNull: // a NULL key hashes to NULL: in no range
+		return false, true, nil
+	case ColText:
+		tok, err := ring.TokenOf(p.kt, string(k.Data))
+		if err != nil {
+			return false, false, fmt.Errorf("token of %s.%s: %w", p.t, p.t.KeyColumn, err)
+		}
+		return ring.ContainsAny(ranges, tok), true, nil
+	case ColBinary:
+		return false, false, fmt.Errorf("%s: binary pgoutput values are not supported: stream in text mode", p.t)
+	}
+	return false, false, nil
+}
+
+// pkOf returns the row's primary key as text values, or ok=false when a key
+// column was not sent.
+func (p *tablePlan) pkOf(row []Col) ([]string, bool) {
+	if row == nil {
+		return nil, false
+	}
+	out := make([]string, len(p.pk))
+	for j, i := range p.pk {
+		if row[i].Kind != ColText {
+			return nil, false
+		}
+		out[j] = string(row[i].Data)
+	}
+	return out, true
+}
+
+func hasUnchanged(row []Col) bool {
+	for _, c := range row {
+		if c.Kind == ColUnchanged {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *tablePlan) describeKey(pk []string) string {
+	parts := make([]string, len(pk))
+	for j, i := range p.pk {
+		parts[j] = p.cols[i].Name + "=" + pk[j]
+	}
+	return strings.Join(parts, ", ")
+}
+
+// pendingOp is the last full-row operation on one primary key in the open
+// target transaction: later operations on the same key replace earlier ones,
+// which is exact because each is a full-row upsert or a delete.
+type pendingOp struct {
+	pk     []string
+	row    []Col // nil: delete
+	upsert bool
+}
+
+// pendingTable collects a table's full-row operations until they are flushed
+// as one set-based DELETE and one set-based upsert.
+type pendingTable struct {
+	ops   map[string]*pendingOp
+	order []string
+}
+
+func pkMapKey(pk []string) string { return strings.Join(pk, "\x00") }
+
+// target is the applier's session on the target and its open transaction.
+type target struct {
+	conn    *pgx.Conn
+	tx      pgx.Tx
+	plans   []*tablePlan
+	pending map[*tablePlan]*pendingTable
+	npend   int
+	fetch   func(ctx context.Context, p *tablePlan, pk []string) ([]Col, bool, error)
+	// counters since the last commit
+	written int
+}
+
+func (tg *target) begin(ctx context.Context) error {
+	if tg.tx != nil {
+		return nil
+	}
+	tx, err := tg.conn.Begin(ctx)
+	if err != nil {
+		return wrapOp("begin target transaction", err)
+	}
+	tg.tx = tx
+	return nil
+}
+
+func (tg *target) add(p *tablePlan, op *pendingOp) {
+	pt := tg.pending[p]
+	if pt == nil {
+		pt = &pendingTable{ops: map[string]*pendingOp{}}
+		tg.pending[p] = pt
+	}
+	k := pkMapKey(op.pk)
+	if _, ok := pt.ops[k]; !ok {
+		pt.order = append(pt.order, k)
+		tg.npend++
+	}
+	pt.ops[k] = op
+}
+
+// flush writes every pending operation into the open target transaction.
+func (tg *target) flush(ctx context.Context) error {
+	for _, p := range tg.plans {
+		if err := tg.flushTable(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func textArrays(n, rows int) [][]pgtype.Text {
+	a := make([][]pgtype.Text, n)
+	for i := range a {
+		a[i] = make([]pgtype.Text, 0, rows)
+	}
+	return a
+}
+
+func (tg *target) flushTable(ctx context.Context, p *tablePlan) error {
+	pt := tg.pending[p]
+	if pt == nil || len(pt.order) == 0 {
+		return nil
+	}
+	if err := tg.begin(ctx); err != nil {
+		return err
+	}
+	dels := textArrays(len(p.pk), len(pt.order))
+	ups := textArrays(len(p.cols), len(pt.order))
+	nDel, nUp := 0, 0
+	for _, k := range pt.order {
+		op := pt.ops[k]
+		if !op.upsert {
+			for j := range p.pk {
+				dels[j] = append(dels[j], pgtype.Text{String: op.pk[j], Valid: true})
+			}
+			nDel++
+			continue
+		}
+		for i, c := range op.row {
+			ups[i] = append(ups[i], pgtype.Text{String: string(c.Data), Valid: c.Kind == ColText})
+		}
+		nUp++
+	}
+	tg.npend -= len(pt.order)
+	pt.order = pt.order[:0]
+	clear(pt.ops)
+	// Deletes first: a key that left the ranges frees its unique values
+	// before another row takes them.
+	if nDel > 0 {
+		args := make([]any, len(dels))
+		for i := range dels {
+			args[i] = dels[i]
+		}
+		if _, err := tg.tx.Exec(ctx, p.deleteSQL, args...); err != nil {
+			return wrapOp(fmt.Sprintf("apply %d deletes to %s", nDel, p.t), err)
+		}
+	}
+	if nUp > 0 {
+		args := make([]any, len(ups))
+		for i := range ups {
+			args[i] = ups[i]
+		}
+		tag, err := tg.tx.Exec(ctx, p.upsertSQL, args...)
+		if err != nil {
+			return wrapOp(fmt.Sprintf("apply %d upserts to %s", nUp, p.t), err)
+		}
+		if int(tag.RowsAffected()) != nUp {
+			return tg.collision(ctx, p, ups)
+		}
+	}
+	tg.written += nDel + nUp
+	return nil
+}
+
+// collision names a key whose upsert found a target row outside the moving
+// ranges (the upsert's WHERE left it untouched).
+func (tg *target) collision(ctx context.Context, p *tablePlan, ups [][]pgtype.Text) error {
+	args := make([]any, len(p.pk))
+	for j, i := range p.pk {
+		args[j] = ups[i]
+	}
+	strs := make([]string, len(p.pk))
+	ptrs := make([]any, len(p.pk))
+	for i := range strs {
+		ptrs[i] = &strs[i]
+	}
+	if err := tg.tx.QueryRow(ctx, p.collisionSQL, args...).Scan(ptrs...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("apply upserts to %s: fewer rows written than sent, but no colliding row found", p.t)
+		}
+		return wrapOp("find colliding key in "+p.t.String(), err)
+	}
+	return &CollisionError{Table: p.t.String(), Key: p.describeKey(strs)}
+}
+
+// partial applies an UPDATE (or a row-filter INSERT) that left unchanged
+// TOAST columns out: only the sent columns are set, on the row with primary
+// key oldPK. If that row is not on the target (the key just entered the
+// ranges, or the copy has not reached it), the unsent values are read from
+// the source and the whole row upserted; later changes in the stream correct
+// anything newer than this point, so the result still converges.
+func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row []Col) error {
+	if err := tg.flushTable(ctx, p); err != nil {
+		return err
+	}
+	if err := tg.begin(ctx); err != nil {
+		return err
+	}
+	newPK, ok := p.pkOf(row)
+	if !ok {
+		return fmt.Errorf("apply update of %s: primary key not sent", p.t)
+	}
+	// When the key changed and the new key's row is already ours (a later
+	// copy or an earlier replay put it there), update that row and drop the
+	// old one; otherwise move the old row.
+	tries := [][]string{oldPK}
+	if pkMapKey(oldPK) != pkMapKey(newPK) {
+		tries = [][]string{newPK, oldPK}
+	}
+	sql := p.partialUpdateSQL(row)
+	for n, pk := range tries {
+		args := make([]any, 0, len(p.pk)+len(row))
+		for _, v := range pk {
+			args = append(args, v)
+		}
+		for _, c := range row {
+			switch c.Kind {
+			case ColText:
+				args = append(args, string(c.Data))
+			case ColNull:
+				args = append(args, nil)
+			}
+		}
+		tag, err := tg.tx.Exec(ctx, sql, args...)
+		if err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+				return &CollisionError{Table: p.t.String(), Key: p.describeKey(newPK) + " (" + pgErr.Detail + ")"}
+			}
+			return wrapOp("apply update of "+p.t.String()+" (unchanged TOAST columns kept)", err)
+		}
+		if tag.RowsAffected() == 1 {
+			tg.written++
+			if len(tries) == 2 && n == 0 {
+				tg.add(p, &pendingOp{pk: oldPK})
+			}
+			return nil
+		}
+	}
+	cur, found, err := tg.fetch(ctx, p, newPK)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return nil // gone on the source since: a later change in the stream deletes or moves it
+	}
+	full := make([]Col, len(row))
+	for i, c := range row {
+		if c.Kind == ColUnchanged {
+			c = cur[i]
+		}
+		full[i] = c
+	}
+	tg.add(p, &pendingOp{pk: newPK, row: full, upsert: true})
+	return nil
+}
+
+func (tg *target) rollback(ctx context.Context) {
+	if tg.tx != nil {
+		_ = tg.tx.Rollback(ctx)
+		tg.tx = nil
+	}
+	for _, pt := range tg.pending {
+		pt.order = pt.order[:0]
+		clear(pt.ops)
+	}
+	tg.npend = 0
+	tg.written = 0
+}

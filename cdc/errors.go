@@ -1,0 +1,128 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// CollisionError: a change would overwrite a target row whose key lies
+// outside the moving ranges — a primary-key collision between shards
+// (DESIGN.md §4.4). The row is left intact and the stream stops; not
+// retryable.
+type CollisionError struct {
+	Table string // schema.table
+	Key   string // the primary key, as column=value pairs
+}
+
+func (e *CollisionError) Error() string {
+	return fmt.Sprintf("primary-key collision on %s: the target already holds %s for a key outside the moving ranges (a row the target owns); "+
+		"it was not overwritten and the move is stopped: resolve the duplicate key (per-shard sequences?) before retrying", e.Table, e.Key)
+}
+
+// SchemaChangeError: the source announced a table shape (Relation message)
+// that no longer matches the target: DDL happened during the move. Not
+// retryable until the schemas match again.
+type SchemaChangeError struct {
+	Table       string
+	OnlySource  []string // columns the source sends that the target lacks
+	OnlyTarget  []string // target columns the source no longer sends
+	TypeChanged []string // "col: source type oid X, target Y"
+}
+
+func (e *SchemaChangeError) Error() string {
+	var parts []string
+	if len(e.OnlySource) > 0 {
+		parts = append(parts, "columns only on the source: "+strings.Join(e.OnlySource, ", "))
+	}
+	if len(e.OnlyTarget) > 0 {
+		parts = append(parts, "columns only on the target: "+strings.Join(e.OnlyTarget, ", "))
+	}
+	if len(e.TypeChanged) > 0 {
+		parts = append(parts, "types differ: "+strings.Join(e.TypeChanged, "; "))
+	}
+	return fmt.Sprintf("schema of %s changed on the source during the move (%s): apply the same DDL on the target, then restart the stream",
+		e.Table, strings.Join(parts, "; "))
+}
+
+// ConnError is a lost or refused connection: retry the stream, it resumes
+// from the target's replication origin.
+type ConnError struct {
+	Op  string
+	Err error
+}
+
+func (e *ConnError) Error() string { return e.Op + ": connection lost: " + e.Err.Error() }
+func (e *ConnError) Unwrap() error { return e.Err }
+
+// IsRetryable is the one place that says whether a stream error is worth a
+// restart: lost connections, server shutdown, serialization failures and a
+// replication origin or slot still held by a dying session are; collisions,
+// schema changes, bad data (SQLSTATE classes 22, 23, 42) and cancellation are
+// not.
+func IsRetryable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ce *CollisionError
+	var se *SchemaChangeError
+	if errors.As(err, &ce) || errors.As(err, &se) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var conn *ConnError
+	if errors.As(err, &conn) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return retryableSQLState(pgErr.Code)
+	}
+	return isConnLoss(err)
+}
+
+func retryableSQLState(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), // connection exception
+		strings.HasPrefix(code, "53"),    // insufficient resources
+		code == "40001", code == "40P01", // serialization failure, deadlock
+		code == "57P01", code == "57P02", code == "57P03", // admin shutdown, crash shutdown, cannot connect now
+		code == "55006": // object in use: origin or slot still held by a dying session
+		return true
+	}
+	return false
+}
+
+// isConnLoss reports an error of the connection itself rather than of a
+// statement.
+func isConnLoss(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return retryableSQLState(pgErr.Code)
+	}
+	var netErr net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.As(err, &netErr) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
+		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "conn busy")
+}
+
+// wrapOp names what was being done and marks connection loss as retryable.
+func wrapOp(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *CollisionError
+	var se *SchemaChangeError
+	var conn *ConnError
+	if errors.As(err, &ce) || errors.As(err, &se) || errors.As(err, &conn) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if isConnLoss(err) {
+		return &ConnError{Op: op, Err: err}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

@@ -1,0 +1,955 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// Options configure one stream: one move's slot on its source, applied to its
+// target.
+type Options struct {
+	// Move names the move in logs and metric labels.
+	Move string
+	// SourceReplicationDSN connects to the source with replication=database.
+	SourceReplicationDSN string
+	// SourceDSN is a plain session on the source, used to read the unsent
+	// (unchanged TOAST) values of a row that has just entered the ranges and
+	// the slot's retained WAL. Default: SourceReplicationDSN without the
+	// replication parameter.
+	SourceDSN   string
+	Slot        string
+	Publication string
+	// StartLSN is the slot's consistent point L0; the stream resumes from the
+	// target's replication origin instead once it has recorded progress.
+	StartLSN pglogrepl.LSN
+	// TargetDSN connects the applier's session to the target.
+	TargetDSN string
+	// Set is the table set as read from the target's catalog: the applier
+	// writes those columns, and a Relation message that disagrees stops the
+	// stream (DDL happened).
+	Set    tableset.Set
+	Ranges []ring.Range
+	// Origin is the replication origin on the target that records the
+	// applied position and marks the applier's writes.
+	Origin string
+	// SkipOrigin (reverse mode, GRACE) skips every source transaction that
+	// carries an Origin message: writes of an applier, not of the application.
+	SkipOrigin bool
+	// BatchChanges and BatchDelay bound a target transaction: it commits at
+	// the first source commit after this many row changes or this long after
+	// its first source transaction (default 10000 and 100ms). A source
+	// transaction is never split.
+	BatchChanges int
+	BatchDelay   time.Duration
+	// FlushRows bounds the memory of an open target transaction: pending
+	// operations are written (not committed) once this many accumulate
+	// (default 2000), so a 1M-row source transaction streams through.
+	FlushRows int
+	// StatusInterval is how often the acknowledged position is sent while
+	// nothing else prompts it (default 2s; wal_sender_timeout is 60s).
+	StatusInterval time.Duration
+	Logger         *slog.Logger
+	Metrics        *Metrics
+}
+
+func (o *Options) defaults() error {
+	if o.BatchChanges <= 0 {
+		o.BatchChanges = 10000
+	}
+	if o.BatchDelay <= 0 {
+		o.BatchDelay = 100 * time.Millisecond
+	}
+	if o.FlushRows <= 0 {
+		o.FlushRows = 2000
+	}
+	if o.StatusInterval <= 0 {
+		o.StatusInterval = 2 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	for kind, name := range map[string]string{"slot": o.Slot, "publication": o.Publication, "origin": o.Origin} {
+		if err := validName(kind, name); err != nil {
+			return err
+		}
+	}
+	if o.SourceReplicationDSN == "" || o.TargetDSN == "" {
+		return errors.New("cdc options: both the source replication DSN and the target DSN are required")
+	}
+	if len(o.Set.Tables) == 0 {
+		return fmt.Errorf("cdc options: table set %q has no tables", o.Set.Name)
+	}
+	if len(ring.Normalize(o.Ranges)) == 0 {
+		return errors.New("cdc options: no moving ranges")
+	}
+	return nil
+}
+
+// ErrHoldPassed: HoldAt's LSN lies before a source transaction the applier
+// has already committed on the target (it runs close behind the source). The
+// applier then stays held where it is (a gate): take a new source snapshot and
+// call HoldAt again with its LSN, which the gated applier cannot have passed;
+// or Release. (Transactions applied but not yet committed on the target do
+// not cause it: the applier rolls them back and re-reads them from the slot.)
+var ErrHoldPassed = errors.New("the applier is already past the requested LSN")
+
+// Stream is one move's CDC stream and applier. Create it with New, run it
+// with Run (one goroutine owns it, e.g. in an errgroup), and control it from
+// others through the Controller methods.
+type Stream struct {
+	opts  Options
+	plans []*tablePlan
+	byRel map[string]*tablePlan // schema.table
+	log   *slog.Logger
+
+	mChanges  map[ChangeKind]prometheus.Counter
+	mFiltered prometheus.Counter
+	mBatches  prometheus.Counter
+	mLagBytes prometheus.Gauge
+	mLagSecs  prometheus.Gauge
+	mRetained prometheus.Gauge
+	mPos      [3]prometheus.Gauge
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every state change
+	received pglogrepl.LSN
+	applied  pglogrepl.LSN
+	acked    pglogrepl.LSN
+	hold     pglogrepl.LSN
+	holdSet  bool
+	holdErr  error
+	held     bool
+	holdGen  uint64
+	markers  map[string]pglogrepl.LSN
+	running  bool
+	runErr   error
+	wake     context.CancelFunc
+}
+
+var _ Controller = (*Stream)(nil)
+
+// New validates opts and prepares the statements of every table.
+func New(opts Options) (*Stream, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	s := &Stream{opts: opts, byRel: map[string]*tablePlan{}, changed: make(chan struct{}), markers: map[string]pglogrepl.LSN{},
+		log: opts.Logger.With("move", opts.Move, "slot", opts.Slot)}
+	for _, t := range opts.Set.Tables {
+		p, err := newTablePlan(t, opts.Ranges)
+		if err != nil {
+			return nil, err
+		}
+		s.plans = append(s.plans, p)
+		s.byRel[t.String()] = p
+	}
+	m := opts.Metrics
+	s.mChanges = map[ChangeKind]prometheus.Counter{}
+	for _, k := range []ChangeKind{Insert, Update, Delete} {
+		s.mChanges[k] = m.changes.WithLabelValues(opts.Move, k.String())
+	}
+	s.mFiltered = m.filtered.WithLabelValues(opts.Move)
+	s.mBatches = m.batches.WithLabelValues(opts.Move)
+	s.mLagBytes = m.lagBytes.WithLabelValues(opts.Move)
+	s.mLagSecs = m.lagSecs.WithLabelValues(opts.Move)
+	s.mRetained = m.retained.WithLabelValues(opts.Move)
+	for i, n := range []string{"received", "applied", "acked"} {
+		s.mPos[i] = m.positions.WithLabelValues(opts.Move, n)
+	}
+	return s, nil
+}
+
+// Run streams and applies until ctx ends or an error stops it. Connection
+// loss comes back as a *ConnError (IsRetryable); calling Run again resumes
+// from the target's replication origin.
+func Run(ctx context.Context, opts Options) error {
+	s, err := New(opts)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}
+
+// notify wakes waiters; call with s.mu held.
+func (s *Stream) notify() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// wait blocks until cond (called with s.mu held) returns done, ctx ends or the
+// stream stops.
+func (s *Stream) wait(ctx context.Context, cond func() (done bool, err error)) error {
+	for {
+		s.mu.Lock()
+		done, err := cond()
+		ch, running, runErr := s.changed, s.running, s.runErr
+		s.mu.Unlock()
+		if done || err != nil {
+			return err
+		}
+		if !running && runErr != nil {
+			return fmt.Errorf("stream stopped: %w", runErr)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// Positions implements Controller.
+func (s *Stream) Positions() (received, applied, acked pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.received, s.applied, s.acked
+}
+
+// WaitApplied implements Controller.
+func (s *Stream) WaitApplied(ctx context.Context, lsn pglogrepl.LSN) error {
+	return s.wait(ctx, func() (bool, error) { return s.applied >= lsn, nil })
+}
+
+// DrainToMarker implements Controller.
+func (s *Stream) DrainToMarker(ctx context.Context, payload string) (pglogrepl.LSN, error) {
+	var at pglogrepl.LSN
+	err := s.wait(ctx, func() (bool, error) {
+		lsn, ok := s.markers[payload]
+		at = lsn
+		return ok && s.applied >= lsn, nil
+	})
+	return at, err
+}
+
+// HoldAt implements Controller.
+func (s *Stream) HoldAt(ctx context.Context, lsn pglogrepl.LSN) error {
+	s.mu.Lock()
+	s.holdGen++
+	gen := s.holdGen
+	s.hold, s.holdSet, s.held, s.holdErr = lsn, true, false, nil
+	s.notify()
+	wake := s.wake
+	s.mu.Unlock()
+	if wake != nil {
+		wake()
+	}
+	err := s.wait(ctx, func() (bool, error) {
+		if s.holdGen != gen {
+			return false, errors.New("hold replaced by a later HoldAt")
+		}
+		if s.holdErr != nil {
+			return false, s.holdErr
+		}
+		return s.held, nil
+	})
+	if err != nil && !errors.Is(err, ErrHoldPassed) {
+		s.mu.Lock()
+		if s.holdGen == gen { // withdraw our request
+			s.holdSet, s.held = false, false
+			s.notify()
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// Release implements Controller.
+func (s *Stream) Release() {
+	s.mu.Lock()
+	s.holdSet, s.held, s.holdErr = false, false, nil
+	s.notify()
+	s.mu.Unlock()
+}
+
+// Run implements the stream; see the package function Run.
+func (s *Stream) Run(ctx context.Context) (err error) {
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
+		return errors.New("stream already running")
+	}
+	s.running, s.runErr = true, nil
+	s.mu.Unlock()
+	r := &runner{s: s, o: &s.opts, dec: NewDecoder(), binds: map[uint32]*binding{}}
+	defer func() {
+		r.close()
+		s.mu.Lock()
+		s.running, s.runErr, s.held, s.wake = false, err, false, nil
+		if err == nil {
+			s.runErr = errors.New("stream stopped")
+		}
+		s.notify()
+		s.mu.Unlock()
+	}()
+	return r.run(ctx)
+}
+
+// runner is the state of one Run: its connections, decoder and open batch.
+type runner struct {
+	s   *Stream
+	o   *Options
+	dec *Decoder
+
+	repl  *pgconn.PgConn
+	tg    *target
+	src   *pgx.Conn
+	binds map[uint32]*binding
+
+	inTxn, skipTxn bool
+	txnMarkers     []string
+	batchTxns      int
+	batchChanges   int
+	batchStart     time.Time
+	lastEnd        pglogrepl.LSN // end LSN of the last source transaction received
+	lastCommit     pglogrepl.LSN // commit LSN of the last source transaction received
+	lastCommitTime time.Time
+	kaEnd          pglogrepl.LSN // WAL end of the last keepalive: everything before it was sent
+	// the last source transaction committed on the target
+	committedEnd, committedCommit pglogrepl.LSN
+	rewind                        bool
+	serverEnd      pglogrepl.LSN
+
+	nextStatus time.Time
+	lastSlot   time.Time
+	rctx       context.Context
+	rcancel    context.CancelFunc
+	rdeadline  time.Time
+}
+
+func (r *runner) close() {
+	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if r.rcancel != nil {
+		r.rcancel()
+	}
+	if r.tg != nil {
+		r.tg.rollback(bg)
+		r.tg.conn.Close(bg)
+	}
+	if r.repl != nil {
+		r.repl.Close(bg)
+	}
+	if r.src != nil {
+		r.src.Close(bg)
+	}
+}
+
+func (r *runner) run(ctx context.Context) error {
+	start, err := r.openTarget(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.startReplication(ctx, start); err != nil {
+		return err
+	}
+	r.s.mu.Lock()
+	if r.s.applied < start {
+		r.s.applied = start
+	}
+	if r.s.received < start {
+		r.s.received = start
+	}
+	r.s.notify()
+	r.s.mu.Unlock()
+	r.s.log.Info("cdc stream started", "lsn", start.String(), "origin", r.o.Origin, "skip_origin", r.o.SkipOrigin)
+	r.nextStatus = time.Now()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := r.checkHold(ctx); err != nil {
+			return err
+		}
+		if r.rewind {
+			if err := r.restart(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		now := time.Now()
+		if r.batchTxns > 0 && !r.inTxn && now.Sub(r.batchStart) >= r.o.BatchDelay {
+			if err := r.commitBatch(ctx); err != nil {
+				return err
+			}
+		}
+		if !now.Before(r.nextStatus) {
+			if err := r.sendStatus(ctx, false); err != nil {
+				return err
+			}
+		}
+		msg, err := r.receive(ctx)
+		if err == nil && r.rewind {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				continue // deadline or wake-up
+			}
+			return wrapOp("receive from slot "+r.o.Slot, err)
+		}
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := r.handleCopyData(ctx, m.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return wrapOp("stream from slot "+r.o.Slot, pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return &ConnError{Op: "stream from slot " + r.o.Slot, Err: errors.New("the source ended the replication stream")}
+		}
+	}
+}
+
+func (r *runner) startReplication(ctx context.Context, start pglogrepl.LSN) error {
+	var err error
+	r.repl, err = pgconn.Connect(ctx, r.o.SourceReplicationDSN)
+	if err != nil {
+		return wrapOp("connect to the source for replication", err)
+	}
+	args := []string{"proto_version '1'", "publication_names '" + r.o.Publication + "'", "messages 'true'"}
+	if err := pglogrepl.StartReplication(ctx, r.repl, r.o.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
+		return wrapOp("start replication from slot "+r.o.Slot, err)
+	}
+	return nil
+}
+
+// restart rolls back what is applied but not committed on the target and
+// reads it again from the slot, which still holds it (only committed
+// positions are acknowledged). HoldAt uses it to stop before a transaction
+// that was already in the open batch.
+func (r *runner) restart(ctx context.Context) error {
+	r.rewind = false
+	r.tg.rollback(ctx)
+	r.repl.Close(ctx)
+	r.dec = NewDecoder()
+	clear(r.binds)
+	r.inTxn, r.skipTxn, r.txnMarkers = false, false, r.txnMarkers[:0]
+	r.batchTxns, r.batchChanges = 0, 0
+	r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
+	r.s.mu.Lock()
+	applied := r.s.applied
+	r.s.mu.Unlock()
+	r.s.log.Info("cdc re-reading uncommitted transactions for a hold", "lsn", applied.String())
+	return r.startReplication(ctx, applied)
+}
+
+// receive reads one message, waking up for the next batch commit or status
+// update, or when a controller calls (HoldAt).
+func (r *runner) receive(ctx context.Context) (pgproto3.BackendMessage, error) {
+	deadline := r.nextStatus
+	if r.batchTxns > 0 && !r.inTxn {
+		if d := r.batchStart.Add(r.o.BatchDelay); d.Before(deadline) {
+			deadline = d
+		}
+	}
+	if r.rctx == nil || r.rctx.Err() != nil || deadline.Before(r.rdeadline) {
+		if r.rcancel != nil {
+			r.rcancel()
+		}
+		r.rctx, r.rcancel = context.WithDeadline(ctx, deadline)
+		r.rdeadline = deadline
+		r.s.mu.Lock()
+		r.s.wake = r.rcancel
+		r.s.mu.Unlock()
+	}
+	return r.repl.ReceiveMessage(r.rctx)
+}
+
+func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
+	conn, err := pgx.Connect(ctx, r.o.TargetDSN)
+	if err != nil {
+		return 0, wrapOp("connect to the target", err)
+	}
+	r.tg = &target{conn: conn, plans: r.s.plans, pending: map[*tablePlan]*pendingTable{}, fetch: r.fetch}
+	// replica: the fence triggers do not fire for the applier (DESIGN.md §3).
+	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
+		return 0, wrapOp("set session_replication_role on the target", err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_replication_origin_create($1) WHERE NOT EXISTS (SELECT 1 FROM pg_replication_origin WHERE roname = $1)`, r.o.Origin); err != nil {
+		var pgErr *pgconn.PgError
+		if !(errors.As(err, &pgErr) && pgErr.Code == "23505") { // created concurrently
+			return 0, wrapOp("create replication origin "+r.o.Origin, err)
+		}
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_replication_origin_session_setup($1)`, r.o.Origin); err != nil {
+		return 0, wrapOp("set up replication origin "+r.o.Origin+" on the target session", err)
+	}
+	var progress *string
+	if err := conn.QueryRow(ctx, `SELECT pg_replication_origin_session_progress(true)::text`).Scan(&progress); err != nil {
+		return 0, wrapOp("read replication origin "+r.o.Origin+" progress", err)
+	}
+	start := r.o.StartLSN
+	if progress != nil {
+		lsn, err := pglogrepl.ParseLSN(*progress)
+		if err != nil {
+			return 0, fmt.Errorf("replication origin %s progress %q: %w", r.o.Origin, *progress, err)
+		}
+		if lsn > 0 {
+			start = lsn
+		}
+	}
+	return start, nil
+}
+
+func (r *runner) sourceConn(ctx context.Context) (*pgx.Conn, error) {
+	if r.src != nil && !r.src.IsClosed() {
+		return r.src, nil
+	}
+	var cfg *pgx.ConnConfig
+	var err error
+	if r.o.SourceDSN != "" {
+		cfg, err = pgx.ParseConfig(r.o.SourceDSN)
+	} else {
+		cfg, err = pgx.ParseConfig(r.o.SourceReplicationDSN)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("parse source connection string: %w", redactParseError(err))
+	}
+	delete(cfg.RuntimeParams, "replication")
+	r.src, err = pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, wrapOp("connect to the source", err)
+	}
+	return r.src, nil
+}
+
+// redactParseError drops the connection string from a parse error (it may
+// hold a password).
+func redactParseError(err error) error {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("invalid connection string: %s", pe.Unwrap())
+	}
+	return err
+}
+
+// fetch reads a row's current values from the source by primary key.
+func (r *runner) fetch(ctx context.Context, p *tablePlan, pk []string) ([]Col, bool, error) {
+	src, err := r.sourceConn(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	args := make([]any, len(pk))
+	for i, v := range pk {
+		args[i] = v
+	}
+	vals := make([]*string, len(p.cols))
+	ptrs := make([]any, len(vals))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := src.QueryRow(ctx, p.fetchSQL, args...).Scan(ptrs...); errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	} else if err != nil {
+		return nil, false, wrapOp("read unchanged TOAST values of "+p.t.String()+" from the source", err)
+	}
+	row := make([]Col, len(vals))
+	for i, v := range vals {
+		if v == nil {
+			row[i] = Col{Kind: ColNull}
+		} else {
+			row[i] = Col{Kind: ColText, Data: []byte(*v)}
+		}
+	}
+	return row, true, nil
+}
+
+func (r *runner) handleCopyData(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive from slot %s: %w", r.o.Slot, err)
+		}
+		r.kaEnd = max(r.kaEnd, ka.ServerWALEnd)
+		r.serverEnd = max(r.serverEnd, ka.ServerWALEnd)
+		r.setReceived(ka.ServerWALEnd)
+		if !r.inTxn && r.batchTxns == 0 {
+			r.advanceIdle()
+		}
+		if ka.ReplyRequested {
+			return r.sendStatus(ctx, true)
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse XLogData from slot %s: %w", r.o.Slot, err)
+		}
+		r.serverEnd = max(r.serverEnd, xld.ServerWALEnd)
+		r.setReceived(xld.WALStart)
+		m, err := r.dec.Decode(xld.WALData)
+		if err != nil {
+			return fmt.Errorf("decode pgoutput at %s from slot %s: %w", xld.WALStart, r.o.Slot, err)
+		}
+		return r.handle(ctx, xld.WALStart, m)
+	}
+	return nil
+}
+
+func (r *runner) setReceived(lsn pglogrepl.LSN) {
+	r.s.mu.Lock()
+	if lsn > r.s.received {
+		r.s.received = lsn
+	}
+	r.s.mu.Unlock()
+}
+
+// advanceIdle moves the applied position to the last keepalive's WAL end when
+// nothing received is pending: every transaction committed before it has
+// been received, and applied or found irrelevant.
+func (r *runner) advanceIdle() {
+	r.s.mu.Lock()
+	if r.kaEnd > r.s.applied {
+		r.s.applied = r.kaEnd
+		r.s.notify()
+	}
+	r.s.mu.Unlock()
+	r.mLag(time.Time{})
+}
+
+func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) error {
+	switch m := msg.(type) {
+	case *Begin:
+		if err := r.holdBefore(ctx, m.FinalLSN); err != nil {
+			return err
+		}
+		r.inTxn, r.skipTxn, r.txnMarkers = true, false, r.txnMarkers[:0]
+		if r.batchTxns == 0 {
+			r.batchStart = time.Now()
+		}
+	case *Origin:
+		if r.o.SkipOrigin {
+			r.skipTxn = true
+		}
+	case *Relation:
+		p := r.s.byRel[m.String()]
+		if p == nil {
+			return fmt.Errorf("slot %s sends changes of %s, which is not in table set %q: check publication %s", r.o.Slot, m, r.o.Set.Name, r.o.Publication)
+		}
+		b, err := bind(m, p)
+		if err != nil {
+			return err
+		}
+		r.binds[m.ID] = b
+	case *TypeInfo:
+	case *Change:
+		if r.skipTxn {
+			r.s.mFiltered.Inc()
+			return nil
+		}
+		if err := r.apply(ctx, m); err != nil {
+			return err
+		}
+		if r.tg.npend >= r.o.FlushRows {
+			return r.tg.flush(ctx)
+		}
+	case *LogicalMessage:
+		if m.Prefix != MarkerPrefix {
+			return nil
+		}
+		if m.Transactional && r.inTxn {
+			r.txnMarkers = append(r.txnMarkers, string(m.Content))
+			return nil
+		}
+		r.s.mu.Lock()
+		r.s.markers[string(m.Content)] = at
+		r.s.notify()
+		r.s.mu.Unlock()
+	case *Commit:
+		r.inTxn = false
+		r.lastEnd, r.lastCommit, r.lastCommitTime = m.EndLSN, m.CommitLSN, m.CommitTime
+		r.batchTxns++
+		if len(r.txnMarkers) > 0 || r.batchChanges >= r.o.BatchChanges || time.Since(r.batchStart) >= r.o.BatchDelay {
+			return r.commitBatch(ctx)
+		}
+	case *Truncate:
+		return fmt.Errorf("slot %s sent a TRUNCATE of %v: TRUNCATE is not replicated by reshard and must be refused on tables in a move; the target may now hold rows the source lost: roll back the move", r.o.Slot, m.Rels)
+	case *StreamStart, *StreamStop, *StreamCommit, *StreamAbort:
+		return fmt.Errorf("slot %s sent a streamed transaction, which this stream does not request", r.o.Slot)
+	}
+	return nil
+}
+
+// MarkerPrefix is the prefix of reshard's pg_logical_emit_message markers.
+const MarkerPrefix = "reshard"
+
+// apply routes one row change (DESIGN.md §4.4).
+func (r *runner) apply(ctx context.Context, c *Change) error {
+	b := r.binds[c.Rel.ID]
+	if b == nil || b.rel != c.Rel {
+		return fmt.Errorf("change of %s without a checked Relation message", c.Rel)
+	}
+	p := b.plan
+	ranges := r.o.Ranges
+	newRow, oldRow := b.row(c.New), b.row(c.Old)
+	newIn, newKnown, err := p.inRanges(newRow, ranges)
+	if err != nil {
+		return err
+	}
+	oldIn, oldKnown, err := p.inRanges(oldRow, ranges)
+	if err != nil {
+		return err
+	}
+	switch c.Kind {
+	case Update:
+		if !newKnown && oldKnown { // key unchanged and TOASTed: the old tuple has it
+			newIn, newKnown = oldIn, true
+		}
+		if c.Old == nil && p.t.KeyInIdentity() { // identity unchanged: so is the key
+			oldIn, oldKnown = newIn, newKnown
+		}
+	case Delete:
+	case Insert:
+	}
+	if c.Kind != Delete && !newKnown {
+		return fmt.Errorf("%s of %s: shard key %s not sent, cannot route the change", c.Kind, p.t, p.t.KeyColumn)
+	}
+	newPK, _ := p.pkOf(newRow)
+	oldPK, ok := p.pkOf(oldRow)
+	if !ok {
+		oldPK = newPK
+	}
+	if c.Kind == Delete && oldPK == nil {
+		return fmt.Errorf("delete of %s: primary key not sent (replica identity must contain it)", p.t)
+	}
+	switch {
+	case c.Kind != Delete && newIn:
+		if newPK == nil {
+			return fmt.Errorf("%s of %s: primary key not sent", c.Kind, p.t)
+		}
+		r.counted(c.Kind)
+		if hasUnchanged(newRow) {
+			return r.tg.partial(ctx, p, oldPK, newRow)
+		}
+		if pkMapKey(oldPK) != pkMapKey(newPK) {
+			r.tg.add(p, &pendingOp{pk: oldPK})
+		}
+		r.tg.add(p, &pendingOp{pk: newPK, row: newRow, upsert: true})
+	case oldKnown && !oldIn && c.Kind != Insert:
+		r.s.mFiltered.Inc() // never was in the ranges
+	case c.Kind == Insert:
+		r.s.mFiltered.Inc()
+	default:
+		// A delete, or a key that left the ranges: delete the target row if it
+		// is one of ours (the predicate is on the target row's own key, which
+		// also covers messages without the key).
+		r.counted(c.Kind)
+		r.tg.add(p, &pendingOp{pk: oldPK})
+	}
+	return nil
+}
+
+func (r *runner) counted(k ChangeKind) {
+	r.batchChanges++
+	r.s.mChanges[k].Inc()
+}
+
+// commitBatch writes what is pending and commits the target transaction with
+// the last source transaction's end LSN recorded in the replication origin;
+// only then does the applied position move.
+func (r *runner) commitBatch(ctx context.Context) error {
+	if r.batchTxns == 0 {
+		return nil
+	}
+	if err := r.tg.flush(ctx); err != nil {
+		return err
+	}
+	if r.tg.tx != nil {
+		if _, err := r.tg.tx.Exec(ctx, `SELECT pg_replication_origin_xact_setup($1, $2)`, r.lastEnd.String(), r.lastCommitTime); err != nil {
+			return wrapOp("record applied position in replication origin "+r.o.Origin, err)
+		}
+		if err := r.tg.tx.Commit(ctx); err != nil {
+			r.tg.tx = nil
+			return wrapOp("commit target transaction", err)
+		}
+		r.tg.tx = nil
+		r.tg.written = 0
+		r.s.mBatches.Inc()
+	}
+	r.s.mu.Lock()
+	if r.lastEnd > r.s.applied {
+		r.s.applied = r.lastEnd
+	}
+	for _, p := range r.txnMarkers {
+		r.s.markers[p] = r.lastEnd
+	}
+	r.s.notify()
+	r.s.mu.Unlock()
+	r.txnMarkers = r.txnMarkers[:0]
+	r.batchTxns, r.batchChanges = 0, 0
+	r.committedEnd, r.committedCommit = r.lastEnd, r.lastCommit
+	r.mLag(r.lastCommitTime)
+	return nil
+}
+
+func (r *runner) mLag(lastCommit time.Time) {
+	received, applied, acked := r.s.Positions()
+	r.s.mPos[0].Set(float64(received))
+	r.s.mPos[1].Set(float64(applied))
+	r.s.mPos[2].Set(float64(acked))
+	if r.serverEnd > applied {
+		r.s.mLagBytes.Set(float64(r.serverEnd - applied))
+	} else {
+		r.s.mLagBytes.Set(0)
+	}
+	if lastCommit.IsZero() || applied >= r.serverEnd {
+		r.s.mLagSecs.Set(0)
+	} else {
+		r.s.mLagSecs.Set(time.Since(lastCommit).Seconds())
+	}
+}
+
+// sendStatus acknowledges the applied position: only what is committed on
+// the target is ever reported as flushed.
+func (r *runner) sendStatus(ctx context.Context, reply bool) error {
+	r.s.mu.Lock()
+	applied := r.s.applied
+	r.s.mu.Unlock()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, r.repl, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: applied, WALFlushPosition: applied, WALApplyPosition: applied, ClientTime: time.Now()})
+	if err != nil {
+		return wrapOp("acknowledge "+applied.String()+" to slot "+r.o.Slot, err)
+	}
+	r.s.mu.Lock()
+	r.s.acked = applied
+	r.s.mu.Unlock()
+	r.nextStatus = time.Now().Add(r.o.StatusInterval)
+	if time.Since(r.lastSlot) > 15*time.Second {
+		r.lastSlot = time.Now()
+		if src, err := r.sourceConn(ctx); err == nil {
+			if st, err := SlotStats(ctx, src, r.o.Slot); err == nil {
+				r.s.mRetained.Set(float64(st.RetainedBytes))
+			}
+		}
+	}
+	r.mLag(time.Time{})
+	return nil
+}
+
+// holdBefore is called at a Begin: a transaction committing after the hold
+// LSN must wait.
+func (r *runner) holdBefore(ctx context.Context, commit pglogrepl.LSN) error {
+	for {
+		r.s.mu.Lock()
+		hold, set, held, gen := r.s.hold, r.s.holdSet, r.s.held, r.s.holdGen
+		r.s.mu.Unlock()
+		if !set || held || commit <= hold {
+			return nil
+		}
+		if r.lastCommit > hold {
+			return r.passed(ctx, hold)
+		}
+		if err := r.commitBatch(ctx); err != nil {
+			return err
+		}
+		if err := r.holdWait(ctx, gen); err != nil {
+			return err
+		}
+		// Released, or a new HoldAt: look again at this transaction.
+	}
+}
+
+// checkHold, between transactions: the hold is reached once everything up
+// to its LSN has been received (a keepalive or commit past it).
+func (r *runner) checkHold(ctx context.Context) error {
+	if r.inTxn {
+		return nil
+	}
+	r.s.mu.Lock()
+	hold, set, held, applied, gen := r.s.hold, r.s.holdSet, r.s.held, r.s.applied, r.s.holdGen
+	r.s.mu.Unlock()
+	if !set || held {
+		return nil
+	}
+	if r.lastCommit > hold {
+		return r.passed(ctx, hold)
+	}
+	if applied < hold && r.kaEnd < hold && r.lastEnd < hold {
+		return nil
+	}
+	if err := r.commitBatch(ctx); err != nil {
+		return err
+	}
+	if r.kaEnd >= hold {
+		r.advanceIdle()
+	}
+	return r.holdWait(ctx, gen)
+}
+
+// passed: a transaction committing after the hold LSN was already received.
+// If it is not committed on the target, roll back and re-read; otherwise
+// hold here (a gate) and tell the caller.
+func (r *runner) passed(ctx context.Context, hold pglogrepl.LSN) error {
+	if r.committedCommit <= hold {
+		r.rewind = true
+		return nil
+	}
+	if err := r.commitBatch(ctx); err != nil {
+		return err
+	}
+	r.s.mu.Lock()
+	r.s.holdErr = fmt.Errorf("hold at %s: the target already holds a source transaction committed at %s: %w", hold, r.committedCommit, ErrHoldPassed)
+	gen := r.s.holdGen
+	r.s.mu.Unlock()
+	return r.holdWait(ctx, gen)
+}
+
+// holdWait holds the applier until Release or a new HoldAt, still
+// acknowledging to the source so that wal_sender_timeout does not fire.
+func (r *runner) holdWait(ctx context.Context, gen uint64) error {
+	r.s.mu.Lock()
+	if r.s.holdGen != gen || !r.s.holdSet {
+		r.s.mu.Unlock()
+		return nil
+	}
+	r.s.held = r.s.holdErr == nil
+	hold := r.s.hold
+	r.s.notify()
+	r.s.mu.Unlock()
+	r.s.log.Info("cdc holding", "lsn", hold.String())
+	if err := r.sendStatus(ctx, false); err != nil {
+		return err
+	}
+	for {
+		r.s.mu.Lock()
+		still := r.s.holdSet && r.s.holdGen == gen
+		ch := r.s.changed
+		r.s.mu.Unlock()
+		if !still {
+			r.s.log.Info("cdc released", "lsn", hold.String())
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		case <-time.After(time.Until(r.nextStatus)):
+			if err := r.sendStatus(ctx, false); err != nil {
+				return err
+			}
+		}
+	}
+}

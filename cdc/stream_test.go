@@ -1,0 +1,338 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+// Moving ranges of the tests: two ranges, about 40% of the token space.
+var testRanges = []ring.Range{{Lo: ring.MinToken, Hi: -5_000_000_000_000_000_000}, {Lo: 2_000_000_000_000_000_000, Hi: 7_000_000_000_000_000_000}}
+
+func inTestRanges(id int64) bool { return ring.ContainsAny(testRanges, ring.TokenInt64(id)) }
+
+const schemaSQL = `
+CREATE TABLE users (id bigint PRIMARY KEY, email text NOT NULL, balance bigint NOT NULL DEFAULT 0, payload text);
+ALTER TABLE users ALTER payload SET STORAGE EXTERNAL;
+CREATE TABLE orders (id bigint PRIMARY KEY, user_id bigint NOT NULL, amount numeric(12,2), note text);`
+
+// big is > 2 KB of incompressible text, stored out of line (TOAST).
+const bigSQL = `(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 80))`
+
+type env struct {
+	src, dst *pgtest.DB
+	set      tableset.Set
+	names    Names
+	l0       pglogrepl.LSN
+}
+
+func newEnv(t *testing.T, move string, tables ...tableset.TableSpec) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{src: pgtest.NewDB(t, 0), dst: pgtest.NewDB(t, 1)}
+	e.src.Exec(t, schemaSQL)
+	e.dst.Exec(t, schemaSQL)
+	var err error
+	if e.set, err = tableset.Introspect(ctx, e.dst.Pool, tableset.Spec{Name: "s", Tables: tables}, "target"); err != nil {
+		t.Fatal(err)
+	}
+	if e.names, err = NamesFor(move); err != nil {
+		t.Fatal(err)
+	}
+	if err := CreatePublication(ctx, e.src.Pool, e.names.Publication, e.set, testRanges); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+var usersOnly = []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}
+var usersOrders = []tableset.TableSpec{{Table: "users", KeyColumn: "id"}, {Table: "orders", KeyColumn: "user_id"}}
+
+// createSlot creates the move's slot; it must exist before the copy.
+func (e *env) createSlot(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	rc, err := pgconn.Connect(ctx, e.src.ReplicationDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close(ctx)
+	if e.l0, _, err = CreateSlot(ctx, rc, e.names.Slot); err != nil {
+		t.Fatal(err)
+	}
+	again, snap, err := CreateSlot(ctx, rc, e.names.Slot)
+	if err != nil || again > e.l0+1<<30 || snap != "" {
+		t.Fatalf("CreateSlot again = %s %q %v, want the existing slot", again, snap, err)
+	}
+}
+
+// copyRanges copies the moving-range rows of every table in one source
+// snapshot taken after the slot (standing in for backfill.Copy: what matters
+// is slot → copy).
+func (e *env) copyRanges(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	sc, dc := e.src.Conn(t), e.dst.Conn(t)
+	if _, err := sc.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Exec(ctx, "ROLLBACK")
+	for _, tb := range e.set.Tables {
+		pr, pw := io.Pipe()
+		errc := make(chan error, 1)
+		go func() {
+			_, err := sc.PgConn().CopyTo(ctx, pw, "COPY (SELECT * FROM "+tb.Quoted()+" WHERE "+ring.Predicate(tb.TokenSQL(""), testRanges)+") TO STDOUT")
+			pw.CloseWithError(err)
+			errc <- err
+		}()
+		if _, err := dc.Exec(ctx, "CREATE TEMP TABLE IF NOT EXISTS c_"+tb.Name+" (LIKE "+tb.Quoted()+")"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dc.PgConn().CopyFrom(ctx, pr, "COPY c_"+tb.Name+" FROM STDIN"); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := dc.Exec(ctx, "INSERT INTO "+tb.Quoted()+" SELECT * FROM c_"+tb.Name+" ON CONFLICT DO NOTHING"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) options() Options {
+	return Options{Move: "test", SourceReplicationDSN: e.src.ReplicationDSN(), TargetDSN: e.dst.DSN + "&application_name=reshard_cdc_test",
+		Slot: e.names.Slot, Publication: e.names.Publication, Origin: e.names.Origin, StartLSN: e.l0, Set: e.set, Ranges: testRanges,
+		BatchChanges: 500, BatchDelay: 20 * time.Millisecond, FlushRows: 300, StatusInterval: 500 * time.Millisecond}
+}
+
+// runStream runs the stream in the background; stop cancels it and returns
+// Run's error.
+func runStream(t *testing.T, s *Stream) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			err = <-done
+			if errors.Is(err, context.Canceled) {
+				err = nil
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// drain emits a marker on the source and waits until the stream applied it.
+func drain(t *testing.T, e *env, s *Stream) {
+	t.Helper()
+	payload := fmt.Sprintf("drain-%d", rand.Int64())
+	e.src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', $1::text)", payload)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.DrainToMarker(ctx, payload); err != nil {
+		t.Fatalf("drain to marker: %v", err)
+	}
+}
+
+// rowsOf lists "key|md5(row)" of the table's rows in (or, with in=false, out
+// of) the moving ranges.
+func rowsOf(t *testing.T, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, tb tableset.Table, in bool) []string {
+	t.Helper()
+	pred := ring.Predicate(tb.TokenSQL("t"), testRanges)
+	if !in {
+		pred = "(" + pred + ") IS NOT TRUE"
+	}
+	rows, err := q.Query(context.Background(), "SELECT t.id::text || '|' || md5(t::text) FROM "+tb.Quoted()+" AS t WHERE "+pred+" ORDER BY t.id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func diff(a, b []string) (onlyA, onlyB []string) {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && a[i] < b[j]):
+			onlyA = append(onlyA, a[i])
+			i++
+		case i == len(a) || b[j] < a[i]:
+			onlyB = append(onlyB, b[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return
+}
+
+// assertConverged: the target's moving-range rows equal the source's, row
+// for row, and its other rows are exactly the ones it owned before.
+func assertConverged(t *testing.T, e *env, targetOwned map[string][]string) {
+	t.Helper()
+	for _, tb := range e.set.Tables {
+		src := rowsOf(t, e.src.Pool, tb, true)
+		dst := rowsOf(t, e.dst.Pool, tb, true)
+		slices.Sort(src)
+		slices.Sort(dst)
+		if a, b := diff(src, dst); len(a)+len(b) > 0 {
+			t.Errorf("%s: %d source rows in the ranges, %d target rows; only on source (%d): %.5v; only on target (%d): %.5v", tb, len(src), len(dst), len(a), a, len(b), b)
+		}
+		if len(src) == 0 {
+			t.Errorf("%s: no rows in the ranges: the test proves nothing", tb)
+		}
+		if out := rowsOf(t, e.dst.Pool, tb, false); !slices.Equal(out, targetOwned[tb.Name]) {
+			t.Errorf("%s: target rows outside the ranges changed: %.5v, want %.5v", tb, out, targetOwned[tb.Name])
+		}
+	}
+}
+
+// writer runs random application writes on the source until stopped:
+// inserts, updates that leave a TOASTed payload unchanged, payload updates,
+// deletes, and key moves in and out of the ranges (the payload unchanged).
+type writer struct {
+	stop func()
+	done chan struct{}
+	n    int
+	err  error
+}
+
+func startWriter(t *testing.T, db *pgtest.DB, orders bool, seed uint64) *writer {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writer{stop: cancel, done: make(chan struct{})}
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	go func() {
+		defer close(w.done)
+		next := int64(100_000 + seed*1_000_000)
+		for ctx.Err() == nil {
+			id := rnd.Int64N(2000) + 1
+			var sql string
+			var args []any
+			switch op := rnd.IntN(10); {
+			case op < 2:
+				next++
+				sql, args = "INSERT INTO users VALUES ($1::bigint, 'new'||$1::bigint, 0, "+bigSQL+") ON CONFLICT DO NOTHING", []any{next}
+			case op < 5:
+				sql, args = "UPDATE users SET balance = balance + 1 WHERE id = $1", []any{id}
+			case op < 6:
+				sql, args = "UPDATE users SET payload = "+bigSQL+" WHERE id = $1", []any{id}
+			case op < 7:
+				sql, args = "DELETE FROM users WHERE id = $1", []any{id}
+			case op < 8:
+				next++
+				sql, args = "UPDATE users SET id = $2 WHERE id = $1", []any{id, next} // key move, payload unchanged
+			default:
+				if !orders {
+					continue
+				}
+				oid := rnd.Int64N(3000) + 1
+				switch rnd.IntN(3) {
+				case 0:
+					sql, args = "INSERT INTO orders VALUES ($1, $2, 1, 'w') ON CONFLICT (id) DO UPDATE SET amount = orders.amount + 1", []any{oid, id}
+				case 1:
+					sql, args = "UPDATE orders SET user_id = $2 WHERE id = $1", []any{oid, id} // key move
+				default:
+					sql, args = "DELETE FROM orders WHERE id = $1", []any{oid} // DELETE without the key
+				}
+			}
+			if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
+				if ctx.Err() == nil {
+					w.err = err
+				}
+				return
+			}
+			w.n++
+		}
+	}()
+	t.Cleanup(func() { w.stop(); <-w.done })
+	return w
+}
+
+func (w *writer) finish(t *testing.T) {
+	t.Helper()
+	w.stop()
+	<-w.done
+	if w.err != nil {
+		t.Fatalf("writer: %v", w.err)
+	}
+	t.Logf("writer made %d writes", w.n)
+}
+
+func seedSource(t *testing.T, e *env) {
+	e.src.Exec(t, "INSERT INTO users SELECT g, 'u'||g, g, "+bigSQL+" FROM generate_series(1, 2000) g")
+	e.src.Exec(t, "INSERT INTO orders SELECT g, (g % 2000) + 1, g, 'o' FROM generate_series(1, 3000) g")
+}
+
+// seedTargetOwned gives the target rows of its own, outside the ranges.
+func seedTargetOwned(t *testing.T, e *env) map[string][]string {
+	n := 0
+	for id := int64(50_000_000); n < 20; id++ {
+		if !inTestRanges(id) {
+			e.dst.Exec(t, "INSERT INTO users VALUES ($1, 'own', 0, 'own')", id)
+			e.dst.Exec(t, "INSERT INTO orders VALUES ($1, $1, 1, 'own')", id)
+			n++
+		}
+	}
+	owned := map[string][]string{}
+	for _, tb := range e.set.Tables {
+		owned[tb.Name] = rowsOf(t, e.dst.Pool, tb, false)
+	}
+	return owned
+}
+
+func TestConvergesUnderLiveWrites(t *testing.T) {
+	e := newEnv(t, "live", usersOnly...)
+	seedSource(t, e)
+	owned := seedTargetOwned(t, e)
+	w := startWriter(t, e.src, false, 1)
+	time.Sleep(300 * time.Millisecond)
+	e.createSlot(t)
+	time.Sleep(300 * time.Millisecond)
+	e.copyRanges(t) // under live writes
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runStream(t, s)
+	time.Sleep(2 * time.Second) // catch-up under live writes
+	w.finish(t)
+	drain(t, e, s)
+	assertConverged(t, e, owned)
+	received, applied, acked := s.Positions()
+	if !(acked <= applied && applied <= received) || applied == 0 {
+		t.Errorf("positions received %s applied %s acked %s", received, applied, acked)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
