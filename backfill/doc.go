@@ -1,8 +1,19 @@
 // Package backfill copies the rows of a set of token ranges from a source
-// shard to a target shard (phase SNAPSHOT_COPY).
+// shard to a target shard (phase SNAPSHOT_COPY), and deletes the rows of
+// ranges in throttled batches (rollback, cleanup).
 //
-// Invariants: the replication slot exists before any row is copied; every chunk
-// is a short source transaction read by keyset pagination; the chunk's rows
-// and its checkpoint commit in one target transaction, so re-copying a chunk
-// after a crash is harmless; rows outside the moving ranges are never written.
+// Invariants: the replication slot exists before any row is copied (the
+// caller's JOINING phase); every chunk is one statement on the source, read by
+// keyset pagination (by primary key, or by token and primary key through the
+// token index); the chunk's rows and its checkpoint commit in one target
+// transaction, so a rerun resumes after the last committed chunk and
+// re-copying a chunk is harmless; rows outside the moving ranges are never
+// read or written; a target row outside the moving ranges is never
+// overwritten: a primary-key collision with one stops the copy
+// (CollisionError). Target sessions run with session_replication_role =
+// replica so fence triggers let them through.
+//
+// Chunks travel as binary COPY streams that are never decoded: straight into
+// the table while no row of the chunk exists on the target, else through a
+// temporary staging table and an upsert guarded by the moving-range predicate.
 package backfill

@@ -1,0 +1,130 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+const schemaDDL = `
+CREATE SCHEMA IF NOT EXISTS reshard;
+CREATE TABLE IF NOT EXISTS reshard.copy_checkpoint (
+	move       text    NOT NULL,
+	table_name text    NOT NULL,
+	range_lo   bigint  NOT NULL, -- exclusive, like ring.Range
+	range_hi   bigint  NOT NULL, -- inclusive
+	order_by   text    NOT NULL, -- pk | token: how the unit pages
+	last_token bigint,           -- token of the last copied row (order_by = token)
+	last_pk    text[],           -- primary key of the last copied row, as text
+	rows       bigint  NOT NULL DEFAULT 0,
+	chunks     bigint  NOT NULL DEFAULT 0,
+	done       boolean NOT NULL DEFAULT false,
+	started_at timestamptz NOT NULL DEFAULT now(),
+	updated_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (move, table_name, range_lo, range_hi)
+)`
+
+// EnsureSchema creates the checkpoint table on the target; idempotent.
+func EnsureSchema(ctx context.Context, target *pgxpool.Pool) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if _, err = target.Exec(ctx, schemaDDL); err == nil {
+			return nil
+		}
+		// Two sessions creating the schema at once: one loses on the catalog's
+		// unique index; the next attempt finds it.
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P06" && pgErr.Code != "42P07") {
+			break
+		}
+	}
+	return fmt.Errorf("backfill: create reshard.copy_checkpoint on the target: %w", err)
+}
+
+// Checkpoint is the committed position of one unit (table × range) of a move.
+type Checkpoint struct {
+	Move      string
+	Table     string
+	RangeLo   int64
+	RangeHi   int64
+	Order     string
+	LastToken int64
+	LastPK    []string
+	Rows      int64
+	Chunks    int64
+	Done      bool
+	StartedAt time.Time
+	UpdatedAt time.Time
+}
+
+const checkpointCols = `move, table_name, range_lo, range_hi, order_by, coalesce(last_token, 0), last_pk, rows, chunks, done, started_at, updated_at`
+
+func scanCheckpoint(row pgx.Row) (Checkpoint, error) {
+	var c Checkpoint
+	err := row.Scan(&c.Move, &c.Table, &c.RangeLo, &c.RangeHi, &c.Order, &c.LastToken, &c.LastPK, &c.Rows, &c.Chunks, &c.Done, &c.StartedAt, &c.UpdatedAt)
+	return c, err
+}
+
+// Checkpoints lists the checkpoints of a move on the target.
+func Checkpoints(ctx context.Context, target *pgxpool.Pool, move string) ([]Checkpoint, error) {
+	rows, err := target.Query(ctx, `SELECT `+checkpointCols+` FROM reshard.copy_checkpoint WHERE move = $1 ORDER BY table_name, range_lo`, move)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints of move %s: %w", move, err)
+	}
+	cps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Checkpoint, error) { return scanCheckpoint(r) })
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints of move %s: %w", move, err)
+	}
+	return cps, nil
+}
+
+// DropCheckpoints forgets a move's checkpoints (after cleanup or rollback).
+func DropCheckpoints(ctx context.Context, target *pgxpool.Pool, move string) error {
+	if _, err := target.Exec(ctx, `DELETE FROM reshard.copy_checkpoint WHERE move = $1`, move); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // never copied anything
+			return nil
+		}
+		return fmt.Errorf("drop checkpoints of move %s: %w", move, err)
+	}
+	return nil
+}
+
+func loadCheckpoint(ctx context.Context, target *pgxpool.Pool, move string, u unit) (Checkpoint, error) {
+	c, err := scanCheckpoint(target.QueryRow(ctx, `SELECT `+checkpointCols+` FROM reshard.copy_checkpoint
+		WHERE move = $1 AND table_name = $2 AND range_lo = $3 AND range_hi = $4`, move, u.table.String(), u.rng.Lo, u.rng.Hi))
+	if err == pgx.ErrNoRows {
+		return Checkpoint{}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("copy %s of %s: read checkpoint: %w", u.rng, u.table, err)
+	}
+	return c, nil
+}
+
+// saveCheckpoint records, in the chunk's own transaction, that the unit has
+// copied rows more rows up to pos.
+func saveCheckpoint(ctx context.Context, tx pgx.Tx, move string, u unit, order Order, pos position, rows int, done bool) error {
+	var lastToken *int64
+	if order == OrderToken && pos.pk != nil {
+		lastToken = &pos.token
+	}
+	chunks := 0
+	if rows > 0 {
+		chunks = 1
+	}
+	_, err := tx.Exec(ctx, `
+		INSERT INTO reshard.copy_checkpoint AS c (move, table_name, range_lo, range_hi, order_by, last_token, last_pk, rows, chunks, done)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (move, table_name, range_lo, range_hi) DO UPDATE SET
+			last_token = EXCLUDED.last_token, last_pk = EXCLUDED.last_pk,
+			rows = c.rows + EXCLUDED.rows, chunks = c.chunks + EXCLUDED.chunks,
+			done = EXCLUDED.done, updated_at = now()`,
+		move, u.table.String(), u.rng.Lo, u.rng.Hi, string(order), lastToken, pos.pk, rows, chunks, done)
+	return err
+}

@@ -1,0 +1,225 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// Throttle bounds the copy in rows/s and bytes/s. Its limits can change while
+// a copy runs (SetLimits), for the operator's `reshard throttle`.
+type Throttle struct {
+	rows, bytes *rate.Limiter
+}
+
+// NewThrottle returns a throttle with the given limits; 0 means unlimited.
+func NewThrottle(rowsPerSec, bytesPerSec float64) *Throttle {
+	t := &Throttle{rows: rate.NewLimiter(rate.Inf, 1), bytes: rate.NewLimiter(rate.Inf, 1)}
+	t.SetLimits(rowsPerSec, bytesPerSec)
+	return t
+}
+
+// SetLimits changes both limits at once; 0 means unlimited. The burst is a
+// tenth of a second's worth, so a new limit takes hold within a chunk or two.
+func (t *Throttle) SetLimits(rowsPerSec, bytesPerSec float64) {
+	set := func(l *rate.Limiter, perSec float64, minBurst int) {
+		if perSec <= 0 {
+			l.SetLimit(rate.Inf)
+			return
+		}
+		l.SetBurst(max(minBurst, int(math.Min(perSec/10, math.MaxInt32))))
+		l.SetLimit(rate.Limit(perSec))
+	}
+	set(t.rows, rowsPerSec, 1)
+	set(t.bytes, bytesPerSec, 64<<10)
+}
+
+// Limits returns the current limits (0 = unlimited).
+func (t *Throttle) Limits() (rowsPerSec, bytesPerSec float64) {
+	get := func(l *rate.Limiter) float64 {
+		if l.Limit() == rate.Inf {
+			return 0
+		}
+		return float64(l.Limit())
+	}
+	return get(t.rows), get(t.bytes)
+}
+
+// Wait blocks until rows and bytes may pass, and returns how long it waited.
+func (t *Throttle) Wait(ctx context.Context, rows, bytes int) (time.Duration, error) {
+	start := time.Now()
+	if err := waitN(ctx, t.rows, rows); err != nil {
+		return time.Since(start), err
+	}
+	err := waitN(ctx, t.bytes, bytes)
+	return time.Since(start), err
+}
+
+// waitN waits for n tokens, in pieces no larger than the burst (WaitN refuses
+// more than the burst at once).
+func waitN(ctx context.Context, l *rate.Limiter, n int) error {
+	if l == nil {
+		return nil
+	}
+	for n > 0 {
+		if l.Limit() == rate.Inf {
+			return nil
+		}
+		k := min(n, max(1, l.Burst()))
+		if err := l.WaitN(ctx, k); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// Pauser pauses and resumes a copy: while paused no chunk is read; a chunk
+// already read is still written. The zero value is running.
+type Pauser struct {
+	mu      sync.Mutex
+	resumed chan struct{} // nil while running; closed on Resume
+}
+
+// Pause stops the copy before its next chunk.
+func (p *Pauser) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed == nil {
+		p.resumed = make(chan struct{})
+	}
+}
+
+// Resume lets a paused copy go on.
+func (p *Pauser) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.resumed != nil {
+		close(p.resumed)
+		p.resumed = nil
+	}
+}
+
+// Paused reports whether the copy is paused.
+func (p *Pauser) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.resumed != nil
+}
+
+// wait blocks while paused and returns how long it waited.
+func (p *Pauser) wait(ctx context.Context) (time.Duration, error) {
+	if p == nil {
+		return 0, nil
+	}
+	start := time.Now()
+	for {
+		p.mu.Lock()
+		ch := p.resumed
+		p.mu.Unlock()
+		if ch == nil {
+			return time.Since(start), nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		}
+	}
+}
+
+// PressureFunc tells the copy to back off: a positive duration means "wait
+// that long, then ask again". It is asked before every chunk.
+type PressureFunc func(ctx context.Context) (time.Duration, error)
+
+// ActiveSessions is a PressureFunc that backs off for wait while more than
+// max client sessions of the source are active (running a statement), not
+// counting its own query. It asks at most once a second.
+func ActiveSessions(source *pgxpool.Pool, max int, wait time.Duration) PressureFunc {
+	var (
+		mu     sync.Mutex
+		asked  time.Time
+		active int
+	)
+	return func(ctx context.Context) (time.Duration, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(asked) >= time.Second {
+			err := source.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE state = 'active' AND backend_type = 'client backend' AND pid <> pg_backend_pid()`).Scan(&active)
+			if err != nil {
+				return 0, err
+			}
+			asked = time.Now()
+		}
+		if active > max {
+			asked = time.Time{} // ask again after the wait
+			return wait, nil
+		}
+		return 0, nil
+	}
+}
+
+// Metrics are the backfill's Prometheus metrics.
+type Metrics struct {
+	rows, bytes, chunks *prometheus.CounterVec
+	throttled           *prometheus.CounterVec
+}
+
+// NewMetrics registers the backfill metrics on reg (or reuses those already
+// registered there).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_backfill_rows_total",
+			Help: "Rows copied to the target (committed)."}, []string{"move", "table"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_backfill_bytes_total",
+			Help: "Bytes copied to the target (binary COPY size, committed)."}, []string{"move", "table"}),
+		chunks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_backfill_chunks_total",
+			Help: "Chunks committed on the target."}, []string{"move", "table"}),
+		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_backfill_throttled_seconds_total",
+			Help: "Time the copy waited, by reason: rate (rows/s, bytes/s), pressure (source load), pause."}, []string{"move", "reason"}),
+	}
+	m.rows = register(reg, m.rows)
+	m.bytes = register(reg, m.bytes)
+	m.chunks = register(reg, m.chunks)
+	m.throttled = register(reg, m.throttled)
+	return m
+}
+
+func register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+				return existing
+			}
+		}
+		panic(err) // a name clash with another kind of metric is a programming error
+	}
+	return c
+}
+
+func (m *Metrics) chunk(move, table string, rows, bytes int) {
+	if m == nil {
+		return
+	}
+	m.rows.WithLabelValues(move, table).Add(float64(rows))
+	m.bytes.WithLabelValues(move, table).Add(float64(bytes))
+	m.chunks.WithLabelValues(move, table).Inc()
+}
+
+func (m *Metrics) waited(move, reason string, d time.Duration) {
+	if m == nil || d <= 0 {
+		return
+	}
+	m.throttled.WithLabelValues(move, reason).Add(d.Seconds())
+}

@@ -1,0 +1,561 @@
+package backfill
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// Options configure one copy.
+type Options struct {
+	// Move identifies the move; it names the checkpoints, so a rerun with the
+	// same Move resumes.
+	Move string
+	// Set is the table set, as introspected (both sides have the same shape:
+	// tableset.Preflight checks it).
+	Set tableset.Set
+	// Ranges are the moving ranges. They are normalized; each resulting range
+	// of each table is a unit with its own checkpoint.
+	Ranges []ring.Range
+	// Split cuts every normalized range into this many equal token ranges, so
+	// one range can be copied in parallel. Keep it constant across reruns of
+	// a move: other sub-ranges do not find their checkpoints and start over
+	// (harmlessly). Default 1.
+	Split int
+	// ChunkRows is the number of rows per chunk (default 5000).
+	ChunkRows int
+	// RowsPerSec and BytesPerSec limit the copy (0 = unlimited); ignored when
+	// Throttle is set.
+	RowsPerSec, BytesPerSec float64
+	// Throttle, when set, is used instead of RowsPerSec/BytesPerSec: keep it
+	// to change the limits while the copy runs.
+	Throttle *Throttle
+	// Parallel is the number of units copied at once (default 1). Each uses
+	// one source and one target connection.
+	Parallel int
+	// Order forces a pagination order (default OrderAuto).
+	Order Order
+	// Pause, when set, pauses and resumes the copy.
+	Pause *Pauser
+	// Pressure, when set, is asked before every chunk and makes the copy back
+	// off while the source is under load (see ActiveSessions).
+	Pressure PressureFunc
+	// Retries is how often a unit is restarted from its checkpoint after a
+	// retryable error (lost connection, serialization failure, deadlock).
+	// 0 means 3; negative means never.
+	Retries int
+	// Progress, when set, is called after every committed chunk (from
+	// several goroutines, one at a time).
+	Progress func(Progress)
+	Logger   *slog.Logger
+	Metrics  *Metrics
+}
+
+// Progress reports one committed chunk.
+type Progress struct {
+	Table      string
+	Range      ring.Range
+	UnitRows   int64 // rows of this unit committed so far, all runs included
+	UnitDone   bool
+	Rows       int64 // rows this run committed, all units
+	Bytes      int64
+	UnitsDone  int
+	UnitsTotal int
+}
+
+// Stats summarize a copy.
+type Stats struct {
+	Rows, Bytes, Chunks int64
+	Units               int // table × range units
+	Skipped             int // units already done by an earlier run
+	Resumed             int // units that started from an earlier run's checkpoint
+	Retries             int // units restarted after a retryable error
+	FastChunks          int64
+	Throttled           time.Duration // waited for rows/s and bytes/s
+	BackedOff           time.Duration // waited for source pressure
+	Paused              time.Duration
+	Elapsed             time.Duration
+}
+
+// CollisionError is a primary-key collision between shards: a source row in
+// the moving ranges has the primary key of a target row outside them (per-shard
+// sequences). The target row is never overwritten; the move stops.
+type CollisionError struct {
+	Table   string
+	Key     map[string]string // primary key column → value of the target row
+	KeyText string            // "id=42"
+	// TargetShardKey is the shard key of the target's row.
+	TargetShardKey string
+}
+
+func (e *CollisionError) Error() string {
+	return fmt.Sprintf("primary-key collision in %s: the target already has a row with %s (shard key %s) outside the moving ranges, "+
+		"so it belongs to the target; reshard will not overwrite it: give one of the two rows another key (per-shard sequences must not overlap) and resume",
+		e.Table, e.KeyText, e.TargetShardKey)
+}
+
+type unit struct {
+	table tableset.Table
+	rng   ring.Range
+}
+
+type copier struct {
+	src, dst *pgxpool.Pool
+	opts     Options
+	moving   []ring.Range
+	throttle *Throttle
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	stats     Stats
+	unitsDone int
+}
+
+// Copy copies the rows of opts.Ranges of every table of opts.Set from source
+// to target (phase SNAPSHOT_COPY), resuming from the checkpoints of opts.Move.
+// It returns when every unit is done, on the first error that retries do not
+// cure, or when ctx ends; Stats counts what this run committed.
+func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stats, error) {
+	start := time.Now()
+	if opts.Move == "" {
+		return Stats{}, errors.New("backfill: Options.Move is empty: name the move, its checkpoints are kept under that name")
+	}
+	if len(opts.Set.Tables) == 0 {
+		return Stats{}, errors.New("backfill: Options.Set has no tables")
+	}
+	if opts.ChunkRows <= 0 {
+		opts.ChunkRows = 5000
+	}
+	if opts.Parallel <= 0 {
+		opts.Parallel = 1
+	}
+	if opts.Split <= 0 {
+		opts.Split = 1
+	}
+	if opts.Retries == 0 {
+		opts.Retries = 3
+	}
+	c := &copier{src: source, dst: target, opts: opts, moving: ring.Normalize(opts.Ranges), throttle: opts.Throttle, log: opts.Logger}
+	if c.throttle == nil {
+		c.throttle = NewThrottle(opts.RowsPerSec, opts.BytesPerSec)
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	c.log = c.log.With("move", opts.Move)
+	if err := EnsureSchema(ctx, target); err != nil {
+		return Stats{}, err
+	}
+	var units []unit
+	for _, r := range c.moving {
+		for _, sub := range splitRange(r, opts.Split) {
+			for _, t := range opts.Set.Tables {
+				units = append(units, unit{table: t, rng: sub})
+			}
+		}
+	}
+	c.stats.Units = len(units)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(opts.Parallel)
+	for _, u := range units {
+		g.Go(func() error { return c.runUnit(gctx, u) })
+	}
+	err := g.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.Elapsed = time.Since(start)
+	return c.stats, err
+}
+
+// splitRange cuts r into n ranges of (nearly) equal width.
+func splitRange(r ring.Range, n int) []ring.Range {
+	if n <= 1 {
+		return []ring.Range{r}
+	}
+	width := uint64(r.Hi - r.Lo)
+	step := width / uint64(n)
+	if step == 0 {
+		return []ring.Range{r}
+	}
+	out := make([]ring.Range, 0, n)
+	lo := r.Lo
+	for i := 0; i < n-1; i++ {
+		hi := int64(uint64(lo) + step)
+		out = append(out, ring.Range{Lo: lo, Hi: hi})
+		lo = hi
+	}
+	return append(out, ring.Range{Lo: lo, Hi: r.Hi})
+}
+
+// runUnit copies one table's rows of one range, restarting from the
+// checkpoint after retryable errors.
+func (c *copier) runUnit(ctx context.Context, u unit) error {
+	log := c.log.With("table", u.table.String(), "range", u.rng.String())
+	for attempt := 0; ; attempt++ {
+		err := c.copyUnit(ctx, u, log, attempt > 0)
+		if err == nil || ctx.Err() != nil || attempt >= c.opts.Retries || !Retryable(err) {
+			return err
+		}
+		log.Warn("unit failed, resuming from its checkpoint", "attempt", attempt+1, "err", err)
+		c.mu.Lock()
+		c.stats.Retries++
+		c.mu.Unlock()
+		select {
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		case <-ctx.Done():
+			return err
+		}
+	}
+}
+
+// chunk is what the reader hands the writer.
+type chunk struct {
+	chunkData
+	pos   position // position after this chunk
+	final bool     // no rows follow
+}
+
+func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry bool) error {
+	cp, err := loadCheckpoint(ctx, c.dst, c.opts.Move, u)
+	if err != nil {
+		return err
+	}
+	if cp.Done {
+		if !retry {
+			c.mu.Lock()
+			c.stats.Skipped++
+			c.unitsDone++
+			c.mu.Unlock()
+		}
+		return nil
+	}
+	order := Order(cp.Order)
+	if cp.Order == "" {
+		if order, err = c.chooseOrder(ctx, u); err != nil {
+			return err
+		}
+	} else if !retry {
+		c.mu.Lock()
+		c.stats.Resumed++
+		c.mu.Unlock()
+	}
+	pos := position{}
+	if cp.LastPK != nil {
+		pos = position{token: cp.LastToken, pk: cp.LastPK}
+	}
+	log.Debug("copy unit", "order", order, "resume_rows", cp.Rows)
+
+	conn, err := c.dst.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("copy %s of %s: connect to target: %w", u.rng, u.table, err)
+	}
+	defer conn.Release()
+	w := &writer{c: c, u: u, conn: conn, order: order, fast: true, unitRows: cp.Rows}
+
+	chunks := make(chan chunk, 1)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(chunks)
+		return c.read(gctx, u, order, pos, chunks)
+	})
+	g.Go(func() error {
+		for ch := range chunks {
+			if err := w.write(gctx, ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// chooseOrder picks the pagination of a unit that has no checkpoint yet.
+func (c *copier) chooseOrder(ctx context.Context, u unit) (Order, error) {
+	if c.opts.Order != OrderAuto {
+		return c.opts.Order, nil
+	}
+	if u.rng.Width()/math.Exp2(64) > 1.0/3 {
+		return OrderPK, nil
+	}
+	ok, err := tableset.HasTokenIndex(ctx, c.src, u.table)
+	if err != nil {
+		return "", fmt.Errorf("copy %s of %s: look for the token index on the source: %w", u.rng, u.table, err)
+	}
+	if ok {
+		return OrderToken, nil
+	}
+	return OrderPK, nil
+}
+
+// read produces the unit's chunks, each read by one statement (its own short
+// transaction) on the source, waiting for pause, pressure and throttle first.
+func (c *copier) read(ctx context.Context, u unit, order Order, pos position, out chan<- chunk) error {
+	nCols := len(u.table.WritableColumns())
+	nExtra := len(u.table.PK)
+	if order == OrderToken {
+		nExtra++
+	}
+	var buf bytes.Buffer
+	for {
+		if err := c.waitTurn(ctx); err != nil {
+			return err
+		}
+		buf.Reset()
+		stmt := chunkSQL(u.table, u.rng, order, pos, c.opts.ChunkRows)
+		if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
+			_, err := conn.Conn().PgConn().CopyTo(ctx, &buf, stmt)
+			return err
+		}); err != nil {
+			return fmt.Errorf("copy chunk %s of %s: read from source: %w", u.rng, u.table, err)
+		}
+		data, err := splitChunk(bytes.Clone(buf.Bytes()), nCols, nExtra)
+		if err != nil {
+			return fmt.Errorf("copy chunk %s of %s: %w", u.rng, u.table, err)
+		}
+		ch := chunk{chunkData: data, pos: pos, final: data.rows < c.opts.ChunkRows}
+		if data.rows > 0 {
+			ch.pos = position{pk: make([]string, len(u.table.PK))}
+			e := data.extras
+			if order == OrderToken {
+				if len(e[0]) != 8 {
+					return fmt.Errorf("copy chunk %s of %s: token of %d bytes", u.rng, u.table, len(e[0]))
+				}
+				ch.pos.token = int64(uint64(e[0][0])<<56 | uint64(e[0][1])<<48 | uint64(e[0][2])<<40 | uint64(e[0][3])<<32 |
+					uint64(e[0][4])<<24 | uint64(e[0][5])<<16 | uint64(e[0][6])<<8 | uint64(e[0][7]))
+				e = e[1:]
+			}
+			for i, v := range e {
+				ch.pos.pk[i] = string(v)
+			}
+		}
+		d, err := c.throttle.Wait(ctx, data.rows, len(data.data))
+		c.waited("rate", d)
+		if err != nil {
+			return err
+		}
+		select {
+		case out <- ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if ch.final {
+			return nil
+		}
+		pos = ch.pos
+	}
+}
+
+// waitTurn waits while the copy is paused or the source under pressure.
+func (c *copier) waitTurn(ctx context.Context) error {
+	for {
+		d, err := c.opts.Pause.wait(ctx)
+		c.waited("pause", d)
+		if err != nil {
+			return err
+		}
+		if c.opts.Pressure == nil {
+			return nil
+		}
+		back, err := c.opts.Pressure(ctx)
+		if err != nil {
+			return fmt.Errorf("backfill: ask for source pressure: %w", err)
+		}
+		if back <= 0 {
+			return nil
+		}
+		t := time.NewTimer(back)
+		select {
+		case <-t.C:
+			c.waited("pressure", back)
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+func (c *copier) waited(reason string, d time.Duration) {
+	if d <= time.Millisecond {
+		return
+	}
+	c.opts.Metrics.waited(c.opts.Move, reason, d)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch reason {
+	case "rate":
+		c.stats.Throttled += d
+	case "pressure":
+		c.stats.BackedOff += d
+	case "pause":
+		c.stats.Paused += d
+	}
+}
+
+// writer writes a unit's chunks on one target connection.
+type writer struct {
+	c        *copier
+	u        unit
+	conn     *pgxpool.Conn
+	order    Order
+	fast     bool // COPY straight into the table until a conflict says otherwise
+	staged   bool
+	unitRows int64
+}
+
+// write commits one chunk and its checkpoint in one target transaction.
+func (w *writer) write(ctx context.Context, ch chunk) error {
+	fast := w.fast && ch.rows > 0
+	err := w.tx(ctx, ch, fast)
+	var pgErr *pgconn.PgError
+	if fast && errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		// A row of the chunk exists on the target (an earlier copy, the
+		// applier, or a collision): upsert from now on, which tells them apart.
+		w.fast = false
+		err = w.tx(ctx, ch, false)
+	}
+	if err != nil {
+		return err
+	}
+	w.unitRows += int64(ch.rows)
+	c := w.c
+	c.opts.Metrics.chunk(c.opts.Move, w.u.table.String(), ch.rows, len(ch.data))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ch.rows > 0 {
+		c.stats.Chunks++
+	}
+	if fast && w.fast {
+		c.stats.FastChunks++
+	}
+	c.stats.Rows += int64(ch.rows)
+	c.stats.Bytes += int64(len(ch.data))
+	if ch.final {
+		c.unitsDone++
+	}
+	if c.opts.Progress != nil {
+		c.opts.Progress(Progress{Table: w.u.table.String(), Range: w.u.rng, UnitRows: w.unitRows, UnitDone: ch.final,
+			Rows: c.stats.Rows, Bytes: c.stats.Bytes, UnitsDone: c.unitsDone, UnitsTotal: c.stats.Units})
+	}
+	return nil
+}
+
+func (w *writer) tx(ctx context.Context, ch chunk, fast bool) error {
+	t := w.u.table
+	fail := func(what string, err error) error {
+		return fmt.Errorf("copy chunk %s of %s: %s: %w", w.u.rng, t, what, err)
+	}
+	tx, err := w.conn.Begin(ctx)
+	if err != nil {
+		return fail("begin on target", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	// The applier role: fence triggers (and any other trigger) do not fire.
+	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+		return fail("set session_replication_role", err)
+	}
+	if ch.rows > 0 {
+		pg := tx.Conn().PgConn()
+		if fast {
+			if _, err := pg.CopyFrom(ctx, bytes.NewReader(ch.data), copyInSQL(t.Quoted(), t)); err != nil {
+				return fail("copy into target", err)
+			}
+		} else {
+			if !w.staged {
+				if _, err := tx.Exec(ctx, stageSQL(t)); err != nil {
+					return fail("create staging table", err)
+				}
+			}
+			if _, err := pg.CopyFrom(ctx, bytes.NewReader(ch.data), copyInSQL(stageName(t), t)); err != nil {
+				return fail("copy into staging table", err)
+			}
+			tag, err := tx.Exec(ctx, upsertSQL(t, w.c.moving))
+			if err != nil {
+				return fail("upsert", err)
+			}
+			if tag.RowsAffected() < int64(ch.rows) {
+				return w.collision(ctx, tx, tag.RowsAffected(), ch.rows)
+			}
+		}
+	}
+	if err := saveCheckpoint(ctx, tx, w.c.opts.Move, w.u, w.order, ch.pos, ch.rows, ch.final); err != nil {
+		return fail("save checkpoint", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail("commit", err)
+	}
+	if !fast {
+		w.staged = true // the staging table now exists for this session
+	}
+	return nil
+}
+
+// collision finds the target row that kept the upsert from writing every row.
+func (w *writer) collision(ctx context.Context, tx pgx.Tx, wrote int64, rows int) error {
+	t := w.u.table
+	var (
+		key      []string
+		shardKey string
+	)
+	err := tx.QueryRow(ctx, collisionSQL(t, w.c.moving)).Scan(&key, &shardKey)
+	if err == pgx.ErrNoRows {
+		return fmt.Errorf("copy chunk %s of %s: the upsert wrote %d of %d rows but no colliding row was found", w.u.rng, t, wrote, rows)
+	}
+	if err != nil {
+		return fmt.Errorf("copy chunk %s of %s: find the colliding row: %w", w.u.rng, t, err)
+	}
+	ce := &CollisionError{Table: t.String(), Key: map[string]string{}, TargetShardKey: shardKey}
+	parts := make([]string, len(t.PK))
+	for i, c := range t.PK {
+		ce.Key[c] = key[i]
+		parts[i] = c + "=" + key[i]
+	}
+	ce.KeyText = strings.Join(parts, ", ")
+	return ce
+}
+
+// Retryable reports whether err may go away by itself: a lost connection
+// (class 08, admin shutdown), a serialization failure or a deadlock.
+func Retryable(err error) bool {
+	var ce *CollisionError
+	if errors.As(err, &ce) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), pgErr.Code == "40001", pgErr.Code == "40P01",
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03":
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	// Not a server error: the connection broke (EOF, reset, closed).
+	return pgconn.SafeToRetry(err) || isConnError(err)
+}
+
+func isConnError(err error) bool {
+	var ne interface{ Timeout() bool }
+	if errors.As(err, &ne) {
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "conn closed") || strings.Contains(s, "EOF") || strings.Contains(s, "connection reset") ||
+		strings.Contains(s, "broken pipe") || strings.Contains(s, "unexpected EOF")
+}

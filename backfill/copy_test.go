@@ -1,0 +1,536 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+const ddl = `
+	CREATE TABLE users (id bigint PRIMARY KEY, email text NOT NULL, name text, balance numeric(12,2), tags text[],
+		created_at timestamptz NOT NULL DEFAULT now(), n int GENERATED ALWAYS AS (length(email)) STORED);
+	CREATE TABLE orders (id bigint PRIMARY KEY, user_id bigint NOT NULL, total numeric(10,2), "Note col" jsonb);
+	CREATE TABLE events (user_id bigint, k text, v bytea, PRIMARY KEY (user_id, k))`
+
+var spec = tableset.Spec{Name: "app", Tables: []tableset.TableSpec{
+	{Table: "users", KeyColumn: "id"}, {Table: "orders", KeyColumn: "user_id"}, {Table: "events", KeyColumn: "user_id"}}}
+
+// pkOf is each test table's primary key, for ordered dumps.
+var pkOf = map[string]string{"users": "id", "orders": "id", "events": "user_id, k"}
+
+type fixture struct {
+	src, dst *pgtest.DB
+	set      tableset.Set
+	ranges   []ring.Range
+	tokens   []int64 // sorted tokens of the source's users
+}
+
+// newFixture loads users, orders (whose primary key lacks the shard key) and
+// events (a composite text key with quotes and backslashes) on the source,
+// and gives the target rows of its own outside the moving ranges.
+func newFixture(t *testing.T, users int) *fixture {
+	t.Helper()
+	f := &fixture{src: pgtest.NewDB(t, 0), dst: pgtest.NewDB(t, 1)}
+	f.src.Exec(t, ddl)
+	f.dst.Exec(t, ddl)
+	f.src.Exec(t, strings.ReplaceAll(`
+		INSERT INTO users (id, email, name, balance, tags)
+			SELECT g, 'u'||g||'@example.com', CASE WHEN g % 7 = 0 THEN NULL ELSE E'name\t'||g||' O''Brien \\ "q"' END,
+			       g * 1.25, ARRAY['a', 'b'||g] FROM generate_series(1, :n) g;
+		INSERT INTO orders SELECT g, g % :n + 1, g % 1000, jsonb_build_object('g', g) FROM generate_series(1, 2 * :n) g;
+		INSERT INTO events SELECT g % :n + 1, E'k''\\'||g, decode(md5(g::text), 'hex') FROM generate_series(1, :n) g;
+		CREATE INDEX ON orders ((hashint8extended(user_id, 0)));
+		ANALYZE`, ":n", strconv.Itoa(users)))
+	rows, err := f.src.Pool.Query(context.Background(), `SELECT hashint8extended(id, 0) FROM users ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var tok int64
+		if err := rows.Scan(&tok); err != nil {
+			t.Fatal(err)
+		}
+		f.tokens = append(f.tokens, tok)
+	}
+	n := len(f.tokens)
+	// The wrap, as two ranges, both edges of the space, a range whose bounds
+	// are tokens of real keys, and an overlapping duplicate to normalize away.
+	f.ranges = []ring.Range{
+		{Lo: f.tokens[n*9/10], Hi: ring.MaxToken},
+		{Lo: f.tokens[n/3], Hi: f.tokens[n/2]},
+		{Lo: ring.MinToken, Hi: f.tokens[n/10]},
+		{Lo: f.tokens[n/3+5], Hi: f.tokens[n/3+20]},
+	}
+	if f.set, err = tableset.Introspect(context.Background(), f.src.Pool, spec, "source"); err != nil {
+		t.Fatal(err)
+	}
+	// The target's own rows: keys outside the moving ranges.
+	f.dst.Exec(t, `INSERT INTO users (id, email) SELECT g, 'own'||g FROM generate_series(1000001, 1000300) g WHERE NOT `+
+		ring.Predicate("hashint8extended(g, 0)", f.ranges))
+	f.dst.Exec(t, `INSERT INTO orders SELECT g, g, 1 FROM generate_series(1000001, 1000300) g WHERE NOT `+
+		ring.Predicate("hashint8extended(g, 0)", f.ranges))
+	return f
+}
+
+func (f *fixture) opts(move string) Options {
+	return Options{Move: move, Set: f.set, Ranges: f.ranges, ChunkRows: 100, Parallel: 3}
+}
+
+// dump renders a table's rows (those in ranges, or all when ranges is nil)
+// ordered by primary key.
+func dump(t *testing.T, db *pgtest.DB, table string, ranges []ring.Range) []string {
+	t.Helper()
+	where := "true"
+	if ranges != nil {
+		key := "id"
+		if table != "users" {
+			key = "user_id"
+		}
+		where = ring.Predicate("hashint8extended("+key+", 0)", ranges)
+	}
+	rows, err := db.Pool.Query(context.Background(), `SELECT r::text FROM `+table+` r WHERE `+where+` ORDER BY `+pkOf[table])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// expectCopied checks that the target's rows in the ranges equal the source's
+// row for row, that the target holds nothing else but its own rows, and that
+// those are untouched.
+func (f *fixture) expectCopied(t *testing.T) {
+	t.Helper()
+	for _, table := range []string{"users", "orders", "events"} {
+		want, got := dump(t, f.src, table, f.ranges), dump(t, f.dst, table, f.ranges)
+		if len(want) == 0 {
+			t.Fatalf("%s: no source rows in the ranges", table)
+		}
+		if !slices.Equal(want, got) {
+			t.Fatalf("%s: target has %d rows in the ranges, source %d (or they differ)", table, len(got), len(want))
+		}
+	}
+	// Nothing outside the ranges was copied: the rest of the target is its own rows.
+	if n := f.dst.QueryInt64(t, `SELECT count(*) FROM users WHERE NOT `+ring.Predicate("hashint8extended(id, 0)", f.ranges)); n != f.dst.QueryInt64(t, `SELECT count(*) FROM users WHERE id > 1000000`) {
+		t.Fatalf("users outside the ranges on the target: %d, not just its own rows", n)
+	}
+	if n := f.dst.QueryInt64(t, `SELECT count(*) FROM users WHERE id > 1000000 AND email NOT LIKE 'own%'`); n != 0 {
+		t.Fatalf("%d of the target's own rows were changed", n)
+	}
+	// Cross-check the SQL predicate with the Go side: every user on the target
+	// has a token the ranges contain, and their number is the source's in Go.
+	var inGo int
+	for _, tok := range f.tokens {
+		if ring.ContainsAny(f.ranges, tok) {
+			inGo++
+		}
+	}
+	rows, err := f.dst.Pool.Query(context.Background(), `SELECT hashint8extended(id, 0) FROM users WHERE id <= 1000000`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var onTarget int
+	for rows.Next() {
+		var tok int64
+		if err := rows.Scan(&tok); err != nil {
+			t.Fatal(err)
+		}
+		if !ring.ContainsAny(f.ranges, tok) {
+			t.Fatalf("user with token %d copied, outside the ranges", tok)
+		}
+		onTarget++
+	}
+	if onTarget != inGo {
+		t.Fatalf("target has %d users, the ranges hold %d", onTarget, inGo)
+	}
+}
+
+// expectedRows is the number of source rows the move copies.
+func (f *fixture) expectedRows(t *testing.T) int64 {
+	var n int64
+	for _, table := range []string{"users", "orders", "events"} {
+		n += int64(len(dump(t, f.src, table, f.ranges)))
+	}
+	return n
+}
+
+// checkpointRows sums the rows recorded by a move's checkpoints: it equals the
+// rows to copy only if no chunk was committed twice.
+func checkpointRows(t *testing.T, f *fixture, move string) (rows int64, done, total int) {
+	t.Helper()
+	cps, err := Checkpoints(context.Background(), f.dst.Pool, move)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cps {
+		rows += c.Rows
+		if c.Done {
+			done++
+		}
+	}
+	return rows, done, len(cps)
+}
+
+func TestCopyRangesRowForRow(t *testing.T) {
+	f := newFixture(t, 2000)
+	ctx := context.Background()
+	// The range bounds are tokens of real users: lower bounds exclusive, upper inclusive.
+	n := len(f.tokens)
+	reg := prometheus.NewRegistry()
+	opts := f.opts("m1")
+	opts.Metrics = NewMetrics(reg)
+	st, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.expectCopied(t)
+	for _, c := range []struct {
+		tok  int64
+		want int64
+	}{{f.tokens[n/10], 1}, {f.tokens[n/10+1], 0}, {f.tokens[n/3], 0}, {f.tokens[n/3+1], 1}, {f.tokens[n/2], 1}, {f.tokens[n/2+1], 0}, {f.tokens[n*9/10], 0}, {f.tokens[n*9/10+1], 1}} {
+		if got := f.dst.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) = $1`, c.tok); got != c.want {
+			t.Errorf("user with token %d: %d rows on the target, want %d", c.tok, got, c.want)
+		}
+	}
+	want := f.expectedRows(t)
+	if st.Rows != want || st.Units != 9 || st.Chunks < want/100 {
+		t.Fatalf("stats %+v, want %d rows in 9 units", st, want)
+	}
+	if rows, done, total := checkpointRows(t, f, "m1"); rows != want || done != total || total != 9 {
+		t.Fatalf("checkpoints: %d rows, %d of %d done", rows, done, total)
+	}
+	if got := counter(t, reg, "reshard_backfill_rows_total", "public.users"); got != float64(len(dump(t, f.src, "users", f.ranges))) {
+		t.Fatalf("reshard_backfill_rows_total{table=users} = %g", got)
+	}
+	// Orders have the token index and small ranges: paged by token.
+	cps, _ := Checkpoints(ctx, f.dst.Pool, "m1")
+	for _, c := range cps {
+		if want := map[string]string{"public.orders": "token", "public.users": "pk", "public.events": "pk"}[c.Table]; c.Order != want {
+			t.Fatalf("%s paged by %s, want %s", c.Table, c.Order, want)
+		}
+	}
+	// A rerun finds every unit done and copies nothing.
+	st, err = Copy(ctx, f.src.Pool, f.dst.Pool, opts)
+	if err != nil || st.Rows != 0 || st.Skipped != 9 {
+		t.Fatalf("rerun: %+v %v", st, err)
+	}
+	// A new move over the same ranges re-copies harmlessly (upserts).
+	f.src.Exec(t, `UPDATE users SET name = 'changed' WHERE id % 5 = 0`)
+	st, err = Copy(ctx, f.src.Pool, f.dst.Pool, f.opts("m2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.FastChunks == st.Chunks {
+		t.Fatalf("re-copy went through the COPY fast path only: %+v", st)
+	}
+	f.expectCopied(t)
+
+	// Rollback: delete the copied rows on the target, throttled; its own rows stay.
+	lim := rate.NewLimiter(rate.Limit(1e6), 1000)
+	deleted, err := DeleteRanges(ctx, f.dst.Pool, f.set, f.ranges, 100, lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted != want {
+		t.Fatalf("deleted %d rows, copied %d", deleted, want)
+	}
+	if n := f.dst.QueryInt64(t, `SELECT count(*) FROM users WHERE id <= 1000000`) + f.dst.QueryInt64(t, `SELECT count(*) FROM events`); n != 0 {
+		t.Fatalf("%d copied rows left after DeleteRanges", n)
+	}
+	if n := f.dst.QueryInt64(t, `SELECT count(*) FROM users WHERE id > 1000000`); n == 0 {
+		t.Fatal("DeleteRanges removed the target's own rows")
+	}
+}
+
+func TestCopyResumesAfterCancel(t *testing.T) {
+	f := newFixture(t, 2000)
+	want := f.expectedRows(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts := f.opts("cancel")
+	var chunks atomic.Int64
+	opts.Progress = func(p Progress) {
+		if chunks.Add(1) == 8 {
+			cancel()
+		}
+	}
+	if _, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled copy returned %v", err)
+	}
+	before, _, _ := checkpointRows(t, f, "cancel")
+	if before == 0 || before >= want {
+		t.Fatalf("after cancel the checkpoints hold %d of %d rows", before, want)
+	}
+	opts.Progress = nil
+	st, err := Copy(context.Background(), f.src.Pool, f.dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Resumed == 0 || st.Rows != want-before {
+		t.Fatalf("rerun copied %d rows (resumed %d units); %d were committed before, %d to copy", st.Rows, st.Resumed, before, want)
+	}
+	if rows, done, total := checkpointRows(t, f, "cancel"); rows != want || done != total {
+		t.Fatalf("checkpoints: %d rows of %d, %d of %d units done", rows, want, done, total)
+	}
+	f.expectCopied(t)
+}
+
+// terminate kills every other session of db's database.
+func terminate(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	db.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`)
+}
+
+func TestCopyResumesAfterKilledConnections(t *testing.T) {
+	f := newFixture(t, 2000)
+	want := f.expectedRows(t)
+	ctx := context.Background()
+	opts := f.opts("kill")
+	opts.Retries = -1
+	var chunks atomic.Int64
+	opts.Progress = func(p Progress) {
+		if chunks.Add(1) == 6 {
+			terminate(t, f.dst)
+		}
+	}
+	_, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
+	if err == nil || !Retryable(err) {
+		t.Fatalf("copy with its target connections killed returned %v (retryable %t)", err, Retryable(err))
+	}
+	// A crashed worker would start with new connections; so do the test's checks.
+	f.src.Pool.Reset()
+	f.dst.Pool.Reset()
+	before, _, _ := checkpointRows(t, f, "kill")
+	if before == 0 || before >= want {
+		t.Fatalf("after the kill the checkpoints hold %d of %d rows", before, want)
+	}
+	// The rerun retries by itself; its source and target sessions are
+	// killed again mid-way and it resumes from the checkpoints.
+	chunks.Store(0)
+	opts.Retries = 0
+	opts.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	opts.Progress = func(p Progress) {
+		if chunks.Add(1) == 5 {
+			terminate(t, f.src)
+			terminate(t, f.dst)
+		}
+	}
+	st, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.src.Pool.Reset()
+	f.dst.Pool.Reset()
+	if st.Resumed == 0 || st.Retries == 0 || st.Rows != want-before {
+		t.Fatalf("rerun: %+v; %d rows were committed before, %d to copy", st, before, want)
+	}
+	if rows, done, total := checkpointRows(t, f, "kill"); rows != want || done != total {
+		t.Fatalf("checkpoints: %d rows of %d, %d of %d units done", rows, want, done, total)
+	}
+	f.expectCopied(t)
+}
+
+func TestCopyStopsOnCollision(t *testing.T) {
+	f := newFixture(t, 500)
+	ctx := context.Background()
+	// Order 7 belongs to a user in the ranges on the source; the target has its
+	// own order 7 for a user it owns (outside the ranges).
+	f.src.Exec(t, `UPDATE orders SET user_id = (SELECT id FROM users WHERE `+ring.Predicate("hashint8extended(id, 0)", f.ranges)+` LIMIT 1) WHERE id = 7`)
+	own := f.dst.QueryInt64(t, `SELECT min(user_id) FROM orders WHERE user_id > 1000000`)
+	f.dst.Exec(t, `INSERT INTO orders VALUES (7, $1, 99.99, '{"mine": true}')`, own)
+	_, err := Copy(ctx, f.src.Pool, f.dst.Pool, f.opts("collide"))
+	var ce *CollisionError
+	if !errors.As(err, &ce) {
+		t.Fatalf("copy returned %v, want a collision", err)
+	}
+	if ce.Table != "public.orders" || ce.Key["id"] != "7" || !strings.Contains(err.Error(), "id=7") || Retryable(err) {
+		t.Fatalf("collision %+v: %v", ce, err)
+	}
+	var uid int64
+	var total string
+	if err := f.dst.Pool.QueryRow(ctx, `SELECT user_id, total::text FROM orders WHERE id = 7`).Scan(&uid, &total); err != nil || uid != own || total != "99.99" {
+		t.Fatalf("the target's own row changed: user_id %d total %s (%v)", uid, total, err)
+	}
+	// Once the operator gives the target's row another key, the move resumes and completes.
+	f.dst.Exec(t, `UPDATE orders SET id = 5000007 WHERE id = 7`)
+	if _, err := Copy(ctx, f.src.Pool, f.dst.Pool, f.opts("collide")); err != nil {
+		t.Fatal(err)
+	}
+	f.expectCopied(t)
+}
+
+func TestCopyOverwritesStaleRowsInTheRanges(t *testing.T) {
+	f := newFixture(t, 300)
+	ctx := context.Background()
+	// A leftover of an earlier attempt, inside the ranges, with other values.
+	id := f.src.QueryInt64(t, `SELECT min(id) FROM orders WHERE `+ring.Predicate("hashint8extended(user_id, 0)", f.ranges))
+	uid := f.src.QueryInt64(t, `SELECT user_id FROM orders WHERE id = $1`, id)
+	f.dst.Exec(t, `INSERT INTO orders VALUES ($1, $2, 0, '{"stale": 1}')`, id, uid)
+	if _, err := Copy(ctx, f.src.Pool, f.dst.Pool, f.opts("stale")); err != nil {
+		t.Fatal(err)
+	}
+	f.expectCopied(t)
+}
+
+func TestThrottle(t *testing.T) {
+	f := newFixture(t, 300)
+	ctx := context.Background()
+	opts := f.opts("throttle")
+	opts.Set.Tables = opts.Set.Tables[:1] // users only
+	opts.Parallel = 1
+	opts.ChunkRows = 50
+	opts.RowsPerSec = 200
+	n := int64(len(dump(t, f.src, "users", f.ranges)))
+	start := time.Now()
+	st, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The burst (a tenth of a second) passes at once; the rest at 200 rows/s.
+	floor := time.Duration(float64(n-20)/200*0.9*1e9) * time.Nanosecond
+	if el := time.Since(start); el < floor || el > floor*3+3*time.Second || st.Throttled < floor/2 {
+		t.Fatalf("%d rows at 200 rows/s took %s (throttled %s), want about %s", n, el, st.Throttled, floor)
+	}
+	// Limits change while a copy runs: at 20 rows/s this would take minutes.
+	opts.Move = "throttle2"
+	opts.RowsPerSec = 0
+	opts.Throttle = NewThrottle(20, 0)
+	opts.Progress = func(p Progress) {
+		if p.Rows >= 100 {
+			opts.Throttle.SetLimits(0, 1e9)
+		}
+	}
+	start = time.Now()
+	if _, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 15*time.Second {
+		t.Fatalf("lifting the limit did not speed the copy up: %s", el)
+	}
+	if r, b := opts.Throttle.Limits(); r != 0 || b != 1e9 {
+		t.Fatalf("limits %g %g", r, b)
+	}
+}
+
+func TestPauseResumeAndPressure(t *testing.T) {
+	f := newFixture(t, 300)
+	ctx := context.Background()
+	opts := f.opts("pause")
+	opts.Pause = &Pauser{}
+	opts.Pause.Pause()
+	reg := prometheus.NewRegistry()
+	opts.Metrics = NewMetrics(reg)
+	var asked atomic.Int64
+	opts.Pressure = func(context.Context) (time.Duration, error) {
+		if asked.Add(1) <= 3 {
+			return 100 * time.Millisecond, nil
+		}
+		return 0, nil
+	}
+	done := make(chan struct{})
+	var (
+		st  Stats
+		err error
+	)
+	go func() {
+		defer close(done)
+		st, err = Copy(ctx, f.src.Pool, f.dst.Pool, opts)
+	}()
+	time.Sleep(700 * time.Millisecond)
+	if n := f.dst.QueryInt64(t, `SELECT count(*) FROM users WHERE id <= 1000000`); n != 0 || !opts.Pause.Paused() {
+		t.Fatalf("paused copy wrote %d rows", n)
+	}
+	if asked.Load() != 0 {
+		t.Fatal("a paused copy asked for pressure")
+	}
+	opts.Pause.Resume()
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Paused < 500*time.Millisecond || st.BackedOff < 300*time.Millisecond {
+		t.Fatalf("stats %+v", st)
+	}
+	if got := counter(t, reg, "reshard_backfill_throttled_seconds_total", "pressure"); got < 0.3 {
+		t.Fatalf("throttled seconds for pressure: %g", got)
+	}
+	f.expectCopied(t)
+}
+
+func TestActiveSessions(t *testing.T) {
+	db := pgtest.NewDB(t, 0)
+	ctx := context.Background()
+	p := ActiveSessions(db.Pool, 0, 50*time.Millisecond)
+	if d, err := p(ctx); err != nil || d != 0 {
+		t.Fatalf("idle source: back off %s, %v", d, err)
+	}
+	busy := db.Conn(t)
+	go busy.Exec(context.Background(), `SELECT pg_sleep(3)`)
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		time.Sleep(1100 * time.Millisecond) // it asks at most once a second
+		d, err := p(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d == 50*time.Millisecond {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a running pg_sleep did not count as pressure")
+		}
+	}
+}
+
+// counter reads the value of a counter of reg whose labels include label.
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetValue() == label {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
