@@ -221,6 +221,7 @@ type span struct {
 	vnode int    // index of the vnode owning the span
 	start int64  // previous token (exclusive)
 	width uint64 // tokens in the span; 0 means 2^64 (one vnode)
+	rank  uint32 // tie-break order among equal spans (splitInto)
 }
 
 func (s span) w() float64 {
@@ -254,9 +255,11 @@ func (r *Ring) splitInto(give map[string]float64, to string, count int) []VNode 
 			donors = append(donors, s)
 		}
 	}
-	byShard := make(map[int32][]span, len(donors))
+	byShard := make([][]span, len(r.shards))
 	for _, sp := range r.spans() {
 		if o := r.owners[sp.vnode]; donor[o] {
+			// rank: the span's position among its shard's, bit-reversed (below)
+			sp.rank = bits.Reverse32(uint32(len(byShard[o])))
 			byShard[o] = append(byShard[o], sp)
 		}
 	}
@@ -264,7 +267,7 @@ func (r *Ring) splitInto(give map[string]float64, to string, count int) []VNode 
 	var vs []VNode
 	for _, d := range donors {
 		j, _ := slices.BinarySearch(r.shards, d)
-		sps := byShard[int32(j)]
+		sps := byShard[j]
 		n := min(pieces[d], len(sps))
 		if n == 0 {
 			continue
@@ -272,16 +275,25 @@ func (r *Ring) splitInto(give map[string]float64, to string, count int) []VNode 
 		// Largest first; among equal spans (a fresh balanced ring), in
 		// bit-reversed order of their position, so the cuts spread around
 		// the ring instead of bunching at its start.
-		rank := make(map[int]uint32, len(sps))
-		for i, sp := range sps {
-			rank[sp.vnode] = bits.Reverse32(uint32(i))
-		}
-		slices.SortFunc(sps, func(a, b span) int {
+		before := func(a, b span) int {
 			if c := cmp.Compare(b.w(), a.w()); c != 0 {
 				return c
 			}
-			return cmp.Compare(rank[a.vnode], rank[b.vnode])
-		})
+			return cmp.Compare(a.rank, b.rank)
+		}
+		if n <= 4 { // usually one or a few cuts per donor: select, don't sort
+			for i := 0; i < n; i++ {
+				best := i
+				for k := i + 1; k < len(sps); k++ {
+					if before(sps[k], sps[best]) < 0 {
+						best = k
+					}
+				}
+				sps[i], sps[best] = sps[best], sps[i]
+			}
+		} else {
+			slices.SortFunc(sps, before)
+		}
 		sps = sps[:n]
 		var sum float64
 		for _, sp := range sps {

@@ -122,7 +122,7 @@ func PlanAddNode(old *Ring, s Shard, o Options) (*Ring, []Move, error) {
 	case AllocBalanced:
 		vs = old.splitInto(excess(old, specs), s.Name, o.vnodes(s))
 	}
-	next, err := New(mergeVNodes(old.VNodes(), vs))
+	next, err := old.adding(vs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("add node %s: %w", s.Name, err)
 	}
@@ -165,7 +165,7 @@ func PlanSplit(old *Ring, shard string, into Shard, o Options) (*Ring, []Move, e
 	give := map[string]float64{shard: old.Share()[shard] * wi / (ws + wi)}
 	n := o.vnodes(into)
 	vs := old.splitInto(give, into.Name, n)
-	next, err := New(mergeVNodes(old.VNodes(), vs))
+	next, err := old.adding(vs)
 	if err != nil {
 		return nil, nil, fmt.Errorf("split %s: %w", shard, err)
 	}
@@ -284,18 +284,58 @@ func PlanMove(old *Ring, rg Range, to string) (*Ring, []Move, error) {
 	return plan(old, next.withInfo(specs))
 }
 
-// mergeVNodes merges extra into sorted (sorted by token), so that New gets
-// sorted vnodes without sorting the whole ring again.
-func mergeVNodes(sorted, extra []VNode) []VNode {
-	slices.SortFunc(extra, func(a, b VNode) int { return cmp.Compare(a.Token, b.Token) })
-	out := make([]VNode, 0, len(sorted)+len(extra))
-	for len(sorted) > 0 && len(extra) > 0 {
-		if extra[0].Token < sorted[0].Token {
-			out, extra = append(out, extra[0]), extra[1:]
-		} else {
-			out, sorted = append(out, sorted[0]), sorted[1:]
+// adding returns r plus extra vnodes, all of one new shard. It is New for
+// the planners' common case, merging sorted token arrays instead of sorting
+// and naming every vnode again, with the same checks.
+func (r *Ring) adding(extra []VNode) (*Ring, error) {
+	if len(extra) == 0 {
+		return nil, errors.New("ring: no token could be placed for the new shard")
+	}
+	name := extra[0].Shard
+	toks := make([]int64, len(extra))
+	for i, v := range extra {
+		if v.Shard != name {
+			return New(append(r.VNodes(), extra...))
+		}
+		toks[i] = v.Token
+	}
+	slices.Sort(toks)
+	if r.HasShard(name) {
+		return nil, fmt.Errorf("ring: shard %s already has vnodes", name)
+	}
+	shards := append(slices.Clone(r.shards), name)
+	slices.Sort(shards)
+	newIdx, _ := slices.BinarySearch(shards, name)
+	remap := make([]int32, len(r.shards)) // old owner index → new
+	for j := range r.shards {
+		remap[j] = int32(j)
+		if j >= newIdx {
+			remap[j]++
 		}
 	}
-	out = append(out, sorted...)
-	return append(out, extra...)
+	nr := &Ring{
+		tokens: make([]int64, 0, len(r.tokens)+len(toks)),
+		owners: make([]int32, 0, len(r.tokens)+len(toks)),
+		shards: shards,
+	}
+	a, b := 0, 0
+	for a < len(r.tokens) || b < len(toks) {
+		switch {
+		case b == len(toks) || a < len(r.tokens) && r.tokens[a] < toks[b]:
+			nr.tokens = append(nr.tokens, r.tokens[a])
+			nr.owners = append(nr.owners, remap[r.owners[a]])
+			a++
+		case a < len(r.tokens) && r.tokens[a] == toks[b] || b > 0 && toks[b-1] == toks[b]:
+			return nil, fmt.Errorf("ring: duplicate token %d", toks[b])
+		default:
+			if toks[b] == MinToken {
+				return nil, fmt.Errorf("ring: vnode of %s at MinToken", name)
+			}
+			nr.tokens = append(nr.tokens, toks[b])
+			nr.owners = append(nr.owners, int32(newIdx))
+			b++
+		}
+	}
+	nr.buildIndex()
+	return nr, nil
 }

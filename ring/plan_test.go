@@ -502,3 +502,26 @@ func BenchmarkPlanRemoveNode1000x256(b *testing.B) {
 		}
 	}
 }
+
+func TestAddingChecks(t *testing.T) {
+	r := MustNew([]VNode{{10, "a"}, {20, "b"}})
+	for _, extra := range [][]VNode{
+		{{10, "c"}},            // an existing token
+		{{15, "c"}, {15, "c"}}, // twice
+		{{MinToken, "c"}},
+		{{15, "a"}}, // an existing shard
+		nil,
+	} {
+		if _, err := r.adding(extra); err == nil {
+			t.Errorf("adding(%v) accepted", extra)
+		}
+	}
+	got, err := r.adding([]VNode{{30, "0"}, {5, "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := MustNew([]VNode{{5, "0"}, {10, "a"}, {20, "b"}, {30, "0"}})
+	if !slices.Equal(got.VNodes(), want.VNodes()) || !slices.Equal(got.Shards(), want.Shards()) || got.Owner(25) != "0" || got.Owner(15) != "b" {
+		t.Fatalf("adding = %v", got.VNodes())
+	}
+}
