@@ -167,8 +167,10 @@ func bind(rel *Relation, p *tablePlan) (*binding, error) {
 	return b, nil
 }
 
-// row maps a tuple to plan column order.
-func (b *binding) row(t Tuple) []Col {
+// row maps a tuple to plan column order. In a key-only old tuple (kind 'K')
+// the columns outside the replica identity come as NULL placeholders: they
+// are marked unknown (ColUnchanged), never taken for real NULLs.
+func (b *binding) row(t Tuple, kind byte) []Col {
 	if t == nil {
 		return nil
 	}
@@ -177,6 +179,9 @@ func (b *binding) row(t Tuple) []Col {
 		r[i] = Col{Kind: ColUnchanged}
 	}
 	for i, c := range t {
+		if kind == 'K' && !b.rel.Columns[i].Key {
+			continue
+		}
 		r[b.cols[i]] = c
 	}
 	return r

@@ -323,7 +323,7 @@ type runner struct {
 	// the last source transaction committed on the target
 	committedEnd, committedCommit pglogrepl.LSN
 	rewind                        bool
-	serverEnd      pglogrepl.LSN
+	serverEnd                     pglogrepl.LSN
 
 	nextStatus time.Time
 	lastSlot   time.Time
@@ -704,7 +704,7 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 	}
 	p := b.plan
 	ranges := r.o.Ranges
-	newRow, oldRow := b.row(c.New), b.row(c.Old)
+	newRow, oldRow := b.row(c.New, 'N'), b.row(c.Old, c.OldKind)
 	newIn, newKnown, err := p.inRanges(newRow, ranges)
 	if err != nil {
 		return err

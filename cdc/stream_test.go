@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -178,6 +179,8 @@ func rowsOf(t *testing.T, q interface {
 	return out
 }
 
+func head(s []string) []string { return s[:min(len(s), 5)] }
+
 func diff(a, b []string) (onlyA, onlyB []string) {
 	i, j := 0, 0
 	for i < len(a) || j < len(b) {
@@ -206,13 +209,13 @@ func assertConverged(t *testing.T, e *env, targetOwned map[string][]string) {
 		slices.Sort(src)
 		slices.Sort(dst)
 		if a, b := diff(src, dst); len(a)+len(b) > 0 {
-			t.Errorf("%s: %d source rows in the ranges, %d target rows; only on source (%d): %.5v; only on target (%d): %.5v", tb, len(src), len(dst), len(a), a, len(b), b)
+			t.Errorf("%s: %d source rows in the ranges, %d target rows; only on source (%d): %v; only on target (%d): %v", tb, len(src), len(dst), len(a), head(a), len(b), head(b))
 		}
 		if len(src) == 0 {
 			t.Errorf("%s: no rows in the ranges: the test proves nothing", tb)
 		}
 		if out := rowsOf(t, e.dst.Pool, tb, false); !slices.Equal(out, targetOwned[tb.Name]) {
-			t.Errorf("%s: target rows outside the ranges changed: %.5v, want %.5v", tb, out, targetOwned[tb.Name])
+			t.Errorf("%s: target rows outside the ranges changed: %v, want %v", tb, head(out), head(targetOwned[tb.Name]))
 		}
 	}
 }
@@ -335,4 +338,264 @@ func TestConvergesUnderLiveWrites(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// supervise runs the stream, restarting it after retryable errors as the
+// worker does, until stopped.
+func supervise(t *testing.T, s *Stream) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			err := s.Run(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if !IsRetryable(err) {
+				t.Errorf("stream stopped with a non-retryable error: %v", err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestCrashResume(t *testing.T) {
+	e := newEnv(t, "crash", usersOnly...)
+	seedSource(t, e)
+	owned := seedTargetOwned(t, e)
+	w := startWriter(t, e.src, false, 2)
+	e.createSlot(t)
+	e.copyRanges(t)
+
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runStream(t, s)
+	time.Sleep(700 * time.Millisecond)
+	if err := stop(); err != nil { // context cancel mid-way
+		t.Fatal(err)
+	}
+	_, firstApplied, _ := s.Positions()
+	if firstApplied <= e.l0 {
+		t.Fatalf("nothing applied before the cancel (applied %s, L0 %s)", firstApplied, e.l0)
+	}
+
+	// A new Stream (a restarted worker) resumes from the target's origin.
+	s, err = New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopSup := supervise(t, s)
+	time.Sleep(500 * time.Millisecond)
+	if _, applied, _ := s.Positions(); applied < firstApplied {
+		t.Fatalf("resumed at %s, before the origin's %s", applied, firstApplied)
+	}
+	for i := 0; i < 2; i++ { // killed connections, twice
+		var n int64
+		n += e.src.QueryInt64(t, "SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", e.names.Slot)
+		n += e.dst.QueryInt64(t, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'reshard_cdc_test'")
+		if n == 0 {
+			t.Fatal("no stream connection to kill")
+		}
+		time.Sleep(600 * time.Millisecond)
+	}
+	w.finish(t)
+	drain(t, e, s)
+	stopSup()
+	assertConverged(t, e, owned)
+	var origin string
+	if err := e.dst.Pool.QueryRow(context.Background(), "SELECT remote_lsn::text FROM pg_replication_origin_status WHERE external_id = $1", e.names.Origin).Scan(&origin); err != nil {
+		t.Fatal(err)
+	}
+	if lsn, _ := pglogrepl.ParseLSN(origin); lsn <= firstApplied {
+		t.Errorf("origin remote_lsn %s did not advance past %s", origin, firstApplied)
+	}
+}
+
+// outsideUser returns user ids whose token is outside the moving ranges.
+func outsideUsers(n int, from int64) []int64 {
+	var out []int64
+	for id := from; len(out) < n; id++ {
+		if !inTestRanges(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func TestMultiTableSetAndDeletesWithoutKey(t *testing.T) {
+	e := newEnv(t, "multi", usersOrders...)
+	if e.set.Tables[1].KeyInIdentity() {
+		t.Fatal("orders' replica identity should lack user_id")
+	}
+	seedSource(t, e)
+	// Orders 3001..3010 of users outside the ranges, whose ids the target
+	// also uses for orders of its own: the source deletes them (DELETE
+	// messages carry only the id) and the target's rows must stay.
+	srcUsers, dstUsers := outsideUsers(10, 1), outsideUsers(10, 1_000_000)
+	for i := range srcUsers {
+		e.src.Exec(t, "INSERT INTO orders VALUES ($1, $2, 0, 'src')", 3001+i, srcUsers[i])
+		e.dst.Exec(t, "INSERT INTO orders VALUES ($1, $2, 0, 'target-owned')", 3001+i, dstUsers[i])
+	}
+	owned := seedTargetOwned(t, e)
+	w := startWriter(t, e.src, true, 3)
+	e.createSlot(t)
+	e.copyRanges(t)
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runStream(t, s)
+	time.Sleep(500 * time.Millisecond)
+	e.src.Exec(t, "DELETE FROM orders WHERE id BETWEEN 3001 AND 3010")
+	// and orders of moving users deleted by id only: must go on the target.
+	e.src.Exec(t, "DELETE FROM orders WHERE id IN (SELECT id FROM orders WHERE id <= 3000 AND "+ring.Predicate(e.set.Tables[1].TokenSQL(""), testRanges)+" LIMIT 20)")
+	time.Sleep(time.Second)
+	w.finish(t)
+	drain(t, e, s)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	assertConverged(t, e, owned)
+	if n := e.dst.QueryInt64(t, "SELECT count(*) FROM orders WHERE note = 'target-owned'"); n != 10 {
+		t.Errorf("target-owned orders left: %d, want 10", n)
+	}
+}
+
+func TestCollisionWithTargetRowStops(t *testing.T) {
+	e := newEnv(t, "collide", usersOrders...)
+	seedSource(t, e)
+	e.createSlot(t)
+	e.copyRanges(t)
+	outside := outsideUsers(1, 1)[0]
+	e.dst.Exec(t, "INSERT INTO orders VALUES (9001, $1, 5, 'mine')", outside)
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside int64 = 1
+	for !inTestRanges(inside) {
+		inside++
+	}
+	e.src.Exec(t, "INSERT INTO orders VALUES (9001, $1, 7, 'theirs')", inside)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.Run(ctx)
+	var ce *CollisionError
+	if !errors.As(err, &ce) || ce.Table != "public.orders" || ce.Key != "id=9001" || IsRetryable(err) {
+		t.Fatalf("Run = %v, want a non-retryable collision on public.orders id=9001", err)
+	}
+	var note string
+	var user int64
+	if err := e.dst.Pool.QueryRow(ctx, "SELECT note, user_id FROM orders WHERE id = 9001").Scan(&note, &user); err != nil || note != "mine" || user != outside {
+		t.Fatalf("target row after the collision: %q %d %v, want it intact", note, user, err)
+	}
+}
+
+func TestSchemaChangeStops(t *testing.T) {
+	e := newEnv(t, "ddl", usersOnly...)
+	e.createSlot(t)
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside int64 = 1
+	for !inTestRanges(inside) {
+		inside++
+	}
+	e.src.Exec(t, "INSERT INTO users VALUES ($1, 'a', 0, 'p')", inside)
+	e.src.Exec(t, "ALTER TABLE users ADD COLUMN note text")
+	e.src.Exec(t, "INSERT INTO users VALUES ($1, 'b', 0, 'p', 'n')", inside+1_000_000_000)
+	e.src.Exec(t, "UPDATE users SET note = 'x' WHERE id = $1", inside)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.Run(ctx)
+	var se *SchemaChangeError
+	if !errors.As(err, &se) || se.Table != "public.users" || !slices.Equal(se.OnlySource, []string{"note"}) || IsRetryable(err) {
+		t.Fatalf("Run = %v, want a schema change naming public.users and column note", err)
+	}
+	if !strings.Contains(err.Error(), "note") {
+		t.Fatalf("error does not name the column: %v", err)
+	}
+	// The change before the DDL was applied and committed.
+	if n := e.dst.QueryInt64(t, "SELECT count(*) FROM users WHERE id = $1", inside); n != 1 {
+		t.Fatalf("row inserted before the DDL: %d on the target, want 1", n)
+	}
+}
+
+// slotSnapshot is what verify does: a temporary slot exporting its
+// snapshot, imported into a read transaction on the source.
+func slotSnapshot(t *testing.T, e *env) (pglogrepl.LSN, []string) {
+	t.Helper()
+	ctx := context.Background()
+	rc, err := pgconn.Connect(ctx, e.src.ReplicationDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close(ctx)
+	res, err := pglogrepl.CreateReplicationSlot(ctx, rc, fmt.Sprintf("v_%d", rand.Uint32()), "pgoutput",
+		pglogrepl.CreateReplicationSlotOptions{Temporary: true, Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsn, _ := pglogrepl.ParseLSN(res.ConsistentPoint)
+	tx, err := e.src.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(res.SnapshotName)); err != nil {
+		t.Fatal(err)
+	}
+	rows := rowsOf(t, tx, e.set.Tables[0], true)
+	return lsn, rows
+}
+
+func TestHoldAtUnderLiveWrites(t *testing.T) {
+	e := newEnv(t, "hold", usersOnly...)
+	seedSource(t, e)
+	owned := seedTargetOwned(t, e)
+	e.createSlot(t)
+	e.copyRanges(t)
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runStream(t, s)
+	w := startWriter(t, e.src, false, 4)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	passed := 0
+	for i := 0; i < 4; i++ {
+		time.Sleep(300 * time.Millisecond)
+		lsn, want := slotSnapshot(t, e)
+		err := s.HoldAt(ctx, lsn)
+		for errors.Is(err, ErrHoldPassed) { // gated: a new snapshot cannot be passed
+			passed++
+			lsn, want = slotSnapshot(t, e)
+			err = s.HoldAt(ctx, lsn)
+		}
+		if err != nil {
+			t.Fatalf("HoldAt(%s): %v", lsn, err)
+		}
+		got := rowsOf(t, e.dst.Pool, e.set.Tables[0], true)
+		_, applied, _ := s.Positions()
+		s.Release()
+		if a, b := diff(want, got); len(a)+len(b) > 0 {
+			t.Fatalf("held at %s (applied %s): target differs from the source snapshot: only source %v, only target %v", lsn, applied, head(a), head(b))
+		}
+	}
+	t.Logf("ErrHoldPassed retries: %d", passed)
+	w.finish(t)
+	drain(t, e, s)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	assertConverged(t, e, owned)
 }
