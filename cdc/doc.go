@@ -1,9 +1,26 @@
 // Package cdc streams pgoutput changes from a move's logical slot and applies
 // those whose token falls in the moving ranges to the target (CDC_CATCH_UP),
-// and, reversed, from the new owner back to the old one during GRACE.
+// and, reversed with SkipOrigin, from the new owner back to the old one
+// during GRACE.
 //
 // Invariants: changes are applied in source commit order; the applied LSN
 // commits in the same target transaction as the changes (replication origin);
 // the flush LSN acknowledged to the source is only ever an applied and
 // committed one; every write on the target carries the moving-range predicate.
+//
+// Memory: the stream asks for pgoutput proto_version 1 without streaming, so a
+// transaction arrives only after it committed, whole and contiguous (the
+// source spills it to disk past logical_decoding_work_mem). The applier can
+// therefore write it as it arrives, inside one target transaction, flushing
+// every FlushRows operations and committing at a source commit: memory is
+// bounded by FlushRows, not by the transaction's size, with nothing to buffer
+// by xid and nothing to spill. (Streaming in-progress transactions would
+// force either buffering them or applying them in a second session, which
+// cannot share the replication origin and would break commit order.)
+//
+// Layout: decode.go is pure (bytes in, typed messages out, fuzzed);
+// apply.go builds the target's statements; stream.go owns the connections,
+// batching, acknowledgements and the Controller API (HoldAt, Release,
+// Positions, WaitApplied, DrainToMarker); joining.go creates and drops the
+// publication, slot and origin.
 package cdc
