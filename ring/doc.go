@@ -11,4 +11,9 @@
 //     hashtextextended and uuid_hash_extended with seed 0 (see TokenSQL).
 //   - A plan is the diff of two rings: a key whose token lies outside the moved
 //     ranges never changes owner.
+//
+// Bounds the tests hold planners to: a balanced add-node moves
+// weight/(total weight) of the space ± 0.01 and leaves every shard within
+// 5 % of its weighted share; a split moves exactly the split fraction of one
+// shard; a remove moves exactly the removed shard's share.
 package ring
