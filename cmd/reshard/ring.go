@@ -14,12 +14,13 @@ import (
 	"github.com/reshard/reshard/ring"
 )
 
-func newRingCmd(_ *globalOptions) *cobra.Command {
+func newRingCmd(opts *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ring",
-		Short: "Tokens, ring plans and the scale-out simulation (no database needed)",
+		Short: "Tokens, ring plans, the scale-out simulation, and the current ring (show)",
 	}
-	cmd.AddCommand(newRingTokenCmd(), newRingPlanCmd(), newRingSimulateCmd())
+	// show reads the control database; it lives with the topology commands.
+	cmd.AddCommand(newRingTokenCmd(), newRingPlanCmd(), newRingSimulateCmd(), newRingShowCmd(opts))
 	return cmd
 }
 
