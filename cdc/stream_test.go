@@ -509,13 +509,16 @@ func TestSchemaChangeStops(t *testing.T) {
 	for !inTestRanges(inside) {
 		inside++
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
 	e.src.Exec(t, "INSERT INTO users VALUES ($1, 'a', 0, 'p')", inside)
+	drain(t, e, s)
 	e.src.Exec(t, "ALTER TABLE users ADD COLUMN note text")
 	e.src.Exec(t, "INSERT INTO users VALUES ($1, 'b', 0, 'p', 'n')", inside+1_000_000_000)
 	e.src.Exec(t, "UPDATE users SET note = 'x' WHERE id = $1", inside)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = s.Run(ctx)
+	err = <-done
 	var se *SchemaChangeError
 	if !errors.As(err, &se) || se.Table != "public.users" || !slices.Equal(se.OnlySource, []string{"note"}) || IsRetryable(err) {
 		t.Fatalf("Run = %v, want a schema change naming public.users and column note", err)
