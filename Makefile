@@ -5,7 +5,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 # Extra flags for go test, e.g. GOTESTFLAGS=-v (.ci/run sets it).
 GOTESTFLAGS ?=
 
-.PHONY: tools build test demo bench
+.PHONY: tools build test fuzz demo bench
 
 # The pinned Temporal CLI (dev server), installed only when devenv would not
 # find one: $$TEMPORAL_CLI, PATH, then $$(go env GOPATH)/bin.
@@ -27,6 +27,15 @@ test:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 25m $(GOTESTFLAGS) ./...
+	$(MAKE) fuzz FUZZTIME=3s
+
+# Each fuzz target for a few seconds (go test fuzzes one target per run).
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./ring:FuzzTokenText ./ring:FuzzTokenOfInt ./ring:FuzzTokenOfUUID ./ring:FuzzRingOwner
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME); done
 
 # For now: a local cluster (control + 4 shards + Temporal) via reshard dev up.
 # A later issue turns this into the end-to-end demo with live writes.
