@@ -118,11 +118,16 @@ func (q *tableSQL) where(lo, hi []string) (string, []any) {
 // 1; the low half of seed 0 equals hashtext, seed 1 mixes differently). Both
 // are order independent; together a random difference slips through with
 // probability about 2^-128. sum(int8) accumulates in 128 bits, so it is
-// nearly as cheap as bit_xor.
+// nearly as cheap as bit_xor. OFFSET 0 keeps the subquery from being
+// flattened, which would render the row text (the dominant cost) once per
+// hash.
 func (q *tableSQL) sums(lo, hi []string) (string, []any) {
 	w, args := q.where(lo, hi)
-	return "SELECT r, count(*), coalesce(bit_xor(hashtextextended(rt, 0)), 0), coalesce(sum(hashtextextended(rt, 1)), 0)::text " +
-		"FROM (SELECT " + q.rangeOf + " AS r, " + q.rowText + " AS rt FROM " + q.from + " WHERE " + w + ") s GROUP BY r", args
+	aggs := "count(*), coalesce(bit_xor(hashtextextended(rt, 0)), 0), coalesce(sum(hashtextextended(rt, 1)), 0)::text"
+	if len(q.ranges) == 1 { // grouping by a constant still costs a third of the scan
+		return "SELECT 0, " + aggs + " FROM (SELECT " + q.rowText + " AS rt FROM " + q.from + " WHERE " + w + " OFFSET 0) s", args
+	}
+	return "SELECT r, " + aggs + " FROM (SELECT " + q.rangeOf + " AS r, " + q.rowText + " AS rt FROM " + q.from + " WHERE " + w + " OFFSET 0) s GROUP BY r", args
 }
 
 // nth returns the key of the n-th row (0-based) of (lo, hi] in key order.
@@ -135,8 +140,8 @@ func (q *tableSQL) nth(lo, hi []string, n int64) (string, []any) {
 // rows lists the rows of (lo, hi] with their token and both row hashes.
 func (q *tableSQL) rows(lo, hi []string) (string, []any) {
 	w, args := q.where(lo, hi)
-	return "SELECT " + q.keyText() + ", " + q.token + ", hashtextextended(" + q.rowText + ", 0), hashtextextended(" + q.rowText + ", 1) FROM " +
-		q.from + " WHERE " + w + " ORDER BY " + q.orderBy(), args
+	return "SELECT k, tok, hashtextextended(rt, 0), hashtextextended(rt, 1) FROM (SELECT " + q.keyText() + " AS k, " + q.token + " AS tok, " +
+		q.rowText + " AS rt FROM " + q.from + " WHERE " + w + " ORDER BY " + q.orderBy() + " OFFSET 0) s", args
 }
 
 // sample lists the keys of the moving rows in a page sample of pct percent.
