@@ -201,6 +201,7 @@ func TestCopyRangesRowForRow(t *testing.T) {
 	n := len(f.tokens)
 	reg := prometheus.NewRegistry()
 	opts := f.opts("m1")
+	opts.Split = 4 // small sub-ranges: orders (token index) page by token
 	opts.Metrics = NewMetrics(reg)
 	st, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
 	if err != nil {
@@ -216,10 +217,10 @@ func TestCopyRangesRowForRow(t *testing.T) {
 		}
 	}
 	want := f.expectedRows(t)
-	if st.Rows != want || st.Units != 9 || st.Chunks < want/100 {
-		t.Fatalf("stats %+v, want %d rows in 9 units", st, want)
+	if st.Rows != want || st.Units != 36 || st.Chunks < want/100 {
+		t.Fatalf("stats %+v, want %d rows in 36 units", st, want)
 	}
-	if rows, done, total := checkpointRows(t, f, "m1"); rows != want || done != total || total != 9 {
+	if rows, done, total := checkpointRows(t, f, "m1"); rows != want || done != total || total != 36 {
 		t.Fatalf("checkpoints: %d rows, %d of %d done", rows, done, total)
 	}
 	if got := counter(t, reg, "reshard_backfill_rows_total", "public.users"); got != float64(len(dump(t, f.src, "users", f.ranges))) {
@@ -234,7 +235,7 @@ func TestCopyRangesRowForRow(t *testing.T) {
 	}
 	// A rerun finds every unit done and copies nothing.
 	st, err = Copy(ctx, f.src.Pool, f.dst.Pool, opts)
-	if err != nil || st.Rows != 0 || st.Skipped != 9 {
+	if err != nil || st.Rows != 0 || st.Skipped != 36 {
 		t.Fatalf("rerun: %+v %v", st, err)
 	}
 	// A new move over the same ranges re-copies harmlessly (upserts).

@@ -16,7 +16,7 @@ type Order string
 
 const (
 	// OrderAuto picks OrderToken when the source has the token index and the
-	// range is at most a third of the token space, else OrderPK.
+	// range is at most 1/16 of the token space, else OrderPK.
 	OrderAuto Order = ""
 	// OrderPK pages by primary key: an index scan of the whole table that
 	// keeps the range's rows. Needs no extra index; reads every row once.
