@@ -1,0 +1,144 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// The names below are the contract between the workflows, the worker and the
+// CLI. Inputs and states carry shard NAMES only: DSNs (and their passwords)
+// are resolved on the worker from its own configuration.
+const (
+	// TaskQueue is the task queue of the reshard worker.
+	TaskQueue = "reshard"
+
+	MigrationWorkflow = "Migration"
+	MoveWorkflow      = "Move"
+
+	// QueryState returns a MigrationState (parent) or a MoveState (child).
+	QueryState = "state"
+
+	UpdatePause    = "pause"           // no args
+	UpdateResume   = "resume"          // no args
+	UpdateThrottle = "throttle"        // Throttle
+	UpdateApprove  = "approve-cutover" // no args; only with RequireApproval, in VERIFY (passed) or CUTOVER
+	UpdateRollback = "rollback"        // no args; any phase before CLEANUP
+	UpdateComplete = "complete"        // no args; ends GRACE early
+	UpdateReverify = "reverify"        // no args; after a failed verify
+)
+
+// MigrationWorkflowID is the workflow id of a migration; a move's child id is
+// MigrationWorkflowID(id) + "/" + move id.
+func MigrationWorkflowID(id string) string { return "reshard-" + id }
+
+// Kind is what a migration does to the ring.
+type Kind string
+
+const (
+	KindAddNode    Kind = "add-node"
+	KindSplit      Kind = "split"
+	KindRemoveNode Kind = "remove-node"
+	KindMove       Kind = "move"
+)
+
+// Throttle limits copy (and verify) speed; 0 means unlimited.
+type Throttle struct {
+	RowsPerSec  float64 `json:"rows_per_sec"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+}
+
+// OnVerifyFail says what a failed verify does: wait for an operator's
+// rollback or reverify (default), or roll back by itself.
+type OnVerifyFail string
+
+const (
+	VerifyFailWait     OnVerifyFail = "wait"
+	VerifyFailRollback OnVerifyFail = "rollback"
+)
+
+// MigrationRequest is the input of the Migration workflow.
+type MigrationRequest struct {
+	ID   string `json:"id"`
+	Kind Kind   `json:"kind"`
+	// Shard is the new shard (add-node), the shard split (split) or the
+	// shard retired (remove-node).
+	Shard string `json:"shard,omitempty"`
+	// Into is the new shard that takes half of Shard (split).
+	Into string `json:"into,omitempty"`
+	// Range and To describe a manual move.
+	Range *ring.Range `json:"range,omitempty"`
+	To    string      `json:"to,omitempty"`
+
+	// Tables is the table set that moves together.
+	Tables tableset.Spec `json:"tables"`
+
+	// Ring allocation for new vnodes.
+	VNodes int    `json:"vnodes,omitempty"`
+	Tokens string `json:"tokens,omitempty"` // "balanced" (default) or "hash"
+
+	Throttle        Throttle      `json:"throttle"`
+	ChunkRows       int           `json:"chunk_rows,omitempty"`
+	RequireApproval bool          `json:"require_approval,omitempty"`
+	OnVerifyFail    OnVerifyFail  `json:"on_verify_fail,omitempty"`
+	GracePeriod     time.Duration `json:"grace_period,omitempty"`
+	CutoverBudget   time.Duration `json:"cutover_budget,omitempty"` // write-pause budget, default 2s
+	MaxLagBytes     int64         `json:"max_lag_bytes,omitempty"`  // cutover gate
+}
+
+// MoveSpec is one move: ranges going from one source shard to one target,
+// with exactly one logical replication slot on the source.
+type MoveSpec struct {
+	ID       string       `json:"id"`
+	Source   string       `json:"source"`
+	Target   string       `json:"target"`
+	Ranges   []ring.Range `json:"ranges"`
+	EstRows  int64        `json:"est_rows"`
+	EstBytes int64        `json:"est_bytes"`
+}
+
+// PhaseTiming is when a phase started and ended (End zero while in it).
+type PhaseTiming struct {
+	Phase Phase     `json:"phase"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end,omitempty"`
+}
+
+// VerifySummary is the outcome of the last verify of a move.
+type VerifySummary struct {
+	Passed     bool     `json:"passed"`
+	Rows       int64    `json:"rows"`
+	Mismatches int64    `json:"mismatches"`
+	Samples    []string `json:"samples,omitempty"` // "missing users id=42"
+	RowsPerSec float64  `json:"rows_per_sec"`
+}
+
+// MoveState is the progress of one move (the Move workflow's state query).
+type MoveState struct {
+	Spec        MoveSpec       `json:"spec"`
+	Phase       Phase          `json:"phase"`
+	Paused      bool           `json:"paused"`
+	RowsCopied  int64          `json:"rows_copied"`
+	BytesCopied int64          `json:"bytes_copied"`
+	CopyDone    bool           `json:"copy_done"`
+	LagBytes    int64          `json:"lag_bytes"`
+	Verify      *VerifySummary `json:"verify,omitempty"`
+	WritePause  time.Duration  `json:"write_pause"`
+	Attempts    int            `json:"cutover_attempts"`
+	Timings     []PhaseTiming  `json:"timings"`
+	Error       string         `json:"error,omitempty"`
+	UpdatedAt   time.Time      `json:"updated_at"`
+}
+
+// MigrationState is the progress of a migration (the Migration workflow's
+// state query): the plan and every move.
+type MigrationState struct {
+	Request       MigrationRequest `json:"request"`
+	Phase         Phase            `json:"phase"`
+	FromVersion   int64            `json:"from_version"`
+	Version       int64            `json:"version"`
+	MovedFraction float64          `json:"moved_fraction"`
+	Moves         []MoveState      `json:"moves"`
+	Error         string           `json:"error,omitempty"`
+}
