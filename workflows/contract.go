@@ -87,6 +87,14 @@ type MigrationRequest struct {
 	MaxLagBytes     int64         `json:"max_lag_bytes,omitempty"`  // cutover gate
 }
 
+// ORDERING RULE (DESIGN.md §4.3–4.4): the CDC applier of a move starts only
+// after its SNAPSHOT_COPY has finished. The slot (created in JOINING, before
+// the copy) retains every change meanwhile. Applying CDC while the copy runs
+// can resurrect a deleted row: copy reads K, the source deletes K, CDC applies
+// the delete (K not there yet), then the copy writes K. Sequential copy → CDC
+// replays every change after L0 over the copied rows, so each row ends at its
+// last write.
+
 // MoveSpec is one move: ranges going from one source shard to one target,
 // with exactly one logical replication slot on the source.
 type MoveSpec struct {
