@@ -12,12 +12,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/cdc"
 )
 
 // Holder stops the CDC applier exactly at a source LSN: HoldAt returns once
 // every source transaction with commit LSN ≤ lsn is applied and committed on
 // the target and none after, and the applier then waits until Release. The
-// cdc stream satisfies it.
+// cdc stream satisfies it. HoldAt may fail with cdc.ErrHoldPassed when the
+// applier has already committed past lsn; it then waits where it is and
+// verify takes a new source snapshot, which it cannot have passed.
 type Holder interface {
 	HoldAt(ctx context.Context, lsn pglogrepl.LSN) error
 	Release()
@@ -59,6 +63,10 @@ func (s *snapshots) close() {
 		ss.dst.close()
 	}
 }
+
+// maxHoldAttempts bounds the source snapshots taken when the applier has
+// already passed the previous one's LSN (cdc.ErrHoldPassed).
+const maxHoldAttempts = 5
 
 var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
 
@@ -159,16 +167,36 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n
 		}
 		srcTx = append([]*readTx{first}, rest...)
 	} else {
-		var lsn pglogrepl.LSN
-		if srcTx, lsn, err = slotSnapshot(ctx, src, n); err != nil {
-			return nil, fmt.Errorf("source: %w", err)
-		}
-		s.lsn = lsn.String()
-		if err := holder.HoldAt(ctx, lsn); err != nil {
+		for attempt := 1; ; attempt++ {
+			var lsn pglogrepl.LSN
+			if srcTx, lsn, err = slotSnapshot(ctx, src, n); err != nil {
+				if attempt > 1 {
+					holder.Release() // gated by the passed hold below
+				}
+				return nil, fmt.Errorf("source: %w", err)
+			}
+			s.lsn = lsn.String()
+			// The snapshot holds the transactions whose commit record starts
+			// before the consistent point; the slot streams those from it on
+			// (PG15 decode.c: skipped iff commit LSN < start_decoding_at).
+			// HoldAt counts commit LSN <= its argument, hence lsn-1.
+			err = holder.HoldAt(ctx, lsn-1)
+			if err == nil {
+				break
+			}
 			for _, r := range srcTx {
 				r.close()
 			}
-			return nil, fmt.Errorf("hold the applier at %s: %w", lsn, err)
+			// An applier running close behind the source may already have
+			// committed past the slot's LSN. It then waits at a gate where it
+			// is, which a new slot's LSN lies beyond: take a new snapshot.
+			if errors.Is(err, cdc.ErrHoldPassed) && attempt < maxHoldAttempts {
+				continue
+			}
+			if errors.Is(err, cdc.ErrHoldPassed) {
+				holder.Release()
+			}
+			return nil, fmt.Errorf("hold the applier at %s (attempt %d): %w", lsn, attempt, err)
 		}
 	}
 	for i, r := range srcTx {

@@ -343,11 +343,13 @@ type fakeApplier struct {
 	t        *testing.T
 	src, dst *pgtest.DB
 	held     []string
+	heldLSN  pglogrepl.LSN
 	released int
 }
 
 func (f *fakeApplier) HoldAt(ctx context.Context, lsn pglogrepl.LSN) error {
 	f.held = append(f.held, lsn.String())
+	f.heldLSN = lsn
 	// Written after the source snapshot: invisible to verify on both sides.
 	f.src.Exec(f.t, "UPDATE users SET name = 'after the snapshot' WHERE id = 2")
 	f.src.Exec(f.t, usersFill, 900_001, 900_001)
@@ -379,7 +381,7 @@ func TestHolderSeesBothSidesAtTheSlotLSN(t *testing.T) {
 	if !rep.OK() {
 		t.Fatalf("mismatches: %+v", rep.Tables[0].AllKeys())
 	}
-	if len(f.held) != 1 || f.released != 1 || rep.LSN != f.held[0] {
+	if len(f.held) != 1 || f.released != 1 || rep.LSN != (f.heldLSN+1).String() {
 		t.Fatalf("held at %v, released %d times, report LSN %s", f.held, f.released, rep.LSN)
 	}
 	lsn, _ := pglogrepl.ParseLSN(rep.LSN)
