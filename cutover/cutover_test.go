@@ -11,6 +11,7 @@ import (
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
 )
 
 // cutoverEnv is a source and a target shard with users fenced on the target
@@ -83,7 +84,7 @@ func TestCutoverMovesOwnershipAndMeasuresThePause(t *testing.T) {
 	if res.Version != 2 || res.WritePause <= 0 || res.WritePause > 2*time.Second || len(res.Steps) != len(Steps) {
 		t.Fatalf("result %+v", res)
 	}
-	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !IsFenceError(err) {
+	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !topology.IsFenceError(err) {
 		t.Fatalf("write of a moved key on the old owner: %v", err)
 	}
 	if _, err := e.dst.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); err != nil {
@@ -147,10 +148,10 @@ func TestResumeAfterCrash(t *testing.T) {
 		}
 		_, srcErr := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving)
 		_, dstErr := e.dst.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving)
-		if published && (!IsFenceError(srcErr) || dstErr != nil) {
+		if published && (!topology.IsFenceError(srcErr) || dstErr != nil) {
 			t.Fatalf("resumed forward: source err %v, target err %v", srcErr, dstErr)
 		}
-		if !published && (srcErr != nil || !IsFenceError(dstErr)) {
+		if !published && (srcErr != nil || !topology.IsFenceError(dstErr)) {
 			t.Fatalf("undone: source err %v, target err %v", srcErr, dstErr)
 		}
 	}

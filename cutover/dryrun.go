@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
 )
 
 // DryRun is an Actions that changes nothing and prints what each step would
@@ -27,7 +28,7 @@ func (d DryRun) Gates(context.Context) error {
 }
 
 func (d DryRun) FenceSource(context.Context) error {
-	d.say("2. fence %d range(s) on source %s: application writes to them now fail with SQLSTATE %s (write pause starts)", len(d.Ranges), d.Source, FenceSQLState)
+	d.say("2. fence %d range(s) on source %s: application writes to them now fail with SQLSTATE %s (write pause starts)", len(d.Ranges), d.Source, topology.FenceSQLState)
 	for _, r := range ring.Normalize(d.Ranges) {
 		d.say("     %s", r)
 	}

@@ -16,10 +16,6 @@ import (
 	"github.com/reshard/reshard/tableset"
 )
 
-// FenceSQLState is the SQLSTATE of a write refused by a fence. Routers
-// recognise it (topology.IsFenceError), refresh the topology and retry.
-const FenceSQLState = "RSF01"
-
 // TruncateSQLState is the SQLSTATE of a TRUNCATE refused during a move.
 const TruncateSQLState = "RST01"
 
@@ -186,12 +182,27 @@ func Unfence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges [
 }
 
 func setFence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, op string, ranges []ring.Range, epoch int64) error {
-	stmts := []string{"SET LOCAL lock_timeout = '2s'"}
-	for _, t := range set.Tables {
-		stmts = append(stmts, "UPDATE reshard.fence SET ranges = ranges "+op+" "+multirange(ranges)+
-			", epoch = greatest(epoch, "+strconv.FormatInt(epoch, 10)+") WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass")
-	}
-	if err := withLockRetry(ctx, func() error { return inTx(ctx, pool, stmts) }); err != nil {
+	err := withLockRetry(ctx, func() error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+				return err
+			}
+			for _, t := range set.Tables {
+				tag, err := tx.Exec(ctx, "UPDATE reshard.fence SET ranges = ranges "+op+" "+multirange(ranges)+
+					", epoch = greatest(epoch, "+strconv.FormatInt(epoch, 10)+") WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass")
+				if err != nil {
+					return err
+				}
+				// A fence on a table without its trigger would fence nothing:
+				// say so instead of succeeding.
+				if tag.RowsAffected() == 0 && op == "+" {
+					return fmt.Errorf("table %s has no fence trigger on this shard: install it (InstallTriggers) first", t)
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
 		verb := "fence"
 		if op == "-" {
 			verb = "unfence"
@@ -230,12 +241,6 @@ func Fenced(ctx context.Context, pool *pgxpool.Pool, t tableset.Table) ([]ring.R
 		out = append(out, r)
 	}
 	return out, epoch, rows.Err()
-}
-
-// IsFenceError reports whether err is a write refused by a fence.
-func IsFenceError(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == FenceSQLState
 }
 
 func inTx(ctx context.Context, pool *pgxpool.Pool, stmts []string) error {

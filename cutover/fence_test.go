@@ -13,6 +13,7 @@ import (
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -51,15 +52,15 @@ func TestFenceRefusesWritesInFencedRanges(t *testing.T) {
 	}
 	_, err := db.Pool.Exec(ctx, "UPDATE users SET v = 'y' WHERE id = 7")
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != FenceSQLState || !IsFenceError(err) {
-		t.Fatalf("update of a fenced key: err %v, want SQLSTATE %s", err, FenceSQLState)
+	if !errors.As(err, &pe) || pe.Code != topology.FenceSQLState || !topology.IsFenceError(err) {
+		t.Fatalf("update of a fenced key: err %v, want SQLSTATE %s", err, topology.FenceSQLState)
 	}
 	if !strings.Contains(pe.Message, "epoch 42") || !strings.Contains(pe.Message, "users") {
 		t.Fatalf("fence message does not name the table and epoch: %s", pe.Message)
 	}
 	for _, q := range []string{"DELETE FROM users WHERE id = 7", "INSERT INTO users VALUES (7, 'z') ON CONFLICT (id) DO NOTHING",
 		"UPDATE users SET id = 1007 WHERE id = 7" /* OLD key fenced */, "UPDATE users SET id = 7 WHERE id = 8" /* NEW key fenced */} {
-		if _, err := db.Pool.Exec(ctx, q); !IsFenceError(err) {
+		if _, err := db.Pool.Exec(ctx, q); !topology.IsFenceError(err) {
 			t.Errorf("%s: err %v, want fence error", q, err)
 		}
 	}
@@ -103,7 +104,7 @@ func TestFenceEdgesOfTokenSpace(t *testing.T) {
 		t.Fatalf("Fenced = %v, %v; want the whole space", got, err)
 	}
 	for i := int64(1); i <= 50; i++ {
-		if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", i); !IsFenceError(err) {
+		if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", i); !topology.IsFenceError(err) {
 			t.Fatalf("insert %d into a fully fenced table: %v", i, err)
 		}
 	}

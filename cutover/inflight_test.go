@@ -8,6 +8,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
 )
 
 // A REPEATABLE READ transaction whose snapshot predates the fence can still
@@ -64,7 +65,7 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 	if err := WaitInFlight(ctx, db.Pool, horizon, nil, time.Second); err != nil {
 		t.Fatalf("a transaction begun after the fence was waited for: %v", err)
 	}
-	if _, err := late.Exec(ctx, "UPDATE users SET v = 'late' WHERE id = 7"); !IsFenceError(err) {
+	if _, err := late.Exec(ctx, "UPDATE users SET v = 'late' WHERE id = 7"); !topology.IsFenceError(err) {
 		t.Fatalf("write of a transaction begun after the fence: %v", err)
 	}
 }
