@@ -30,6 +30,7 @@ type section struct {
 // sections run in this order; add yours here.
 var sections = []section{
 	{name: "backfill", about: "range copy vs raw COPY pipe and pgcopydb", run: runBackfill},
+	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},
 }
 
 // config is the benchmark's one configuration.

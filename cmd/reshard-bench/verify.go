@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/verify"
+)
+
+// runVerify compares a verification of the whole users table (both sides,
+// chunked checksums) with a plain checksum scan of the same rows on one side,
+// the reference of ../shared/bench/pglimits.sh.
+func runVerify(ctx context.Context, e *env, r *report) error {
+	if err := e.truncateTarget(ctx); err != nil {
+		return err
+	}
+	t, err := shell(ctx, fmt.Sprintf("%s -c 'COPY users TO STDOUT (FORMAT binary)' | %s -c 'COPY users FROM STDIN (FORMAT binary)'", psql(e.src), psql(e.dst)))
+	if err != nil {
+		return err
+	}
+	if _, err := e.dstPool.Exec(ctx, `VACUUM ANALYZE users`); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "target loaded by a binary COPY pipe in %s\n", t.Round(time.Millisecond))
+
+	plain := func(side string) (float64, error) {
+		pool := e.srcPool
+		if side == "target" {
+			pool = e.dstPool
+		}
+		best := time.Duration(0)
+		for range 2 { // the better of two: the first may warm the cache
+			start := time.Now()
+			var n, x int64
+			if err := pool.QueryRow(ctx, `SELECT count(*), bit_xor(hashtextextended(u::text, 0)) FROM users u`).Scan(&n, &x); err != nil {
+				return 0, err
+			}
+			if d := time.Since(start); best == 0 || d < best {
+				best = d
+			}
+		}
+		return float64(e.cfg.rows) / best.Seconds(), nil
+	}
+	ps, err := plain("source")
+	if err != nil {
+		return err
+	}
+	r.add("checksum_scan_source_rows_per_s", ps, "rows/s", "count(*), bit_xor(hashtextextended(u::text,0)) over users, one side")
+	pt, err := plain("target")
+	if err != nil {
+		return err
+	}
+	r.add("checksum_scan_target_rows_per_s", pt, "rows/s", "the same on the target")
+
+	set, err := tableset.Introspect(ctx, e.srcPool, tableset.Spec{Name: "users", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "source")
+	if err != nil {
+		return err
+	}
+	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	for _, p := range []int{1, 2} {
+		rep, err := verify.Run(ctx, e.srcPool, e.dstPool, verify.Options{Set: set, Ranges: all, Parallel: p})
+		if err != nil {
+			return err
+		}
+		if !rep.OK() || rep.Rows != int64(e.cfg.rows) {
+			return fmt.Errorf("verify of an exact copy: %d mismatches, %d rows", rep.Mismatches(), rep.Rows)
+		}
+		r.add(fmt.Sprintf("verify_whole_table_parallel%d_rows_per_s", p), rep.RowsPerSecond, "rows/s",
+			fmt.Sprintf("each row read and hashed on both sides, %d chunks, %s incl. planning and snapshots", len(rep.Tables[0].Chunks), rep.Duration.Round(time.Millisecond)))
+		r.add(fmt.Sprintf("verify_parallel%d_vs_checksum_scan", p), rep.RowsPerSecond/min(ps, pt), "ratio", "against the slower side's plain scan; goal >= 0.7")
+	}
+
+	// 20 % of the token space: the chunks still read the whole key space
+	// once, filtering by token, as the copy does.
+	lo := ring.MinToken
+	r20 := []ring.Range{{Lo: lo, Hi: lo + int64(uint64(1<<64-1)/5)}}
+	rep, err := verify.Run(ctx, e.srcPool, e.dstPool, verify.Options{Set: set, Ranges: r20, Parallel: 2})
+	if err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("verify of an exact copy, 20%% range: %d mismatches", rep.Mismatches())
+	}
+	r.add("verify_range20_parallel2_rows_per_s", rep.RowsPerSecond, "rows/s", fmt.Sprintf("%d rows of the range, %s", rep.Rows, rep.Duration.Round(time.Millisecond)))
+	return nil
+}
