@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/topology"
+)
+
+// PasswordEnvVar overrides every other password source of the config file.
+const PasswordEnvVar = "RESHARD_PASSWORD"
+
+// clusterConfig is the validated configuration of the operator verbs (init,
+// plan, split, add-node, remove-node, move, status, list and the operator
+// actions): the same reshard.yaml the worker reads. DSNs are kept without a
+// password; the password is only put into connection configs (connConfig),
+// never into a string that could be printed.
+type clusterConfig struct {
+	Path     string
+	Control  string
+	Shards   map[string]string
+	Temporal devenv.TemporalConfig
+	password string
+}
+
+// configFlags are the flags of the verbs that read the config file.
+type configFlags struct {
+	path string
+}
+
+func (f *configFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.path, "config", envOr("RESHARD_CONFIG", ""), "cluster configuration (default <state-dir>/reshard.yaml, written by reshard dev up; $RESHARD_CONFIG)")
+}
+
+// load reads and validates the configuration before anything runs.
+func (f *configFlags) load(opts *globalOptions) (*clusterConfig, error) {
+	path := f.path
+	if path == "" {
+		path = filepath.Join(opts.stateDir, devenv.ConfigFile)
+	}
+	wc, err := devenv.ReadWorkerConfig(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, usageError{fmt.Errorf("no configuration at %s: start a local cluster with reshard dev up, or pass --config FILE", path)}
+		}
+		return nil, usageError{fmt.Errorf("configuration %s: %w", path, err)}
+	}
+	return validateConfig(path, wc)
+}
+
+// validateConfig checks every field and resolves the password: $RESHARD_PASSWORD,
+// then the file's password_env, then its password_file. No source at all
+// means no password (trust authentication, ~/.pgpass).
+func validateConfig(path string, wc devenv.WorkerConfig) (*clusterConfig, error) {
+	bad := func(format string, args ...any) error {
+		return usageError{fmt.Errorf("configuration %s: "+format, append([]any{path}, args...)...)}
+	}
+	c := &clusterConfig{Path: path, Control: wc.Control, Shards: map[string]string{}, Temporal: wc.Temporal}
+	if wc.Control == "" {
+		return nil, bad("control: the DSN of the control database is missing")
+	}
+	if err := checkDSN(wc.Control); err != nil {
+		return nil, bad("control: %v", err)
+	}
+	if len(wc.Shards) == 0 {
+		return nil, bad("shards: no shard is configured (want name: DSN lines)")
+	}
+	for name, dsn := range wc.Shards {
+		if !validName(name) {
+			return nil, bad("shards: shard name %q: use letters, digits, '-' and '_' (at most 63)", name)
+		}
+		if err := checkDSN(dsn); err != nil {
+			return nil, bad("shards.%s: %v", name, err)
+		}
+		c.Shards[name] = dsn
+	}
+	if wc.Temporal.Address == "" {
+		return nil, bad("temporal.address: the Temporal frontend (host:port) is missing")
+	}
+	if c.Temporal.Namespace == "" {
+		c.Temporal.Namespace = devenv.Namespace
+	}
+	c.Temporal.UI = strings.TrimRight(c.Temporal.UI, "/")
+	switch {
+	case os.Getenv(PasswordEnvVar) != "":
+		c.password = os.Getenv(PasswordEnvVar)
+	case wc.PasswordEnv != "" && os.Getenv(wc.PasswordEnv) != "":
+		c.password = os.Getenv(wc.PasswordEnv)
+	case wc.PasswordFile != "":
+		pw, err := wc.Password()
+		if err != nil {
+			return nil, bad("password_file: %v (or set %s)", err, PasswordEnvVar)
+		}
+		c.password = pw
+	}
+	return c, nil
+}
+
+// checkDSN parses a DSN and refuses one that carries a password: the file is
+// readable by anyone who runs the CLI, and DSNs get printed. Errors never
+// quote the DSN.
+func checkDSN(dsn string) error {
+	if _, err := pgconn.ParseConfig(dsn); err != nil {
+		return errors.New("not a valid PostgreSQL connection string (want postgres://user@host:port/db?sslmode=disable or host=... dbname=...)")
+	}
+	if dsnHasPassword(dsn) {
+		return fmt.Errorf("%s holds a password: remove it and put the password in password_file or $%s", redactDSN(dsn), PasswordEnvVar)
+	}
+	return nil
+}
+
+func dsnHasPassword(dsn string) bool {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return true // cannot tell; ParseConfig accepted it, so be safe
+		}
+		_, ok := u.User.Password()
+		return ok || u.Query().Has("password")
+	}
+	return kvPassword.MatchString(dsn)
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// ShardNames lists the configured shards, sorted.
+func (c *clusterConfig) ShardNames() []string {
+	names := make([]string, 0, len(c.Shards))
+	for n := range c.Shards {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// connConfig is a pool config for dsn with the password set in the struct,
+// never in a string.
+func (c *clusterConfig) connConfig(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, errors.New("not a valid PostgreSQL connection string")
+	}
+	if c.password != "" {
+		cfg.ConnConfig.Password = c.password
+	}
+	cfg.MaxConns = 4
+	return cfg, nil
+}
+
+// connect opens and pings a pool; errors name the server as the user knows
+// it and show the DSN redacted.
+func (c *clusterConfig) connect(ctx context.Context, what, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := c.connConfig(dsn)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("%s: %w", what, err)}
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		if err = p.Ping(ctx); err != nil {
+			p.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s (%s): %w", what, redactDSN(dsn), err)
+	}
+	return p, nil
+}
+
+// openStore connects to the control database.
+func (c *clusterConfig) openStore(ctx context.Context) (*topology.Store, *pgxpool.Pool, error) {
+	p, err := c.connect(ctx, "the control database", c.Control)
+	if err != nil {
+		return nil, nil, err
+	}
+	return topology.NewStore(p), p, nil
+}
+
+// dialTemporal connects to the Temporal frontend of the configuration.
+func (c *clusterConfig) dialTemporal(ctx context.Context, opts *globalOptions) (client.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	var logger sdklog.Logger
+	if opts.logger != nil {
+		logger = sdklog.NewStructuredLogger(opts.logger)
+	}
+	tc, err := client.DialContext(ctx, client.Options{HostPort: c.Temporal.Address, Namespace: c.Temporal.Namespace, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is it running? (reshard dev status)", c.Temporal.Address, c.Temporal.Namespace, err)
+	}
+	return tc, nil
+}
+
+// uiLink is the Temporal UI page of a workflow ("" without a UI address).
+func (c *clusterConfig) uiLink(workflowID string) string {
+	if c.Temporal.UI == "" {
+		return ""
+	}
+	return c.Temporal.UI + "/namespaces/" + c.Temporal.Namespace + "/workflows/" + workflowID
+}
