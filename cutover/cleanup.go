@@ -1,0 +1,207 @@
+package cutover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/time/rate"
+
+	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+)
+
+// CleanupOptions configure Cleanup.
+type CleanupOptions struct {
+	Store *topology.Store
+	// Target is the plan's target ring (Complete takes the owners from it).
+	Target *ring.Ring
+	// BatchRows and RowsPerSec throttle the deletion of the moved rows on the
+	// old owner (defaults 5000 rows per batch, unlimited).
+	BatchRows  int
+	RowsPerSec float64
+	// VerifyRunIDs are the verify runs of the move whose work rows are
+	// dropped from the target.
+	VerifyRunIDs []string
+	MigrationID  string
+	Logger       *slog.Logger
+}
+
+// CleanupResult says what Cleanup did.
+type CleanupResult struct {
+	Version int64 // the topology version with the ranges stable on the new owner
+	Deleted int64 // rows deleted on the old owner by this call
+}
+
+// Cleanup ends a move after GRACE (DESIGN.md §4.8). The caller has stopped
+// the reverse stream. In order: publish the ranges stable on the new owner
+// (from then on nothing reads the old owner's copy, not even a router's read
+// fallback), drop both streams' slots, publications and origins, delete the
+// moved rows on the old owner in throttled batches (under the replica role:
+// the old owner keeps its fences for the ranges it gave away), drop the work
+// rows (copy checkpoints, verify runs), remove the TRUNCATE guards.
+// Every step is idempotent: after a crash, call it again.
+func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, error) {
+	var res CleanupResult
+	if err := m.check(); err != nil {
+		return res, err
+	}
+	if o.Store == nil || o.Target == nil {
+		return res, fmt.Errorf("cleanup of move %s: the topology store and the target ring are required", m.ID)
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("move", m.ID, "phase", "CLEANUP")
+	cur, err := o.Store.Current(ctx)
+	if err != nil {
+		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
+	}
+	if !owned(cur.Ring, m.To, m.Ranges) {
+		return res, fmt.Errorf("cleanup of move %s: topology version %d does not give its ranges to %s: the move is not cut over (roll it back instead)", m.ID, cur.Version, m.To)
+	}
+	h := Complete(o.Target, m.Ranges, m.From, m.To, "cleanup of move "+m.ID)
+	h.MigrationID = o.MigrationID
+	if res.Version, err = h.Publish(ctx, o.Store); err != nil {
+		return res, fmt.Errorf("cleanup of move %s: publish the ranges stable on %s: %w", m.ID, m.To, err)
+	}
+	log.Info("ranges stable on the new owner", "ring_version", res.Version, "shard", m.To)
+	if err := DropStreams(ctx, m); err != nil {
+		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
+	}
+	if res.Deleted, err = DeleteRows(ctx, m.Source, m.Set, m.Ranges, o.BatchRows, o.RowsPerSec); err != nil {
+		return res, fmt.Errorf("cleanup of move %s: delete the moved rows on %s: %w", m.ID, m.From, err)
+	}
+	log.Info("moved rows deleted on the old owner", "shard", m.From, "rows", res.Deleted)
+	if err := DropWorkRows(ctx, m, o.VerifyRunIDs); err != nil {
+		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
+	}
+	for _, p := range []*pgxpool.Pool{m.Source, m.Target} {
+		if err := RemoveTruncateGuard(ctx, p, m.Set); err != nil {
+			return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
+		}
+	}
+	return res, nil
+}
+
+// DeleteRows deletes the rows of set in ranges on one shard, batch rows per
+// transaction under the replica role (fences let it through), at most
+// rowsPerSec (0: unlimited).
+func DeleteRows(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, batch int, rowsPerSec float64) (int64, error) {
+	if batch <= 0 {
+		batch = 5000
+	}
+	var lim *rate.Limiter
+	if rowsPerSec > 0 {
+		lim = rate.NewLimiter(rate.Limit(rowsPerSec), max(batch, int(rowsPerSec)))
+	}
+	return backfill.DeleteRanges(ctx, pool, set, ranges, batch, lim)
+}
+
+// DropStreams drops both streams of a move, whichever exist: the forward
+// slot and publication on the old owner and the forward origin on the new
+// one; the reverse slot and publication on the new owner and the reverse
+// origin on the old one. The streams must be stopped (DropSlot waits 10 s
+// for one that is shutting down).
+func DropStreams(ctx context.Context, m Move) error {
+	fwd, err := cdc.NamesFor(m.ID)
+	if err != nil {
+		return err
+	}
+	rev, err := cdc.ReverseNamesFor(m.ID)
+	if err != nil {
+		return err
+	}
+	for _, s := range []struct {
+		names            cdc.Names
+		source, target   *pgxpool.Pool
+		srcName, dstName string
+	}{{fwd, m.Source, m.Target, m.From, m.To}, {rev, m.Target, m.Source, m.To, m.From}} {
+		if err := cdc.DropSlot(ctx, s.source, s.names.Slot); err != nil {
+			return fmt.Errorf("on %s: %w", s.srcName, err)
+		}
+		if err := cdc.DropPublication(ctx, s.source, s.names.Publication); err != nil {
+			return fmt.Errorf("on %s: %w", s.srcName, err)
+		}
+		if err := cdc.DropOrigin(ctx, s.target, s.names.Origin); err != nil {
+			return fmt.Errorf("on %s: %w", s.dstName, err)
+		}
+	}
+	return nil
+}
+
+// DropWorkRows forgets the move's copy checkpoints and the given verify runs
+// on the new owner, where backfill and verify keep them.
+func DropWorkRows(ctx context.Context, m Move, verifyRunIDs []string) error {
+	if err := backfill.DropCheckpoints(ctx, m.Target, m.ID); err != nil {
+		return err
+	}
+	if len(verifyRunIDs) == 0 {
+		return nil
+	}
+	// verify_chunk rows go with their run (ON DELETE CASCADE).
+	_, err := m.Target.Exec(ctx, `DELETE FROM reshard.verify_run WHERE run_id = ANY($1)`, verifyRunIDs)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // verify never recorded a run here
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("drop verify runs %v of move %s: %w", verifyRunIDs, m.ID, err)
+	}
+	return nil
+}
+
+// RemoveTriggersIfUnfenced drops the fence triggers of the set's tables on
+// a shard whose fence for the table is empty (no range fenced by this or any
+// other move): a rollback leaves a shard as it found it. A table with fenced
+// ranges keeps its trigger. Idempotent.
+func RemoveTriggersIfUnfenced(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
+	for _, t := range set.Tables {
+		err := withLockRetry(ctx, func() error {
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+					return err
+				}
+				var exists bool
+				if err := tx.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL`).Scan(&exists); err != nil || !exists {
+					return err
+				}
+				// FOR UPDATE: a concurrent Fence of another move waits for us,
+				// then finds no row and fails loudly (setFence).
+				var empty bool
+				err := tx.QueryRow(ctx, `SELECT isempty(ranges) FROM reshard.fence WHERE tbl = `+quoteLiteral(t.Quoted())+`::regclass FOR UPDATE`).Scan(&empty)
+				if errors.Is(err, pgx.ErrNoRows) {
+					empty = true
+				} else if err != nil {
+					return err
+				}
+				if !empty {
+					return nil
+				}
+				for _, s := range []string{
+					"DROP TRIGGER IF EXISTS reshard_fence ON " + t.Quoted(),
+					"DROP TRIGGER IF EXISTS reshard_no_truncate ON " + t.Quoted(),
+					"DELETE FROM reshard.fence WHERE tbl = " + quoteLiteral(t.Quoted()) + "::regclass",
+					"DROP FUNCTION IF EXISTS " + triggerFunc(t).Sanitize() + "()",
+				} {
+					if _, err := tx.Exec(ctx, s); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return fmt.Errorf("remove unused fence trigger of %s: %w", t, err)
+		}
+	}
+	return nil
+}
