@@ -85,6 +85,21 @@ type MigrationRequest struct {
 	GracePeriod     time.Duration `json:"grace_period,omitempty"`
 	CutoverBudget   time.Duration `json:"cutover_budget,omitempty"` // write-pause budget, default 2s
 	MaxLagBytes     int64         `json:"max_lag_bytes,omitempty"`  // cutover gate
+
+	// DryRun stops after PLAN: the workflow returns the plan and its
+	// estimates and changes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+
+	// Timing knobs, defaults for production; tests shorten them.
+	// CopySlice bounds one copy activity call (default 20s).
+	CopySlice time.Duration `json:"copy_slice,omitempty"`
+	// HeartbeatTimeout of the long activities and of the CDC session
+	// (default 30s): how soon a dead worker's work moves elsewhere.
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
+	// PollInterval of CDC_CATCH_UP (default 5s).
+	PollInterval time.Duration `json:"poll_interval,omitempty"`
+	// CutoverBackoff is the wait after an aborted cutover (default 30s).
+	CutoverBackoff time.Duration `json:"cutover_backoff,omitempty"`
 }
 
 // ORDERING RULE (DESIGN.md §4.3–4.4): the CDC applier of a move starts only

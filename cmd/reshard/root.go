@@ -54,6 +54,7 @@ func newRootCmd() *cobra.Command {
 		newVerifyCmd(opts),
 		newRingCmd(opts),
 		newTopologyCmd(opts),
+		newWorkerCmd(opts),
 	)
 	return root
 }

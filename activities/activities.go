@@ -1,0 +1,248 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/verify"
+	"github.com/reshard/reshard/workflows"
+)
+
+// Metrics are the activity layer's own figures; the domain packages' metrics
+// are passed through.
+type Metrics struct {
+	Backfill *backfill.Metrics
+	CDC      *cdc.Metrics
+	Verify   *verify.Metrics
+
+	writePause     prometheus.Histogram
+	bytesRemaining *prometheus.GaugeVec
+	eta            *prometheus.GaugeVec
+	cutovers       *prometheus.CounterVec
+}
+
+// NewMetrics registers the activity metrics and those of the packages the
+// activities drive.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Backfill: backfill.NewMetrics(reg),
+		CDC:      cdc.NewMetrics(reg),
+		Verify:   verify.NewMetrics(reg),
+		writePause: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "reshard_cutover_write_pause_seconds",
+			Help:    "Write pause of completed cutovers (fence to unfence).",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10},
+		}),
+		bytesRemaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "reshard_migration_bytes_remaining",
+			Help: "Estimated bytes a move still has to copy.",
+		}, []string{"migration", "move"}),
+		eta: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "reshard_migration_eta_seconds",
+			Help: "Estimated seconds until a move's copy is done, at its current rate.",
+		}, []string{"migration", "move"}),
+		cutovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reshard_cutover_attempts_total",
+			Help: "Cutover attempts by outcome (done, aborted, error).",
+		}, []string{"outcome"}),
+	}
+	reg.MustRegister(m.writePause, m.bytesRemaining, m.eta, m.cutovers)
+	return m
+}
+
+// Activities are the activity methods, registered under the names of
+// workflows.Activity*. One value serves a worker process.
+type Activities struct {
+	pools   pools
+	log     *slog.Logger
+	metrics *Metrics
+
+	// streams are the forward CDC streams running in this process, by move
+	// id: verify (HoldAt) and cutover (DrainToMarker) run in the same
+	// Temporal session as the stream and find it here.
+	mu      sync.Mutex
+	streams map[string]*cdc.Stream
+}
+
+// New returns the activities of a worker.
+func New(r *Resolver, log *slog.Logger, m *Metrics) *Activities {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = NewMetrics(prometheus.NewRegistry())
+	}
+	return &Activities{pools: pools{r: r}, log: log, metrics: m, streams: map[string]*cdc.Stream{}}
+}
+
+// Close closes the pools.
+func (a *Activities) Close() { a.pools.close() }
+
+// Register lists the activity functions with their contract names.
+func (a *Activities) Register(register func(fn any, name string)) {
+	register(a.Plan, workflows.ActivityPlan)
+	register(a.PublishMigrating, workflows.ActivityPublishMigrating)
+	register(a.PublishStable, workflows.ActivityPublishStable)
+	register(a.PreflightMove, workflows.ActivityPreflightMove)
+	register(a.Join, workflows.ActivityJoin)
+	register(a.CopySlice, workflows.ActivityCopySlice)
+	register(a.RunCDC, workflows.ActivityRunCDC)
+	register(a.CDCStatus, workflows.ActivityCDCStatus)
+	register(a.Verify, workflows.ActivityVerify)
+	register(a.PrepareReverse, workflows.ActivityPrepareReverse)
+	register(a.Cutover, workflows.ActivityCutover)
+	register(a.StopForward, workflows.ActivityStopForward)
+	register(a.RunReverse, workflows.ActivityRunReverse)
+	register(a.Cleanup, workflows.ActivityCleanup)
+	register(a.Rollback, workflows.ActivityRollback)
+}
+
+func (a *Activities) putStream(move string, s *cdc.Stream) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.streams[move] = s
+}
+
+func (a *Activities) dropStream(move string, s *cdc.Stream) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.streams[move] == s {
+		delete(a.streams, move)
+	}
+}
+
+// stream waits (heartbeating) for the move's forward stream to run in this
+// process: the CDC activity of the session may start a moment after the
+// phase activity that needs it.
+func (a *Activities) stream(ctx context.Context, move string) (*cdc.Stream, error) {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		a.mu.Lock()
+		s := a.streams[move]
+		a.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			// Retryable: the session's CDC activity may be restarting.
+			return nil, fmt.Errorf("the CDC stream of move %s is not running in this worker's session", move)
+		}
+		heartbeat(ctx, "waiting for the CDC stream")
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// heartbeat records details when running as an activity (and does nothing
+// when called outside one, as in tests of the adapters).
+func heartbeat(ctx context.Context, details ...any) {
+	if activity.IsActivity(ctx) {
+		activity.RecordHeartbeat(ctx, details...)
+	}
+}
+
+// keepBeating heartbeats every interval until the returned stop is called,
+// for domain calls that report no progress of their own.
+func keepBeating(ctx context.Context, interval time.Duration, details func() any) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	if hb := activity.GetInfo(ctx).HeartbeatTimeout; hb > 0 && hb/3 < interval {
+		interval = hb / 3
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx, details())
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// badInputError is input no retry can fix.
+type badInputError struct{ msg string }
+
+func (e *badInputError) Error() string { return e.msg }
+
+func badInput(format string, args ...any) error {
+	return &badInputError{msg: fmt.Sprintf(format, args...)}
+}
+
+// classify is the one place that decides whether an activity error is worth
+// a retry. Non-retryable: bad input, preflight problems, primary-key
+// collisions, schema changes, SQL errors of classes 22/23/42 (via the domain
+// predicates). Retryable: lost connections, serialization failures,
+// deadlocks, timeouts, and whatever we do not recognise.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	var bad *badInputError
+	var bcol *backfill.CollisionError
+	var ccol *cdc.CollisionError
+	var schema *cdc.SchemaChangeError
+	var problem *tableset.Problem
+	switch {
+	case errors.As(err, &bad):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeBadInput, nil)
+	case errors.As(err, &problem):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypePreflight, nil)
+	case errors.As(err, &bcol), errors.As(err, &ccol):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeCollision, nil)
+	case errors.As(err, &schema):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeSchemaChange, nil)
+	case cdc.IsRetryable(err), backfill.Retryable(err):
+		return temporal.NewApplicationErrorWithCause(err.Error(), "Retryable", err)
+	case sqlClassFatal(err):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeBadInput, nil)
+	}
+	return err
+}
+
+// sqlClassFatal reports SQL errors of classes 22 (data), 23 (integrity) and
+// 42 (syntax, undefined object, privilege): retrying them changes nothing.
+func sqlClassFatal(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "42":
+		return true
+	}
+	return false
+}

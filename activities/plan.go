@@ -1,0 +1,440 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// Plan computes a migration's moves from the current topology with the ring
+// planners, one MoveSpec per (source, target) pair, and runs the PLAN checks
+// of every pair. It changes nothing. Any failed check is a non-retryable
+// error listing every problem with its fix.
+func (a *Activities) Plan(ctx context.Context, req workflows.MigrationRequest) (workflows.PlanResult, error) {
+	res, err := a.plan(ctx, req)
+	return res, classify(err)
+}
+
+func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (workflows.PlanResult, error) {
+	if err := checkRequest(req); err != nil {
+		return workflows.PlanResult{}, err
+	}
+	store, err := a.store(ctx)
+	if err != nil {
+		return workflows.PlanResult{}, err
+	}
+	cur, err := store.Current(ctx)
+	if errors.Is(err, topology.ErrNoTopology) {
+		return workflows.PlanResult{}, badInput("no topology is published yet: publish the initial ring first (reshard init)")
+	}
+	if err != nil {
+		return workflows.PlanResult{}, fmt.Errorf("read the current topology: %w", err)
+	}
+	if m := cur.Migrating(); len(m) > 0 {
+		return workflows.PlanResult{}, badInput("topology v%d has %d ranges migrating (migration %q): wait for it to end before planning another", cur.Version, len(m), cur.MigrationID)
+	}
+	_, moves, err := planRing(ctx, store, cur.Ring, req)
+	if err != nil {
+		return workflows.PlanResult{}, err
+	}
+	if len(moves) == 0 {
+		return workflows.PlanResult{}, badInput("the plan moves nothing: the ring already looks like that")
+	}
+	specs := groupMoves(req.ID, moves)
+	res := workflows.PlanResult{FromVersion: cur.Version, MovedFraction: ring.MovedFraction(moves)}
+	var problems []string
+	for i := range specs {
+		sp := &specs[i]
+		rep, err := a.preflight(ctx, req.Tables, *sp)
+		if err != nil && len(rep.Problems) == 0 {
+			return workflows.PlanResult{}, err
+		}
+		for _, p := range rep.Problems {
+			problems = append(problems, fmt.Sprintf("move %s (%s → %s): %s", sp.ID, sp.Source, sp.Target, p.Error()))
+		}
+		for _, w := range rep.Warnings {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("move %s: %v", sp.ID, w))
+		}
+		sp.EstRows, sp.EstBytes = rep.Rows(), rep.Bytes()
+		res.EstRows += sp.EstRows
+		res.EstBytes += sp.EstBytes
+		if eta := rep.ETA(req.Throttle.RowsPerSec, req.Throttle.BytesPerSec); eta > res.ETA {
+			res.ETA = eta // moves copy in parallel
+		}
+	}
+	if len(problems) > 0 {
+		return workflows.PlanResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("preflight found %d problems; nothing was changed:\n  %s", len(problems), strings.Join(problems, "\n  ")),
+			workflows.ErrTypePreflight, nil)
+	}
+	res.Moves = specs
+	return res, nil
+}
+
+// PreflightMove re-runs the PLAN checks of one move (its child workflow's
+// PLAN phase): the servers may have changed since the migration was planned.
+func (a *Activities) PreflightMove(ctx context.Context, m workflows.MoveRef) error {
+	rep, err := a.preflight(ctx, m.Tables, m.Spec)
+	if err != nil && len(rep.Problems) > 0 {
+		var msgs []string
+		for _, p := range rep.Problems {
+			msgs = append(msgs, p.Error())
+		}
+		return temporal.NewNonRetryableApplicationError("preflight of move "+m.Spec.ID+" failed; nothing was changed:\n  "+strings.Join(msgs, "\n  "),
+			workflows.ErrTypePreflight, nil)
+	}
+	return classify(err)
+}
+
+func (a *Activities) preflight(ctx context.Context, spec tableset.Spec, mv workflows.MoveSpec) (tableset.Report, error) {
+	src, err := a.pools.shard(ctx, mv.Source)
+	if err != nil {
+		return tableset.Report{}, err
+	}
+	dst, err := a.pools.shard(ctx, mv.Target)
+	if err != nil {
+		return tableset.Report{}, err
+	}
+	return tableset.Preflight(ctx, src, dst, spec, tableset.PreflightOptions{
+		SourceName: "source " + mv.Source, TargetName: "target " + mv.Target, Ranges: mv.Ranges,
+	})
+}
+
+func checkRequest(req workflows.MigrationRequest) error {
+	if req.ID == "" {
+		return badInput("the migration has no id")
+	}
+	if len(req.Tables.Tables) == 0 {
+		return badInput("the migration names no tables: give the table set (tables and their shard-key columns)")
+	}
+	switch req.Kind {
+	case workflows.KindAddNode, workflows.KindRemoveNode:
+		if req.Shard == "" {
+			return badInput("%s needs the shard", req.Kind)
+		}
+	case workflows.KindSplit:
+		if req.Shard == "" || req.Into == "" {
+			return badInput("split needs the shard to split and the new shard (into)")
+		}
+	case workflows.KindMove:
+		if req.Range == nil || req.To == "" {
+			return badInput("move needs a range and a target shard")
+		}
+	default:
+		return badInput("unknown migration kind %q (add-node, split, remove-node, move)", req.Kind)
+	}
+	return nil
+}
+
+// planRing computes the migration's new ring from old. It is deterministic
+// for the same ring, request and shard registry, so PublishStable can
+// compute it again instead of carrying a large ring in payloads.
+func planRing(ctx context.Context, store *topology.Store, old *ring.Ring, req workflows.MigrationRequest) (*ring.Ring, []ring.Move, error) {
+	shards, err := store.Shards(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the shard registry: %w", err)
+	}
+	var specs []ring.Shard
+	for _, sh := range shards {
+		if old.HasShard(sh.Name) {
+			specs = append(specs, ring.Shard{Name: sh.Name, Weight: sh.Weight, Domain: sh.FailureDomain})
+		}
+	}
+	if len(specs) > 0 {
+		if old, err = old.WithShards(specs); err != nil {
+			return nil, nil, fmt.Errorf("ring with the registry's weights: %w", err)
+		}
+	}
+	o := ring.Options{VNodes: req.VNodes}
+	if req.Tokens != "" {
+		alloc, err := ring.ParseAllocation(req.Tokens)
+		if err != nil {
+			return nil, nil, badInput("%v", err)
+		}
+		o.Tokens = alloc
+	}
+	var (
+		nr    *ring.Ring
+		moves []ring.Move
+	)
+	switch req.Kind {
+	case workflows.KindAddNode:
+		nr, moves, err = ring.PlanAddNode(old, ring.Shard{Name: req.Shard}, o)
+	case workflows.KindSplit:
+		nr, moves, err = ring.PlanSplit(old, req.Shard, ring.Shard{Name: req.Into}, o)
+	case workflows.KindRemoveNode:
+		nr, moves, err = ring.PlanRemoveNode(old, req.Shard, o)
+	case workflows.KindMove:
+		nr, moves, err = ring.PlanMove(old, *req.Range, req.To)
+	}
+	if err != nil {
+		return nil, nil, badInput("plan %s: %v", req.Kind, err)
+	}
+	return nr, moves, nil
+}
+
+// groupMoves makes one MoveSpec per (source, target) pair, in the order the
+// pairs first appear in token order.
+func groupMoves(migration string, moves []ring.Move) []workflows.MoveSpec {
+	var specs []workflows.MoveSpec
+	idx := map[[2]string]int{}
+	for _, m := range moves {
+		k := [2]string{m.From, m.To}
+		i, ok := idx[k]
+		if !ok {
+			i = len(specs)
+			idx[k] = i
+			specs = append(specs, workflows.MoveSpec{ID: moveID(migration, i+1), Source: m.From, Target: m.To})
+		}
+		specs[i].Ranges = append(specs[i].Ranges, m.Range)
+	}
+	return specs
+}
+
+var notIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// moveID is a move's id: it names the slot, publication and origin of its
+// streams (cdc.NamesFor: lower-case letters, digits, underscores, at most
+// 40 with the reverse prefix), its checkpoints and its cutover journal.
+func moveID(migration string, n int) string {
+	base := notIdent.ReplaceAllString(strings.ToLower(migration), "_")
+	suffix := "_m" + strconv.Itoa(n)
+	if max := 32 - len(suffix); len(base) > max {
+		base = base[:max]
+	}
+	return base + suffix
+}
+
+// reown returns r with the tokens of ranges owned by to: r's vnodes plus
+// the ranges' bounds, so that no vnode straddles a range's edge, each owned
+// by to inside ranges and as in r outside them.
+func reown(r *ring.Ring, ranges []ring.Range, to string) (*ring.Ring, error) {
+	seen := map[int64]bool{}
+	var toks []int64
+	add := func(t int64) {
+		if !seen[t] && t != ring.MinToken {
+			seen[t] = true
+			toks = append(toks, t)
+		}
+	}
+	for _, v := range r.VNodes() {
+		add(v.Token)
+	}
+	for _, rg := range ranges {
+		add(rg.Lo)
+		add(rg.Hi)
+	}
+	vns := make([]ring.VNode, 0, len(toks))
+	for _, t := range toks {
+		owner := r.Owner(t)
+		if ring.ContainsAny(ranges, t) {
+			owner = to
+		}
+		vns = append(vns, ring.VNode{Token: t, Shard: owner})
+	}
+	return ring.New(vns)
+}
+
+func (a *Activities) store(ctx context.Context) (*topology.Store, error) {
+	pool, err := a.pools.control(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := topology.Migrate(ctx, pool); err != nil {
+		return nil, fmt.Errorf("prepare the control database: %w", err)
+	}
+	if err := cutover.EnsureJournal(ctx, pool); err != nil {
+		return nil, fmt.Errorf("prepare the cutover journal: %w", err)
+	}
+	return topology.NewStore(pool), nil
+}
+
+// PublishMigrating publishes topology FromVersion+1: the same owners, the
+// moving ranges marked migrating(from→to), targets registered as joining
+// (and a removed shard as leaving). Idempotent: a retry after the publish
+// finds the version it made.
+func (a *Activities) PublishMigrating(ctx context.Context, in workflows.PublishInput) (int64, error) {
+	v, err := a.publishMigrating(ctx, in)
+	return v, classify(err)
+}
+
+func (a *Activities) publishMigrating(ctx context.Context, in workflows.PublishInput) (int64, error) {
+	store, err := a.store(ctx)
+	if err != nil {
+		return 0, err
+	}
+	cur, err := store.Current(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("read the current topology: %w", err)
+	}
+	if cur.MigrationID == in.Request.ID && cur.Version > in.FromVersion {
+		return cur.Version, nil // published by an earlier attempt
+	}
+	if cur.Version != in.FromVersion {
+		return 0, badInput("the topology moved from v%d (planned) to v%d (%s): plan the migration again", in.FromVersion, cur.Version, cur.Reason)
+	}
+	if err := a.registerTargets(ctx, store, in); err != nil {
+		return 0, err
+	}
+	from, err := store.Load(ctx, in.FromVersion)
+	if err != nil {
+		return 0, fmt.Errorf("load topology v%d: %w", in.FromVersion, err)
+	}
+	nr, _, err := planRing(ctx, store, from.Ring, in.Request)
+	if err != nil {
+		return 0, err
+	}
+	r, err := ring.Overlay(from.Ring, nr, nil)
+	if err != nil {
+		return 0, fmt.Errorf("overlay ring: %w", err)
+	}
+	var mig []topology.RangeState
+	for _, mv := range in.Moves {
+		for _, rg := range mv.Ranges {
+			mig = append(mig, topology.RangeState{Range: rg, Owner: mv.Source, Status: topology.Migrating, From: mv.Source, To: mv.Target})
+		}
+	}
+	next, err := topology.New(r, mig, fmt.Sprintf("migration %s (%s): %d moves start", in.Request.ID, in.Request.Kind, len(in.Moves)))
+	if err != nil {
+		return 0, badInput("migrating topology: %v", err)
+	}
+	pub, err := store.Publish(ctx, cur.Version, next.WithMigrationID(in.Request.ID))
+	if errors.Is(err, topology.ErrVersionConflict) {
+		return 0, fmt.Errorf("publish migrating topology: %w", err) // retried: the next attempt re-reads
+	}
+	if err != nil {
+		return 0, fmt.Errorf("publish migrating topology: %w", err)
+	}
+	return pub.Version, nil
+}
+
+func (a *Activities) registerTargets(ctx context.Context, store *topology.Store, in workflows.PublishInput) error {
+	shards, err := store.Shards(ctx)
+	if err != nil {
+		return fmt.Errorf("read the shard registry: %w", err)
+	}
+	registered := map[string]bool{}
+	for _, sh := range shards {
+		registered[sh.Name] = true
+	}
+	for _, mv := range in.Moves {
+		if registered[mv.Target] {
+			continue
+		}
+		base, ok := a.pools.r.Shards[mv.Target]
+		if !ok {
+			return badInput("shard %q is not in the worker configuration", mv.Target)
+		}
+		ref, err := topology.ParseConnRef(base)
+		if err != nil {
+			return badInput("the DSN configured for shard %s does not parse", mv.Target)
+		}
+		if err := store.RegisterShard(ctx, topology.Shard{Name: mv.Target, Conn: ref, State: topology.ShardJoining}); err != nil {
+			return fmt.Errorf("register shard %s: %w", mv.Target, err)
+		}
+		registered[mv.Target] = true
+	}
+	if in.Request.Kind == workflows.KindRemoveNode {
+		if err := store.SetShardState(ctx, in.Request.Shard, topology.ShardLeaving); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PublishStable ends a migration in the topology: no range migrating, the
+// planned ring when every move completed (the current ring, with the rolled
+// back moves' ranges still on their old owners, otherwise), and final shard
+// states. Idempotent.
+func (a *Activities) PublishStable(ctx context.Context, in workflows.PublishInput) (int64, error) {
+	v, err := a.publishStable(ctx, in)
+	return v, classify(err)
+}
+
+func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInput) (int64, error) {
+	store, err := a.store(ctx)
+	if err != nil {
+		return 0, err
+	}
+	reason := fmt.Sprintf("migration %s (%s) ends", in.Request.ID, in.Request.Kind)
+	for {
+		cur, err := store.Current(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("read the current topology: %w", err)
+		}
+		if cur.MigrationID == in.Request.ID && cur.Reason == reason {
+			return cur.Version, a.finalShardStates(ctx, store, cur.Ring, in)
+		}
+		r := cur.Ring
+		if len(in.RolledBack) == 0 {
+			from, err := store.Load(ctx, in.FromVersion)
+			if err != nil {
+				return 0, fmt.Errorf("load topology v%d: %w", in.FromVersion, err)
+			}
+			nr, _, err := planRing(ctx, store, from.Ring, in.Request)
+			if err != nil {
+				return 0, err
+			}
+			// The planned ring must say what the cutovers made true.
+			for _, v := range cur.Ring.VNodes() {
+				if nr.Owner(v.Token) != v.Shard {
+					return 0, badInput("topology v%d gives token %d to %s but the planned ring gives it to %s: a move did not cut over; not publishing the planned ring",
+						cur.Version, v.Token, v.Shard, nr.Owner(v.Token))
+				}
+			}
+			r = nr
+		}
+		next, err := topology.New(r, nil, reason)
+		if err != nil {
+			return 0, badInput("stable topology: %v", err)
+		}
+		pub, err := store.Publish(ctx, cur.Version, next.WithMigrationID(in.Request.ID))
+		if errors.Is(err, topology.ErrVersionConflict) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("publish stable topology: %w", err)
+		}
+		return pub.Version, a.finalShardStates(ctx, store, r, in)
+	}
+}
+
+func (a *Activities) finalShardStates(ctx context.Context, store *topology.Store, r *ring.Ring, in workflows.PublishInput) error {
+	var targets []string
+	for _, mv := range in.Moves {
+		if !slices.Contains(targets, mv.Target) {
+			targets = append(targets, mv.Target)
+		}
+	}
+	for _, t := range targets {
+		sh, err := store.Shard(ctx, t)
+		if err != nil {
+			return err
+		}
+		if sh.State == topology.ShardJoining {
+			to := topology.ShardActive
+			if !r.HasShard(t) {
+				to = topology.ShardLeaving // the add was rolled back
+			}
+			if err := store.SetShardState(ctx, t, to); err != nil {
+				return err
+			}
+		}
+	}
+	if in.Request.Kind == workflows.KindRemoveNode && r.HasShard(in.Request.Shard) {
+		return store.SetShardState(ctx, in.Request.Shard, topology.ShardActive) // the removal was rolled back
+	}
+	return nil
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/signal"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/reshard/reshard/activities"
+	"github.com/reshard/reshard/workflows"
+)
+
+func newWorkerCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf     configFlags
+		listen string
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run a reshard worker: Temporal workflows and activities, /metrics and /healthz",
+		Long: `Run a reshard worker. It polls the "` + workflows.TaskQueue + `" task queue of the configured
+Temporal namespace, runs the Migration and Move workflows and their activities
+(shard names are resolved to DSNs from the configuration; passwords come from
+$` + PasswordEnvVar + `, password_env or password_file), and serves Prometheus metrics on
+/metrics and a health check on /healthz.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := cf.load(opts)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return runWorker(ctx, opts, cfg, listen)
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "address of the /metrics and /healthz HTTP endpoint")
+	return cmd
+}
+
+func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, listen string) error {
+	log := opts.logger
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	acts := activities.New(&activities.Resolver{Control: cfg.Control, Shards: cfg.Shards, Password: cfg.password}, log, activities.NewMetrics(reg))
+	defer acts.Close()
+
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	tc, err := client.DialContext(dctx, client.Options{
+		HostPort: cfg.Temporal.Address, Namespace: cfg.Temporal.Namespace,
+		Logger: sdklog.NewStructuredLogger(log), MetricsHandler: workflows.NewMetricsHandler(reg),
+	})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is it running? (reshard dev status)", cfg.Temporal.Address, cfg.Temporal.Namespace, err)
+	}
+	defer tc.Close()
+
+	w := worker.New(tc, workflows.TaskQueue, worker.Options{EnableSessionWorker: true})
+	workflows.Register(w)
+	acts.Register(func(fn any, name string) { w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) })
+
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return usageError{fmt.Errorf("--listen %s: %w", listen, err)}
+	}
+	var running atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		if !running.Load() {
+			http.Error(rw, "worker not running", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srvErr := make(chan error, 1)
+	go func() { srvErr <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		<-srvErr
+	}()
+
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	running.Store(true)
+	log.Info("worker running", "task_queue", workflows.TaskQueue, "temporal", cfg.Temporal.Address, "namespace", cfg.Temporal.Namespace,
+		"shards", len(cfg.Shards), "listen", ln.Addr().String())
+	select {
+	case <-ctx.Done():
+	case err := <-srvErr:
+		srvErr <- err
+		if !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics endpoint stopped", "error", err)
+		}
+	}
+	running.Store(false)
+	w.Stop()
+	log.Info("worker stopped")
+	return nil
+}

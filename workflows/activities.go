@@ -1,0 +1,140 @@
+package workflows
+
+import (
+	"time"
+
+	"github.com/reshard/reshard/tableset"
+)
+
+// Activity names and their inputs and outputs: the contract between these
+// workflows and package activities, which registers its methods under these
+// names. Like the workflow inputs they carry shard names only.
+const (
+	ActivityPlan             = "Plan"
+	ActivityPublishMigrating = "PublishMigrating"
+	ActivityPublishStable    = "PublishStable"
+	ActivityPreflightMove    = "PreflightMove"
+	ActivityJoin             = "Join"
+	ActivityCopySlice        = "CopySlice"
+	ActivityRunCDC           = "RunCDC"
+	ActivityCDCStatus        = "CDCStatus"
+	ActivityVerify           = "Verify"
+	ActivityPrepareReverse   = "PrepareReverse"
+	ActivityCutover          = "Cutover"
+	ActivityStopForward      = "StopForward"
+	ActivityRunReverse       = "RunReverse"
+	ActivityCleanup          = "Cleanup"
+	ActivityRollback         = "Rollback"
+)
+
+// Application error types the activities return and the workflows act on.
+const (
+	// ErrTypePreflight: a PLAN check failed; the message lists every problem
+	// with its fix. Nothing was changed.
+	ErrTypePreflight = "PreflightFailed"
+	// ErrTypeVerification: source and target differ; the details hold a
+	// VerifySummary.
+	ErrTypeVerification = "VerificationFailed"
+	// ErrTypeCutoverAborted: the write-pause budget was spent (or a step
+	// before publish failed); the source owns the ranges again, retry later.
+	ErrTypeCutoverAborted = "CutoverAborted"
+	// ErrTypeBadInput, ErrTypeCollision, ErrTypeSchemaChange: the move
+	// cannot go on by itself.
+	ErrTypeBadInput     = "BadInput"
+	ErrTypeCollision    = "Collision"
+	ErrTypeSchemaChange = "SchemaChange"
+)
+
+// PlanResult is the plan of a migration: the moves, grouped by (source,
+// target) pair, with the estimates of their preflight.
+type PlanResult struct {
+	FromVersion   int64         `json:"from_version"`
+	Moves         []MoveSpec    `json:"moves"`
+	MovedFraction float64       `json:"moved_fraction"`
+	EstRows       int64         `json:"est_rows"`
+	EstBytes      int64         `json:"est_bytes"`
+	ETA           time.Duration `json:"eta"`
+	Warnings      []string      `json:"warnings,omitempty"`
+}
+
+// PublishInput asks for the topology of the migration's start (migrating
+// ranges) or end (stable ranges).
+type PublishInput struct {
+	Request     MigrationRequest `json:"request"`
+	FromVersion int64            `json:"from_version"`
+	Moves       []MoveSpec       `json:"moves"`
+	// RolledBack lists the moves that were rolled back (PublishStable):
+	// their ranges stay with the old owner.
+	RolledBack []string `json:"rolled_back,omitempty"`
+}
+
+// MoveRef identifies a move to its activities.
+type MoveRef struct {
+	MigrationID string        `json:"migration_id"`
+	Spec        MoveSpec      `json:"spec"`
+	Tables      tableset.Spec `json:"tables"`
+}
+
+// JoinResult is what JOINING records: the slot's consistent point L0.
+type JoinResult struct {
+	L0 string `json:"l0"`
+}
+
+// CopySliceInput is one bounded slice of SNAPSHOT_COPY.
+type CopySliceInput struct {
+	Move      MoveRef       `json:"move"`
+	ChunkRows int           `json:"chunk_rows"`
+	Throttle  Throttle      `json:"throttle"`
+	MaxTime   time.Duration `json:"max_time"`
+}
+
+// CopyProgress is the copy's position after a slice, read from the
+// checkpoints on the target (all runs included).
+type CopyProgress struct {
+	Rows  int64 `json:"rows"`
+	Bytes int64 `json:"bytes"` // this slice's bytes
+	Done  bool  `json:"done"`
+	Units int   `json:"units"`
+	Left  int   `json:"units_left"`
+}
+
+// CDCInput starts a move's stream: forward (source → target, from L0) or
+// reverse (GRACE: target → source, from the reverse slot's L0).
+type CDCInput struct {
+	Move    MoveRef `json:"move"`
+	L0      string  `json:"l0"`
+	Reverse bool    `json:"reverse,omitempty"`
+}
+
+// CDCStatus is the forward stream's position, from the stream running in the
+// session.
+type CDCStatus struct {
+	Received string `json:"received"`
+	Applied  string `json:"applied"`
+	LagBytes int64  `json:"lag_bytes"`
+}
+
+// VerifyInput is one verification run of a move.
+type VerifyInput struct {
+	Move  MoveRef `json:"move"`
+	RunID string  `json:"run_id"`
+	// RowsPerSec throttles the rows read per side (0 = unlimited).
+	RowsPerSec float64 `json:"rows_per_sec"`
+}
+
+// CutoverInput is one cutover attempt.
+type CutoverInput struct {
+	Move   MoveRef       `json:"move"`
+	Budget time.Duration `json:"budget"`
+}
+
+// CutoverResult is a completed cutover.
+type CutoverResult struct {
+	WritePause time.Duration `json:"write_pause"`
+	Version    int64         `json:"version"`
+}
+
+// CleanupResult is what CLEANUP (or a rollback) deleted.
+type CleanupResult struct {
+	RowsDeleted int64 `json:"rows_deleted"`
+}

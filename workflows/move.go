@@ -1,0 +1,567 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Signals between the Migration workflow and its Move children. Operators
+// talk to the parent (Updates); the parent relays to the children.
+const (
+	// SignalControl carries a MoveControl from the parent to a child.
+	SignalControl = "control"
+	// SignalMoveState carries a child's MoveState to the parent, on every
+	// phase change and on copy progress (at most every progressEvery).
+	SignalMoveState = "move-state"
+)
+
+// Search attributes (Keyword; registered by devenv).
+var (
+	SAPhase     = temporal.NewSearchAttributeKeyKeyword("ReshardPhase")
+	SAMigration = temporal.NewSearchAttributeKeyKeyword("ReshardMigration")
+	SASource    = temporal.NewSearchAttributeKeyKeyword("ReshardSource")
+	SATarget    = temporal.NewSearchAttributeKeyKeyword("ReshardTarget")
+)
+
+const progressEvery = 10 * time.Second
+
+// MoveControl is an operator action relayed to a move.
+type MoveControl struct {
+	Op       string    `json:"op"` // one of the Update* names
+	Throttle *Throttle `json:"throttle,omitempty"`
+}
+
+// MoveInput is the input of the Move workflow.
+type MoveInput struct {
+	Request  MigrationRequest `json:"request"`
+	Spec     MoveSpec         `json:"spec"`
+	ParentID string           `json:"parent_id,omitempty"`
+	// Carry is the state a continued-as-new run picks up.
+	Carry *MoveCarry `json:"carry,omitempty"`
+	// MaxSlicesPerRun continues as new after this many copy slices even if
+	// the server does not suggest it yet (tests; 0 = only when suggested).
+	MaxSlicesPerRun int `json:"max_slices_per_run,omitempty"`
+}
+
+// MoveCarry is what a Move run hands to the next across continue-as-new.
+type MoveCarry struct {
+	State    MoveState `json:"state"`
+	L0       string    `json:"l0"`
+	Paused   bool      `json:"paused"`
+	Throttle Throttle  `json:"throttle"`
+	Approved bool      `json:"approved"`
+	Runs     int       `json:"runs"`
+	// VerifyRuns counts operator re-verifies (each a new verify run id).
+	VerifyRuns int `json:"verify_runs"`
+}
+
+// errContinueAsNew unwinds the phase code to the continue-as-new point.
+var errContinueAsNew = errors.New("continue as new")
+
+// moveRun is one run of a Move workflow.
+type moveRun struct {
+	in    MoveInput
+	ref   MoveRef
+	state MoveState
+	l0    string
+
+	paused, approved                     bool
+	throttle                             Throttle
+	rollbackAsked, completeAsked, verify bool // verify: reverify asked
+	runs, slices, verifyRuns             int
+	reverseL0                            string
+	lastNotify                           time.Time
+
+	// The forward stream's session: CDC runs in it from CDC_CATCH_UP to
+	// the end of CUTOVER; verify and cutover run in it too.
+	sessCtx   workflow.Context
+	cdcCancel workflow.CancelFunc
+	cdcFut    workflow.Future
+	cdcStarts int
+}
+
+// Move drives one move through its phases.
+func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
+	m := &moveRun{in: in, throttle: in.Request.Throttle}
+	m.ref = MoveRef{MigrationID: in.Request.ID, Spec: in.Spec, Tables: in.Request.Tables}
+	if c := in.Carry; c != nil {
+		m.state, m.l0, m.paused, m.throttle, m.approved, m.runs, m.verifyRuns = c.State, c.L0, c.Paused, c.Throttle, c.Approved, c.Runs+1, c.VerifyRuns
+	} else {
+		m.state = MoveState{Spec: in.Spec, Phase: PhasePlan}
+		m.state.Timings = []PhaseTiming{{Phase: PhasePlan, Start: workflow.Now(ctx)}}
+		m.state.UpdatedAt = workflow.Now(ctx)
+	}
+	m.state.Paused = m.paused
+	if err := workflow.SetQueryHandler(ctx, QueryState, func() (MoveState, error) { return m.state, nil }); err != nil {
+		return m.state, err
+	}
+	ch := workflow.GetSignalChannel(ctx, SignalControl)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var c MoveControl
+			ch.Receive(ctx, &c)
+			m.control(ctx, c)
+		}
+	})
+	_ = workflow.UpsertTypedSearchAttributes(ctx,
+		SAMigration.ValueSet(in.Request.ID), SASource.ValueSet(in.Spec.Source), SATarget.ValueSet(in.Spec.Target),
+		SAPhase.ValueSet(string(m.state.Phase)))
+	m.details(ctx)
+
+	err := m.run(ctx)
+	if errors.Is(err, errContinueAsNew) {
+		return m.continueAsNew(ctx)
+	}
+	m.stopCDC(ctx)
+	if err != nil {
+		m.state.Error = err.Error()
+		if !m.state.Phase.Terminal() {
+			_ = m.to(ctx, PhaseFailed)
+		}
+		m.notify(ctx, true)
+		return m.state, err
+	}
+	return m.state, nil
+}
+
+func (m *moveRun) control(ctx workflow.Context, c MoveControl) {
+	switch c.Op {
+	case UpdatePause:
+		m.paused = true
+	case UpdateResume:
+		m.paused = false
+	case UpdateThrottle:
+		if c.Throttle != nil {
+			m.throttle = *c.Throttle
+		}
+	case UpdateApprove:
+		m.approved = true
+	case UpdateRollback:
+		if m.state.Phase.CanRollBack() {
+			m.rollbackAsked = true
+		}
+	case UpdateComplete:
+		m.completeAsked = true
+	case UpdateReverify:
+		m.verify = true
+	default:
+		workflow.GetLogger(ctx).Warn("unknown control op", "op", c.Op)
+		return
+	}
+	m.state.Paused = m.paused
+	m.details(ctx)
+	m.notify(ctx, true)
+}
+
+func (m *moveRun) run(ctx workflow.Context) error {
+	for !m.state.Phase.Terminal() {
+		var err error
+		switch m.state.Phase {
+		case PhasePlan:
+			err = m.plan(ctx)
+		case PhaseJoining:
+			err = m.join(ctx)
+		case PhaseSnapshotCopy:
+			err = m.copy(ctx)
+		case PhaseCDCCatchUp:
+			err = m.catchUp(ctx)
+		case PhaseVerify:
+			err = m.verifyPhase(ctx)
+		case PhaseCutover:
+			err = m.cutover(ctx)
+		case PhaseGrace:
+			err = m.grace(ctx)
+		case PhaseCleanup:
+			err = m.cleanup(ctx)
+		case PhaseRollingBack:
+			err = m.rollback(ctx)
+		default:
+			err = fmt.Errorf("move %s: no handler for phase %s", m.in.Spec.ID, m.state.Phase)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// to moves to the next phase through the one transition table.
+func (m *moveRun) to(ctx workflow.Context, next Phase) error {
+	if err := m.state.Phase.Next(next); err != nil {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("move %s: %v", m.in.Spec.ID, err), "BadTransition", nil)
+	}
+	now := workflow.Now(ctx)
+	if n := len(m.state.Timings); n > 0 && m.state.Timings[n-1].End.IsZero() {
+		m.state.Timings[n-1].End = now
+		workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"phase": string(m.state.Phase)}).
+			Timer(phaseTimer).Record(now.Sub(m.state.Timings[n-1].Start))
+	}
+	if !next.Terminal() {
+		m.state.Timings = append(m.state.Timings, PhaseTiming{Phase: next, Start: now})
+	}
+	workflow.GetLogger(ctx).Info("phase", "move", m.in.Spec.ID, "from", m.state.Phase, "phase", next)
+	m.state.Phase = next
+	m.state.UpdatedAt = now
+	_ = workflow.UpsertTypedSearchAttributes(ctx, SAPhase.ValueSet(string(next)))
+	m.details(ctx)
+	m.notify(ctx, true)
+	return nil
+}
+
+// notify sends the state to the parent: always when forced (phase changes,
+// operator actions), else at most every progressEvery.
+func (m *moveRun) notify(ctx workflow.Context, force bool) {
+	if m.in.ParentID == "" {
+		return
+	}
+	now := workflow.Now(ctx)
+	if !force && now.Sub(m.lastNotify) < progressEvery {
+		return
+	}
+	m.lastNotify = now
+	m.state.UpdatedAt = now
+	// Not waited for: a lost notification is repaired by the next one, and
+	// the parent gets the final state as the child's result.
+	workflow.SignalExternalWorkflow(ctx, m.in.ParentID, "", SignalMoveState, m.state)
+}
+
+func (m *moveRun) details(ctx workflow.Context) {
+	workflow.SetCurrentDetails(ctx, "### move "+m.in.Spec.ID+"\n\n"+movesTable([]MoveState{m.state}))
+}
+
+// opts are the activity options of a phase; long activities heartbeat.
+func (m *moveRun) opts(ctx workflow.Context, summary string, startToClose time.Duration, attempts int32) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: startToClose,
+		HeartbeatTimeout:    heartbeatTimeout(m.in.Request),
+		Summary:             summary,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second, MaximumAttempts: attempts,
+		},
+	})
+}
+
+func heartbeatTimeout(r MigrationRequest) time.Duration {
+	if r.HeartbeatTimeout > 0 {
+		return r.HeartbeatTimeout
+	}
+	return 30 * time.Second
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+func (m *moveRun) plan(ctx workflow.Context) error {
+	actx := m.opts(ctx, "preflight "+m.in.Spec.Source+" → "+m.in.Spec.Target, 5*time.Minute, 5)
+	if err := workflow.ExecuteActivity(actx, ActivityPreflightMove, m.ref).Get(ctx, nil); err != nil {
+		return err
+	}
+	return m.to(ctx, PhaseJoining)
+}
+
+func (m *moveRun) join(ctx workflow.Context) error {
+	if m.rollbackAsked {
+		return m.to(ctx, PhaseRollingBack)
+	}
+	var jr JoinResult
+	actx := m.opts(ctx, "fences, publication and slot", 30*time.Minute, 0)
+	if err := workflow.ExecuteActivity(actx, ActivityJoin, m.ref).Get(ctx, &jr); err != nil {
+		return err
+	}
+	m.l0 = jr.L0
+	return m.to(ctx, PhaseSnapshotCopy)
+}
+
+// copy runs SNAPSHOT_COPY as bounded slices, so that pause, throttle and
+// progress belong to the workflow.
+func (m *moveRun) copy(ctx workflow.Context) error {
+	for !m.state.CopyDone {
+		if m.rollbackAsked {
+			return m.to(ctx, PhaseRollingBack)
+		}
+		if m.paused {
+			if err := workflow.Await(ctx, func() bool { return !m.paused || m.rollbackAsked }); err != nil {
+				return err
+			}
+			continue
+		}
+		if m.slices > 0 && (workflow.GetInfo(ctx).GetContinueAsNewSuggested() ||
+			(m.in.MaxSlicesPerRun > 0 && m.slices >= m.in.MaxSlicesPerRun)) {
+			return errContinueAsNew
+		}
+		slice := or(m.in.Request.CopySlice, 20*time.Second)
+		in := CopySliceInput{Move: m.ref, ChunkRows: m.in.Request.ChunkRows, Throttle: m.throttle, MaxTime: slice}
+		var p CopyProgress
+		actx := m.opts(ctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
+		if err := workflow.ExecuteActivity(actx, ActivityCopySlice, in).Get(ctx, &p); err != nil {
+			return err
+		}
+		m.slices++
+		m.state.RowsCopied = p.Rows
+		m.state.BytesCopied += p.Bytes
+		m.state.CopyDone = p.Done
+		m.details(ctx)
+		m.notify(ctx, false)
+	}
+	return m.to(ctx, PhaseCDCCatchUp)
+}
+
+// continueAsNew hands the state to a fresh run once the handlers are done.
+func (m *moveRun) continueAsNew(ctx workflow.Context) (MoveState, error) {
+	m.stopCDC(ctx)
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return m.state, err
+	}
+	in := m.in
+	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns}
+	return m.state, workflow.NewContinueAsNewError(ctx, MoveWorkflow, in)
+}
+
+// ensureCDC keeps the forward stream running in a live session: after a
+// failed session (its worker died) or a stopped stream it opens a new
+// session and starts the stream again; it resumes from the target's
+// replication origin.
+func (m *moveRun) ensureCDC(ctx workflow.Context) error {
+	if m.sessCtx != nil && !m.sessionBroken() {
+		return nil
+	}
+	if m.cdcFut != nil && m.cdcFut.IsReady() {
+		err := m.cdcFut.Get(ctx, nil)
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) && appErr.NonRetryable() {
+			return fmt.Errorf("CDC of move %s stopped: %w", m.in.Spec.ID, err)
+		}
+		workflow.GetLogger(ctx).Warn("CDC stream ended; restarting it in a new session", "move", m.in.Spec.ID, "error", err)
+	}
+	m.stopCDC(ctx)
+	if m.cdcStarts > 0 {
+		// Do not spin against a dead or refusing server.
+		if err := workflow.Sleep(ctx, min(time.Duration(m.cdcStarts)*2*time.Second, 30*time.Second)); err != nil {
+			return err
+		}
+	}
+	hb := heartbeatTimeout(m.in.Request)
+	sctx, err := workflow.CreateSession(ctx, &workflow.SessionOptions{
+		CreationTimeout: 10 * time.Minute, ExecutionTimeout: 7 * 24 * time.Hour, HeartbeatTimeout: hb,
+	})
+	if err != nil {
+		return fmt.Errorf("create the CDC session of move %s: %w", m.in.Spec.ID, err)
+	}
+	m.sessCtx = sctx
+	cctx, cancel := workflow.WithCancel(sctx)
+	m.cdcCancel = cancel
+	actx := workflow.WithActivityOptions(cctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 7 * 24 * time.Hour,
+		HeartbeatTimeout:    hb,
+		Summary:             "CDC " + m.in.Spec.Source + " → " + m.in.Spec.Target,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1}, // restarted by ensureCDC, in a new session if need be
+		WaitForCancellation: true,
+	})
+	m.cdcFut = workflow.ExecuteActivity(actx, ActivityRunCDC, CDCInput{Move: m.ref, L0: m.l0})
+	m.cdcStarts++
+	return nil
+}
+
+func (m *moveRun) sessionBroken() bool {
+	if m.cdcFut != nil && m.cdcFut.IsReady() {
+		return true
+	}
+	info := workflow.GetSessionInfo(m.sessCtx)
+	return info == nil || info.SessionState == workflow.SessionStateFailed
+}
+
+// stopCDC cancels the stream, waits until it has stopped (so that its slot
+// is free) and closes its session.
+func (m *moveRun) stopCDC(ctx workflow.Context) {
+	if m.cdcCancel != nil {
+		m.cdcCancel()
+		m.cdcCancel = nil
+		if m.cdcFut != nil {
+			_ = m.cdcFut.Get(ctx, nil)
+		}
+	}
+	if m.sessCtx != nil {
+		workflow.CompleteSession(m.sessCtx)
+		m.sessCtx = nil
+	}
+	m.cdcFut = nil
+}
+
+// inSession runs a phase activity next to the stream. If the session broke
+// meanwhile (worker died), it restarts the stream in a new session and
+// runs the activity again.
+func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout time.Duration, in, out any) error {
+	for attempt := 1; ; attempt++ {
+		if err := m.ensureCDC(ctx); err != nil {
+			return err
+		}
+		actx := m.opts(m.sessCtx, summary, timeout, 3)
+		err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
+		if err == nil {
+			return nil
+		}
+		if m.sessionBroken() || errors.Is(err, workflow.ErrSessionFailed) {
+			if attempt < 50 {
+				workflow.GetLogger(ctx).Warn("session lost; retrying in a new one", "move", m.in.Spec.ID, "activity", name, "error", err)
+				continue
+			}
+		}
+		return err
+	}
+}
+
+func (m *moveRun) catchUp(ctx workflow.Context) error {
+	maxLag := or(m.in.Request.MaxLagBytes, 8<<20)
+	poll := or(m.in.Request.PollInterval, 5*time.Second)
+	for {
+		if m.rollbackAsked {
+			return m.to(ctx, PhaseRollingBack)
+		}
+		var st CDCStatus
+		if err := m.inSession(ctx, ActivityCDCStatus, "CDC lag", time.Minute, m.ref, &st); err != nil {
+			return err
+		}
+		if st.LagBytes != m.state.LagBytes {
+			m.state.LagBytes = st.LagBytes
+			m.details(ctx)
+			m.notify(ctx, false)
+		}
+		if st.LagBytes <= maxLag {
+			return m.to(ctx, PhaseVerify)
+		}
+		if err := workflow.Sleep(ctx, poll); err != nil {
+			return err
+		}
+	}
+}
+
+func (m *moveRun) verifyPhase(ctx workflow.Context) error {
+	if m.rollbackAsked {
+		return m.to(ctx, PhaseRollingBack)
+	}
+	in := VerifyInput{Move: m.ref, RunID: fmt.Sprintf("%s_v%d", m.in.Spec.ID, m.verifyRuns), RowsPerSec: m.throttle.RowsPerSec}
+	var sum VerifySummary
+	err := m.inSession(ctx, ActivityVerify, "verify at one LSN", 24*time.Hour, in, &sum)
+	var appErr *temporal.ApplicationError
+	if err != nil && errors.As(err, &appErr) && appErr.Type() == ErrTypeVerification {
+		if appErr.HasDetails() {
+			_ = appErr.Details(&sum)
+		}
+		sum.Passed = false
+		m.state.Verify = &sum
+		m.details(ctx)
+		m.notify(ctx, true)
+		if m.in.Request.OnVerifyFail == VerifyFailRollback {
+			return m.to(ctx, PhaseRollingBack)
+		}
+		m.verify = false
+		if err := workflow.Await(ctx, func() bool { return m.rollbackAsked || m.verify }); err != nil {
+			return err
+		}
+		if m.rollbackAsked {
+			return m.to(ctx, PhaseRollingBack)
+		}
+		m.verify = false
+		m.verifyRuns++
+		return m.to(ctx, PhaseVerify) // re-verify: a new run compares every chunk again
+	}
+	if err != nil {
+		return err
+	}
+	sum.Passed = true
+	m.state.Verify = &sum
+	return m.to(ctx, PhaseCutover)
+}
+
+func (m *moveRun) cutover(ctx workflow.Context) error {
+	if m.in.Request.RequireApproval && !m.approved {
+		if err := workflow.Await(ctx, func() bool { return m.approved || m.rollbackAsked }); err != nil {
+			return err
+		}
+	}
+	if m.rollbackAsked {
+		return m.to(ctx, PhaseRollingBack)
+	}
+	var rev JoinResult
+	actx := m.opts(ctx, "reverse publication and slot on "+m.in.Spec.Target, 30*time.Minute, 0)
+	if err := workflow.ExecuteActivity(actx, ActivityPrepareReverse, m.ref).Get(ctx, &rev); err != nil {
+		return err
+	}
+	m.state.Attempts++
+	var res CutoverResult
+	in := CutoverInput{Move: m.ref, Budget: or(m.in.Request.CutoverBudget, 2*time.Second)}
+	err := m.inSession(ctx, ActivityCutover, fmt.Sprintf("cutover attempt %d", m.state.Attempts), 10*time.Minute, in, &res)
+	var appErr *temporal.ApplicationError
+	if err != nil && errors.As(err, &appErr) && appErr.Type() == ErrTypeCutoverAborted {
+		m.state.Error = appErr.Error()
+		if err := m.to(ctx, PhaseCDCCatchUp); err != nil {
+			return err
+		}
+		return workflow.Sleep(ctx, or(m.in.Request.CutoverBackoff, 30*time.Second))
+	}
+	if err != nil {
+		return err
+	}
+	m.state.Error = ""
+	m.state.WritePause = res.WritePause
+	m.stopCDC(ctx)
+	sactx := m.opts(ctx, "drop the forward slot", 10*time.Minute, 0)
+	if err := workflow.ExecuteActivity(sactx, ActivityStopForward, m.ref).Get(ctx, nil); err != nil {
+		return err
+	}
+	m.reverseL0 = rev.L0
+	return m.to(ctx, PhaseGrace)
+}
+
+// grace keeps the old owner current by reverse CDC until the grace period
+// ends or an operator completes the move.
+func (m *moveRun) grace(ctx workflow.Context) error {
+	rctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	actx := workflow.WithActivityOptions(rctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * 24 * time.Hour,
+		HeartbeatTimeout:    heartbeatTimeout(m.in.Request),
+		Summary:             "reverse CDC " + m.in.Spec.Target + " → " + m.in.Spec.Source,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
+		WaitForCancellation: true,
+	})
+	rev := workflow.ExecuteActivity(actx, ActivityRunReverse, CDCInput{Move: m.ref, L0: m.reverseL0, Reverse: true})
+	grace := or(m.in.Request.GracePeriod, time.Hour)
+	if _, err := workflow.AwaitWithTimeout(ctx, grace, func() bool { return m.completeAsked || rev.IsReady() }); err != nil {
+		return err
+	}
+	if rev.IsReady() {
+		if err := rev.Get(ctx, nil); err != nil {
+			return fmt.Errorf("reverse CDC of move %s stopped: %w", m.in.Spec.ID, err)
+		}
+	}
+	cancel()
+	_ = rev.Get(ctx, nil) // wait until it has stopped (cancelled)
+	return m.to(ctx, PhaseCleanup)
+}
+
+func (m *moveRun) cleanup(ctx workflow.Context) error {
+	actx := m.opts(ctx, "delete moved rows from "+m.in.Spec.Source, 24*time.Hour, 0)
+	if err := workflow.ExecuteActivity(actx, ActivityCleanup, m.ref).Get(ctx, nil); err != nil {
+		return err
+	}
+	return m.to(ctx, PhaseDone)
+}
+
+func (m *moveRun) rollback(ctx workflow.Context) error {
+	m.stopCDC(ctx)
+	actx := m.opts(ctx, "roll back: drop slot, delete copied rows", 24*time.Hour, 0)
+	if err := workflow.ExecuteActivity(actx, ActivityRollback, m.ref).Get(ctx, nil); err != nil {
+		return err
+	}
+	return m.to(ctx, PhaseRolledBack)
+}
