@@ -40,8 +40,10 @@ func (p promHandler) WithTags(tags map[string]string) client.MetricsHandler {
 	return promHandler{hist: p.hist, tags: merged}
 }
 
-func (p promHandler) Counter(string) client.MetricsCounter { return client.MetricsNopHandler.Counter("") }
-func (p promHandler) Gauge(string) client.MetricsGauge     { return client.MetricsNopHandler.Gauge("") }
+func (p promHandler) Counter(string) client.MetricsCounter {
+	return client.MetricsNopHandler.Counter("")
+}
+func (p promHandler) Gauge(string) client.MetricsGauge { return client.MetricsNopHandler.Gauge("") }
 
 func (p promHandler) Timer(name string) client.MetricsTimer {
 	if name != phaseTimer || p.tags["phase"] == "" {
