@@ -6,7 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/cdc"
 
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -56,10 +59,25 @@ func (p *PG) WaitInFlight(ctx context.Context, budget time.Duration) error {
 
 func (p *PG) EmitMarker(ctx context.Context) (string, error) {
 	marker := "cutover:" + p.Move + ":" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	if _, err := p.Source.Exec(ctx, `SELECT pg_logical_emit_message(true, 'reshard', $1)`, marker); err != nil {
+	if err := EmitMarker(ctx, p.Source, marker); err != nil {
 		return "", fmt.Errorf("emit marker on source: %w", err)
 	}
 	return marker, nil
+}
+
+// EmitMarker writes a transactional pg_logical_emit_message with cdc's
+// prefix and payload, committed with synchronous_commit on: a walsender only
+// sends flushed WAL, and on a server running with synchronous_commit = off
+// the marker would otherwise wait up to wal_writer_delay (200 ms) for the
+// WAL writer — inside the write pause.
+func EmitMarker(ctx context.Context, pool *pgxpool.Pool, payload string) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, cdc.MarkerPrefix, payload)
+		return err
+	})
 }
 
 func (p *PG) Drain(ctx context.Context, marker string, budget time.Duration) error {
