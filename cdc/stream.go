@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -249,6 +250,15 @@ func (s *Stream) HoldAt(ctx context.Context, lsn pglogrepl.LSN) error {
 	if wake != nil {
 		wake()
 	}
+	if err := s.emitHoldMarker(ctx, gen); err != nil {
+		s.mu.Lock()
+		if s.holdGen == gen {
+			s.holdSet, s.held = false, false
+			s.notify()
+		}
+		s.mu.Unlock()
+		return err
+	}
 	err := s.wait(ctx, func() (bool, error) {
 		if s.holdGen != gen {
 			return false, errors.New("hold replaced by a later HoldAt")
@@ -267,6 +277,31 @@ func (s *Stream) HoldAt(ctx context.Context, lsn pglogrepl.LSN) error {
 		s.mu.Unlock()
 	}
 	return err
+}
+
+// emitHoldMarker commits a logical message on the source, after the hold's
+// LSN, so that the stream receives a commit past the hold even when nothing
+// else is written there.
+func (s *Stream) emitHoldMarker(ctx context.Context, gen uint64) error {
+	dsn := s.opts.SourceDSN
+	if dsn == "" {
+		dsn = s.opts.SourceReplicationDSN
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("parse source connection string: %w", redactParseError(err))
+	}
+	delete(cfg.RuntimeParams, "replication")
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return wrapOp("connect to the source to emit a hold marker", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	payload := fmt.Sprintf("hold:%s:%d", s.opts.Move, gen)
+	if _, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, MarkerPrefix, payload); err != nil {
+		return wrapOp("emit a hold marker on the source", err)
+	}
+	return nil
 }
 
 // Release implements Controller.
@@ -667,8 +702,8 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 			return r.tg.flush(ctx)
 		}
 	case *LogicalMessage:
-		if m.Prefix != MarkerPrefix {
-			return nil
+		if m.Prefix != MarkerPrefix || strings.HasPrefix(string(m.Content), "hold:") {
+			return nil // hold markers only need their commit to arrive
 		}
 		if m.Transactional && r.inTxn {
 			r.txnMarkers = append(r.txnMarkers, string(m.Content))
@@ -774,7 +809,7 @@ func (r *runner) commitBatch(ctx context.Context) error {
 	if r.batchTxns == 0 {
 		return nil
 	}
-	if err := r.tg.flush(ctx); err != nil {
+	if err := r.tg.sync(ctx); err != nil {
 		return err
 	}
 	if r.tg.tx != nil {
@@ -872,14 +907,19 @@ func (r *runner) holdBefore(ctx context.Context, commit pglogrepl.LSN) error {
 	}
 }
 
-// checkHold, between transactions: the hold is reached once everything up
-// to its LSN has been received (a keepalive or commit past it).
+// checkHold, between transactions: the hold is reached once a source
+// transaction ending at or past its LSN has been received — transactions
+// arrive in commit order, so every one committed up to the hold is then in.
+// A keepalive's WAL end is not taken as that proof: under live writes it was
+// seen ahead of commits not yet received (verify found the target behind the
+// source snapshot), so HoldAt emits a marker on the source to guarantee a
+// later commit arrives even when the application is idle.
 func (r *runner) checkHold(ctx context.Context) error {
 	if r.inTxn {
 		return nil
 	}
 	r.s.mu.Lock()
-	hold, set, held, applied, gen := r.s.hold, r.s.holdSet, r.s.held, r.s.applied, r.s.holdGen
+	hold, set, held, gen := r.s.hold, r.s.holdSet, r.s.held, r.s.holdGen
 	r.s.mu.Unlock()
 	if !set || held {
 		return nil
@@ -887,14 +927,11 @@ func (r *runner) checkHold(ctx context.Context) error {
 	if r.lastCommit > hold {
 		return r.passed(ctx, hold)
 	}
-	if applied < hold && r.kaEnd < hold && r.lastEnd < hold {
+	if r.lastEnd < hold {
 		return nil
 	}
 	if err := r.commitBatch(ctx); err != nil {
 		return err
-	}
-	if r.kaEnd >= hold {
-		r.advanceIdle()
 	}
 	return r.holdWait(ctx, gen)
 }
