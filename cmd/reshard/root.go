@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/workflows"
 )
 
 // globalOptions are the flags every command shares.
@@ -21,8 +23,13 @@ type usageError struct{ error }
 func (e usageError) Unwrap() error { return e.error }
 
 // exitCode maps an error to the process exit code scripts can rely on:
-// 1 failure, 2 bad input (nothing changed).
+// 1 failure, 2 bad input (nothing changed), 3 rejected by the workflow (an
+// error with an ExitCode method says its own code).
 func exitCode(err error) int {
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return 2
@@ -54,6 +61,18 @@ func newRootCmd() *cobra.Command {
 		newVerifyCmd(opts),
 		newRingCmd(opts),
 		newTopologyCmd(opts),
+		newInitCmd(opts),
+		newPlanCmd(opts),
+		newMigrationCmd(opts, workflows.KindSplit, false),
+		newMigrationCmd(opts, workflows.KindAddNode, false),
+		newMigrationCmd(opts, workflows.KindRemoveNode, false),
+		newMigrationCmd(opts, workflows.KindMove, false),
+		newStatusCmd(opts),
+		newListCmd(opts),
+		newThrottleCmd(opts),
+	)
+	root.AddCommand(newActionCmds(opts)...) // pause, resume, approve, rollback, complete, reverify
+	root.AddCommand(
 		newWorkerCmd(opts),
 	)
 	return root

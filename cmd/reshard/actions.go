@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/reshard/reshard/workflows"
+)
+
+// rejectedError is an operator action the workflow refused (its validator or
+// handler said no): exit code 3.
+type rejectedError struct{ reason string }
+
+func (e rejectedError) Error() string { return "rejected: " + e.reason }
+
+// ExitCode is read by exitCode in root.go.
+func (rejectedError) ExitCode() int { return 3 }
+
+// action is one operator verb and the Update it sends.
+type action struct {
+	verb, update, short, long string
+}
+
+var actions = []action{
+	{"pause", workflows.UpdatePause, "Pause a migration's copy and verify (CDC keeps the slot drained)", ""},
+	{"resume", workflows.UpdateResume, "Resume a paused migration", ""},
+	{"approve", workflows.UpdateApprove, "Approve the cutover of a migration started with --require-approval", "Accepted in VERIFY (passed) or CUTOVER."},
+	{"rollback", workflows.UpdateRollback, "Roll a migration back: the old owners keep (or get back) every range", "Any phase before CLEANUP. Before cutover the copies are dropped; in GRACE the cutover is reversed."},
+	{"complete", workflows.UpdateComplete, "End GRACE now and clean up (no rollback after this)", ""},
+	{"reverify", workflows.UpdateReverify, "Verify again after a failed verify", ""},
+}
+
+const actionExitCodes = `Exit codes: 0 done, 1 failure (Temporal unreachable, no worker answered within
+--timeout: retry with the same --request-id, it is applied at most once),
+2 bad input (unknown migration), 3 rejected by the workflow (the reason is
+printed: the action makes no sense in the current phase).`
+
+// actionFlags are shared by every operator verb.
+type actionFlags struct {
+	cf        configFlags
+	requestID string
+	timeout   time.Duration
+}
+
+func (f *actionFlags) register(cmd *cobra.Command) {
+	f.cf.register(cmd)
+	cmd.Flags().StringVar(&f.requestID, "request-id", "", "idempotency key: the same verb, id and request id is applied once (default: fresh)")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the workflow to accept and finish the action")
+}
+
+// newActionCmds returns pause, resume, approve, rollback, complete, reverify.
+func newActionCmds(opts *globalOptions) []*cobra.Command {
+	var cmds []*cobra.Command
+	for _, a := range actions {
+		var f actionFlags
+		cmd := &cobra.Command{
+			Use:   a.verb + " <id>",
+			Short: a.short,
+			Long:  a.short + ". " + a.long + "\n\n" + actionExitCodes,
+			Args:  usageArgs(cobra.ExactArgs(1)),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return sendAction(cmd, opts, f, a.verb, a.update, args[0], nil)
+			},
+		}
+		cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+		f.register(cmd)
+		cmds = append(cmds, cmd)
+	}
+	return cmds
+}
+
+func newThrottleCmd(opts *globalOptions) *cobra.Command {
+	var (
+		f           actionFlags
+		rows, bytes float64
+	)
+	cmd := &cobra.Command{
+		Use:   "throttle <id> [--rows-per-sec N] [--bytes-per-sec N]",
+		Short: "Change the copy throttle of a running migration (0: unlimited)",
+		Long:  "Change the copy and verify throttle of every move of a running migration; 0 means unlimited.\n\n" + actionExitCodes,
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			t, err := throttleArg(cmd.Flags().Changed("rows-per-sec"), cmd.Flags().Changed("bytes-per-sec"), rows, bytes)
+			if err != nil {
+				return usageError{err}
+			}
+			return sendAction(cmd, opts, f, "throttle", workflows.UpdateThrottle, args[0], []any{t})
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	f.register(cmd)
+	cmd.Flags().Float64Var(&rows, "rows-per-sec", 0, "rows per second per move (0: unlimited)")
+	cmd.Flags().Float64Var(&bytes, "bytes-per-sec", 0, "bytes per second per move (0: unlimited)")
+	return cmd
+}
+
+func throttleArg(rowsSet, bytesSet bool, rows, bytes float64) (workflows.Throttle, error) {
+	if !rowsSet && !bytesSet {
+		return workflows.Throttle{}, errors.New("give --rows-per-sec and/or --bytes-per-sec (0: unlimited)")
+	}
+	if rows < 0 || bytes < 0 {
+		return workflows.Throttle{}, errors.New("--rows-per-sec and --bytes-per-sec: want 0 (unlimited) or more")
+	}
+	return workflows.Throttle{RowsPerSec: rows, BytesPerSec: bytes}, nil
+}
+
+// updateID is deterministic in (verb, migration, request id): a retried CLI
+// call with the same --request-id is the same Update, applied at most once.
+func updateID(verb, id, requestID string) string {
+	h := sha256.Sum256([]byte(verb + "\x00" + id + "\x00" + requestID))
+	return "cli-" + verb + "-" + hex.EncodeToString(h[:12])
+}
+
+func freshRequestID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// sendAction sends one Update and waits for its outcome.
+func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, update, id string, args []any) error {
+	if !idPattern.MatchString(id) {
+		return usageError{fmt.Errorf("migration id %q: want lower-case letters, digits and '-' (reshard list shows them)", id)}
+	}
+	if f.timeout <= 0 {
+		return usageError{fmt.Errorf("--timeout %s: want more than 0", f.timeout)}
+	}
+	cfg, err := f.cf.load(opts)
+	if err != nil {
+		return err
+	}
+	reqID := f.requestID
+	if reqID == "" {
+		reqID = freshRequestID()
+	}
+	ctx := cmd.Context()
+	tc, err := cfg.dialTemporal(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	wfID := workflows.MigrationWorkflowID(id)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	res, err := runUpdate(ctx, tc, wfID, verb, update, updateID(verb, id, reqID), args)
+	if err == nil {
+		out := cmd.OutOrStdout()
+		fmt.Fprintf(out, "%s: accepted by migration %s", verb, id)
+		if res != nil {
+			fmt.Fprintf(out, " (%v)", res)
+		}
+		fmt.Fprintln(out)
+		return nil
+	}
+	var rej rejectedError
+	if errors.As(err, &rej) {
+		return err
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		dctx, dcancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+		defer dcancel()
+		if d, derr := tc.DescribeWorkflowExecution(dctx, wfID, ""); derr == nil {
+			return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, statusText(d.GetWorkflowExecutionInfo().GetStatus()), verb)}
+		}
+		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", id, wfID)}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s %s: no answer within %s (is reshard worker running on task queue %q?); retry with --request-id %s so it is applied at most once",
+			verb, id, f.timeout, workflows.TaskQueue, reqID)
+	}
+	return fmt.Errorf("%s %s: %w (retry with --request-id %s)", verb, id, err, reqID)
+}
+
+// runUpdate sends the Update and waits until it completed; the workflow's
+// refusal comes back as a rejectedError.
+func runUpdate(ctx context.Context, tc client.Client, wfID, verb, update, uid string, args []any) (any, error) {
+	h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID:     uid,
+		WorkflowID:   wfID,
+		UpdateName:   update,
+		Args:         args,
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return nil, asRejection(err)
+	}
+	var res any
+	if err := h.Get(ctx, &res); err != nil {
+		return nil, asRejection(err)
+	}
+	return res, nil
+}
+
+// asRejection turns an error raised by the workflow (validator or handler)
+// into a rejectedError; transport and server errors pass through.
+func asRejection(err error) error {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return rejectedError{app.Message()}
+	}
+	var canceled *temporal.CanceledError
+	if errors.As(err, &canceled) {
+		return rejectedError{"the workflow cancelled the update"}
+	}
+	return err
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
+)
+
+func newInitCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf     configFlags
+		vnodes int
+		tokens string
+		shards []string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "init [--shards a,b,c] [--vnodes 16] [--tokens balanced]",
+		Short: "Set up the control database: schema, shard registry, topology v1",
+		Long: `Creates (or upgrades) the topology schema in the control database of the
+configuration, and, when no topology exists yet, registers the ring's shards
+as active and publishes version 1: a ring over --shards (default: every
+configured shard). Configured shards left out stay unregistered: they are the
+shards reshard add-node or split can bring in later.
+
+Idempotent: with a topology already published it only checks the schema and
+prints the current version. Exit codes: 0 ok, 1 failure, 2 bad input.`,
+		Example: `  reshard dev up --shards 4 && reshard init
+  reshard init --shards shard1,shard2,shard3   # keep shard4 for reshard add-node shard4`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if vnodes < 1 || vnodes > 4096 {
+				return usageError{fmt.Errorf("--vnodes %d: want 1 to 4096", vnodes)}
+			}
+			alloc, err := ring.ParseAllocation(tokens)
+			if err != nil {
+				return usageError{fmt.Errorf("--tokens: %w", err)}
+			}
+			cfg, err := cf.load(opts)
+			if err != nil {
+				return err
+			}
+			members, err := initMembers(cfg, shards)
+			if err != nil {
+				return usageError{err}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			store, pool, err := cfg.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := topology.Migrate(ctx, pool); err != nil {
+				return err
+			}
+			t, published, err := initTopology(ctx, cfg, store, members, ring.Options{VNodes: vnodes, Tokens: alloc})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return topoWriteJSON(out, struct {
+					Version    int64              `json:"version"`
+					Published  bool               `json:"published"`
+					Shards     map[string]float64 `json:"shards"`
+					VNodes     int                `json:"vnodes"`
+					NotInRing  []string           `json:"not_in_ring"`
+					Reason     string             `json:"reason"`
+					ControlDSN string             `json:"control"`
+				}{t.Version, published, t.Ring.Share(), t.Ring.Len(), topoNonNil(notInRing(cfg, t)), t.Reason, redactDSN(cfg.Control)})
+			}
+			printInit(out, cfg, t, published)
+			return nil
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cf.register(cmd)
+	cmd.Flags().IntVar(&vnodes, "vnodes", 16, "vnodes per shard of the first ring")
+	cmd.Flags().StringVar(&tokens, "tokens", "balanced", "token allocation of the first ring: balanced or hash")
+	cmd.Flags().StringSliceVar(&shards, "shards", nil, "shards of the first ring (default: every configured shard)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+// initMembers checks --shards against the configuration.
+func initMembers(cfg *clusterConfig, shards []string) ([]string, error) {
+	if len(shards) == 0 {
+		return cfg.ShardNames(), nil
+	}
+	var out []string
+	for _, s := range shards {
+		s = strings.TrimSpace(s)
+		if _, ok := cfg.Shards[s]; !ok {
+			return nil, fmt.Errorf("--shards %s: not in the configuration %s (shards: %s)", s, cfg.Path, strings.Join(cfg.ShardNames(), ", "))
+		}
+		if slices.Contains(out, s) {
+			return nil, fmt.Errorf("--shards lists %s twice", s)
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// initTopology publishes v1 over members when there is no topology, after
+// registering them; it returns the current topology and whether it published.
+func initTopology(ctx context.Context, cfg *clusterConfig, store *topology.Store, members []string, o ring.Options) (topology.Topology, bool, error) {
+	t, err := store.Current(ctx)
+	if err == nil {
+		return t, false, nil
+	}
+	if !errors.Is(err, topology.ErrNoTopology) {
+		return t, false, controlErr(err)
+	}
+	specs := make([]ring.Shard, len(members))
+	for i, name := range members {
+		ref, err := topology.ParseConnRef(cfg.Shards[name])
+		if err != nil {
+			return t, false, usageError{fmt.Errorf("shard %s: %w", name, err)}
+		}
+		if err := store.RegisterShard(ctx, topology.Shard{Name: name, Conn: ref, State: topology.ShardActive}); err != nil {
+			return t, false, err
+		}
+		specs[i] = ring.Shard{Name: name}
+	}
+	r, err := ring.Build(specs, o)
+	if err != nil {
+		return t, false, usageError{err}
+	}
+	next, err := topology.New(r, nil, fmt.Sprintf("initial: reshard init, %d shard(s), %d vnodes each, %s tokens", len(members), o.VNodes, o.Tokens))
+	if err != nil {
+		return t, false, err
+	}
+	t, err = store.Publish(ctx, 0, next)
+	if errors.Is(err, topology.ErrVersionConflict) {
+		// Another init won the race: show what it published.
+		t, err = store.Current(ctx)
+		return t, false, controlErr(err)
+	}
+	return t, err == nil, err
+}
+
+func notInRing(cfg *clusterConfig, t topology.Topology) []string {
+	var out []string
+	for _, n := range cfg.ShardNames() {
+		if !t.Ring.HasShard(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func printInit(out io.Writer, cfg *clusterConfig, t topology.Topology, published bool) {
+	if published {
+		fmt.Fprintf(out, "published topology v%d (%s)\n", t.Version, t.Reason)
+	} else {
+		fmt.Fprintf(out, "topology exists: v%d (%s); nothing published (--shards, --vnodes, --tokens apply only to the first version)\n", t.Version, t.Reason)
+	}
+	fmt.Fprintf(out, "control database %s\n\n", redactDSN(cfg.Control))
+	share := t.Ring.Share()
+	vn := map[string]int{}
+	for _, v := range t.Ring.VNodes() {
+		vn[v.Shard]++
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "SHARD\tVNODES\tSPACE")
+	for _, s := range t.Ring.Shards() {
+		fmt.Fprintf(w, "%s\t%d\t%.2f%%\n", s, vn[s], 100*share[s])
+	}
+	w.Flush()
+	if rest := notInRing(cfg, t); len(rest) > 0 {
+		fmt.Fprintf(out, "\nconfigured but not in the ring: %s (bring one in with reshard add-node %s --table ...)\n", strings.Join(rest, ", "), rest[0])
+	}
+}

@@ -1,0 +1,561 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// migrationFlags are the flags of split, add-node, remove-node, move and
+// their plan (dry-run) forms.
+type migrationFlags struct {
+	tables          []string
+	tableSet        string
+	vnodes          int
+	tokens          string
+	rowsPerSec      float64
+	bytesPerSec     float64
+	chunkRows       int
+	requireApproval bool
+	onVerifyFail    string
+	grace           time.Duration
+	cutoverBudget   time.Duration
+	maxLagBytes     int64
+	id              string
+	into            string // split
+	rng             string // move
+	to              string // move
+	asJSON          bool
+}
+
+func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRun bool) {
+	fl := cmd.Flags()
+	fl.StringArrayVar(&f.tables, "table", nil, "a table of the set and its shard-key column, [schema.]table:key (repeatable, required; all share one key type)")
+	fl.StringVar(&f.tableSet, "table-set", "", "name of the table set (default: the first table's name)")
+	fl.IntVar(&f.vnodes, "vnodes", 16, "vnodes of the new shard")
+	fl.StringVar(&f.tokens, "tokens", "balanced", "token allocation of new vnodes: balanced or hash")
+	fl.Float64Var(&f.rowsPerSec, "rows-per-sec", 0, "copy throttle per move, rows per second (0: unlimited)")
+	fl.Float64Var(&f.bytesPerSec, "bytes-per-sec", 0, "copy throttle per move, bytes per second (0: unlimited)")
+	fl.IntVar(&f.chunkRows, "chunk-rows", 5000, "rows per copy chunk")
+	fl.BoolVar(&f.requireApproval, "require-approval", false, "wait for reshard approve before each cutover")
+	fl.StringVar(&f.onVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
+	fl.DurationVar(&f.grace, "grace", time.Hour, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback")
+	fl.DurationVar(&f.cutoverBudget, "cutover-budget", 2*time.Second, "write-pause budget of a cutover; over it the cutover aborts and retries")
+	fl.Int64Var(&f.maxLagBytes, "max-lag-bytes", 16<<20, "cutover gate: CDC lag at most this many bytes")
+	if !dryRun {
+		fl.StringVar(&f.id, "id", "", "migration id: lower-case letters, digits, '-' (default: generated)")
+	}
+	switch kind {
+	case workflows.KindSplit:
+		fl.StringVar(&f.into, "into", "", "the new shard that takes half of the split shard's ranges (required)")
+	case workflows.KindMove:
+		fl.StringVar(&f.rng, "range", "", "token range lo:hi to move (lo exclusive, hi inclusive; required)")
+		fl.StringVar(&f.to, "to", "", "shard receiving the range (required)")
+	}
+	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
+}
+
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,39}$`)
+
+// buildRequest turns the arguments and flags into a MigrationRequest. It
+// checks only what needs no database; every error is bad input.
+func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflows.MigrationRequest, error) {
+	req := workflows.MigrationRequest{Kind: kind, ID: f.id}
+	switch kind {
+	case workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode:
+		if len(args) != 1 {
+			return req, fmt.Errorf("%s takes one shard name, e.g. reshard %s shard5", kind, kind)
+		}
+		req.Shard = args[0]
+		if !validName(req.Shard) {
+			return req, fmt.Errorf("shard name %q: use letters, digits, '-' and '_' (at most 63)", req.Shard)
+		}
+	case workflows.KindMove:
+		if len(args) != 0 {
+			return req, errors.New("move takes no arguments: reshard move --range lo:hi --to shard")
+		}
+	}
+	switch kind {
+	case workflows.KindSplit:
+		if f.into == "" {
+			return req, fmt.Errorf("split %s needs --into <new shard>: the shard that takes half of %s's ranges", req.Shard, req.Shard)
+		}
+		if f.into == req.Shard {
+			return req, fmt.Errorf("--into %s: a shard cannot be split into itself; name the new shard", f.into)
+		}
+		if !validName(f.into) {
+			return req, fmt.Errorf("--into %q: use letters, digits, '-' and '_' (at most 63)", f.into)
+		}
+		req.Into = f.into
+	case workflows.KindMove:
+		if f.rng == "" || f.to == "" {
+			return req, errors.New("move needs --range lo:hi and --to <shard>")
+		}
+		r, err := ring.ParseRange(f.rng)
+		if err != nil {
+			return req, fmt.Errorf("--range: %w", err)
+		}
+		if !validName(f.to) {
+			return req, fmt.Errorf("--to %q: use letters, digits, '-' and '_' (at most 63)", f.to)
+		}
+		req.Range, req.To = &r, f.to
+	}
+	spec, err := parseTableSpec(f.tables, f.tableSet)
+	if err != nil {
+		return req, err
+	}
+	req.Tables = spec
+	if f.vnodes < 1 || f.vnodes > 4096 {
+		return req, fmt.Errorf("--vnodes %d: want 1 to 4096", f.vnodes)
+	}
+	req.VNodes = f.vnodes
+	alloc, err := ring.ParseAllocation(f.tokens)
+	if err != nil {
+		return req, fmt.Errorf("--tokens: %w", err)
+	}
+	req.Tokens = string(alloc)
+	if f.rowsPerSec < 0 || f.bytesPerSec < 0 {
+		return req, errors.New("--rows-per-sec and --bytes-per-sec: want 0 (unlimited) or more")
+	}
+	req.Throttle = workflows.Throttle{RowsPerSec: f.rowsPerSec, BytesPerSec: f.bytesPerSec}
+	if f.chunkRows < 1 {
+		return req, fmt.Errorf("--chunk-rows %d: want 1 or more", f.chunkRows)
+	}
+	req.ChunkRows = f.chunkRows
+	req.RequireApproval = f.requireApproval
+	switch v := workflows.OnVerifyFail(f.onVerifyFail); v {
+	case workflows.VerifyFailWait, workflows.VerifyFailRollback:
+		req.OnVerifyFail = v
+	default:
+		return req, fmt.Errorf("--on-verify-fail %q: want wait or rollback", f.onVerifyFail)
+	}
+	if f.grace < 0 {
+		return req, fmt.Errorf("--grace %s: want 0 (clean up right after cutover, no rollback) or more", f.grace)
+	}
+	req.GracePeriod = f.grace
+	if f.cutoverBudget < 100*time.Millisecond {
+		return req, fmt.Errorf("--cutover-budget %s: want 100ms or more", f.cutoverBudget)
+	}
+	req.CutoverBudget = f.cutoverBudget
+	if f.maxLagBytes < 0 {
+		return req, fmt.Errorf("--max-lag-bytes %d: want 0 or more", f.maxLagBytes)
+	}
+	req.MaxLagBytes = f.maxLagBytes
+	if req.ID == "" {
+		req.ID = newMigrationID(kind)
+	} else if !idPattern.MatchString(req.ID) {
+		return req, fmt.Errorf("--id %q: want lower-case letters, digits and '-', starting with a letter or digit, at most 40", req.ID)
+	}
+	return req, nil
+}
+
+// parseTableSpec reads --table [schema.]table:key flags.
+func parseTableSpec(tables []string, name string) (tableset.Spec, error) {
+	var spec tableset.Spec
+	if len(tables) == 0 {
+		return spec, errors.New("name the tables that move together: --table users:id --table orders:user_id ([schema.]table:key)")
+	}
+	seen := map[string]bool{}
+	for _, t := range tables {
+		tbl, key, ok := strings.Cut(t, ":")
+		if !ok || tbl == "" || key == "" || strings.Contains(key, ":") {
+			return spec, fmt.Errorf("--table %q: want [schema.]table:key, e.g. --table public.orders:user_id", t)
+		}
+		ts := tableset.TableSpec{Schema: "public", Table: tbl, KeyColumn: key}
+		if s, n, ok := strings.Cut(tbl, "."); ok {
+			if s == "" || n == "" || strings.Contains(n, ".") {
+				return spec, fmt.Errorf("--table %q: want [schema.]table:key", t)
+			}
+			ts.Schema, ts.Table = s, n
+		}
+		q := ts.Schema + "." + ts.Table
+		if seen[q] {
+			return spec, fmt.Errorf("--table %s is given twice", q)
+		}
+		seen[q] = true
+		spec.Tables = append(spec.Tables, ts)
+	}
+	spec.Name = name
+	if spec.Name == "" {
+		spec.Name = spec.Tables[0].Table
+	}
+	return spec, nil
+}
+
+const idAlphabet = "abcdefghijkmnpqrstuvwxyz23456789" // no 0/o, 1/l
+
+// newMigrationID is short, lower-case and says what it is: "add-k3f9xq".
+func newMigrationID(kind workflows.Kind) string {
+	prefix := map[workflows.Kind]string{workflows.KindAddNode: "add", workflows.KindSplit: "split",
+		workflows.KindRemoveNode: "remove", workflows.KindMove: "move"}[kind]
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
+	}
+	return prefix + "-" + string(b)
+}
+
+// movePair is the ranges going from one source to one target: one Move
+// workflow, one slot on the source.
+type movePair struct {
+	Source   string       `json:"source"`
+	Target   string       `json:"target"`
+	Ranges   []ring.Range `json:"ranges"`
+	Fraction float64      `json:"fraction"`
+}
+
+// migrationPlan is what a request does to the current topology.
+type migrationPlan struct {
+	Request workflows.MigrationRequest
+	From    topology.Topology
+	Next    *ring.Ring
+	Moves   []ring.Move
+	Pairs   []movePair
+	// Moved is the moved fraction of the token space; Modulo what hash-mod-N
+	// placement would move for the same change (0: not comparable); Ideal the
+	// least any placement must move.
+	Moved, Modulo, Ideal float64
+}
+
+// planMigration checks the request against the configuration and the current
+// topology and computes its moves with the ring planners. Errors are bad input
+// naming the fix.
+func planMigration(cfg *clusterConfig, t topology.Topology, req workflows.MigrationRequest) (*migrationPlan, error) {
+	if m := t.Migrating(); len(m) > 0 {
+		id := t.MigrationID
+		if id == "" {
+			id = "(unknown)"
+		}
+		return nil, usageError{fmt.Errorf("topology v%d has %d range(s) migrating (migration %s): wait for it to finish or roll it back first", t.Version, len(m), id)}
+	}
+	old := t.Ring
+	n := len(old.Shards())
+	configured := func(name, flag string) error {
+		if _, ok := cfg.Shards[name]; !ok {
+			return usageError{fmt.Errorf("%s %s is not in the configuration %s (shards: %s): add it there first (locally: reshard dev up --shards %d)",
+				flag, name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), len(cfg.Shards)+1)}
+		}
+		return nil
+	}
+	inRing := func(name, flag string) error {
+		if !old.HasShard(name) {
+			return usageError{fmt.Errorf("%s %s: topology v%d has no shard %s (shards: %s)", flag, name, t.Version, name, strings.Join(old.Shards(), ", "))}
+		}
+		return nil
+	}
+	notInRing := func(name, flag string) error {
+		if old.HasShard(name) {
+			return usageError{fmt.Errorf("%s %s: topology v%d already has a shard %s; name a new shard", flag, name, t.Version, name)}
+		}
+		return nil
+	}
+	o := ring.Options{VNodes: req.VNodes, Tokens: ring.Allocation(req.Tokens)}
+	p := &migrationPlan{Request: req, From: t}
+	var err error
+	share := old.Share()
+	switch req.Kind {
+	case workflows.KindAddNode:
+		if err := notInRing(req.Shard, "add-node"); err != nil {
+			return nil, err
+		}
+		if err := configured(req.Shard, "add-node"); err != nil {
+			return nil, err
+		}
+		p.Next, p.Moves, err = ring.PlanAddNode(old, ring.Shard{Name: req.Shard}, o)
+		p.Modulo, p.Ideal = float64(n)/float64(n+1), 1/float64(n+1)
+	case workflows.KindSplit:
+		if err := inRing(req.Shard, "split"); err != nil {
+			return nil, err
+		}
+		if err := notInRing(req.Into, "--into"); err != nil {
+			return nil, err
+		}
+		if err := configured(req.Into, "--into"); err != nil {
+			return nil, err
+		}
+		p.Next, p.Moves, err = ring.PlanSplit(old, req.Shard, ring.Shard{Name: req.Into}, o)
+		p.Modulo, p.Ideal = float64(n)/float64(n+1), share[req.Shard]/2
+	case workflows.KindRemoveNode:
+		if err := inRing(req.Shard, "remove-node"); err != nil {
+			return nil, err
+		}
+		if n == 1 {
+			return nil, usageError{fmt.Errorf("remove-node %s: it is the only shard; the ring needs at least one", req.Shard)}
+		}
+		p.Next, p.Moves, err = ring.PlanRemoveNode(old, req.Shard, o)
+		p.Modulo, p.Ideal = float64(n-1)/float64(n), share[req.Shard]
+	case workflows.KindMove:
+		if err := configured(req.To, "--to"); err != nil {
+			return nil, err
+		}
+		p.Next, p.Moves, err = ring.PlanMove(old, *req.Range, req.To)
+	default:
+		return nil, usageError{fmt.Errorf("unknown migration kind %q", req.Kind)}
+	}
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if len(p.Moves) == 0 {
+		return nil, usageError{errors.New("nothing to move: the ring already has that shape")}
+	}
+	p.Moved = ring.MovedFraction(p.Moves)
+	if req.Kind == workflows.KindMove {
+		p.Ideal = p.Moved
+	}
+	p.Pairs = pairMoves(p.Moves)
+	return p, nil
+}
+
+// pairMoves groups moves by (source, target), in order of first appearance
+// sorted by source then target.
+func pairMoves(moves []ring.Move) []movePair {
+	var pairs []movePair
+	for _, m := range moves {
+		i := slices.IndexFunc(pairs, func(p movePair) bool { return p.Source == m.From && p.Target == m.To })
+		if i < 0 {
+			pairs = append(pairs, movePair{Source: m.From, Target: m.To})
+			i = len(pairs) - 1
+		}
+		pairs[i].Ranges = append(pairs[i].Ranges, m.Range)
+		pairs[i].Fraction += m.Range.Width() / 18446744073709551616.0
+	}
+	slices.SortFunc(pairs, func(a, b movePair) int {
+		if c := strings.Compare(a.Source, b.Source); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Target, b.Target)
+	})
+	return pairs
+}
+
+// what says in a few words what the migration does.
+func (p *migrationPlan) what() string {
+	r := p.Request
+	switch r.Kind {
+	case workflows.KindAddNode, workflows.KindRemoveNode:
+		return string(r.Kind) + " " + r.Shard
+	case workflows.KindSplit:
+		return "split " + r.Shard + " into " + r.Into
+	default:
+		return fmt.Sprintf("move %s to %s", r.Range, r.To)
+	}
+}
+
+// summary is the one-line StaticSummary of the workflow.
+func (p *migrationPlan) summary() string {
+	var tables []string
+	for _, t := range p.Request.Tables.Tables {
+		tables = append(tables, t.Table)
+	}
+	return fmt.Sprintf("%s: %d move(s), %.2f%% of the token space, tables %s (from topology v%d)",
+		p.what(), len(p.Pairs), 100*p.Moved, strings.Join(tables, ","), p.From.Version)
+}
+
+// details is the markdown StaticDetails of the workflow: the plan.
+func (p *migrationPlan) details() string {
+	r := p.Request
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %s (migration `%s`)\n\n", p.what(), r.ID)
+	fmt.Fprintf(&b, "From topology v%d: %d shard(s) → %d. Moves **%.2f%%** of the token space", p.From.Version, len(p.From.Ring.Shards()), len(p.Next.Shards()), 100*p.Moved)
+	if p.Modulo > 0 {
+		fmt.Fprintf(&b, " (hash-mod-N would move %.2f%%; the least possible is %.2f%%)", 100*p.Modulo, 100*p.Ideal)
+	}
+	b.WriteString(".\n\n")
+	var tables []string
+	for _, t := range r.Tables.Tables {
+		tables = append(tables, fmt.Sprintf("`%s.%s(%s)`", t.Schema, t.Table, t.KeyColumn))
+	}
+	fmt.Fprintf(&b, "Tables (set `%s`): %s\n\n", r.Tables.Name, strings.Join(tables, ", "))
+	b.WriteString("| source | target | ranges | token space |\n|---|---|---:|---:|\n")
+	for _, pr := range p.Pairs {
+		fmt.Fprintf(&b, "| %s | %s | %d | %.2f%% |\n", pr.Source, pr.Target, len(pr.Ranges), 100*pr.Fraction)
+	}
+	fmt.Fprintf(&b, "\nThrottle per move: %s. Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s.\n",
+		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, topoHumanBytes(r.MaxLagBytes), r.GracePeriod)
+	return b.String()
+}
+
+func throttleText(t workflows.Throttle) string {
+	var parts []string
+	if t.RowsPerSec > 0 {
+		parts = append(parts, fmt.Sprintf("%g rows/s", t.RowsPerSec))
+	}
+	if t.BytesPerSec > 0 {
+		parts = append(parts, topoHumanBytes(int64(t.BytesPerSec))+"/s")
+	}
+	if len(parts) == 0 {
+		return "unlimited"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// newMigrationCmd is split, add-node, remove-node or move; with dryRun, the
+// same verb under reshard plan.
+func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cobra.Command {
+	var (
+		f  migrationFlags
+		cf configFlags
+	)
+	use := map[workflows.Kind]string{
+		workflows.KindAddNode:    "add-node <shard> --table t:key...",
+		workflows.KindSplit:      "split <shard> --into <new shard> --table t:key...",
+		workflows.KindRemoveNode: "remove-node <shard> --table t:key...",
+		workflows.KindMove:       "move --range lo:hi --to <shard> --table t:key...",
+	}[kind]
+	short := map[workflows.Kind]string{
+		workflows.KindAddNode:    "Add a configured shard to the ring: it takes about 1/(N+1) of the token space from every shard",
+		workflows.KindSplit:      "Split a shard: a new shard takes half of its token ranges",
+		workflows.KindRemoveNode: "Remove a shard: its ranges go to the others",
+		workflows.KindMove:       "Move one token range to a shard",
+	}[kind]
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req, err := buildRequest(kind, args, f)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg, err := cf.load(opts)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
+			defer cancel()
+			store, pool, err := cfg.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			t, err := store.Current(ctx)
+			if err != nil {
+				if errors.Is(err, topology.ErrNoTopology) {
+					return usageError{errors.New("the control database holds no topology yet: run reshard init first")}
+				}
+				return controlErr(err)
+			}
+			p, err := planMigration(cfg, t, req)
+			if err != nil {
+				return err
+			}
+			if dryRun {
+				return runPlan(ctx, cmd, cfg, p, f.asJSON)
+			}
+			return startMigration(ctx, cmd, opts, cfg, p, f.asJSON)
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	f.register(cmd, kind, dryRun)
+	cf.register(cmd)
+	if !dryRun {
+		cmd.Long = short + `.
+
+Checks the request against the configuration and the current topology, then
+starts the Migration workflow (task queue "reshard"; a reshard worker runs it)
+and prints its id and Temporal UI link. Nothing is changed by this command
+itself: the workflow walks every move through PLAN → JOINING → SNAPSHOT_COPY →
+CDC_CATCH_UP → VERIFY → CUTOVER → GRACE → CLEANUP. Use reshard plan ` + string(kind) + `
+first for a dry run with preflight checks and estimates.
+
+A migration is refused while another one runs, and an --id is never reused.
+Exit codes: 0 started, 1 failure, 2 bad input or refused (nothing started).`
+	}
+	return cmd
+}
+
+// startMigration starts the workflow of a checked plan.
+func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions, cfg *clusterConfig, p *migrationPlan, asJSON bool) error {
+	tc, err := cfg.dialTemporal(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	running, err := runningMigrations(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if len(running) > 0 {
+		return usageError{fmt.Errorf("migration %s is running (workflow %s): one migration at a time; wait for it (reshard status %s) or roll it back; nothing was started",
+			migrationIDOf(running[0]), running[0], migrationIDOf(running[0]))}
+	}
+	req := p.Request
+	wfID := workflows.MigrationWorkflowID(req.ID)
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                                       wfID,
+		TaskQueue:                                workflows.TaskQueue,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		StaticSummary:                            p.summary(),
+		StaticDetails:                            p.details(),
+		Memo:                                     map[string]any{"summary": p.summary()},
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.SAMigration.ValueSet(req.ID), workflows.SAPhase.ValueSet(string(workflows.PhasePlan))),
+	}, workflows.MigrationWorkflow, req)
+	if err != nil {
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if errors.As(err, &started) {
+			return usageError{fmt.Errorf("migration id %s is taken (workflow %s exists; ids are never reused): pick another --id or omit it; nothing was started", req.ID, wfID)}
+		}
+		return fmt.Errorf("start migration %s: %w", req.ID, err)
+	}
+	out := cmd.OutOrStdout()
+	link := cfg.uiLink(wfID)
+	if asJSON {
+		return topoWriteJSON(out, struct {
+			ID         string  `json:"id"`
+			WorkflowID string  `json:"workflow_id"`
+			RunID      string  `json:"run_id"`
+			UI         string  `json:"ui,omitempty"`
+			Summary    string  `json:"summary"`
+			Moves      int     `json:"moves"`
+			Moved      float64 `json:"moved_fraction"`
+		}{req.ID, wfID, run.GetRunID(), link, p.summary(), len(p.Pairs), p.Moved})
+	}
+	fmt.Fprintf(out, "started migration %s: %s\n", req.ID, p.summary())
+	fmt.Fprintf(out, "workflow  %s\n", wfID)
+	if link != "" {
+		fmt.Fprintf(out, "ui        %s\n", link)
+	}
+	fmt.Fprintf(out, "follow    reshard status %s --watch\n", req.ID)
+	return nil
+}
+
+// runningMigrations lists the workflow ids of running Migration workflows.
+func runningMigrations(ctx context.Context, tc client.Client) ([]string, error) {
+	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list running migrations: %w", err)
+	}
+	var ids []string
+	for _, e := range resp.GetExecutions() {
+		ids = append(ids, e.GetExecution().GetWorkflowId())
+	}
+	return ids, nil
+}
+
+// migrationIDOf strips the workflow id prefix of MigrationWorkflowID.
+func migrationIDOf(workflowID string) string {
+	return strings.TrimPrefix(workflowID, workflows.MigrationWorkflowID(""))
+}

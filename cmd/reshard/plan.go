@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/workflows"
+)
+
+func newPlanCmd(opts *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "plan (add-node|split|remove-node|move) ...",
+		Short: "Dry run of a migration: moves, moved fraction, preflight, estimates, ETA, cutover steps",
+		Long: `Computes the moves of a migration from the current topology with the ring
+planners and runs the preflight checks of every (source, target) pair: tables,
+primary keys, shard-key column, schemas, wal_level, replication privilege,
+free slots, TRUNCATE. Prints the moves, the moved fraction against hash-mod-N
+and the ideal, rows and bytes to copy, the ETA at the given throttle, index
+advice, warnings and the cutover steps. Nothing is started or changed.
+
+Exit codes: 0 the plan is clean, 1 failure (a server could not be asked),
+2 bad input or preflight problems (each printed with its fix).`,
+		Example: `  reshard plan add-node shard5 --table users:id --table orders:user_id --rows-per-sec 20000
+  reshard plan split shard1 --into shard5 --table users:id --json`,
+		Args: usageArgs(cobra.NoArgs),
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	for _, k := range []workflows.Kind{workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode, workflows.KindMove} {
+		cmd.AddCommand(newMigrationCmd(opts, k, true))
+	}
+	return cmd
+}
+
+// pairReport is the preflight of one (source, target) pair.
+type pairReport struct {
+	movePair
+	Rows       int64                  `json:"rows"`
+	Bytes      int64                  `json:"bytes"`
+	ETASeconds float64                `json:"eta_seconds"`
+	Estimates  []tableset.Estimate    `json:"estimates"`
+	Problems   []*tableset.Problem    `json:"problems"`
+	Warnings   []tableset.Warning     `json:"warnings"`
+	Indexes    []tableset.IndexAdvice `json:"indexes"`
+}
+
+type planReport struct {
+	Request      workflows.MigrationRequest `json:"request"`
+	What         string                     `json:"what"`
+	FromVersion  int64                      `json:"from_version"`
+	ShardsBefore []string                   `json:"shards_before"`
+	ShardsAfter  []string                   `json:"shards_after"`
+	Moved        float64                    `json:"moved_fraction"`
+	Modulo       float64                    `json:"modulo_fraction,omitempty"`
+	Ideal        float64                    `json:"ideal_fraction"`
+	Moves        []ring.Move                `json:"moves"`
+	Pairs        []pairReport               `json:"pairs"`
+	Rows         int64                      `json:"rows"`
+	Bytes        int64                      `json:"bytes"`
+	ETASeconds   float64                    `json:"eta_seconds"`
+	CutoverSteps []string                   `json:"cutover_steps"`
+	Problems     int                        `json:"problems"`
+}
+
+// runPlan runs the preflight of every pair and prints the plan.
+func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *migrationPlan, asJSON bool) error {
+	pools := map[string]*pgxpool.Pool{}
+	defer func() {
+		for _, pl := range pools {
+			pl.Close()
+		}
+	}()
+	slots := map[string]int{} // each pair takes a slot on its source (forward) and on its target (reverse, GRACE)
+	for _, pr := range p.Pairs {
+		slots[pr.Source]++
+		slots[pr.Target]++
+	}
+	for name := range slots {
+		dsn, ok := cfg.Shards[name]
+		if !ok {
+			return usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
+		}
+		pl, err := cfg.connect(ctx, "shard "+name, dsn)
+		if err != nil {
+			return err
+		}
+		pools[name] = pl
+	}
+	r := p.Request
+	rep := planReport{Request: r, What: p.what(), FromVersion: p.From.Version, ShardsBefore: p.From.Ring.Shards(),
+		ShardsAfter: p.Next.Shards(), Moved: p.Moved, Modulo: p.Modulo, Ideal: p.Ideal, Moves: p.Moves}
+	var eta time.Duration
+	for _, pr := range p.Pairs {
+		pf, err := tableset.Preflight(ctx, pools[pr.Source], pools[pr.Target], r.Tables, tableset.PreflightOptions{
+			SourceName: pr.Source, TargetName: pr.Target, Ranges: pr.Ranges,
+			Slots: max(slots[pr.Source], slots[pr.Target]), WalSenders: max(slots[pr.Source], slots[pr.Target]),
+		})
+		if err != nil && len(pf.Problems) == 0 {
+			return fmt.Errorf("preflight %s → %s: %w", pr.Source, pr.Target, err)
+		}
+		e := pf.ETA(r.Throttle.RowsPerSec, r.Throttle.BytesPerSec)
+		eta = max(eta, e) // moves run in parallel, each throttled on its own
+		rep.Pairs = append(rep.Pairs, pairReport{movePair: pr, Rows: pf.Rows(), Bytes: pf.Bytes(), ETASeconds: e.Seconds(),
+			Estimates: topoNonNil(pf.Estimates), Problems: topoNonNil(pf.Problems), Warnings: topoNonNil(pf.Warnings), Indexes: topoNonNil(pf.Indexes)})
+		rep.Rows += pf.Rows()
+		rep.Bytes += pf.Bytes()
+		rep.Problems += len(pf.Problems)
+	}
+	rep.ETASeconds = eta.Seconds()
+	// Every move's cutover runs the same steps; show them for the first.
+	var steps bytes.Buffer
+	first := p.Pairs[0]
+	if _, err := cutover.Run(ctx, cutover.DryRun{W: &steps, Move: first.Source + "->" + first.Target, Source: first.Source,
+		Target: first.Target, Ranges: first.Ranges, Version: p.From.Version + 1}, cutover.NopJournal{}, cutover.Options{Budget: r.CutoverBudget}); err != nil {
+		return fmt.Errorf("cutover dry run: %w", err)
+	}
+	rep.CutoverSteps = strings.Split(strings.TrimRight(steps.String(), "\n"), "\n")
+
+	out := cmd.OutOrStdout()
+	if asJSON {
+		if err := topoWriteJSON(out, rep); err != nil {
+			return err
+		}
+	} else {
+		printPlan(out, rep)
+	}
+	if rep.Problems > 0 {
+		return usageError{fmt.Errorf("%d preflight problem(s): fix these, nothing was changed", rep.Problems)}
+	}
+	return nil
+}
+
+func printPlan(out io.Writer, rep planReport) {
+	r := rep.Request
+	fmt.Fprintf(out, "plan: %s (dry run: nothing started, nothing changed)\n", rep.What)
+	var tables []string
+	for _, t := range r.Tables.Tables {
+		tables = append(tables, fmt.Sprintf("%s.%s(%s)", t.Schema, t.Table, t.KeyColumn))
+	}
+	fmt.Fprintf(out, "topology v%d: %d shard(s) → %d; tables %s\n\n", rep.FromVersion, len(rep.ShardsBefore), len(rep.ShardsAfter), strings.Join(tables, ", "))
+	fmt.Fprintf(out, "moved %.2f%% of the token space", 100*rep.Moved)
+	switch r.Kind {
+	case workflows.KindAddNode:
+		fmt.Fprintf(out, "  (hash mod N: %.2f%%, ideal 1/(N+1): %.2f%%)", 100*rep.Modulo, 100*rep.Ideal)
+	case workflows.KindSplit:
+		fmt.Fprintf(out, "  (hash mod N: %.2f%%, ideal half of %s: %.2f%%)", 100*rep.Modulo, r.Shard, 100*rep.Ideal)
+	case workflows.KindRemoveNode:
+		fmt.Fprintf(out, "  (hash mod N: %.2f%%, ideal %s's share: %.2f%%)", 100*rep.Modulo, r.Shard, 100*rep.Ideal)
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out)
+
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "MOVE\tRANGES\tSPACE\tROWS\tBYTES\tETA\tPROBLEMS")
+	for _, pr := range rep.Pairs {
+		fmt.Fprintf(w, "%s → %s\t%d\t%.2f%%\t%d\t%s\t%s\t%d\n", pr.Source, pr.Target, len(pr.Ranges), 100*pr.Fraction,
+			pr.Rows, topoHumanBytes(pr.Bytes), etaText(pr.ETASeconds, r.Throttle), len(pr.Problems))
+	}
+	fmt.Fprintf(w, "total\t%d\t%.2f%%\t%d\t%s\t%s\t%d\n", len(rep.Moves), 100*rep.Moved, rep.Rows, topoHumanBytes(rep.Bytes), etaText(rep.ETASeconds, r.Throttle), rep.Problems)
+	w.Flush()
+	fmt.Fprintf(out, "throttle per move: %s (moves run in parallel; the ETA is the slowest move's copy time)\n", throttleText(r.Throttle))
+
+	fmt.Fprintln(out, "\nranges (lo exclusive, hi inclusive):")
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  FROM\tTO\tRANGE")
+	for _, m := range rep.Moves {
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", m.From, m.To, m.Range)
+	}
+	w.Flush()
+
+	var advice []string
+	for _, pr := range rep.Pairs {
+		for _, ix := range pr.Indexes {
+			if !ix.Present {
+				advice = append(advice, fmt.Sprintf("  %s %s: no token index; copy and verify then scan the table per chunk. On %s: %s", ix.Shard, ix.Table, ix.Shard, ix.Statement))
+			}
+		}
+	}
+	if advice = dedupe(advice); len(advice) > 0 {
+		fmt.Fprintln(out, "\nindex advice:")
+		fmt.Fprintln(out, strings.Join(advice, "\n"))
+	}
+	var warns []string
+	for _, pr := range rep.Pairs {
+		for _, wn := range pr.Warnings {
+			warns = append(warns, fmt.Sprintf("  %s %s: %s", wn.Shard, wn.Table, wn.Message))
+		}
+	}
+	if warns = dedupe(warns); len(warns) > 0 {
+		fmt.Fprintln(out, "\nwarnings:")
+		fmt.Fprintln(out, strings.Join(warns, "\n"))
+	}
+	fmt.Fprintf(out, "\ncutover of each move (shown for %s → %s; budget %s):\n", rep.Pairs[0].Source, rep.Pairs[0].Target, r.CutoverBudget)
+	for _, s := range rep.CutoverSteps {
+		fmt.Fprintln(out, "  "+s)
+	}
+	var probs []string
+	for _, pr := range rep.Pairs {
+		for _, pb := range pr.Problems {
+			where := pb.Shard
+			if pb.Table != "" {
+				where += " " + pb.Table
+			}
+			probs = append(probs, fmt.Sprintf("  [%s] %s: %s\n      fix: %s", pb.Check, where, pb.Problem, pb.Fix))
+		}
+	}
+	if probs = dedupe(probs); len(probs) > 0 {
+		fmt.Fprintln(out, "\nproblems (fix these, nothing was changed):")
+		fmt.Fprintln(out, strings.Join(probs, "\n"))
+	} else {
+		fmt.Fprintf(out, "\npreflight passed; start it with: reshard %s\n", startHint(r))
+	}
+}
+
+func etaText(secs float64, t workflows.Throttle) string {
+	if t.RowsPerSec == 0 && t.BytesPerSec == 0 {
+		return "unthrottled"
+	}
+	return time.Duration(secs * float64(time.Second)).Round(time.Second).String()
+}
+
+// dedupe drops repeated lines (a shard in several pairs reports once), keeping order.
+func dedupe(lines []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range lines {
+		if !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// startHint is the command that starts what was planned.
+func startHint(r workflows.MigrationRequest) string {
+	var b strings.Builder
+	switch r.Kind {
+	case workflows.KindSplit:
+		fmt.Fprintf(&b, "split %s --into %s", r.Shard, r.Into)
+	case workflows.KindMove:
+		fmt.Fprintf(&b, "move --range %d:%d --to %s", r.Range.Lo, r.Range.Hi, r.To)
+	default:
+		fmt.Fprintf(&b, "%s %s", r.Kind, r.Shard)
+	}
+	for _, t := range r.Tables.Tables {
+		fmt.Fprintf(&b, " --table %s.%s:%s", t.Schema, t.Table, t.KeyColumn)
+	}
+	return b.String() + " [same flags]"
+}

@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"golang.org/x/term"
+
+	"github.com/reshard/reshard/workflows"
+)
+
+func newStatusCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf       configFlags
+		watch    bool
+		asJSON   bool
+		interval time.Duration
+		timeout  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "status [<id>] [--watch] [--json]",
+		Short: "Progress of a migration: every move's phase, rows copied, lag, ETA, verify, write pause",
+		Long: `Asks the Migration workflow for its state (the "state" query, answered by a
+running reshard worker) and prints one line per move: source → target, phase,
+rows copied against the estimate, CDC lag, ETA, the verify result and the
+write pause of its cutover. Without an id: the newest running migration.
+
+--watch redraws every --interval until the migration ends: progress bars on a
+terminal, a line per change otherwise.
+
+Exit codes: 0 ok, 1 failure (no worker answered, Temporal unreachable, the
+migration failed while watched), 2 bad input (unknown id).`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if interval < 100*time.Millisecond {
+				return usageError{fmt.Errorf("--interval %s: want 100ms or more", interval)}
+			}
+			cfg, err := cf.load(opts)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			tc, err := cfg.dialTemporal(ctx, opts)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			var id string
+			if len(args) == 1 {
+				id = args[0]
+			} else if id, err = newestRunning(ctx, tc); err != nil {
+				return err
+			}
+			wfID := workflows.MigrationWorkflowID(id)
+			out := cmd.OutOrStdout()
+			if !watch {
+				st, err := queryState(ctx, tc, wfID, timeout)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: cfg.uiLink(wfID), State: st})
+				}
+				printMigrationStatus(out, id, cfg.uiLink(wfID), st, time.Now())
+				return nil
+			}
+			return watchStatus(ctx, out, tc, id, cfg.uiLink(wfID), interval, timeout, asJSON)
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cf.register(cmd)
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw until the migration ends")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON (with --watch: one object per line and interval)")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "refresh interval of --watch")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for a worker to answer")
+	return cmd
+}
+
+type statusJSON struct {
+	ID         string                   `json:"id"`
+	WorkflowID string                   `json:"workflow_id"`
+	UI         string                   `json:"ui,omitempty"`
+	Time       time.Time                `json:"time,omitzero"`
+	State      workflows.MigrationState `json:"state"`
+}
+
+// newestRunning is the id of the most recently started running migration.
+func newestRunning(ctx context.Context, tc client.Client) (string, error) {
+	ms, err := listMigrations(ctx, tc, fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow), 0)
+	if err != nil {
+		return "", err
+	}
+	if len(ms) == 0 {
+		return "", errors.New("no migration is running; give an id (reshard list shows recent ones)")
+	}
+	return ms[0].ID, nil
+}
+
+// queryState asks the workflow for its MigrationState. A workflow that does
+// not exist is bad input; one nobody answers for is explained.
+func queryState(ctx context.Context, tc client.Client, wfID string, timeout time.Duration) (workflows.MigrationState, error) {
+	var st workflows.MigrationState
+	qctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	v, err := tc.QueryWorkflow(qctx, wfID, "", workflows.QueryState)
+	if err == nil {
+		err = v.Get(&st)
+		if err != nil {
+			return st, fmt.Errorf("decode the state of %s: %w", wfID, err)
+		}
+		return st, nil
+	}
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return st, usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", migrationIDOf(wfID), wfID)}
+	}
+	if qctx.Err() != nil && ctx.Err() == nil {
+		status := "unknown"
+		if d, derr := tc.DescribeWorkflowExecution(ctx, wfID, ""); derr == nil {
+			status = statusText(d.GetWorkflowExecutionInfo().GetStatus())
+		}
+		return st, fmt.Errorf("no worker answered the state query of %s within %s (workflow status: %s): is reshard worker running on task queue %q?",
+			wfID, timeout, status, workflows.TaskQueue)
+	}
+	return st, fmt.Errorf("query the state of %s: %w", wfID, err)
+}
+
+func statusText(s enumspb.WorkflowExecutionStatus) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
+}
+
+// moveView is what status shows of one move.
+type moveView struct {
+	Name, Phase, Rows, Lag, ETA, Verify, Pause string
+	Copied, Est                                int64
+}
+
+func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time) moveView {
+	v := moveView{Name: m.Spec.Source + " → " + m.Spec.Target, Phase: string(m.Phase), Copied: m.RowsCopied, Est: m.Spec.EstRows}
+	if m.Paused {
+		v.Phase += " (paused)"
+	}
+	if m.Error != "" {
+		v.Phase += ": " + m.Error
+	}
+	v.Rows = fmt.Sprintf("%d/%d rows", m.RowsCopied, m.Spec.EstRows)
+	v.Lag = "-"
+	if m.LagBytes > 0 || m.Phase == workflows.PhaseCDCCatchUp || m.Phase == workflows.PhaseVerify || m.Phase == workflows.PhaseCutover {
+		v.Lag = topoHumanBytes(m.LagBytes)
+	}
+	v.ETA = copyETA(m, throttle, now)
+	v.Verify = "-"
+	if m.Verify != nil {
+		if m.Verify.Passed {
+			v.Verify = fmt.Sprintf("passed (%d rows)", m.Verify.Rows)
+		} else {
+			v.Verify = fmt.Sprintf("FAILED: %d mismatch(es)", m.Verify.Mismatches)
+			if len(m.Verify.Samples) > 0 {
+				v.Verify += " e.g. " + strings.Join(m.Verify.Samples[:min(3, len(m.Verify.Samples))], "; ")
+			}
+		}
+	}
+	v.Pause = "-"
+	if m.WritePause > 0 {
+		v.Pause = m.WritePause.Round(time.Millisecond).String()
+		if m.Attempts > 1 {
+			v.Pause += fmt.Sprintf(" (%d attempts)", m.Attempts)
+		}
+	}
+	return v
+}
+
+// copyETA estimates the rest of the copy from the rate so far (or the
+// throttle when nothing is copied yet).
+func copyETA(m workflows.MoveState, t workflows.Throttle, now time.Time) string {
+	if m.CopyDone || m.Phase.Terminal() {
+		return "-"
+	}
+	left := m.Spec.EstRows - m.RowsCopied
+	if left <= 0 {
+		return "-"
+	}
+	var start time.Time
+	for _, pt := range m.Timings {
+		if pt.Phase == workflows.PhaseSnapshotCopy {
+			start = pt.Start
+		}
+	}
+	at := m.UpdatedAt
+	if at.IsZero() {
+		at = now
+	}
+	if !start.IsZero() && m.RowsCopied > 0 && at.After(start) {
+		rate := float64(m.RowsCopied) / at.Sub(start).Seconds()
+		return (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String()
+	}
+	if t.RowsPerSec > 0 {
+		return (time.Duration(float64(left)/t.RowsPerSec) * time.Second).Round(time.Second).String()
+	}
+	return "?"
+}
+
+// textBar is a fixed-width bar for one-shot output.
+func textBar(copied, est int64, width int) string {
+	frac := 0.0
+	if est > 0 {
+		frac = min(1, float64(copied)/float64(est))
+	}
+	n := int(frac * float64(width))
+	return "[" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + fmt.Sprintf("] %3.0f%%", 100*frac)
+}
+
+func printMigrationStatus(out io.Writer, id, link string, st workflows.MigrationState, now time.Time) {
+	r := st.Request
+	fmt.Fprintf(out, "migration %s  %s", id, st.Phase)
+	if st.FromVersion > 0 {
+		fmt.Fprintf(out, "  topology v%d → v%d", st.FromVersion, st.Version)
+	}
+	if st.MovedFraction > 0 {
+		fmt.Fprintf(out, "  moving %.2f%% of the token space", 100*st.MovedFraction)
+	}
+	fmt.Fprintln(out)
+	if r.Kind != "" {
+		fmt.Fprintf(out, "%s  throttle %s\n", requestText(r), throttleText(r.Throttle))
+	}
+	if link != "" {
+		fmt.Fprintf(out, "ui %s\n", link)
+	}
+	if st.Error != "" {
+		fmt.Fprintf(out, "error: %s\n", st.Error)
+	}
+	if len(st.Moves) == 0 {
+		fmt.Fprintln(out, "\nno moves yet (planning)")
+		return
+	}
+	fmt.Fprintln(out)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "MOVE\tPHASE\tCOPY\tROWS\tLAG\tETA\tVERIFY\tWRITE PAUSE")
+	for _, m := range st.Moves {
+		v := viewMove(m, r.Throttle, now)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Phase, textBar(v.Copied, v.Est, 20), v.Rows, v.Lag, v.ETA, v.Verify, v.Pause)
+	}
+	w.Flush()
+}
+
+func requestText(r workflows.MigrationRequest) string {
+	switch r.Kind {
+	case workflows.KindSplit:
+		return "split " + r.Shard + " into " + r.Into
+	case workflows.KindMove:
+		return fmt.Sprintf("move %s to %s", r.Range, r.To)
+	default:
+		return string(r.Kind) + " " + r.Shard
+	}
+}
+
+// watchStatus polls the state every interval until the migration reaches a
+// terminal phase or its workflow closes.
+func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link string, interval, timeout time.Duration, asJSON bool) error {
+	wfID := workflows.MigrationWorkflowID(id)
+	f, isFile := out.(*os.File)
+	tty := isFile && term.IsTerminal(int(f.Fd())) && !asJSON
+	var bars *barView
+	if tty {
+		bars = newBarView(out)
+		defer bars.stop()
+	}
+	last := map[string]string{}
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		st, err := queryState(ctx, tc, wfID, timeout)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		switch {
+		case asJSON:
+			if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, Time: now, State: st}); err != nil {
+				return err
+			}
+		case tty:
+			bars.update(st, now)
+		default:
+			printChanges(out, st, last, now)
+		}
+		if st.Phase.Terminal() {
+			if bars != nil {
+				bars.stop()
+				bars = nil
+			}
+			if !asJSON {
+				fmt.Fprintf(out, "migration %s ended: %s\n", id, st.Phase)
+			}
+			if st.Phase == workflows.PhaseFailed {
+				return fmt.Errorf("migration %s failed: %s", id, st.Error)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// printChanges writes a plain line for the migration and each move whose
+// line differs from the last one printed (for logs and pipes).
+func printChanges(out io.Writer, st workflows.MigrationState, last map[string]string, now time.Time) {
+	emit := func(key, line string) {
+		if last[key] != line {
+			last[key] = line
+			fmt.Fprintf(out, "%s %s\n", now.Format("15:04:05"), line)
+		}
+	}
+	emit("", fmt.Sprintf("migration %s", st.Phase))
+	for _, m := range st.Moves {
+		v := viewMove(m, st.Request.Throttle, now)
+		emit(v.Name, fmt.Sprintf("%s %s %s lag %s eta %s verify %s pause %s", v.Name, v.Phase, v.Rows, v.Lag, v.ETA, v.Verify, v.Pause))
+	}
+}
+
+// barView is the --watch view on a terminal: one progress bar per move,
+// with its phase before and lag, ETA, verify and write pause after.
+type barView struct {
+	p    *mpb.Progress
+	mu   sync.Mutex
+	bars map[string]*mpb.Bar
+	text map[string]moveView
+	head string
+}
+
+func newBarView(out io.Writer) *barView {
+	v := &barView{bars: map[string]*mpb.Bar{}, text: map[string]moveView{}}
+	v.p = mpb.New(mpb.WithOutput(out), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
+	return v
+}
+
+// update sets the texts under the lock and moves the bars outside it: a bar's
+// render goroutine calls the decorators, which take the lock.
+func (v *barView) update(st workflows.MigrationState, now time.Time) {
+	for _, m := range st.Moves {
+		mv := viewMove(m, st.Request.Throttle, now)
+		key := mv.Name
+		v.mu.Lock()
+		v.text[key] = mv
+		b, ok := v.bars[key]
+		v.mu.Unlock()
+		if !ok {
+			get := func() moveView { v.mu.Lock(); defer v.mu.Unlock(); return v.text[key] }
+			// total 0: the bar never completes by itself (estimates can be low).
+			b = v.p.AddBar(0,
+				mpb.PrependDecorators(
+					decor.Any(func(decor.Statistics) string { return get().Name }, decor.WCSyncSpaceR),
+					decor.Any(func(decor.Statistics) string { return get().Phase }, decor.WCSyncSpaceR),
+				),
+				mpb.AppendDecorators(
+					decor.Any(func(decor.Statistics) string {
+						t := get()
+						pct := 0.0
+						if t.Est > 0 {
+							pct = min(100, 100*float64(t.Copied)/float64(t.Est))
+						}
+						return fmt.Sprintf("%3.0f%% %s  lag %s  eta %s  verify %s  pause %s", pct, t.Rows, t.Lag, t.ETA, t.Verify, t.Pause)
+					}),
+				))
+			v.mu.Lock()
+			v.bars[key] = b
+			v.mu.Unlock()
+		}
+		if m.Spec.EstRows > 0 {
+			b.SetTotal(max(m.Spec.EstRows, m.RowsCopied), false)
+		}
+		b.SetCurrent(m.RowsCopied)
+	}
+}
+
+func (v *barView) stop() {
+	if v == nil || v.p == nil {
+		return
+	}
+	v.mu.Lock()
+	var bars []*mpb.Bar
+	for _, b := range v.bars {
+		bars = append(bars, b)
+	}
+	v.mu.Unlock()
+	for _, b := range bars {
+		b.SetTotal(-1, true)
+	}
+	v.p.Wait()
+	v.p = nil
+}
