@@ -154,12 +154,10 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	defer cancel()
 	res, err := runUpdate(ctx, tc, wfID, verb, update, updateID(verb, id, reqID), args)
 	if err == nil {
-		out := cmd.OutOrStdout()
-		fmt.Fprintf(out, "%s: accepted by migration %s", verb, id)
-		if res != nil {
-			fmt.Fprintf(out, " (%v)", res)
+		if res == nil {
+			res = "done"
 		}
-		fmt.Fprintln(out)
+		fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %v\n", verb, id, res)
 		return nil
 	}
 	var rej rejectedError

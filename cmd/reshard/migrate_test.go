@@ -1,0 +1,370 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+func defaultMigrationFlags() migrationFlags {
+	return migrationFlags{tables: []string{"users:id", "app.orders:user_id"}, vnodes: 16, tokens: "balanced", chunkRows: 5000,
+		onVerifyFail: "wait", grace: time.Hour, cutoverBudget: 2 * time.Second, maxLagBytes: 16 << 20}
+}
+
+func TestBuildRequest(t *testing.T) {
+	f := defaultMigrationFlags()
+	f.id = "split-1"
+	f.into = "shard5"
+	f.rowsPerSec, f.bytesPerSec = 1000, 1<<20
+	f.requireApproval = true
+	f.onVerifyFail = "rollback"
+	req, err := buildRequest(workflows.KindSplit, []string{"shard1"}, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := workflows.MigrationRequest{ID: "split-1", Kind: workflows.KindSplit, Shard: "shard1", Into: "shard5",
+		Tables: tableset.Spec{Name: "users", Tables: []tableset.TableSpec{
+			{Schema: "public", Table: "users", KeyColumn: "id"}, {Schema: "app", Table: "orders", KeyColumn: "user_id"}}},
+		VNodes: 16, Tokens: "balanced", Throttle: workflows.Throttle{RowsPerSec: 1000, BytesPerSec: 1 << 20}, ChunkRows: 5000,
+		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, GracePeriod: time.Hour, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20}
+	if fmt.Sprintf("%+v", req) != fmt.Sprintf("%+v", want) {
+		t.Errorf("request\n got %+v\nwant %+v", req, want)
+	}
+
+	f = defaultMigrationFlags()
+	f.rng, f.to = "-100:200", "shard2"
+	req, err = buildRequest(workflows.KindMove, nil, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Range == nil || *req.Range != (ring.Range{Lo: -100, Hi: 200}) || req.To != "shard2" {
+		t.Errorf("move request: range %v to %q", req.Range, req.To)
+	}
+	if !strings.HasPrefix(req.ID, "move-") || !idPattern.MatchString(req.ID) || len(req.ID) != len("move-")+6 {
+		t.Errorf("generated id %q: want move-<6 lower-case chars>", req.ID)
+	}
+	other, _ := buildRequest(workflows.KindMove, nil, f)
+	if other.ID == req.ID {
+		t.Errorf("two generated ids are equal: %s", req.ID)
+	}
+}
+
+func TestBuildRequestBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		kind workflows.Kind
+		args []string
+		edit func(*migrationFlags)
+		want string
+	}{
+		{workflows.KindAddNode, nil, nil, "takes one shard name"},
+		{workflows.KindAddNode, []string{"a", "b"}, nil, "takes one shard name"},
+		{workflows.KindAddNode, []string{"bad name"}, nil, "shard name"},
+		{workflows.KindSplit, []string{"shard1"}, nil, "needs --into"},
+		{workflows.KindSplit, []string{"shard1"}, func(f *migrationFlags) { f.into = "shard1" }, "into itself"},
+		{workflows.KindMove, []string{"x"}, nil, "takes no arguments"},
+		{workflows.KindMove, nil, func(f *migrationFlags) { f.to = "shard2" }, "needs --range"},
+		{workflows.KindMove, nil, func(f *migrationFlags) { f.rng, f.to = "5:1", "shard2" }, "lower bound must be below"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tables = nil }, "--table users:id"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tables = []string{"users"} }, "want [schema.]table:key"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tables = []string{"users:id", "public.users:id"} }, "given twice"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tables = []string{".users:id"} }, "want [schema.]table:key"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.vnodes = 0 }, "--vnodes"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tokens = "random" }, "--tokens"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.rowsPerSec = -1 }, "--rows-per-sec"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.chunkRows = 0 }, "--chunk-rows"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.onVerifyFail = "ignore" }, "--on-verify-fail"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.grace = -time.Second }, "--grace"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.cutoverBudget = time.Millisecond }, "--cutover-budget"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.id = "Upper" }, "--id"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.id = "-x" }, "--id"},
+	} {
+		f := defaultMigrationFlags()
+		if tc.edit != nil {
+			tc.edit(&f)
+		}
+		_, err := buildRequest(tc.kind, tc.args, f)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: error %v, want one mentioning %q", tc.kind, tc.args, err, tc.want)
+		}
+	}
+}
+
+// Flag errors and local validation exit 2 before any file or server is read.
+func TestMigrationVerbsBadInputIsUsageError(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"add-node", "--table", "users:id"}, "takes one shard name"},
+		{[]string{"split", "shard1", "--table", "users:id"}, "needs --into"},
+		{[]string{"move", "--range", "1:2", "--table", "users:id"}, "needs --range lo:hi and --to"},
+		{[]string{"remove-node", "shard1"}, "--table users:id"},
+		{[]string{"add-node", "s5", "--table", "u:id", "--on-verify-fail", "maybe"}, "--on-verify-fail"},
+		{[]string{"add-node", "s5", "--table", "u:id", "--grace", "soon"}, "invalid argument"},
+		{[]string{"plan", "add-node", "--table", "users:id"}, "takes one shard name"},
+		{[]string{"plan", "split", "s1", "--table", "users:id", "--id", "x"}, "unknown flag: --id"},
+		{[]string{"throttle", "m1"}, "--rows-per-sec and/or --bytes-per-sec"},
+		{[]string{"throttle", "m1", "--rows-per-sec", "-5"}, "want 0 (unlimited) or more"},
+		{[]string{"pause"}, "accepts 1 arg"},
+		{[]string{"pause", "Bad_ID"}, "migration id"},
+		{[]string{"status", "a", "b"}, "accepts at most 1 arg"},
+		{[]string{"list", "--limit", "0"}, "--limit"},
+		{[]string{"init", "--vnodes", "0"}, "--vnodes"},
+		{[]string{"init", "--tokens", "x"}, "--tokens"},
+	} {
+		out, code := run(t, append([]string{"--state-dir", t.TempDir()}, tc.args...)...)
+		if code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("reshard %s: exit %d, output %q; want exit 2 mentioning %q", strings.Join(tc.args, " "), code, out, tc.want)
+		}
+	}
+	// A missing configuration names the fix.
+	out, code := run(t, "--state-dir", t.TempDir(), "add-node", "s5", "--table", "users:id")
+	if code != 2 || !strings.Contains(out, "reshard dev up") {
+		t.Errorf("no config: exit %d, output %q; want exit 2 pointing at reshard dev up", code, out)
+	}
+}
+
+func TestValidateConfig(t *testing.T) {
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "secret")
+	if err := os.WriteFile(pwFile, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	good := func() devenv.WorkerConfig {
+		return devenv.WorkerConfig{
+			Control:      "postgres://postgres@127.0.0.1:5432/reshard?sslmode=disable",
+			Shards:       map[string]string{"shard1": "postgres://postgres@127.0.0.1:5433/reshard", "shard2": "host=127.0.0.1 port=5434 dbname=reshard user=postgres"},
+			PasswordEnv:  "RESHARD_TEST_PW",
+			PasswordFile: pwFile,
+			Temporal:     devenv.TemporalConfig{Address: "127.0.0.1:7233", UI: "http://127.0.0.1:8233/"},
+		}
+	}
+	t.Setenv(PasswordEnvVar, "")
+	t.Setenv("RESHARD_TEST_PW", "")
+	c, err := validateConfig("f.yaml", good())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.password != "from-file" || c.Temporal.Namespace != devenv.Namespace || c.uiLink("reshard-x") != "http://127.0.0.1:8233/namespaces/reshard/workflows/reshard-x" {
+		t.Errorf("password %q (want from-file), namespace %q, link %q", c.password, c.Temporal.Namespace, c.uiLink("reshard-x"))
+	}
+	if got := strings.Join(c.ShardNames(), ","); got != "shard1,shard2" {
+		t.Errorf("shard names %s", got)
+	}
+	t.Setenv("RESHARD_TEST_PW", "from-env")
+	if c, _ = validateConfig("f.yaml", good()); c.password != "from-env" {
+		t.Errorf("password_env: got %q", c.password)
+	}
+	t.Setenv(PasswordEnvVar, "from-reshard")
+	if c, _ = validateConfig("f.yaml", good()); c.password != "from-reshard" {
+		t.Errorf("%s: got %q", PasswordEnvVar, c.password)
+	}
+	cfg, err := c.connConfig(c.Shards["shard1"])
+	if err != nil || cfg.ConnConfig.Password != "from-reshard" {
+		t.Errorf("connConfig: password %q, %v", cfg.ConnConfig.Password, err)
+	}
+	t.Setenv(PasswordEnvVar, "")
+	t.Setenv("RESHARD_TEST_PW", "")
+
+	for _, tc := range []struct {
+		edit func(*devenv.WorkerConfig)
+		want string
+	}{
+		{func(w *devenv.WorkerConfig) { w.Control = "" }, "control"},
+		{func(w *devenv.WorkerConfig) { w.Control = "postgres://postgres:hunter2@h/db" }, "holds a password"},
+		{func(w *devenv.WorkerConfig) { w.Shards["shard1"] = "host=h password=hunter2 dbname=d" }, "holds a password"},
+		{func(w *devenv.WorkerConfig) { w.Shards["shard1"] = "postgres://h/db?password=hunter2" }, "holds a password"},
+		{func(w *devenv.WorkerConfig) { w.Shards["shard1"] = "host=h port=notaport" }, "not a valid"},
+		{func(w *devenv.WorkerConfig) { w.Shards = nil }, "no shard"},
+		{func(w *devenv.WorkerConfig) { w.Shards["bad name"] = "host=h" }, "shard name"},
+		{func(w *devenv.WorkerConfig) { w.Temporal.Address = "" }, "temporal.address"},
+		{func(w *devenv.WorkerConfig) { w.PasswordFile = filepath.Join(dir, "missing") }, "password_file"},
+	} {
+		w := good()
+		tc.edit(&w)
+		_, err := validateConfig("f.yaml", w)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want a usage error mentioning %q", err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("the error prints the password: %v", err)
+		}
+	}
+	// No password source at all: trust or ~/.pgpass.
+	w := good()
+	w.PasswordEnv, w.PasswordFile = "", ""
+	if c, err := validateConfig("f.yaml", w); err != nil || c.password != "" {
+		t.Errorf("no password source: %v, password %q", err, c.password)
+	}
+}
+
+func TestPlanMigrationChecks(t *testing.T) {
+	r, err := ring.Build([]ring.Shard{{Name: "shard1"}, {Name: "shard2"}, {Name: "shard3"}, {Name: "shard4"}}, ring.Options{VNodes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := topology.New(r, nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo.Version = 3
+	cfg := &clusterConfig{Path: "c.yaml", Shards: map[string]string{"shard1": "", "shard2": "", "shard3": "", "shard4": "", "shard5": ""}}
+	req := func(kind workflows.Kind, shard string) workflows.MigrationRequest {
+		return workflows.MigrationRequest{ID: "m", Kind: kind, Shard: shard, VNodes: 16, Tokens: "balanced"}
+	}
+	p, err := planMigration(cfg, topo, req(workflows.KindAddNode, "shard5"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Moved < 0.19 || p.Moved > 0.21 || p.Ideal != 0.2 || p.Modulo != 0.8 {
+		t.Errorf("add-node to 4 shards: moved %.4f (want ~0.2), ideal %.2f, modulo %.2f", p.Moved, p.Ideal, p.Modulo)
+	}
+	if len(p.Pairs) != 4 {
+		t.Errorf("add-node: %d pairs, want one from each shard: %+v", len(p.Pairs), p.Pairs)
+	}
+	var sum float64
+	for _, pr := range p.Pairs {
+		if pr.Target != "shard5" {
+			t.Errorf("pair %s → %s", pr.Source, pr.Target)
+		}
+		sum += pr.Fraction
+	}
+	if d := sum - p.Moved; d > 1e-9 || d < -1e-9 {
+		t.Errorf("pairs cover %.6f, moves %.6f", sum, p.Moved)
+	}
+	if !strings.Contains(p.summary(), "add-node shard5: 4 move(s), 20.") || !strings.Contains(p.details(), "| shard1 | shard5 |") {
+		t.Errorf("summary %q\ndetails:\n%s", p.summary(), p.details())
+	}
+
+	split := req(workflows.KindSplit, "shard2")
+	split.Into = "shard5"
+	if p, err = planMigration(cfg, topo, split); err != nil || len(p.Pairs) != 1 || p.Pairs[0].Source != "shard2" || p.Moved < 0.12 || p.Moved > 0.13 {
+		t.Errorf("split shard2: %v, %+v", err, p)
+	}
+	mv := req(workflows.KindMove, "")
+	mv.Range, mv.To = &ring.Range{Lo: 0, Hi: 1 << 40}, "shard2"
+	if p, err = planMigration(cfg, topo, mv); err != nil || p.Ideal != p.Moved || p.Modulo != 0 {
+		t.Errorf("move: %v, %+v", err, p)
+	}
+
+	for _, tc := range []struct {
+		req  workflows.MigrationRequest
+		want string
+	}{
+		{req(workflows.KindAddNode, "shard1"), "already has a shard shard1"},
+		{req(workflows.KindAddNode, "shard9"), "not in the configuration"},
+		{req(workflows.KindRemoveNode, "shard9"), "has no shard shard9"},
+		{func() workflows.MigrationRequest { r := req(workflows.KindSplit, "shard1"); r.Into = "shard2"; return r }(), "already has a shard shard2"},
+		{func() workflows.MigrationRequest { r := req(workflows.KindSplit, "shard1"); r.Into = "shard9"; return r }(), "not in the configuration"},
+		{func() workflows.MigrationRequest {
+			r := req(workflows.KindMove, "")
+			r.Range, r.To = &ring.Range{Lo: 0, Hi: 10}, "shard9"
+			return r
+		}(), "not in the configuration"},
+	} {
+		_, err := planMigration(cfg, topo, tc.req)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %s: error %v, want a usage error mentioning %q", tc.req.Kind, tc.req.Shard, err, tc.want)
+		}
+	}
+	// A migration in progress in the topology is refused.
+	rg := r.Ranges("shard1")[0]
+	busy, err := topology.New(r, []topology.RangeState{{Range: rg, Status: topology.Migrating, From: "shard1", To: "shard2", Owner: "shard1"}}, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy = busy.WithMigrationID("add-abc")
+	if _, err := planMigration(cfg, busy, req(workflows.KindAddNode, "shard5")); err == nil || !strings.Contains(err.Error(), "migration add-abc") {
+		t.Errorf("migrating topology: %v", err)
+	}
+}
+
+func TestUpdateIDAndExitCodes(t *testing.T) {
+	a := updateID("pause", "m1", "r1")
+	if a != updateID("pause", "m1", "r1") {
+		t.Error("update id is not deterministic")
+	}
+	for _, b := range []string{updateID("resume", "m1", "r1"), updateID("pause", "m2", "r1"), updateID("pause", "m1", "r2")} {
+		if a == b {
+			t.Errorf("update ids collide: %s", a)
+		}
+	}
+	if freshRequestID() == freshRequestID() {
+		t.Error("fresh request ids repeat")
+	}
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{errors.New("x"), 1},
+		{usageError{errors.New("x")}, 2},
+		{rejectedError{"already paused"}, 3},
+		{fmt.Errorf("wrapped: %w", rejectedError{"no"}), 3},
+	} {
+		if got := exitCode(tc.err); got != tc.code {
+			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.code)
+		}
+	}
+	if got := (rejectedError{"already paused"}).Error(); got != "rejected: already paused" {
+		t.Errorf("message %q", got)
+	}
+}
+
+func TestStatusView(t *testing.T) {
+	start := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	st := workflows.MigrationState{
+		Request:     workflows.MigrationRequest{Kind: workflows.KindAddNode, Shard: "shard5", Throttle: workflows.Throttle{RowsPerSec: 100}},
+		Phase:       workflows.PhaseSnapshotCopy,
+		FromVersion: 1, Version: 2, MovedFraction: 0.2,
+		Moves: []workflows.MoveState{
+			{Spec: workflows.MoveSpec{Source: "shard1", Target: "shard5", EstRows: 1000}, Phase: workflows.PhaseSnapshotCopy, RowsCopied: 250,
+				Timings: []workflows.PhaseTiming{{Phase: workflows.PhaseSnapshotCopy, Start: start}}, UpdatedAt: start.Add(10 * time.Second)},
+			{Spec: workflows.MoveSpec{Source: "shard2", Target: "shard5", EstRows: 800}, Phase: workflows.PhaseVerify, RowsCopied: 800, CopyDone: true, LagBytes: 2048,
+				Verify: &workflows.VerifySummary{Passed: false, Mismatches: 2, Samples: []string{"missing users id=42"}}},
+			{Spec: workflows.MoveSpec{Source: "shard3", Target: "shard5", EstRows: 10}, Phase: workflows.PhaseGrace, RowsCopied: 10, CopyDone: true,
+				Verify: &workflows.VerifySummary{Passed: true, Rows: 10}, WritePause: 412 * time.Millisecond, Attempts: 2, Paused: true},
+		},
+	}
+	var b strings.Builder
+	printMigrationStatus(&b, "add-x", "http://ui/x", st, start.Add(10*time.Second))
+	out := b.String()
+	for _, want := range []string{
+		"migration add-x  SNAPSHOT_COPY  topology v1 → v2  moving 20.00%",
+		"add-node shard5  throttle 100 rows/s",
+		"shard1 → shard5", "[=====               ]  25%", "250/1000 rows", "30s", // 25 rows/s so far, 750 left
+		"FAILED: 2 mismatch(es) e.g. missing users id=42", "2.0 KiB",
+		"GRACE (paused)", "passed (10 rows)", "412ms (2 attempts)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+	// Plain --watch lines: only what changed is printed again.
+	var w strings.Builder
+	last := map[string]string{}
+	printChanges(&w, st, last, start)
+	first := strings.Count(w.String(), "\n")
+	st.Moves[0].RowsCopied = 500
+	printChanges(&w, st, last, start)
+	if first != 4 || strings.Count(w.String(), "\n") != 5 || !strings.Contains(w.String(), "500/1000 rows") {
+		t.Errorf("watch lines (first %d):\n%s", first, w.String())
+	}
+	if got := copyETA(workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}}, workflows.Throttle{RowsPerSec: 100}, start); got != "10s" {
+		t.Errorf("ETA from the throttle before any row: %s", got)
+	}
+	if got := textBar(2000, 1000, 10); got != "[==========] 100%" {
+		t.Errorf("bar over the estimate: %q", got)
+	}
+}
