@@ -265,8 +265,16 @@ func TestPlanMigrationChecks(t *testing.T) {
 		{req(workflows.KindAddNode, "shard1"), "already has a shard shard1"},
 		{req(workflows.KindAddNode, "shard9"), "not in the configuration"},
 		{req(workflows.KindRemoveNode, "shard9"), "has no shard shard9"},
-		{func() workflows.MigrationRequest { r := req(workflows.KindSplit, "shard1"); r.Into = "shard2"; return r }(), "already has a shard shard2"},
-		{func() workflows.MigrationRequest { r := req(workflows.KindSplit, "shard1"); r.Into = "shard9"; return r }(), "not in the configuration"},
+		{func() workflows.MigrationRequest {
+			r := req(workflows.KindSplit, "shard1")
+			r.Into = "shard2"
+			return r
+		}(), "already has a shard shard2"},
+		{func() workflows.MigrationRequest {
+			r := req(workflows.KindSplit, "shard1")
+			r.Into = "shard9"
+			return r
+		}(), "not in the configuration"},
 		{func() workflows.MigrationRequest {
 			r := req(workflows.KindMove, "")
 			r.Range, r.To = &ring.Range{Lo: 0, Hi: 10}, "shard9"
