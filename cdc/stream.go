@@ -62,8 +62,14 @@ type Options struct {
 	// StatusInterval is how often the acknowledged position is sent while
 	// nothing else prompts it (default 2s; wal_sender_timeout is 60s).
 	StatusInterval time.Duration
-	Logger         *slog.Logger
-	Metrics        *Metrics
+	// HeartbeatInterval: an idle stream commits a heartbeat message on the
+	// source after this long without a commit (default 10s). The heartbeat's
+	// commit, once received, proves every earlier commit was received, so the
+	// applied and acknowledged positions advance and the slot does not pin
+	// WAL while the moving ranges see no writes.
+	HeartbeatInterval time.Duration
+	Logger            *slog.Logger
+	Metrics           *Metrics
 }
 
 func (o *Options) defaults() error {
@@ -78,6 +84,9 @@ func (o *Options) defaults() error {
 	}
 	if o.StatusInterval <= 0 {
 		o.StatusInterval = 2 * time.Second
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = 10 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -354,7 +363,6 @@ type runner struct {
 	lastEnd        pglogrepl.LSN // end LSN of the last source transaction received
 	lastCommit     pglogrepl.LSN // commit LSN of the last source transaction received
 	lastCommitTime time.Time
-	kaEnd          pglogrepl.LSN // WAL end of the last keepalive: everything before it was sent
 	// the last source transaction committed on the target
 	committedEnd, committedCommit pglogrepl.LSN
 	rewind                        bool
@@ -362,9 +370,11 @@ type runner struct {
 
 	nextStatus time.Time
 	lastSlot   time.Time
-	rctx       context.Context
-	rcancel    context.CancelFunc
-	rdeadline  time.Time
+	// lastHeartbeat is when the last heartbeat was emitted or a commit received.
+	lastHeartbeat time.Time
+	rctx          context.Context
+	rcancel       context.CancelFunc
+	rdeadline     time.Time
 }
 
 func (r *runner) close() {
@@ -424,6 +434,9 @@ func (r *runner) run(ctx context.Context) error {
 			}
 		}
 		if !now.Before(r.nextStatus) {
+			if err := r.heartbeat(ctx); err != nil {
+				return err
+			}
 			if err := r.sendStatus(ctx, false); err != nil {
 				return err
 			}
@@ -618,12 +631,12 @@ func (r *runner) handleCopyData(ctx context.Context, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("parse keepalive from slot %s: %w", r.o.Slot, err)
 		}
-		r.kaEnd = max(r.kaEnd, ka.ServerWALEnd)
 		r.serverEnd = max(r.serverEnd, ka.ServerWALEnd)
 		r.setReceived(ka.ServerWALEnd)
-		if !r.inTxn && r.batchTxns == 0 {
-			r.advanceIdle()
-		}
+		// The keepalive's WAL end is NOT acknowledged: PG15 was seen sending
+		// it ahead of commits it had not sent yet, and acknowledging past an
+		// unapplied commit loses it at the next reconnect (the server resumes
+		// from confirmed_flush_lsn). Idle progress comes from heartbeats.
 		if ka.ReplyRequested {
 			return r.sendStatus(ctx, true)
 		}
@@ -652,17 +665,24 @@ func (r *runner) setReceived(lsn pglogrepl.LSN) {
 	r.s.mu.Unlock()
 }
 
-// advanceIdle moves the applied position to the last keepalive's WAL end when
-// nothing received is pending: every transaction committed before it has
-// been received, and applied or found irrelevant.
-func (r *runner) advanceIdle() {
+// heartbeat emits a heartbeat on the source when the server's WAL has moved
+// past what was applied and no commit arrived for HeartbeatInterval.
+func (r *runner) heartbeat(ctx context.Context) error {
 	r.s.mu.Lock()
-	if r.kaEnd > r.s.applied {
-		r.s.applied = r.kaEnd
-		r.s.notify()
-	}
+	applied := r.s.applied
 	r.s.mu.Unlock()
-	r.mLag(time.Time{})
+	if r.inTxn || r.batchTxns > 0 || r.serverEnd <= applied || time.Since(r.lastHeartbeat) < r.o.HeartbeatInterval {
+		return nil
+	}
+	r.lastHeartbeat = time.Now()
+	src, err := r.sourceConn(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := src.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, 'heartbeat')`, MarkerPrefix); err != nil {
+		return wrapOp("emit a heartbeat on the source", err)
+	}
+	return nil
 }
 
 func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) error {
@@ -702,8 +722,8 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 			return r.tg.flush(ctx)
 		}
 	case *LogicalMessage:
-		if m.Prefix != MarkerPrefix || strings.HasPrefix(string(m.Content), "hold:") {
-			return nil // hold markers only need their commit to arrive
+		if c := string(m.Content); m.Prefix != MarkerPrefix || strings.HasPrefix(c, "hold:") || c == "heartbeat" {
+			return nil // hold markers and heartbeats only need their commit to arrive
 		}
 		if m.Transactional && r.inTxn {
 			r.txnMarkers = append(r.txnMarkers, string(m.Content))
@@ -715,6 +735,7 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		r.s.mu.Unlock()
 	case *Commit:
 		r.inTxn = false
+		r.lastHeartbeat = time.Now()
 		r.lastEnd, r.lastCommit, r.lastCommitTime = m.EndLSN, m.CommitLSN, m.CommitTime
 		r.batchTxns++
 		if len(r.txnMarkers) > 0 || r.batchChanges >= r.o.BatchChanges || time.Since(r.batchStart) >= r.o.BatchDelay {

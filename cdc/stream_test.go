@@ -602,3 +602,52 @@ func TestHoldAtUnderLiveWrites(t *testing.T) {
 	}
 	assertConverged(t, e, owned)
 }
+
+// An idle stream (no writes in its ranges) still moves its acknowledged
+// position forward, by heartbeats it commits on the source, so the slot does
+// not pin WAL.
+func TestIdleStreamAdvancesByHeartbeat(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := newEnv(t, "idle", usersOnly...)
+	e.createSlot(t)
+	o := e.options()
+	o.HeartbeatInterval = 500 * time.Millisecond
+	st, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runStream(t, st)
+	defer stop()
+	// WAL moves on the source, outside the publication's tables.
+	e.src.Exec(t, "CREATE TABLE other (x int); INSERT INTO other SELECT generate_series(1, 1000)")
+	var s string
+	if err := e.src.Pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	end, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, applied, acked := st.Positions()
+		if applied >= end && acked >= end {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("idle stream did not advance past %s: applied %s acked %s", end, applied, acked)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var confirmed string
+	if err := e.src.Pool.QueryRow(ctx, "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", e.names.Slot).Scan(&confirmed); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := pglogrepl.ParseLSN(confirmed); c < end {
+		t.Fatalf("slot confirmed_flush_lsn %s is behind %s", confirmed, end)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
