@@ -120,8 +120,9 @@ func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *mig
 	// Every move's cutover runs the same steps; show them for the first.
 	var steps bytes.Buffer
 	first := p.Pairs[0]
+	frozen := time.Now() // a dry run takes no time: the budgets print whole
 	if _, err := cutover.Run(ctx, cutover.DryRun{W: &steps, Move: first.Source + "->" + first.Target, Source: first.Source,
-		Target: first.Target, Ranges: first.Ranges, Version: p.From.Version + 1}, cutover.NopJournal{}, cutover.Options{Budget: r.CutoverBudget}); err != nil {
+		Target: first.Target, Ranges: first.Ranges, Version: p.From.Version + 1}, cutover.NopJournal{}, cutover.Options{Budget: r.CutoverBudget, Now: func() time.Time { return frozen }}); err != nil {
 		return fmt.Errorf("cutover dry run: %w", err)
 	}
 	rep.CutoverSteps = strings.Split(strings.TrimRight(steps.String(), "\n"), "\n")
@@ -179,20 +180,25 @@ func printPlan(out io.Writer, rep planReport) {
 	w.Flush()
 
 	var advice []string
+	missing := map[string]string{} // shard+table → statement
 	for _, pr := range rep.Pairs {
 		for _, ix := range pr.Indexes {
 			if !ix.Present {
-				advice = append(advice, fmt.Sprintf("  %s %s: no token index; copy and verify then scan the table per chunk. On %s: %s", ix.Shard, ix.Table, ix.Shard, ix.Statement))
+				advice = append(advice, fmt.Sprintf("  on %s: %s", ix.Shard, ix.Statement))
+				missing[ix.Shard+" "+ix.Table] = ix.Statement
 			}
 		}
 	}
 	if advice = dedupe(advice); len(advice) > 0 {
-		fmt.Fprintln(out, "\nindex advice:")
+		fmt.Fprintln(out, "\nindex advice (without the token index, copy, verify and cleanup scan the whole table for every range):")
 		fmt.Fprintln(out, strings.Join(advice, "\n"))
 	}
 	var warns []string
 	for _, pr := range rep.Pairs {
 		for _, wn := range pr.Warnings {
+			if st, ok := missing[wn.Shard+" "+wn.Table]; ok && strings.Contains(wn.Message, st) {
+				continue // said in the index advice
+			}
 			warns = append(warns, fmt.Sprintf("  %s %s: %s", wn.Shard, wn.Table, wn.Message))
 		}
 	}
