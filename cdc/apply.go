@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -268,13 +267,29 @@ type target struct {
 	pending map[*tablePlan]*pendingTable
 	npend   int
 	fetch   func(ctx context.Context, p *tablePlan, pk []string) ([]Col, bool, error)
+	// inflight is the last flush, sent but not yet answered: the target
+	// executes it while the stream receives and decodes what follows.
+	inflight *inflight
 	// counters since the last commit
 	written int
+}
+
+// inflight is one flush of one table in pipeline mode: its statements
+// (deletes, then upserts) followed by a Sync.
+type inflight struct {
+	pl     *pgconn.Pipeline
+	plan   *tablePlan
+	nDel   int
+	nUp    int
+	pkArgs [][]byte // the upserts' primary-key arrays, to name a collision
 }
 
 func (tg *target) begin(ctx context.Context) error {
 	if tg.tx != nil {
 		return nil
+	}
+	if err := tg.await(ctx); err != nil {
+		return err
 	}
 	tx, err := tg.conn.Begin(ctx)
 	if err != nil {
@@ -298,7 +313,9 @@ func (tg *target) add(p *tablePlan, op *pendingOp) {
 	pt.ops[k] = op
 }
 
-// flush writes every pending operation into the open target transaction.
+// flush sends every pending operation into the open target transaction;
+// the last table's statements may still be executing when it returns (see
+// sync).
 func (tg *target) flush(ctx context.Context) error {
 	for _, p := range tg.plans {
 		if err := tg.flushTable(ctx, p); err != nil {
@@ -308,14 +325,64 @@ func (tg *target) flush(ctx context.Context) error {
 	return nil
 }
 
-func textArrays(n, rows int) [][]pgtype.Text {
-	a := make([][]pgtype.Text, n)
-	for i := range a {
-		a[i] = make([]pgtype.Text, 0, rows)
+// sync flushes and waits until the target has executed everything sent.
+func (tg *target) sync(ctx context.Context) error {
+	if err := tg.flush(ctx); err != nil {
+		return err
 	}
-	return a
+	return tg.await(ctx)
 }
 
+// textArray appends the text form of a text[] value holding vals.
+type textArray struct {
+	buf []byte
+	n   int
+}
+
+func (a *textArray) add(v []byte, null bool) {
+	if a.n == 0 {
+		a.buf = append(a.buf[:0], '{')
+	} else {
+		a.buf = append(a.buf, ',')
+	}
+	a.n++
+	if null {
+		a.buf = append(a.buf, "NULL"...)
+		return
+	}
+	a.buf = append(a.buf, '"')
+	for _, c := range v {
+		if c == '"' || c == '\\' {
+			a.buf = append(a.buf, '\\')
+		}
+		a.buf = append(a.buf, c)
+	}
+	a.buf = append(a.buf, '"')
+}
+
+func (a *textArray) bytes() []byte {
+	if a.n == 0 {
+		return []byte("{}")
+	}
+	return append(a.buf, '}')
+}
+
+const textArrayOID = 1009
+
+func textArrayParams(arrs []textArray) (vals [][]byte, oids []uint32) {
+	vals = make([][]byte, len(arrs))
+	oids = make([]uint32, len(arrs))
+	for i := range arrs {
+		vals[i] = arrs[i].bytes()
+		oids[i] = textArrayOID
+	}
+	return vals, oids
+}
+
+// flushTable sends a table's pending operations as one set-based DELETE and
+// one set-based upsert, each parameter a text[] encoded here (no reflection),
+// in pipeline mode: it waits for the previous flush's answer, not for this
+// one's.
 func (tg *target) flushTable(ctx context.Context, p *tablePlan) error {
 	pt := tg.pending[p]
 	if pt == nil || len(pt.order) == 0 {
@@ -324,71 +391,115 @@ func (tg *target) flushTable(ctx context.Context, p *tablePlan) error {
 	if err := tg.begin(ctx); err != nil {
 		return err
 	}
-	dels := textArrays(len(p.pk), len(pt.order))
-	ups := textArrays(len(p.cols), len(pt.order))
+	dels := make([]textArray, len(p.pk))
+	ups := make([]textArray, len(p.cols))
 	nDel, nUp := 0, 0
 	for _, k := range pt.order {
 		op := pt.ops[k]
 		if !op.upsert {
 			for j := range p.pk {
-				dels[j] = append(dels[j], pgtype.Text{String: op.pk[j], Valid: true})
+				dels[j].add([]byte(op.pk[j]), false)
 			}
 			nDel++
 			continue
 		}
 		for i, c := range op.row {
-			ups[i] = append(ups[i], pgtype.Text{String: string(c.Data), Valid: c.Kind == ColText})
+			ups[i].add(c.Data, c.Kind != ColText)
 		}
 		nUp++
 	}
 	tg.npend -= len(pt.order)
 	pt.order = pt.order[:0]
 	clear(pt.ops)
+	if err := tg.await(ctx); err != nil {
+		return err
+	}
+	pl := tg.conn.PgConn().StartPipeline(ctx)
 	// Deletes first: a key that left the ranges frees its unique values
 	// before another row takes them.
 	if nDel > 0 {
-		args := make([]any, len(dels))
-		for i := range dels {
-			args[i] = dels[i]
-		}
-		if _, err := tg.tx.Exec(ctx, p.deleteSQL, args...); err != nil {
-			return wrapOp(fmt.Sprintf("apply %d deletes to %s", nDel, p.t), err)
-		}
+		vals, oids := textArrayParams(dels)
+		pl.SendQueryParams(p.deleteSQL, vals, oids, nil, nil)
 	}
+	f := &inflight{pl: pl, plan: p, nDel: nDel, nUp: nUp}
 	if nUp > 0 {
-		args := make([]any, len(ups))
-		for i := range ups {
-			args[i] = ups[i]
-		}
-		tag, err := tg.tx.Exec(ctx, p.upsertSQL, args...)
-		if err != nil {
-			return wrapOp(fmt.Sprintf("apply %d upserts to %s", nUp, p.t), err)
-		}
-		if int(tag.RowsAffected()) != nUp {
-			return tg.collision(ctx, p, ups)
+		vals, oids := textArrayParams(ups)
+		pl.SendQueryParams(p.upsertSQL, vals, oids, nil, nil)
+		for _, i := range p.pk {
+			f.pkArgs = append(f.pkArgs, vals[i])
 		}
 	}
+	if err := pl.Sync(); err != nil {
+		_ = pl.Close()
+		return wrapOp(fmt.Sprintf("send %d deletes and %d upserts to %s", nDel, nUp, p.t), err)
+	}
+	tg.inflight = f
 	tg.written += nDel + nUp
+	return nil
+}
+
+// await waits for the in-flight flush and checks its outcome.
+func (tg *target) await(ctx context.Context) error {
+	f := tg.inflight
+	if f == nil {
+		return nil
+	}
+	tg.inflight = nil
+	result := func(what string, n int) (int64, error) {
+		res, err := f.pl.GetResults()
+		if err == nil {
+			rr, ok := res.(*pgconn.ResultReader)
+			if !ok {
+				err = fmt.Errorf("unexpected pipeline result %T", res)
+			} else {
+				var tag pgconn.CommandTag
+				tag, err = rr.Close()
+				if err == nil {
+					return tag.RowsAffected(), nil
+				}
+			}
+		}
+		return 0, wrapOp(fmt.Sprintf("apply %d %s to %s", n, what, f.plan.t), err)
+	}
+	var err error
+	collided := false
+	if f.nDel > 0 {
+		_, err = result("deletes", f.nDel)
+	}
+	if err == nil && f.nUp > 0 {
+		var wrote int64
+		wrote, err = result("upserts", f.nUp)
+		collided = err == nil && int(wrote) != f.nUp
+	}
+	if cerr := f.pl.Close(); err == nil && cerr != nil {
+		err = wrapOp("apply changes to "+f.plan.t.String(), cerr)
+	}
+	if err != nil {
+		return err
+	}
+	if collided {
+		return tg.collision(ctx, f.plan, f.pkArgs)
+	}
 	return nil
 }
 
 // collision names a key whose upsert found a target row outside the moving
 // ranges (the upsert's WHERE left it untouched).
-func (tg *target) collision(ctx context.Context, p *tablePlan, ups [][]pgtype.Text) error {
-	args := make([]any, len(p.pk))
-	for j, i := range p.pk {
-		args[j] = ups[i]
+func (tg *target) collision(ctx context.Context, p *tablePlan, pkArgs [][]byte) error {
+	oids := make([]uint32, len(pkArgs))
+	for i := range oids {
+		oids[i] = textArrayOID
 	}
-	strs := make([]string, len(p.pk))
-	ptrs := make([]any, len(p.pk))
-	for i := range strs {
-		ptrs[i] = &strs[i]
+	res := tg.conn.PgConn().ExecParams(ctx, p.collisionSQL, pkArgs, oids, nil, nil).Read()
+	if res.Err != nil {
+		return wrapOp("find colliding key in "+p.t.String(), res.Err)
 	}
-	if err := tg.tx.QueryRow(ctx, p.collisionSQL, args...).Scan(ptrs...); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("apply upserts to %s: fewer rows written than sent, but no colliding row found", p.t)
-		}
-		return wrapOp("find colliding key in "+p.t.String(), err)
+	if len(res.Rows) == 0 {
+		return fmt.Errorf("apply upserts to %s: fewer rows written than sent, but no colliding row found", p.t)
+	}
+	strs := make([]string, len(res.Rows[0]))
+	for i, v := range res.Rows[0] {
+		strs[i] = string(v)
 	}
 	return &CollisionError{Table: p.t.String(), Key: p.describeKey(strs)}
 }
@@ -401,6 +512,9 @@ func (tg *target) collision(ctx context.Context, p *tablePlan, ups [][]pgtype.Te
 // anything newer than this point, so the result still converges.
 func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row []Col) error {
 	if err := tg.flushTable(ctx, p); err != nil {
+		return err
+	}
+	if err := tg.await(ctx); err != nil {
 		return err
 	}
 	if err := tg.begin(ctx); err != nil {
@@ -466,6 +580,10 @@ func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row
 }
 
 func (tg *target) rollback(ctx context.Context) {
+	if tg.inflight != nil {
+		_ = tg.inflight.pl.Close()
+		tg.inflight = nil
+	}
 	if tg.tx != nil {
 		_ = tg.tx.Rollback(ctx)
 		tg.tx = nil

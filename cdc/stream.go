@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -149,7 +150,7 @@ type Stream struct {
 	markers  map[string]pglogrepl.LSN
 	running  bool
 	runErr   error
-	wake     context.CancelFunc
+	wake     func() // interrupts the runner's wait for the next message
 }
 
 var _ Controller = (*Stream)(nil)
@@ -372,16 +373,20 @@ type runner struct {
 	lastSlot   time.Time
 	// lastHeartbeat is when the last heartbeat was emitted or a commit received.
 	lastHeartbeat time.Time
-	rctx          context.Context
-	rcancel       context.CancelFunc
-	rdeadline     time.Time
+	// The wait for the next message ends at rdeadline, set on the socket
+	// (not through a context per message: a context watcher per message
+	// cost a quarter of the applier's CPU). woken says that ctx ended or a
+	// controller called since the deadline was set.
+	rdeadline time.Time
+	woken     atomic.Bool
+	stopWatch func() bool
 }
 
 func (r *runner) close() {
 	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if r.rcancel != nil {
-		r.rcancel()
+	if r.stopWatch != nil {
+		r.stopWatch()
 	}
 	if r.tg != nil {
 		r.tg.rollback(bg)
@@ -449,7 +454,7 @@ func (r *runner) run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			if pgconn.Timeout(err) || errors.Is(err, errWoken) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				continue // deadline or wake-up
 			}
 			return wrapOp("receive from slot "+r.o.Slot, err)
@@ -477,6 +482,7 @@ func (r *runner) startReplication(ctx context.Context, start pglogrepl.LSN) erro
 	if err := pglogrepl.StartReplication(ctx, r.repl, r.o.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args}); err != nil {
 		return wrapOp("start replication from slot "+r.o.Slot, err)
 	}
+	r.watch(ctx, r.repl)
 	return nil
 }
 
@@ -501,7 +507,7 @@ func (r *runner) restart(ctx context.Context) error {
 }
 
 // receive reads one message, waking up for the next batch commit or status
-// update, or when a controller calls (HoldAt).
+// update, when a controller calls (HoldAt) or when ctx ends.
 func (r *runner) receive(ctx context.Context) (pgproto3.BackendMessage, error) {
 	deadline := r.nextStatus
 	if r.batchTxns > 0 && !r.inTxn {
@@ -509,17 +515,38 @@ func (r *runner) receive(ctx context.Context) (pgproto3.BackendMessage, error) {
 			deadline = d
 		}
 	}
-	if r.rctx == nil || r.rctx.Err() != nil || deadline.Before(r.rdeadline) {
-		if r.rcancel != nil {
-			r.rcancel()
+	if !deadline.Equal(r.rdeadline) {
+		if err := r.repl.Conn().SetReadDeadline(deadline); err != nil {
+			return nil, err
 		}
-		r.rctx, r.rcancel = context.WithDeadline(ctx, deadline)
 		r.rdeadline = deadline
-		r.s.mu.Lock()
-		r.s.wake = r.rcancel
-		r.s.mu.Unlock()
 	}
-	return r.repl.ReceiveMessage(r.rctx)
+	// After setting the deadline: a wake-up from before is seen here, one
+	// from after moves the deadline to the past.
+	if r.woken.Swap(false) {
+		r.rdeadline = time.Time{}
+		return nil, errWoken
+	}
+	return r.repl.ReceiveMessage(context.Background())
+}
+
+var errWoken = errors.New("woken up")
+
+// watch makes ctx's end and the controllers' calls interrupt the wait for
+// the next message on conn.
+func (r *runner) watch(ctx context.Context, conn *pgconn.PgConn) {
+	wake := func() {
+		r.woken.Store(true)
+		_ = conn.Conn().SetReadDeadline(time.Unix(1, 0))
+	}
+	if r.stopWatch != nil {
+		r.stopWatch()
+	}
+	r.stopWatch = context.AfterFunc(ctx, wake)
+	r.rdeadline = time.Time{}
+	r.s.mu.Lock()
+	r.s.wake = wake
+	r.s.mu.Unlock()
 }
 
 func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
