@@ -1,0 +1,552 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// fakes are the mocked activities of a workflow test; tests replace the
+// functions they care about. Every call is recorded with the test clock.
+type fakes struct {
+	env *testsuite.TestWorkflowEnvironment
+
+	mu    sync.Mutex
+	calls map[string][]time.Time
+	last  map[string]any
+
+	copySlice func(CopySliceInput, int) (CopyProgress, error)
+	cdcLife   func(n int) time.Duration // how long the n-th stream runs before it fails
+	lag       func(n int) int64
+	verify    func(VerifyInput, int) (VerifySummary, error)
+	cutover   func(CutoverInput, int) (CutoverResult, error)
+}
+
+func (f *fakes) record(name string, in any) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[name] = append(f.calls[name], f.env.Now())
+	f.last[name] = in
+	return len(f.calls[name])
+}
+
+func (f *fakes) count(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls[name])
+}
+
+func (f *fakes) times(name string) []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.calls[name]...)
+}
+
+var testRanges = []ring.Range{{Lo: -100, Hi: 0}, {Lo: 1000, Hi: 2000}}
+
+func testPlan() PlanResult {
+	return PlanResult{FromVersion: 1, MovedFraction: 0.2, Moves: []MoveSpec{
+		{ID: "t_m1", Source: "shard1", Target: "shard5", Ranges: testRanges[:1], EstRows: 200},
+		{ID: "t_m2", Source: "shard2", Target: "shard5", Ranges: testRanges[1:], EstRows: 200},
+	}}
+}
+
+func testRequest() MigrationRequest {
+	return MigrationRequest{ID: "t", Kind: KindAddNode, Shard: "shard5",
+		Tables:      tableset.Spec{Name: "users", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}},
+		GracePeriod: time.Hour, CopySlice: time.Minute}
+}
+
+func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.SetWorkerOptions(worker.Options{EnableSessionWorker: true})
+	env.SetTestTimeout(30 * time.Second)
+	Register(env)
+	f := &fakes{env: env, calls: map[string][]time.Time{}, last: map[string]any{}}
+	f.copySlice = func(in CopySliceInput, n int) (CopyProgress, error) {
+		return CopyProgress{Rows: 100 * int64(n), Bytes: 1000, Done: n >= 2}, nil
+	}
+	f.cdcLife = func(int) time.Duration { return 10000 * time.Hour }
+	f.lag = func(int) int64 { return 10 }
+	f.verify = func(VerifyInput, int) (VerifySummary, error) { return VerifySummary{Passed: true, Rows: 200}, nil }
+	f.cutover = func(CutoverInput, int) (CutoverResult, error) {
+		return CutoverResult{WritePause: 40 * time.Millisecond, Version: 3}, nil
+	}
+	reg := func(name string, fn any) {
+		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	}
+	reg(ActivityPlan, func(ctx context.Context, req MigrationRequest) (PlanResult, error) {
+		f.record(ActivityPlan, req)
+		return testPlan(), nil
+	})
+	reg(ActivityPublishMigrating, func(ctx context.Context, in PublishInput) (int64, error) {
+		f.record(ActivityPublishMigrating, in)
+		return 2, nil
+	})
+	reg(ActivityPublishStable, func(ctx context.Context, in PublishInput) (int64, error) {
+		f.record(ActivityPublishStable, in)
+		return 9, nil
+	})
+	reg(ActivityPreflightMove, func(ctx context.Context, in MoveRef) error { f.record(ActivityPreflightMove, in); return nil })
+	reg(ActivityJoin, func(ctx context.Context, in MoveRef) (JoinResult, error) {
+		f.record(ActivityJoin, in)
+		return JoinResult{L0: "0/16B3748"}, nil
+	})
+	reg(ActivityCopySlice, func(ctx context.Context, in CopySliceInput) (CopyProgress, error) {
+		return f.copySlice(in, f.record(ActivityCopySlice+"/"+in.Move.Spec.ID, in))
+	})
+	// The streams block on the test clock (After), so that the clock can
+	// skip ahead while they run, and end only when cancelled or their time
+	// is up (then with an error, as a real stream that stopped).
+	reg(ActivityRunCDC, func(ctx context.Context, in CDCInput) error { return errors.New("mocked") })
+	reg(ActivityRunReverse, func(ctx context.Context, in CDCInput) error { return errors.New("mocked") })
+	reg(ActivityCDCStatus, func(ctx context.Context, in MoveRef) (CDCStatus, error) {
+		return CDCStatus{LagBytes: f.lag(f.record(ActivityCDCStatus, in))}, nil
+	})
+	reg(ActivityVerify, func(ctx context.Context, in VerifyInput) (VerifySummary, error) {
+		return f.verify(in, f.record(ActivityVerify+"/"+in.Move.Spec.ID, in))
+	})
+	reg(ActivityPrepareReverse, func(ctx context.Context, in MoveRef) (JoinResult, error) {
+		f.record(ActivityPrepareReverse, in)
+		return JoinResult{L0: "0/2000000"}, nil
+	})
+	reg(ActivityCutover, func(ctx context.Context, in CutoverInput) (CutoverResult, error) {
+		return f.cutover(in, f.record(ActivityCutover+"/"+in.Move.Spec.ID, in))
+	})
+	reg(ActivityStopForward, func(ctx context.Context, in MoveRef) error { f.record(ActivityStopForward, in); return nil })
+	reg(ActivityCleanup, func(ctx context.Context, in MoveRef) (CleanupResult, error) {
+		f.record(ActivityCleanup, in)
+		return CleanupResult{RowsDeleted: 200}, nil
+	})
+	reg(ActivityRollback, func(ctx context.Context, in MoveRef) (CleanupResult, error) {
+		f.record(ActivityRollback, in)
+		return CleanupResult{RowsDeleted: 200}, nil
+	})
+	var cdcStarts int
+	env.OnActivity(ActivityRunCDC, mock.Anything, mock.Anything).AfterFn(func() time.Duration {
+		f.mu.Lock()
+		cdcStarts++
+		n := cdcStarts
+		f.mu.Unlock()
+		return f.cdcLife(n)
+	}).Return(func(ctx context.Context, in CDCInput) error {
+		return temporal.NewApplicationError("stream of "+in.Move.Spec.ID+" ended: connection lost", "Retryable")
+	})
+	env.OnActivity(ActivityRunReverse, mock.Anything, mock.Anything).After(10000*time.Hour).Return(
+		func(ctx context.Context, in CDCInput) error {
+			return errors.New("reverse stream ended")
+		})
+	// The streams are recorded when they start.
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+		switch info.ActivityType.Name {
+		case ActivityRunCDC, ActivityRunReverse:
+			var in CDCInput
+			if err := args.Get(&in); err != nil {
+				t.Error(err)
+			}
+			name := info.ActivityType.Name
+			if name == ActivityRunCDC {
+				name += "/" + in.Move.Spec.ID
+			}
+			f.record(name, in)
+		}
+	})
+	return env, f
+}
+
+func result[T any](t *testing.T, env *testsuite.TestWorkflowEnvironment) T {
+	t.Helper()
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	var out T
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatalf("workflow error: %v", err)
+	}
+	if err := env.GetWorkflowResult(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func phasesOf(ms MoveState) []Phase {
+	var ps []Phase
+	for _, t := range ms.Timings {
+		ps = append(ps, t.Phase)
+	}
+	return ps
+}
+
+func TestHappyPathToDone(t *testing.T) {
+	env, f := newEnv(t)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if st.Phase != PhaseDone || st.Version != 9 || st.FromVersion != 1 || st.MovedFraction != 0.2 {
+		t.Fatalf("migration ended %s v%d (from v%d, moved %.2f), want DONE v9 from v1", st.Phase, st.Version, st.FromVersion, st.MovedFraction)
+	}
+	want := []Phase{PhasePlan, PhaseJoining, PhaseSnapshotCopy, PhaseCDCCatchUp, PhaseVerify, PhaseCutover, PhaseGrace, PhaseCleanup}
+	for _, m := range st.Moves {
+		if m.Phase != PhaseDone || m.RowsCopied != 200 || !m.CopyDone || m.WritePause != 40*time.Millisecond || m.Verify == nil || !m.Verify.Passed {
+			t.Fatalf("move %s: %+v", m.Spec.ID, m)
+		}
+		if got := phasesOf(m); !equal(got, want) {
+			t.Fatalf("move %s walked %v, want %v", m.Spec.ID, got, want)
+		}
+	}
+	if n := f.count(ActivityPublishStable); n != 1 {
+		t.Fatalf("PublishStable called %d times", n)
+	}
+	if in := f.last[ActivityPublishStable].(PublishInput); len(in.RolledBack) != 0 || len(in.Moves) != 2 {
+		t.Fatalf("PublishStable input %+v", in)
+	}
+	// The forward stream ran once per move, from the slot's L0, and the
+	// reverse stream from the reverse slot's L0.
+	for _, id := range []string{"t_m1", "t_m2"} {
+		if n := f.count(ActivityRunCDC + "/" + id); n != 1 {
+			t.Fatalf("CDC of %s started %d times, want 1", id, n)
+		}
+	}
+	if in := f.last[ActivityRunReverse].(CDCInput); in.L0 != "0/2000000" || !in.Reverse {
+		t.Fatalf("reverse stream input %+v", in)
+	}
+	// Copy started after JOINING, CDC after the copy (the ordering rule).
+	if cdc, cp := f.times(ActivityRunCDC + "/t_m1")[0], f.times(ActivityCopySlice + "/t_m1"); cdc.Before(cp[len(cp)-1]) {
+		t.Fatalf("CDC started at %s, before the last copy slice at %s", cdc, cp[len(cp)-1])
+	}
+}
+
+func equal(a, b []Phase) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// update sends an Update and returns its outcome once the workflow has
+// decided it.
+func update(env *testsuite.TestWorkflowEnvironment, name string, out *error, done *bool, args ...any) {
+	env.UpdateWorkflow(name, "u-"+name+env.Now().String(), &testsuite.TestUpdateCallback{
+		OnAccept:   func() {},
+		OnReject:   func(err error) { *out = err; *done = true },
+		OnComplete: func(_ interface{}, err error) { *out = err; *done = true },
+	}, args...)
+}
+
+func TestVerifyFailureThenRollbackByUpdate(t *testing.T) {
+	env, f := newEnv(t)
+	f.verify = func(in VerifyInput, _ int) (VerifySummary, error) {
+		sum := VerifySummary{Passed: false, Rows: 200, Mismatches: 3, Samples: []string{"missing users key=[42]"}}
+		return sum, temporal.NewNonRetryableApplicationError("3 rows differ", ErrTypeVerification, nil, sum)
+	}
+	var upErr error
+	var upDone bool
+	env.RegisterDelayedCallback(func() {
+		var st MigrationState
+		v, err := env.QueryWorkflow(QueryState)
+		if err != nil {
+			t.Errorf("query: %v", err)
+			return
+		}
+		if err := v.Get(&st); err != nil {
+			t.Error(err)
+		}
+		for _, m := range st.Moves {
+			if m.Phase != PhaseVerify || m.Verify == nil || m.Verify.Passed || m.Verify.Mismatches != 3 {
+				t.Errorf("before the rollback, move %s: phase %s verify %+v", m.Spec.ID, m.Phase, m.Verify)
+			}
+		}
+		update(env, UpdateRollback, &upErr, &upDone)
+	}, 3*time.Hour)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if !upDone || upErr != nil {
+		t.Fatalf("rollback update: done=%v err=%v", upDone, upErr)
+	}
+	if st.Phase != PhaseRolledBack {
+		t.Fatalf("migration ended %s, want ROLLED_BACK", st.Phase)
+	}
+	for _, m := range st.Moves {
+		if m.Phase != PhaseRolledBack {
+			t.Fatalf("move %s ended %s", m.Spec.ID, m.Phase)
+		}
+	}
+	if f.count(ActivityRollback) != 2 || f.count(ActivityCutover+"/t_m1") != 0 || f.count(ActivityCleanup) != 0 {
+		t.Fatalf("rollbacks %d, cutovers %d, cleanups %d", f.count(ActivityRollback), f.count(ActivityCutover+"/t_m1"), f.count(ActivityCleanup))
+	}
+	if in := f.last[ActivityPublishStable].(PublishInput); len(in.RolledBack) != 2 {
+		t.Fatalf("PublishStable rolled back %v, want both moves", in.RolledBack)
+	}
+}
+
+func TestVerifyFailureRollsBackByItself(t *testing.T) {
+	env, f := newEnv(t)
+	f.verify = func(in VerifyInput, _ int) (VerifySummary, error) {
+		sum := VerifySummary{Mismatches: 1}
+		return sum, temporal.NewNonRetryableApplicationError("1 row differs", ErrTypeVerification, nil, sum)
+	}
+	req := testRequest()
+	req.OnVerifyFail = VerifyFailRollback
+	env.ExecuteWorkflow(MigrationWorkflow, req)
+	if st := result[MigrationState](t, env); st.Phase != PhaseRolledBack || f.count(ActivityRollback) != 2 {
+		t.Fatalf("migration ended %s with %d rollbacks", st.Phase, f.count(ActivityRollback))
+	}
+}
+
+func TestReverifyAfterFailure(t *testing.T) {
+	env, f := newEnv(t)
+	f.verify = func(in VerifyInput, n int) (VerifySummary, error) {
+		if n == 1 {
+			sum := VerifySummary{Mismatches: 1}
+			return sum, temporal.NewNonRetryableApplicationError("1 row differs", ErrTypeVerification, nil, sum)
+		}
+		return VerifySummary{Passed: true, Rows: 200}, nil
+	}
+	var upErr error
+	var upDone bool
+	env.RegisterDelayedCallback(func() { update(env, UpdateReverify, &upErr, &upDone) }, 3*time.Hour)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if !upDone || upErr != nil || st.Phase != PhaseDone {
+		t.Fatalf("reverify: done=%v err=%v; migration %s", upDone, upErr, st.Phase)
+	}
+	runs := map[string]bool{}
+	for _, ts := range []string{"t_m1", "t_m2"} {
+		if n := f.count(ActivityVerify + "/" + ts); n != 2 {
+			t.Fatalf("%s verified %d times, want 2", ts, n)
+		}
+	}
+	runs[f.last[ActivityVerify+"/t_m1"].(VerifyInput).RunID] = true
+	if runs["t_m1_v0"] {
+		t.Fatal("the re-verify reused the failed run id")
+	}
+}
+
+func TestApproveRejectedInWrongPhase(t *testing.T) {
+	env, f := newEnv(t)
+	env.OnActivity(ActivityCopySlice, mock.Anything, mock.Anything).After(time.Minute).Return(
+		func(ctx context.Context, in CopySliceInput) (CopyProgress, error) {
+			return f.copySlice(in, f.record(ActivityCopySlice+"/"+in.Move.Spec.ID, in))
+		})
+	req := testRequest()
+	req.RequireApproval = true
+	var early, late error
+	var earlyDone, lateDone bool
+	env.RegisterDelayedCallback(func() { update(env, UpdateApprove, &early, &earlyDone) }, 30*time.Second)
+	env.RegisterDelayedCallback(func() {
+		var st MigrationState
+		v, _ := env.QueryWorkflow(QueryState)
+		_ = v.Get(&st)
+		for _, m := range st.Moves {
+			if m.Phase != PhaseCutover {
+				t.Errorf("move %s in %s at approval time, want CUTOVER (waiting for approval)", m.Spec.ID, m.Phase)
+			}
+		}
+		if n := f.count(ActivityCutover + "/t_m1"); n != 0 {
+			t.Errorf("cutover ran %d times before approval", n)
+		}
+		update(env, UpdateApprove, &late, &lateDone)
+	}, 5*time.Hour)
+	env.ExecuteWorkflow(MigrationWorkflow, req)
+	st := result[MigrationState](t, env)
+	if !earlyDone || early == nil || !strings.Contains(early.Error(), "approve-cutover is accepted when a move has passed VERIFY or waits in CUTOVER") ||
+		!strings.Contains(early.Error(), "SNAPSHOT_COPY") {
+		t.Fatalf("approve during the copy: done=%v err=%v, want a rejection naming the phases", earlyDone, early)
+	}
+	if !lateDone || late != nil {
+		t.Fatalf("approve in CUTOVER: done=%v err=%v", lateDone, late)
+	}
+	if st.Phase != PhaseDone {
+		t.Fatalf("migration ended %s", st.Phase)
+	}
+}
+
+func TestApproveRejectedWithoutRequireApproval(t *testing.T) {
+	env, _ := newEnv(t)
+	var err error
+	var done bool
+	env.RegisterDelayedCallback(func() { update(env, UpdateApprove, &err, &done) }, time.Second)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	result[MigrationState](t, env)
+	if !done || err == nil || !strings.Contains(err.Error(), "not started with require-approval") {
+		t.Fatalf("approve: done=%v err=%v", done, err)
+	}
+}
+
+func TestPauseResume(t *testing.T) {
+	env, f := newEnv(t)
+	env.OnActivity(ActivityCopySlice, mock.Anything, mock.Anything).After(time.Minute).Return(
+		func(ctx context.Context, in CopySliceInput) (CopyProgress, error) {
+			n := f.record(ActivityCopySlice+"/"+in.Move.Spec.ID, in)
+			return CopyProgress{Rows: 100 * int64(n), Done: n >= 4}, nil
+		})
+	var pErr, rErr, p2Err error
+	var pDone, rDone, p2Done bool
+	start := env.Now()
+	env.RegisterDelayedCallback(func() { update(env, UpdatePause, &pErr, &pDone) }, 90*time.Second)
+	env.RegisterDelayedCallback(func() {
+		// A second pause is refused: already paused.
+		update(env, UpdatePause, &p2Err, &p2Done)
+		var st MigrationState
+		v, _ := env.QueryWorkflow(QueryState)
+		_ = v.Get(&st)
+		for _, m := range st.Moves {
+			if !m.Paused || m.Phase != PhaseSnapshotCopy {
+				t.Errorf("while paused, move %s: paused=%v phase %s", m.Spec.ID, m.Paused, m.Phase)
+			}
+		}
+	}, time.Hour)
+	env.RegisterDelayedCallback(func() { update(env, UpdateResume, &rErr, &rDone) }, 2*time.Hour)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if pErr != nil || rErr != nil || !pDone || !rDone || st.Phase != PhaseDone {
+		t.Fatalf("pause %v/%v resume %v/%v, migration %s", pDone, pErr, rDone, rErr, st.Phase)
+	}
+	if !p2Done || p2Err == nil || !strings.Contains(p2Err.Error(), "already paused") {
+		t.Fatalf("second pause: %v %v", p2Done, p2Err)
+	}
+	for _, id := range []string{"t_m1", "t_m2"} {
+		ts := f.times(ActivityCopySlice + "/" + id)
+		if len(ts) != 4 {
+			t.Fatalf("%s: %d slices, want 4", id, len(ts))
+		}
+		for _, at := range ts {
+			if off := at.Sub(start); off > 2*time.Minute && off < 2*time.Hour {
+				t.Fatalf("%s: a copy slice started at +%s, while paused (+90s … +2h)", id, off)
+			}
+		}
+		if after := ts[len(ts)-1].Sub(start); after < 2*time.Hour {
+			t.Fatalf("%s: copy finished at +%s, before the resume", id, after)
+		}
+	}
+}
+
+func TestContinueAsNewKeepsState(t *testing.T) {
+	env, f := newEnv(t)
+	f.copySlice = func(in CopySliceInput, n int) (CopyProgress, error) {
+		return CopyProgress{Rows: 100 * int64(n), Bytes: 10, Done: n >= 3}, nil
+	}
+	req := testRequest()
+	req.Throttle = Throttle{RowsPerSec: 500}
+	in := MoveInput{Request: req, Spec: testPlan().Moves[0], MaxSlicesPerRun: 2}
+	env.ExecuteWorkflow(MoveWorkflow, in)
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("not completed")
+	}
+	var can *workflow.ContinueAsNewError
+	if err := env.GetWorkflowError(); !errors.As(err, &can) {
+		t.Fatalf("want continue-as-new, got %v", err)
+	}
+	var next MoveInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+		t.Fatal(err)
+	}
+	c := next.Carry
+	if c == nil || c.State.Phase != PhaseSnapshotCopy || c.State.RowsCopied != 200 || c.State.BytesCopied != 20 || c.L0 != "0/16B3748" ||
+		c.Throttle.RowsPerSec != 500 || c.Runs != 0 || len(c.State.Timings) != 3 {
+		t.Fatalf("carried %+v", c)
+	}
+	// The next run goes on from there: no second PLAN or JOINING.
+	env2, f2 := newEnv(t)
+	f2.copySlice = func(in CopySliceInput, n int) (CopyProgress, error) {
+		return CopyProgress{Rows: 200 + 100*int64(n), Bytes: 10, Done: true}, nil
+	}
+	env2.ExecuteWorkflow(MoveWorkflow, next)
+	st := result[MoveState](t, env2)
+	if st.Phase != PhaseDone || st.RowsCopied != 300 || st.BytesCopied != 30 || f2.count(ActivityJoin) != 0 || f2.count(ActivityPreflightMove) != 0 {
+		t.Fatalf("second run: %s rows %d bytes %d, joins %d", st.Phase, st.RowsCopied, st.BytesCopied, f2.count(ActivityJoin))
+	}
+	if got := phasesOf(st); !equal(got, []Phase{PhasePlan, PhaseJoining, PhaseSnapshotCopy, PhaseCDCCatchUp, PhaseVerify, PhaseCutover, PhaseGrace, PhaseCleanup}) {
+		t.Fatalf("timings across runs: %v", got)
+	}
+}
+
+func TestStoppedStreamRestartsInNewSession(t *testing.T) {
+	env, f := newEnv(t)
+	f.cdcLife = func(n int) time.Duration {
+		if n == 1 {
+			return time.Minute // the first stream dies a minute in
+		}
+		return 10000 * time.Hour
+	}
+	// CDC_CATCH_UP polls every 5s and the lag stays high for 5 minutes: the
+	// dead stream is noticed there and restarted in a new session.
+	f.lag = func(n int) int64 {
+		if n < 60 {
+			return 1 << 40
+		}
+		return 0
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	if st.Phase != PhaseDone {
+		t.Fatalf("move ended %s", st.Phase)
+	}
+	if n := f.count(ActivityRunCDC + "/t_m1"); n < 2 {
+		t.Fatalf("CDC started %d times, want a restart", n)
+	}
+	if in := f.last[ActivityRunCDC+"/t_m1"].(CDCInput); in.L0 != "0/16B3748" {
+		t.Fatalf("restarted stream from %q, want the slot's L0 (it resumes from its origin)", in.L0)
+	}
+}
+
+func TestCutoverAbortedRetriesAfterCatchUp(t *testing.T) {
+	env, f := newEnv(t)
+	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
+		if n == 1 {
+			return CutoverResult{}, temporal.NewNonRetryableApplicationError("over budget", ErrTypeCutoverAborted, nil)
+		}
+		return CutoverResult{WritePause: 30 * time.Millisecond}, nil
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	if st.Phase != PhaseDone || st.Attempts != 2 || st.WritePause != 30*time.Millisecond {
+		t.Fatalf("move %s after %d cutover attempts, pause %s", st.Phase, st.Attempts, st.WritePause)
+	}
+	want := []Phase{PhasePlan, PhaseJoining, PhaseSnapshotCopy, PhaseCDCCatchUp, PhaseVerify, PhaseCutover,
+		PhaseCDCCatchUp, PhaseVerify, PhaseCutover, PhaseGrace, PhaseCleanup}
+	if got := phasesOf(st); !equal(got, want) {
+		t.Fatalf("walked %v, want %v", got, want)
+	}
+	// The verify after the abort resumes the same run (its chunks stand).
+	if in := f.last[ActivityVerify+"/t_m1"].(VerifyInput); in.RunID != "t_m1_v0" {
+		t.Fatalf("verify run after abort %q", in.RunID)
+	}
+}
+
+func TestCompleteEndsGraceEarly(t *testing.T) {
+	env, _ := newEnv(t)
+	req := testRequest()
+	req.GracePeriod = 30 * 24 * time.Hour
+	var err error
+	var done bool
+	env.RegisterDelayedCallback(func() { update(env, UpdateComplete, &err, &done) }, 24*time.Hour)
+	env.ExecuteWorkflow(MigrationWorkflow, req)
+	st := result[MigrationState](t, env)
+	if !done || err != nil || st.Phase != PhaseDone {
+		t.Fatalf("complete: %v %v, migration %s", done, err, st.Phase)
+	}
+	if end := st.Moves[0].Timings[len(st.Moves[0].Timings)-1].End; end.Sub(st.Moves[0].Timings[0].Start) > 2*24*time.Hour {
+		t.Fatalf("move ended %s after it started, the grace period was not cut short", end.Sub(st.Moves[0].Timings[0].Start))
+	}
+}
