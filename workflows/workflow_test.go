@@ -148,7 +148,7 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 	}).Return(func(ctx context.Context, in CDCInput) error {
 		return temporal.NewApplicationError("stream of "+in.Move.Spec.ID+" ended: connection lost", "Retryable")
 	})
-	env.OnActivity(ActivityRunReverse, mock.Anything, mock.Anything).After(10000*time.Hour).Return(
+	env.OnActivity(ActivityRunReverse, mock.Anything, mock.Anything).After(10000 * time.Hour).Return(
 		func(ctx context.Context, in CDCInput) error {
 			return errors.New("reverse stream ended")
 		})
@@ -226,7 +226,7 @@ func TestHappyPathToDone(t *testing.T) {
 		t.Fatalf("reverse stream input %+v", in)
 	}
 	// Copy started after JOINING, CDC after the copy (the ordering rule).
-	if cdc, cp := f.times(ActivityRunCDC + "/t_m1")[0], f.times(ActivityCopySlice + "/t_m1"); cdc.Before(cp[len(cp)-1]) {
+	if cdc, cp := f.times(ActivityRunCDC + "/t_m1")[0], f.times(ActivityCopySlice+"/t_m1"); cdc.Before(cp[len(cp)-1]) {
 		t.Fatalf("CDC started at %s, before the last copy slice at %s", cdc, cp[len(cp)-1])
 	}
 }
