@@ -59,21 +59,25 @@ func fenceFunctionSQL(t tableset.Table) string {
 	// plpgsql's NEW and OLD are lower-case names once quoted.
 	tokNew := ring.TokenSQL(t.KeyType, "new", t.KeyColumn)
 	tokOld := ring.TokenSQL(t.KeyType, "old", t.KeyColumn)
+	key := pgx.Identifier{t.KeyColumn}.Sanitize()
+	// Kept lean, it runs for every application row write: one index probe
+	// that finds nothing while the table has no fenced range, one token per
+	// row (an UPDATE that keeps its key is checked once), the epoch and the
+	// range read only to word the error.
 	return `CREATE OR REPLACE FUNCTION ` + triggerFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$
 DECLARE
 	r int8multirange;
-	e bigint;
 	tok bigint;
 BEGIN
-	SELECT ranges, epoch INTO r, e FROM reshard.fence WHERE tbl = TG_RELID;
-	IF r IS NULL OR isempty(r) THEN
+	SELECT ranges INTO r FROM reshard.fence WHERE tbl = TG_RELID AND NOT isempty(ranges);
+	IF NOT FOUND THEN
 		RETURN COALESCE(NEW, OLD);
 	END IF;
-	IF TG_OP <> 'INSERT' THEN
+	IF TG_OP = 'DELETE' OR (TG_OP = 'UPDATE' AND NEW.` + key + ` IS DISTINCT FROM OLD.` + key + `) THEN
 		tok := ` + tokOld + `;
 		IF r @> tok THEN
 			RAISE EXCEPTION 'reshard fence: % on %.% refused: token % lies in fenced range % at topology epoch %', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, tok,
-				(SELECT x FROM unnest(r) x WHERE x @> tok), e
+				(SELECT x FROM unnest(r) x WHERE x @> tok), (SELECT epoch FROM reshard.fence WHERE tbl = TG_RELID)
 				USING ERRCODE = 'RSF01', HINT = 'this shard no longer owns the range (or does not own it yet): refresh the topology and retry on the owner';
 		END IF;
 	END IF;
@@ -81,7 +85,7 @@ BEGIN
 		tok := ` + tokNew + `;
 		IF r @> tok THEN
 			RAISE EXCEPTION 'reshard fence: % on %.% refused: token % lies in fenced range % at topology epoch %', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, tok,
-				(SELECT x FROM unnest(r) x WHERE x @> tok), e
+				(SELECT x FROM unnest(r) x WHERE x @> tok), (SELECT epoch FROM reshard.fence WHERE tbl = TG_RELID)
 				USING ERRCODE = 'RSF01', HINT = 'this shard no longer owns the range (or does not own it yet): refresh the topology and retry on the owner';
 		END IF;
 	END IF;
@@ -133,13 +137,19 @@ func RemoveTruncateGuard(ctx context.Context, pool *pgxpool.Pool, set tableset.S
 // RemoveTriggers drops the fence triggers and registry rows of the set's
 // tables (rollback of a target that never owned the ranges).
 func RemoveTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
+	var registry bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL`).Scan(&registry); err != nil {
+		return fmt.Errorf("look up the fence registry: %w", err)
+	}
 	for _, t := range set.Tables {
 		stmts := []string{
 			"SET LOCAL lock_timeout = '2s'",
 			"DROP TRIGGER IF EXISTS reshard_fence ON " + t.Quoted(),
 			"DROP TRIGGER IF EXISTS reshard_no_truncate ON " + t.Quoted(),
-			"DELETE FROM reshard.fence WHERE tbl = " + quoteLiteral(t.Quoted()) + "::regclass",
 			"DROP FUNCTION IF EXISTS " + triggerFunc(t).Sanitize() + "()",
+		}
+		if registry { // never installed: nothing to forget
+			stmts = append(stmts, "DELETE FROM reshard.fence WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass")
 		}
 		if err := withLockRetry(ctx, func() error { return inTx(ctx, pool, stmts) }); err != nil {
 			return fmt.Errorf("remove fence trigger of %s: %w", t, err)

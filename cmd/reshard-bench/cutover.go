@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/internal/ledger"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/rollback"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+)
+
+// cutoverRounds moves one range source → target (cutover) and back
+// (rollback during GRACE: the same sequence reversed) this many times, so
+// 2×cutoverRounds write pauses are measured, all under load.
+const cutoverRounds = 10
+
+// runCutover measures the write pause of cutovers under writers going
+// through the router (goal p99 ≤ 250 ms), checks the writers' ledger, and the
+// fence trigger's overhead on CPU-bound single-row updates (goal ≤ 15 %).
+func runCutover(ctx context.Context, e *env, r *report) error {
+	if err := benchPause(ctx, e, r); err != nil {
+		return err
+	}
+	return benchFenceOverhead(ctx, e, r)
+}
+
+func benchPause(ctx context.Context, e *env, r *report) error {
+	if err := e.truncateTarget(ctx); err != nil { // rows another section left there
+		return err
+	}
+	// The control database lives on the source server.
+	if _, err := e.srcPool.Exec(ctx, "DROP DATABASE IF EXISTS reshard_ctl WITH (FORCE)"); err != nil {
+		return err
+	}
+	if _, err := e.srcPool.Exec(ctx, "CREATE DATABASE reshard_ctl"); err != nil {
+		return err
+	}
+	ctl, err := pgxpool.New(ctx, e.src.DSN("reshard_ctl", false))
+	if err != nil {
+		return err
+	}
+	defer ctl.Close()
+	if err := topology.Migrate(ctx, ctl); err != nil {
+		return err
+	}
+	if err := cutover.EnsureJournal(ctx, ctl); err != nil {
+		return err
+	}
+	store := topology.NewStore(ctl)
+	for _, s := range []struct {
+		name string
+		port int
+	}{{"source", e.src.Port}, {"target", e.dst.Port}} {
+		ref := topology.ConnRef{Host: "127.0.0.1", Port: uint16(s.port), Database: "postgres", User: "postgres"}
+		if err := store.RegisterShard(ctx, topology.Shard{Name: s.name, Conn: ref, State: topology.ShardActive}); err != nil {
+			return err
+		}
+	}
+	old := ring.MustNew([]ring.VNode{{Token: 0, Shard: "source"}})
+	v1, err := topology.New(old, nil, "initial")
+	if err != nil {
+		return err
+	}
+	if _, err := store.Publish(ctx, 0, v1); err != nil {
+		return err
+	}
+	// 1% of the token space moves.
+	rg := ring.Range{Lo: 1e18, Hi: 1e18 + (ring.MaxToken/100)*2}
+	next, moves, err := ring.PlanMove(old, rg, "target")
+	if err != nil {
+		return err
+	}
+	spec := tableset.Spec{Name: "bench", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}
+	set, err := tableset.Introspect(ctx, e.dstPool, spec, "target")
+	if err != nil {
+		return err
+	}
+	m := cutover.Move{From: "source", To: "target", Source: e.srcPool, Target: e.dstPool, Set: set, Ranges: []ring.Range{moves[0].Range}}
+	pools := map[string]*pgxpool.Pool{"source": e.srcPool, "target": e.dstPool}
+	router, err := topology.NewRouter(ctx, store, pools, topology.RouterOptions{PollInterval: -1, FenceRetries: 12})
+	if err != nil {
+		return err
+	}
+	rctx, stopRouter := context.WithCancel(ctx)
+	routerDone := make(chan struct{})
+	go func() { router.Run(rctx); close(routerDone) }()
+	defer func() { stopRouter(); <-routerDone }()
+
+	// Writers: 4 workers on 2000 keys, half of them in the moving range.
+	var keys []int64
+	for k := int64(1); k <= int64(e.cfg.rows) && len(keys) < 2000; k++ {
+		in := m.Ranges[0].Contains(ring.TokenInt64(k))
+		if in || k%50 == 0 {
+			keys = append(keys, k)
+		}
+	}
+	l := ledger.New()
+	cur, err := ledger.Read(ctx, e.srcPool, ledger.Table{Name: "users", Key: "id", Val: "email"}, keys)
+	if err != nil {
+		return err
+	}
+	for k, v := range cur {
+		l.Ack(k, v)
+	}
+	wctx, stopWriters := context.WithCancel(ctx)
+	st := ledger.Write(wctx, router, l, ledger.WriterOptions{Table: ledger.Table{Name: "users", Key: "id", Val: "email"}, Keys: keys, Workers: 4, Pause: time.Millisecond, DeleteEvery: -1})
+	defer func() { stopWriters(); st.Wait() }()
+
+	srcRepl := e.src.DSN("postgres", false) + "&replication=database"
+	dstRepl := e.dst.DSN("postgres", false) + "&replication=database"
+	var pauses []time.Duration
+	start := time.Now()
+	for round := 0; round < cutoverRounds; round++ {
+		m.ID = fmt.Sprintf("bench%d", round)
+		fwdPause, revPause, err := roundTrip(ctx, store, ctl, m, old, next, srcRepl, dstRepl, e)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", round, err)
+		}
+		pauses = append(pauses, fwdPause, revPause)
+		fmt.Fprintf(e.out, "round %d: pause forward %s, back %s\n", round, fwdPause.Round(time.Millisecond), revPause.Round(time.Millisecond))
+	}
+	elapsed := time.Since(start)
+	stopWriters()
+	st.Wait()
+	bad, err := l.Check(ctx, ledger.Table{Name: "users", Key: "id", Val: "email"}, pools, func(int64) string { return "source" })
+	if err != nil {
+		return err
+	}
+	slices.Sort(pauses)
+	q := func(p float64) float64 {
+		return float64(pauses[min(len(pauses)-1, int(p*float64(len(pauses))))].Microseconds()) / 1000
+	}
+	details := fmt.Sprintf("%d cutovers (%d forward, %d back by rollback) of 1%% of the token space under 4 router writers", len(pauses), cutoverRounds, cutoverRounds)
+	r.add("cutover write pause p50", q(0.5), "ms", details)
+	r.add("cutover write pause p99", q(0.99), "ms", details+"; goal ≤ 250")
+	r.add("cutover write pause max", q(1), "ms", details)
+	r.add("writes acknowledged during the cutovers", float64(st.Acked.Load()), "writes", fmt.Sprintf("in %s, %d failed", elapsed.Round(time.Second), st.Failed.Load()))
+	r.add("ledger mismatches", float64(len(bad)), "keys", fmt.Sprintf("of %d keys checked on the owner after the last rollback", len(keys)))
+	if len(bad) > 0 {
+		return fmt.Errorf("ledger: %d keys lost their last acknowledged write, first %s", len(bad), bad[0])
+	}
+	if n := st.Failed.Load(); n > 0 {
+		return fmt.Errorf("%d writes failed, last: %v", n, *st.LastErr.Load())
+	}
+	return nil
+}
+
+// roundTrip: JOINING, copy, forward CDC, cutover, GRACE for a moment, then
+// rollback during GRACE (the reverse cutover). It returns both write pauses.
+func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m cutover.Move, old, next *ring.Ring, srcRepl, dstRepl string, e *env) (time.Duration, time.Duration, error) {
+	if _, err := cutover.Begin(next, m.Ranges, m.From, m.To, "begin "+m.ID).Publish(ctx, store); err != nil {
+		return 0, 0, err
+	}
+	for _, p := range []*pgxpool.Pool{m.Source, m.Target} {
+		if err := cutover.InstallTriggers(ctx, p, m.Set, true); err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := cutover.Fence(ctx, m.Target, m.Set, m.Ranges, 0); err != nil {
+		return 0, 0, err
+	}
+	names, err := cdc.NamesFor(m.ID)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := cdc.CreatePublication(ctx, m.Source, names.Publication, m.Set, m.Ranges); err != nil {
+		return 0, 0, err
+	}
+	rc, err := pgconn.Connect(ctx, srcRepl)
+	if err != nil {
+		return 0, 0, err
+	}
+	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
+	rc.Close(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := backfill.Copy(ctx, m.Source, m.Target, backfill.Options{Move: m.ID, Set: m.Set, Ranges: m.Ranges, ChunkRows: 5000}); err != nil {
+		return 0, 0, err
+	}
+	fwdOpts := cdc.Options{Move: m.ID, SourceReplicationDSN: srcRepl, SourceDSN: e.src.DSN("postgres", false), TargetDSN: e.dst.DSN("postgres", false),
+		Slot: names.Slot, Publication: names.Publication, Origin: names.Origin, StartLSN: l0, Set: m.Set, Ranges: m.Ranges}
+	fwd, err := cdc.New(fwdOpts)
+	if err != nil {
+		return 0, 0, err
+	}
+	fctx, stopFwd := context.WithCancel(ctx)
+	fdone := make(chan error, 1)
+	go func() { fdone <- fwd.Run(fctx) }()
+	stopForward := func() error {
+		stopFwd()
+		if err := <-fdone; !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("forward stream: %w", err)
+		}
+		return nil
+	}
+	// Catch up before the pause (the cutover's gate).
+	gate := "bench-gate-" + m.ID
+	if err := cutover.EmitMarker(ctx, m.Source, gate); err != nil {
+		stopForward()
+		return 0, 0, err
+	}
+	if _, err := fwd.DrainToMarker(ctx, gate); err != nil {
+		stopForward()
+		return 0, 0, err
+	}
+	_, revL0, err := cutover.PrepareReverse(ctx, m, dstRepl)
+	if err != nil {
+		stopForward()
+		return 0, 0, err
+	}
+	cur, err := store.Current(ctx)
+	if err != nil {
+		stopForward()
+		return 0, 0, err
+	}
+	pg := cutover.NewPG(m, fwd, store, cutover.CutOver(next, m.Ranges, m.From, m.To, "cutover "+m.ID), cur.Version+1)
+	res, err := cutover.Run(ctx, pg, cutover.PGJournal{Pool: ctl, Move: m.ID}, cutover.Options{})
+	if serr := stopForward(); err == nil {
+		err = serr
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	time.Sleep(500 * time.Millisecond) // GRACE: writes on the target
+	rev, err := cutover.ReverseOptions(fwdOpts, e.src.DSN("postgres", false), dstRepl, m.Set, revL0)
+	if err != nil {
+		return 0, 0, err
+	}
+	back, err := rollback.DuringGrace(ctx, m, rev, rollback.Options{Store: store, Control: ctl, Old: old})
+	if err != nil {
+		return 0, 0, err
+	}
+	return res.WritePause, back.WritePause, nil
+}
+
+// benchFenceOverhead runs pgbench's single-row updates (CPU-bound: a small
+// table in shared buffers, synchronous_commit off) against one server without
+// the fence trigger, with it and an empty fence, and with it and a fence on a
+// range no updated row touches, interleaved over rounds.
+func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
+	pgbench := ""
+	for _, p := range []string{filepath.Join(e.pg.Bin, "pgbench"), "/usr/lib/postgresql/15/bin/pgbench", "pgbench"} {
+		if found, err := exec.LookPath(p); err == nil {
+			pgbench = found
+			break
+		}
+	}
+	if pgbench == "" {
+		return errors.New("pgbench not found (next to the PostgreSQL binaries, in /usr/lib/postgresql/15/bin or on PATH)")
+	}
+	if _, err := e.srcPool.Exec(ctx, "DROP DATABASE IF EXISTS fencebench WITH (FORCE)"); err != nil {
+		return err
+	}
+	if _, err := e.srcPool.Exec(ctx, "CREATE DATABASE fencebench"); err != nil {
+		return err
+	}
+	base := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(e.src.Port), "-U", "postgres"}
+	if out, err := exec.CommandContext(ctx, pgbench, append(base, "-i", "-q", "-s", "1", "fencebench")...).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgbench -i: %v: %s", err, out)
+	}
+	pool, err := pgxpool.New(ctx, e.src.DSN("fencebench", false))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	set, err := tableset.Introspect(ctx, pool, tableset.Spec{Name: "pgbench", Tables: []tableset.TableSpec{{Table: "pgbench_accounts", KeyColumn: "aid"}}}, "source")
+	if err != nil {
+		return err
+	}
+	script := filepath.Join(e.dir, "update.sql")
+	if err := os.WriteFile(script, []byte("\\set aid random(1, 100000)\nUPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;\n"), 0o644); err != nil {
+		return err
+	}
+	untouched := []ring.Range{{Lo: 0, Hi: 1}} // no aid in 1..100000 has a token in (0, 1]
+	type mode struct {
+		name  string
+		setup func() error
+		tps   []float64
+	}
+	modes := []*mode{
+		{name: "no trigger", setup: func() error { return cutover.RemoveTriggers(ctx, pool, set) }},
+		{name: "trigger, empty fence", setup: func() error {
+			if err := cutover.InstallTriggers(ctx, pool, set, false); err != nil {
+				return err
+			}
+			return cutover.Unfence(ctx, pool, set, untouched, 0)
+		}},
+		{name: "trigger, fence on an untouched range", setup: func() error {
+			if err := cutover.InstallTriggers(ctx, pool, set, false); err != nil {
+				return err
+			}
+			return cutover.Fence(ctx, pool, set, untouched, 0)
+		}},
+	}
+	tpsRe := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
+	const rounds, secs = 3, 8
+	for round := 0; round < rounds; round++ {
+		for _, md := range modes {
+			if err := md.setup(); err != nil {
+				return fmt.Errorf("%s: %w", md.name, err)
+			}
+			if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+				return err
+			}
+			cmd := exec.CommandContext(ctx, pgbench, append(base, "-n", "-c", "2", "-j", "2", "-T", strconv.Itoa(secs), "-M", "prepared", "-f", script, "fencebench")...)
+			cmd.Env = append(cmd.Environ(), "PGOPTIONS=-c synchronous_commit=off")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("pgbench (%s): %v: %s", md.name, err, out)
+			}
+			mt := tpsRe.FindSubmatch(out)
+			if mt == nil {
+				return fmt.Errorf("pgbench (%s): no tps in %s", md.name, out)
+			}
+			tps, _ := strconv.ParseFloat(string(mt[1]), 64)
+			md.tps = append(md.tps, tps)
+			fmt.Fprintf(e.out, "round %d %s: %.0f tps\n", round, md.name, tps)
+		}
+	}
+	median := func(v []float64) float64 {
+		s := slices.Clone(v)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	baseTPS := median(modes[0].tps)
+	details := fmt.Sprintf("pgbench single-row UPDATE by aid, scale 1, 2 clients, synchronous_commit=off, median of %d interleaved %ds runs", rounds, secs)
+	r.add("pgbench updates, no trigger", baseTPS, "tps", details)
+	for _, md := range modes[1:] {
+		t := median(md.tps)
+		r.add("pgbench updates, "+md.name, t, "tps", details)
+		r.add("fence trigger overhead, "+md.name, 100*(1-t/baseTPS), "%", "vs no trigger; goal ≤ 15")
+	}
+	return cutover.RemoveTriggers(ctx, pool, set)
+}
