@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/workflows"
+)
+
+// runFor executes the CLI in-process with a deadline.
+func runFor(t *testing.T, d time.Duration, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		out.WriteString("reshard: " + err.Error() + "\n")
+		return out.String(), exitCode(err)
+	}
+	return out.String(), 0
+}
+
+// The operator actions against the real worker: Updates accepted, rejected by
+// the validators (exit 3), deduplicated by --request-id; status from the
+// state query; a rollback watched to its end.
+func TestActionsAgainstWorker(t *testing.T) {
+	t.Cleanup(pgtest.Shutdown)
+	c := newTestCluster(t, true)
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	opts := &globalOptions{logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg, err := (&configFlags{path: c.config}).load(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runWorker(ctx, opts, cfg, "127.0.0.1:0") }()
+	t.Cleanup(func() {
+		_ = c.tc.TerminateWorkflow(context.Background(), "reshard-act-one", "", "test ends")
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("worker: %v", err)
+		}
+	})
+
+	// 50 rows/s keeps each move copying its ~1500 rows for half a minute.
+	out, code := c.run(t, "add-node", "shard3", "--table", "users:id", "--table", "orders:user_id", "--id", "act-one", "--rows-per-sec", "50")
+	if code != 0 {
+		t.Fatalf("add-node: exit %d\n%s", code, out)
+	}
+	out, code = c.run(t, "approve", "act-one")
+	if code != 3 || !strings.Contains(out, "rejected: this migration was not started with require-approval") {
+		t.Errorf("approve without --require-approval: exit %d\n%s", code, out)
+	}
+	out, code = c.run(t, "pause", "act-one", "--request-id", "p1")
+	if code != 0 || !strings.HasPrefix(out, "pause act-one: paused") {
+		t.Fatalf("pause: exit %d\n%s", code, out)
+	}
+	// The same request again is the same Update: answered, not re-validated.
+	again, code := c.run(t, "pause", "act-one", "--request-id", "p1")
+	if code != 0 || again != out {
+		t.Errorf("pause retried with the same --request-id: exit %d\n%s\nwant exit 0 and\n%s", code, again, out)
+	}
+	out, code = c.run(t, "pause", "act-one")
+	if code != 3 || !strings.Contains(out, "rejected: already paused") {
+		t.Errorf("a second pause: exit %d\n%s", code, out)
+	}
+	out, code = c.run(t, "throttle", "act-one", "--rows-per-sec", "40")
+	if code != 0 || !strings.Contains(out, "throttle act-one: throttle 40 rows/s") {
+		t.Errorf("throttle: exit %d\n%s", code, out)
+	}
+	out, code = c.run(t, "complete", "act-one")
+	if code != 3 || !strings.Contains(out, "rejected: complete ends GRACE early") {
+		t.Errorf("complete outside GRACE: exit %d\n%s", code, out)
+	}
+
+	// The state query, once the plan is made.
+	var st statusJSON
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, code = c.run(t, "status", "act-one", "--json")
+		st = statusJSON{}
+		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && len(st.State.Moves) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status: exit %d, no moves after 60s\n%s", code, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if st.ID != "act-one" || st.State.Request.Throttle.RowsPerSec != 50 || st.State.Moves[0].Spec.Target != "shard3" || st.State.FromVersion != 1 {
+		t.Errorf("state: %+v", st)
+	}
+	out, code = c.run(t, "status")
+	if code != 0 || !strings.Contains(out, "migration act-one") || !strings.Contains(out, "shard1 → shard3") || !strings.Contains(out, "rows") {
+		t.Errorf("status of the newest running migration: exit %d\n%s", code, out)
+	}
+
+	out, code = c.run(t, "resume", "act-one")
+	if code != 0 || !strings.HasPrefix(out, "resume act-one: resumed") {
+		t.Errorf("resume: exit %d\n%s", code, out)
+	}
+	out, code = c.run(t, "rollback", "act-one")
+	if code != 0 || !strings.HasPrefix(out, "rollback act-one: rolling back") {
+		t.Fatalf("rollback: exit %d\n%s", code, out)
+	}
+	out, code = runFor(t, 3*time.Minute, "status", "--config", c.config, "act-one", "--watch", "--interval", "500ms")
+	if code != 0 || !strings.Contains(out, "migration act-one ended: "+string(workflows.PhaseRolledBack)) || !strings.Contains(out, "ROLLING_BACK") {
+		t.Errorf("status --watch through the rollback: exit %d\n%s", code, out)
+	}
+	if n := c.slots(t); n != 0 {
+		t.Errorf("%d replication slots left after the rollback", n)
+	}
+}
