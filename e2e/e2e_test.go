@@ -1,0 +1,447 @@
+// Package e2e runs whole migrations through the real worker binary, a real
+// Temporal dev server and real PostgreSQL servers, with writers going.
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/ledger"
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// bin is the reshard binary, built once.
+var bin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "reshard-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin = filepath.Join(dir, "reshard")
+	build := exec.Command("go", "build", "-o", bin, "github.com/reshard/reshard/cmd/reshard")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build reshard:", err)
+		os.Exit(1)
+	}
+	code := pgtest.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const schema = `
+CREATE TABLE users (id bigint PRIMARY KEY, name text NOT NULL, balance int NOT NULL DEFAULT 0);
+CREATE TABLE orders (user_id bigint NOT NULL, id bigint NOT NULL, amount int NOT NULL, PRIMARY KEY (user_id, id));`
+
+var tables = tableset.Spec{Name: "users", Tables: []tableset.TableSpec{
+	{Table: "users", KeyColumn: "id"}, {Table: "orders", KeyColumn: "user_id"},
+}}
+
+var usersTable = ledger.Table{Name: "users", Key: "id", Val: "name"}
+
+// cluster is four shards with data and a topology, an empty fifth shard, a
+// control database, Temporal and the worker's configuration.
+type cluster struct {
+	t        *testing.T
+	ctl      *pgtest.DB
+	dbs      map[string]*pgtest.DB
+	pools    map[string]*pgxpool.Pool
+	store    *topology.Store
+	ring     *ring.Ring
+	tc       client.Client
+	config   string
+	dir      string
+	users    int
+	orders   int64
+	ledger   *ledger.Ledger
+	stopW    context.CancelFunc
+	stats    *ledger.Stats
+	worker   *exec.Cmd
+	nWorkers int
+}
+
+func shard(i int) string { return "shard" + strconv.Itoa(i) }
+
+func newCluster(t *testing.T, users int) *cluster {
+	t.Helper()
+	ctx := context.Background()
+	tmp := pgtest.Temporal(t)
+	c := &cluster{t: t, dbs: map[string]*pgtest.DB{}, pools: map[string]*pgxpool.Pool{}, users: users, dir: pgtest.TempDir(t, "e2e")}
+	c.ctl = pgtest.NewDB(t, 0)
+	for i := 1; i <= 5; i++ {
+		db := pgtest.NewDB(t, i-1)
+		db.Exec(t, schema)
+		c.dbs[shard(i)], c.pools[shard(i)] = db, db.Pool
+	}
+	if err := topology.Migrate(ctx, c.ctl.Pool); err != nil {
+		t.Fatal(err)
+	}
+	c.store = topology.NewStore(c.ctl.Pool)
+	var specs []ring.Shard
+	for i := 1; i <= 4; i++ {
+		specs = append(specs, ring.Shard{Name: shard(i)})
+	}
+	r, err := ring.Build(specs, ring.Options{VNodes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ring = r
+	for i := 1; i <= 4; i++ {
+		ref, err := topology.ParseConnRef(c.dbs[shard(i)].DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.store.RegisterShard(ctx, topology.Shard{Name: shard(i), Conn: ref, State: topology.ShardActive}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top, err := topology.New(r, nil, "initial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.store.Publish(ctx, 0, top); err != nil {
+		t.Fatal(err)
+	}
+	// Every user and its orders on the owner of its id.
+	for i := 1; i <= 4; i++ {
+		pred := ring.Predicate("hashint8extended(g::bigint, 0)", r.Ranges(shard(i)))
+		c.dbs[shard(i)].Exec(t, fmt.Sprintf(`INSERT INTO users SELECT g, 'v0-' || g, 0 FROM generate_series(1, %d) g WHERE %s`, users, pred))
+		c.dbs[shard(i)].Exec(t, fmt.Sprintf(`INSERT INTO orders SELECT g, o, g %% 97 FROM generate_series(1, %d) g, generate_series(1, 1 + g %% 2) o WHERE %s`, users, pred))
+		c.dbs[shard(i)].Exec(t, `ANALYZE`)
+	}
+	for i := 1; i <= 4; i++ {
+		c.orders += c.dbs[shard(i)].QueryInt64(t, `SELECT count(*) FROM orders`)
+	}
+	// The worker's configuration, as reshard dev up writes it.
+	wc := devenv.WorkerConfig{Control: c.ctl.DSN, Shards: map[string]string{},
+		Temporal: devenv.TemporalConfig{Address: tmp.Address(), Namespace: devenv.Namespace}}
+	for name, db := range c.dbs {
+		wc.Shards[name] = db.DSN
+	}
+	b, err := yaml.Marshal(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.config = filepath.Join(c.dir, "reshard.yaml")
+	if err := os.WriteFile(c.config, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.tc, err = client.Dial(client.Options{HostPort: tmp.Address(), Namespace: devenv.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.tc.Close)
+	t.Cleanup(c.stopWorker)
+	return c
+}
+
+// startWorker runs `reshard worker` as a child process.
+func (c *cluster) startWorker() {
+	c.t.Helper()
+	port, err := devenv.FreePort()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.nWorkers++
+	logPath := filepath.Join(c.dir, fmt.Sprintf("worker%d.log", c.nWorkers))
+	logf, err := os.Create(logPath)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "worker", "--config", c.config, "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "RESHARD_PASSWORD=")
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { _ = cmd.Wait(); logf.Close() }()
+	c.worker = cmd
+	// Up when /healthz answers.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port)); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			c.t.Fatalf("worker did not become healthy: %s", b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Logf("worker %d started (pid %d)", c.nWorkers, cmd.Process.Pid)
+}
+
+// killWorker kills the worker with SIGKILL: no cleanup runs.
+func (c *cluster) killWorker() {
+	if c.worker == nil {
+		return
+	}
+	_ = c.worker.Process.Kill()
+	for i := 0; i < 100 && c.worker.ProcessState == nil; i++ {
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Logf("worker %d killed", c.nWorkers)
+	c.worker = nil
+}
+
+func (c *cluster) stopWorker() {
+	if c.worker != nil {
+		_ = c.worker.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() {
+			for c.worker.ProcessState == nil {
+				time.Sleep(20 * time.Millisecond)
+			}
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = c.worker.Process.Kill()
+		}
+		c.worker = nil
+	}
+}
+
+func (c *cluster) workerLogs() string {
+	var b strings.Builder
+	for i := 1; i <= c.nWorkers; i++ {
+		out, _ := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("worker%d.log", i)))
+		lines := strings.Split(string(out), "\n")
+		if len(lines) > 40 {
+			lines = lines[len(lines)-40:]
+		}
+		fmt.Fprintf(&b, "--- worker %d (last lines)\n%s\n", i, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// startWriters writes through the topology router (upserts and deletes of
+// existing and new users) until stopWriters, recording every acknowledged
+// write in the ledger.
+func (c *cluster) startWriters() {
+	ctx, cancel := context.WithCancel(context.Background())
+	router, err := topology.NewRouter(ctx, c.store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { _ = router.Run(ctx) }()
+	c.ledger = ledger.New()
+	var keys []int64
+	for k := int64(1); k <= 400; k++ {
+		keys = append(keys, k) // existing users
+		c.ledger.Ack(k, ledger.Value{V: "v0-" + strconv.FormatInt(k, 10)})
+	}
+	for k := int64(1_000_001); k <= 1_000_400; k++ {
+		keys = append(keys, k) // new users
+		c.ledger.Ack(k, ledger.Value{Deleted: true})
+	}
+	c.stats = ledger.Write(ctx, router, c.ledger, ledger.WriterOptions{Table: usersTable, Keys: keys, Workers: 4, Pause: 5 * time.Millisecond, Seed: 7})
+	c.stopW = cancel
+}
+
+func (c *cluster) stopWriters() {
+	c.stopW()
+	c.stats.Wait()
+	c.t.Logf("writers: %d acknowledged, %d failed, %d fence errors after retries", c.stats.Acked.Load(), c.stats.Failed.Load(), c.stats.FenceErrors.Load())
+	if c.stats.Acked.Load() == 0 {
+		c.t.Fatal("the writers acknowledged nothing")
+	}
+}
+
+func (c *cluster) request(id string) workflows.MigrationRequest {
+	return workflows.MigrationRequest{
+		ID: id, Kind: workflows.KindAddNode, Shard: shard(5), Tables: tables,
+		ChunkRows: 500, GracePeriod: 8 * time.Second, CutoverBudget: 5 * time.Second,
+		CopySlice: 2 * time.Second, HeartbeatTimeout: 5 * time.Second, PollInterval: 500 * time.Millisecond,
+		CutoverBackoff: 2 * time.Second,
+	}
+}
+
+func (c *cluster) start(req workflows.MigrationRequest) client.WorkflowRun {
+	c.t.Helper()
+	run, err := c.tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+		ID: workflows.MigrationWorkflowID(req.ID), TaskQueue: workflows.TaskQueue,
+		StaticSummary: "e2e " + string(req.Kind) + " " + req.Shard,
+	}, workflows.MigrationWorkflow, req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return run
+}
+
+func (c *cluster) wait(run client.WorkflowRun, timeout time.Duration) workflows.MigrationState {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var st workflows.MigrationState
+	if err := run.Get(ctx, &st); err != nil {
+		c.t.Fatalf("migration: %v\nstate: %s\n%s", err, c.describe(run.GetID()), c.workerLogs())
+	}
+	return st
+}
+
+func (c *cluster) describe(id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := c.tc.QueryWorkflow(ctx, id, "", workflows.QueryState)
+	if err != nil {
+		return "query: " + err.Error()
+	}
+	var st workflows.MigrationState
+	if err := v.Get(&st); err != nil {
+		return err.Error()
+	}
+	b, _ := json.MarshalIndent(st, "", "  ")
+	return string(b)
+}
+
+// checkData checks that every row is on the owner of its key under the
+// current topology and nowhere else, that no initial row was lost, and that
+// every acknowledged write is there.
+func (c *cluster) checkData(st workflows.MigrationState) {
+	t := c.t
+	ctx := context.Background()
+	cur, err := c.store.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cur.Migrating()) != 0 || !cur.Ring.HasShard(shard(5)) || cur.Version != st.Version {
+		t.Fatalf("final topology v%d (state says v%d): %d ranges migrating, shard5 in ring: %v", cur.Version, st.Version, len(cur.Migrating()), cur.Ring.HasShard(shard(5)))
+	}
+	sh, err := c.store.Shard(ctx, shard(5))
+	if err != nil || sh.State != topology.ShardActive {
+		t.Fatalf("shard5 registry: %+v %v", sh, err)
+	}
+	seen := map[int64]string{}
+	var orders int64
+	for name, db := range c.dbs {
+		rows, err := db.Pool.Query(ctx, `SELECT id FROM users`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			if o := cur.Ring.OwnerInt64(id); o != name {
+				t.Fatalf("user %d on %s, but its owner is %s", id, name, o)
+			}
+			if prev, dup := seen[id]; dup {
+				t.Fatalf("user %d on %s and %s", id, prev, name)
+			}
+			seen[id] = name
+		}
+		rows.Close()
+		var misplaced int64
+		pred := ring.Predicate("hashint8extended(user_id, 0)", cur.Ring.Ranges(name))
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE NOT (`+pred+`)), count(*) FROM orders`).Scan(&misplaced, new(int64)); err != nil {
+			t.Fatal(err)
+		}
+		if misplaced != 0 {
+			t.Fatalf("%d orders on %s belong elsewhere", misplaced, name)
+		}
+		orders += db.QueryInt64(t, `SELECT count(*) FROM orders`)
+	}
+	if orders != c.orders {
+		t.Fatalf("%d orders after the migration, %d before", orders, c.orders)
+	}
+	// Every initial user the writers did not touch is still there.
+	for k := int64(401); k <= int64(c.users); k++ {
+		if _, ok := seen[k]; !ok {
+			t.Fatalf("user %d lost", k)
+		}
+	}
+	if n := c.dbs[shard(5)].QueryInt64(t, `SELECT count(*) FROM users`); n == 0 {
+		t.Fatal("shard5 holds no user")
+	}
+	mm, err := c.ledger.Check(ctx, usersTable, c.pools, func(k int64) string { return cur.Ring.OwnerInt64(k) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mm) > 0 {
+		var s []string
+		for _, m := range mm[:min(len(mm), 10)] {
+			s = append(s, m.String())
+		}
+		t.Fatalf("%d acknowledged writes missing or wrong: %s", len(mm), strings.Join(s, "; "))
+	}
+	// Nothing of the move is left behind: no slot, no publication.
+	for name, db := range c.dbs {
+		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'reshard%'`); n != 0 {
+			t.Fatalf("%d reshard slots left on %s", n, name)
+		}
+		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_publication WHERE pubname LIKE 'reshard%'`); n != 0 {
+			t.Fatalf("%d reshard publications left on %s", n, name)
+		}
+	}
+}
+
+func checkState(t *testing.T, st workflows.MigrationState) {
+	t.Helper()
+	if st.Phase != workflows.PhaseDone {
+		t.Fatalf("migration ended %s: %s", st.Phase, st.Error)
+	}
+	if st.MovedFraction < 0.17 || st.MovedFraction > 0.23 {
+		t.Fatalf("moved fraction %.3f, want ≈0.20", st.MovedFraction)
+	}
+	if len(st.Moves) != 4 {
+		t.Fatalf("%d moves, want one per old shard", len(st.Moves))
+	}
+	var sources []string
+	for _, m := range st.Moves {
+		if m.Phase != workflows.PhaseDone || !m.CopyDone || m.Verify == nil || !m.Verify.Passed || m.WritePause <= 0 || m.Spec.Target != shard(5) {
+			t.Fatalf("move %s: %+v", m.Spec.ID, m)
+		}
+		sources = append(sources, m.Spec.Source)
+	}
+	sort.Strings(sources)
+	if strings.Join(sources, ",") != "shard1,shard2,shard3,shard4" {
+		t.Fatalf("sources %v", sources)
+	}
+}
+
+func TestAddNodeWithWriters(t *testing.T) {
+	c := newCluster(t, 20_000)
+	c.startWorker()
+	c.startWriters()
+	started := time.Now()
+	st := c.wait(c.start(c.request("e2e_add")), 4*time.Minute)
+	c.stopWriters()
+	t.Logf("add-node: %s, moved %.3f of the space, moves: %s", time.Since(started).Round(time.Second), st.MovedFraction, summary(st))
+	checkState(t, st)
+	c.checkData(st)
+}
+
+func summary(st workflows.MigrationState) string {
+	var parts []string
+	for _, m := range st.Moves {
+		parts = append(parts, fmt.Sprintf("%s %s→%s %d rows, pause %s", m.Spec.ID, m.Spec.Source, m.Spec.Target, m.RowsCopied, m.WritePause.Round(time.Millisecond)))
+	}
+	return strings.Join(parts, "; ")
+}
