@@ -346,7 +346,7 @@ type barView struct {
 
 func newBarView(out io.Writer) *barView {
 	v := &barView{bars: map[string]*mpb.Bar{}, text: map[string]moveView{}}
-	v.p = mpb.New(mpb.WithOutput(out), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond))
+	v.p = mpb.New(mpb.WithOutput(out), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond), mpb.WithAutoRefresh())
 	return v
 }
 
