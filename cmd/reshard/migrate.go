@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -541,16 +540,16 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 }
 
 // runningMigrations lists the workflow ids of running Migration workflows.
+// Two CLIs starting at the same moment can both pass this check; the
+// workflows' compare-and-set on the topology version refuses the second.
 func runningMigrations(ctx context.Context, tc client.Client) ([]string, error) {
-	resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-		Query: fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow),
-	})
+	rows, err := listMigrations(ctx, tc, fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow), 0)
 	if err != nil {
-		return nil, fmt.Errorf("list running migrations: %w", err)
+		return nil, err
 	}
 	var ids []string
-	for _, e := range resp.GetExecutions() {
-		ids = append(ids, e.GetExecution().GetWorkflowId())
+	for _, r := range rows {
+		ids = append(ids, r.WorkflowID)
 	}
 	return ids, nil
 }

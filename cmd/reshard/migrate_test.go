@@ -398,3 +398,29 @@ func TestBarView(t *testing.T) {
 		}
 	}
 }
+
+// A password from the environment reaches connections, never the output.
+func TestPasswordNeverPrinted(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "reshard.yaml")
+	// Port 1: nothing listens, the connection fails after the password was set.
+	yaml := "control: postgres://postgres@127.0.0.1:1/reshard?sslmode=disable\nshards:\n  shard1: postgres://postgres@127.0.0.1:1/s1?sslmode=disable\ntemporal:\n  address: 127.0.0.1:1\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(PasswordEnvVar, "sekret-pw-123")
+	for _, args := range [][]string{
+		{"init", "--config", cfg},
+		{"plan", "add-node", "shard2", "--config", cfg, "--table", "users:id"},
+		{"add-node", "shard2", "--config", cfg, "--table", "users:id"},
+		{"init", "--config", cfg, "--log-level", "debug"},
+	} {
+		out, code := run(t, args...)
+		if code == 0 || strings.Contains(out, "sekret-pw-123") {
+			t.Errorf("reshard %s: exit %d, output %q: want a failure that does not print the password", strings.Join(args, " "), code, out)
+		}
+		if !strings.Contains(out, "127.0.0.1:1") {
+			t.Errorf("reshard %s: the error does not say where it tried: %q", strings.Join(args, " "), out)
+		}
+	}
+}
