@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -444,4 +445,142 @@ func summary(st workflows.MigrationState) string {
 		parts = append(parts, fmt.Sprintf("%s %s→%s %d rows, pause %s", m.Spec.ID, m.Spec.Source, m.Spec.Target, m.RowsCopied, m.WritePause.Round(time.Millisecond)))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// TestWorkerKilledInEveryPhase kills the worker with SIGKILL while moves are
+// in each phase and starts a new one; the migration must still end DONE with
+// the data correct. The copy and verify are throttled and cutover waits for
+// approval so that each phase lasts long enough to be hit.
+func TestWorkerKilledInEveryPhase(t *testing.T) {
+	c := newCluster(t, 20_000)
+	c.startWorker()
+	c.startWriters()
+	req := c.request("e2e_kill")
+	req.Throttle = workflows.Throttle{RowsPerSec: 600}
+	req.RequireApproval = true
+	req.GracePeriod = 20 * time.Second
+	run := c.start(req)
+
+	kills := []workflows.Phase{workflows.PhaseSnapshotCopy, workflows.PhaseCDCCatchUp, workflows.PhaseVerify, workflows.PhaseCutover, workflows.PhaseGrace}
+	var killedIn []string
+	deadline := time.Now().Add(4 * time.Minute)
+	approved := false
+	for len(kills) > 0 && time.Now().Before(deadline) {
+		st, ok := c.state(run.GetID())
+		if !ok {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		if st.Phase.Terminal() {
+			break
+		}
+		want := kills[0]
+		if m, hit := anyIn(st, want); hit {
+			c.killWorker()
+			killedIn = append(killedIn, fmt.Sprintf("%s (%s)", want, m))
+			kills = kills[1:]
+			c.startWorker()
+			continue
+		}
+		if !approved && allPast(st, workflows.PhaseVerify) && len(kills) > 0 && kills[0] != workflows.PhaseCutover {
+			c.approve(run.GetID())
+			approved = true
+		}
+		if beyond(st, want) {
+			t.Errorf("no move was seen in %s (moves: %s); the phase went by between two polls", want, phasesNow(st))
+			kills = kills[1:]
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !approved {
+		// Wait until a move is waiting in CUTOVER (it was killed there).
+		for time.Now().Before(deadline) {
+			if st, ok := c.state(run.GetID()); ok && (allPast(st, workflows.PhaseVerify) || st.Phase.Terminal()) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		c.approve(run.GetID())
+	}
+	st := c.wait(run, time.Until(deadline)+time.Minute)
+	c.stopWriters()
+	t.Logf("killed the worker in: %s; %d workers in all; moves: %s", strings.Join(killedIn, ", "), c.nWorkers, summary(st))
+	if len(kills) > 0 {
+		t.Errorf("not killed in %v: the migration ended first", kills)
+	}
+	checkState(t, st)
+	c.checkData(st)
+}
+
+func (c *cluster) state(id string) (workflows.MigrationState, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var st workflows.MigrationState
+	v, err := c.tc.QueryWorkflow(ctx, id, "", workflows.QueryState)
+	if err != nil || v.Get(&st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+// approve sends the approve-cutover Update, retrying while no move is ready
+// for it yet (the validator refuses) or the worker is restarting.
+func (c *cluster) approve(id string) {
+	c.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			UpdateID: "approve-" + strconv.FormatInt(time.Now().UnixNano(), 10), WorkflowID: id,
+			UpdateName: workflows.UpdateApprove, WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		var msg string
+		if err == nil {
+			err = h.Get(ctx, &msg)
+		}
+		cancel()
+		if err == nil {
+			c.t.Logf("approve-cutover: %s", msg)
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("approve-cutover: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func anyIn(st workflows.MigrationState, p workflows.Phase) (string, bool) {
+	for _, m := range st.Moves {
+		if m.Phase == p {
+			return m.Spec.ID, true
+		}
+	}
+	return "", false
+}
+
+func order(p workflows.Phase) int { return slices.Index(workflows.Phases, p) }
+
+// allPast: every move has reached CUTOVER or beyond.
+func allPast(st workflows.MigrationState, p workflows.Phase) bool {
+	if len(st.Moves) == 0 {
+		return false
+	}
+	for _, m := range st.Moves {
+		if order(m.Phase) <= order(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// beyond: every move is past p, so p can no longer be hit.
+func beyond(st workflows.MigrationState, p workflows.Phase) bool { return allPast(st, p) }
+
+func phasesNow(st workflows.MigrationState) string {
+	var s []string
+	for _, m := range st.Moves {
+		s = append(s, m.Spec.ID+"="+string(m.Phase))
+	}
+	return strings.Join(s, ",")
 }
