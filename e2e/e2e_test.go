@@ -18,8 +18,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/ledger"
@@ -434,6 +437,7 @@ func TestAddNodeWithWriters(t *testing.T) {
 	started := time.Now()
 	st := c.wait(c.start(c.request("e2e_add")), 4*time.Minute)
 	c.stopWriters()
+	c.recordHistories(st, "add-node")
 	t.Logf("add-node: %s, moved %.3f of the space, moves: %s", time.Since(started).Round(time.Second), st.MovedFraction, summary(st))
 	checkState(t, st)
 	c.checkData(st)
@@ -504,6 +508,7 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 	}
 	st := c.wait(run, time.Until(deadline)+time.Minute)
 	c.stopWriters()
+	c.recordHistories(st, "worker-kills")
 	t.Logf("killed the worker in: %s; %d workers in all; moves: %s", strings.Join(killedIn, ", "), c.nWorkers, summary(st))
 	if len(kills) > 0 {
 		t.Errorf("not killed in %v: the migration ended first", kills)
@@ -583,4 +588,45 @@ func phasesNow(st workflows.MigrationState) string {
 		s = append(s, m.Spec.ID+"="+string(m.Phase))
 	}
 	return strings.Join(s, ",")
+}
+
+// recordHistories writes the histories of the migration and its moves to
+// testdata/histories when RESHARD_RECORD_HISTORIES=1, for the replay test of
+// package workflows (go test ./workflows -run Replay).
+func (c *cluster) recordHistories(st workflows.MigrationState, name string) {
+	if os.Getenv("RESHARD_RECORD_HISTORIES") != "1" {
+		return
+	}
+	dir := filepath.Join("..", "testdata", "histories")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	ids := []string{workflows.MigrationWorkflowID(st.Request.ID)}
+	for _, m := range st.Moves {
+		ids = append(ids, workflows.MigrationWorkflowID(st.Request.ID)+"/"+m.Spec.ID)
+	}
+	for i, id := range ids {
+		hist := &historypb.History{}
+		it := c.tc.GetWorkflowHistory(context.Background(), id, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		for it.HasNext() {
+			ev, err := it.Next()
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			hist.Events = append(hist.Events, ev)
+		}
+		b, err := protojson.MarshalOptions{Indent: "  "}.Marshal(hist)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		kind := "migration"
+		if i > 0 {
+			kind = "move" + strconv.Itoa(i)
+		}
+		path := filepath.Join(dir, name+"-"+kind+".json")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Logf("recorded %d events of %s in %s", len(hist.Events), id, path)
+	}
 }
