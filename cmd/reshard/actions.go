@@ -50,12 +50,14 @@ type actionFlags struct {
 	cf        configFlags
 	requestID string
 	timeout   time.Duration
+	asJSON    bool
 }
 
 func (f *actionFlags) register(cmd *cobra.Command) {
 	f.cf.register(cmd)
 	cmd.Flags().StringVar(&f.requestID, "request-id", "", "idempotency key: the same verb, id and request id is applied once (default: fresh)")
 	cmd.Flags().DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the workflow to accept and finish the action")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, `print {"verb","id","request_id","update_id","result"}`)
 }
 
 // newActionCmds returns pause, resume, approve, rollback, complete, reverify.
@@ -152,10 +154,20 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	wfID := workflows.MigrationWorkflowID(id)
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	res, err := runUpdate(ctx, tc, wfID, verb, update, updateID(verb, id, reqID), args)
+	uid := updateID(verb, id, reqID)
+	res, err := runUpdate(ctx, tc, wfID, verb, update, uid, args)
 	if err == nil {
 		if res == nil {
 			res = "done"
+		}
+		if f.asJSON {
+			return topoWriteJSON(cmd.OutOrStdout(), struct {
+				Verb      string `json:"verb"`
+				ID        string `json:"id"`
+				RequestID string `json:"request_id"`
+				UpdateID  string `json:"update_id"`
+				Result    any    `json:"result"`
+			}{verb, id, reqID, uid, res})
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %v\n", verb, id, res)
 		return nil

@@ -78,8 +78,13 @@ func TestActionsAgainstWorker(t *testing.T) {
 	if code != 3 || !strings.Contains(out, "rejected: already paused") {
 		t.Errorf("a second pause: exit %d\n%s", code, out)
 	}
-	out, code = c.run(t, "throttle", "act-one", "--rows-per-sec", "40")
-	if code != 0 || !strings.Contains(out, "throttle act-one: throttle 40 rows/s") {
+	out, code = c.run(t, "throttle", "act-one", "--rows-per-sec", "40", "--request-id", "t1", "--json")
+	var thr struct {
+		Verb, ID, Result string
+		UpdateID         string `json:"update_id"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &thr) != nil || thr.Verb != "throttle" || thr.ID != "act-one" ||
+		thr.UpdateID != updateID("throttle", "act-one", "t1") || !strings.HasPrefix(thr.Result, "throttle 40 rows/s") {
 		t.Errorf("throttle: exit %d\n%s", code, out)
 	}
 	out, code = c.run(t, "complete", "act-one")
