@@ -17,6 +17,7 @@ import (
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/verify"
@@ -45,6 +46,28 @@ func (a *Activities) sides(ctx context.Context, m workflows.MoveRef) (sides, err
 		return s, fmt.Errorf("move %s: %w", m.Spec.ID, err)
 	}
 	return s, nil
+}
+
+// move is the move as the cutover and rollback packages see it.
+func (s sides) move(m workflows.MoveRef) cutover.Move {
+	return cutover.Move{ID: m.Spec.ID, From: m.Spec.Source, To: m.Spec.Target, Source: s.src, Target: s.dst, Set: s.dstSet, Ranges: m.Spec.Ranges}
+}
+
+// rings computes the migration's pre-migration ring (topology FromVersion)
+// and target ring (the planner over it).
+func (a *Activities) rings(ctx context.Context, store *topology.Store, m workflows.MoveRef) (old, target *ring.Ring, err error) {
+	if m.FromVersion <= 0 || m.Request == nil {
+		return nil, nil, badInput("move %s: the activity input lacks the migration's plan (from_version, request)", m.Spec.ID)
+	}
+	from, err := store.Load(ctx, m.FromVersion)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load topology v%d: %w", m.FromVersion, err)
+	}
+	target, _, err = planRing(ctx, store, from.Ring, *m.Request)
+	if err != nil {
+		return nil, nil, err
+	}
+	return from.Ring, target, nil
 }
 
 // Join is the JOINING phase: fence triggers and TRUNCATE guards on both
@@ -210,41 +233,72 @@ func (a *Activities) RunReverse(ctx context.Context, in workflows.CDCInput) erro
 	return classify(a.runCDC(ctx, in))
 }
 
+// forwardOptions is the forward stream of a move (source → target).
+func (a *Activities) forwardOptions(m workflows.MoveRef, s sides, l0 string) (cdc.Options, error) {
+	names, err := cdc.NamesFor(m.Spec.ID)
+	if err != nil {
+		return cdc.Options{}, badInput("move id: %v", err)
+	}
+	start, err := pglogrepl.ParseLSN(l0)
+	if err != nil {
+		return cdc.Options{}, badInput("L0 %q: %v", l0, err)
+	}
+	repl, err := a.pools.r.replicationDSN(m.Spec.Source)
+	if err != nil {
+		return cdc.Options{}, err
+	}
+	plain, err := a.pools.r.dsn(m.Spec.Source)
+	if err != nil {
+		return cdc.Options{}, err
+	}
+	target, err := a.pools.r.dsn(m.Spec.Target)
+	if err != nil {
+		return cdc.Options{}, err
+	}
+	return cdc.Options{
+		Move: m.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Slot: names.Slot, Publication: names.Publication,
+		StartLSN: start, TargetDSN: target, Set: s.dstSet, Ranges: m.Spec.Ranges, Origin: names.Origin,
+		Logger: a.log.With("move", m.Spec.ID), Metrics: a.metrics.CDC,
+	}, nil
+}
+
+// reverseOptions is the GRACE reverse stream (target → source), from the
+// reverse slot's L0 (cutover.ReverseOptions).
+func (a *Activities) reverseOptions(m workflows.MoveRef, s sides, l0 string) (cdc.Options, error) {
+	start, err := pglogrepl.ParseLSN(l0)
+	if err != nil {
+		return cdc.Options{}, badInput("reverse L0 %q: %v", l0, err)
+	}
+	fwd, err := a.forwardOptions(m, s, "0/0")
+	if err != nil {
+		return cdc.Options{}, err
+	}
+	plain, err := a.pools.r.dsn(m.Spec.Source)
+	if err != nil {
+		return cdc.Options{}, err
+	}
+	repl, err := a.pools.r.replicationDSN(m.Spec.Target)
+	if err != nil {
+		return cdc.Options{}, err
+	}
+	return cutover.ReverseOptions(fwd, plain, repl, s.srcSet, start)
+}
+
 func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	s, err := a.sides(ctx, in.Move)
 	if err != nil {
 		return err
 	}
-	from, to, set := in.Move.Spec.Source, in.Move.Spec.Target, s.dstSet
-	names, err := cdc.NamesFor(in.Move.Spec.ID)
+	var opts cdc.Options
 	if in.Reverse {
-		from, to, set = to, from, s.srcSet
-		names, err = cdc.ReverseNamesFor(in.Move.Spec.ID)
+		opts, err = a.reverseOptions(in.Move, s, in.L0)
+	} else {
+		opts, err = a.forwardOptions(in.Move, s, in.L0)
 	}
-	if err != nil {
-		return badInput("move id: %v", err)
-	}
-	l0, err := pglogrepl.ParseLSN(in.L0)
-	if err != nil {
-		return badInput("L0 %q: %v", in.L0, err)
-	}
-	repl, err := a.pools.r.replicationDSN(from)
 	if err != nil {
 		return err
 	}
-	plain, err := a.pools.r.dsn(from)
-	if err != nil {
-		return err
-	}
-	target, err := a.pools.r.dsn(to)
-	if err != nil {
-		return err
-	}
-	st, err := cdc.New(cdc.Options{
-		Move: in.Move.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Slot: names.Slot, Publication: names.Publication,
-		StartLSN: l0, TargetDSN: target, Set: set, Ranges: in.Move.Spec.Ranges, Origin: names.Origin, SkipOrigin: in.Reverse,
-		Logger: a.log.With("move", in.Move.Spec.ID, "reverse", in.Reverse), Metrics: a.metrics.CDC,
-	})
+	st, err := cdc.New(opts)
 	if err != nil {
 		return badInput("stream of move %s: %v", in.Move.Spec.ID, err)
 	}
@@ -352,14 +406,13 @@ func (a *Activities) prepareReverse(ctx context.Context, m workflows.MoveRef) (w
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
-	names, err := cdc.ReverseNamesFor(m.Spec.ID)
+	repl, err := a.pools.r.replicationDSN(m.Spec.Target)
 	if err != nil {
-		return workflows.JoinResult{}, badInput("move id: %v", err)
+		return workflows.JoinResult{}, err
 	}
-	if err := cdc.CreatePublication(ctx, s.dst, names.Publication, s.dstSet, m.Spec.Ranges); err != nil {
-		return workflows.JoinResult{}, fmt.Errorf("target %s: %w", m.Spec.Target, err)
-	}
-	l0, err := a.createSlot(ctx, m.Spec.Target, names.Slot)
+	stop := keepBeating(ctx, 5*time.Second, func() any { return "creating the reverse slot" })
+	defer stop()
+	_, l0, err := cutover.PrepareReverse(ctx, s.move(m), repl)
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
@@ -409,15 +462,13 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (wo
 		return workflows.CutoverResult{}, fmt.Errorf("read the current topology: %w", err)
 	}
 	spec := in.Move.Spec
-	pg := &cutover.PG{
-		Source: s.src, Target: s.dst, Set: s.srcSet, Ranges: spec.Ranges, Move: spec.ID, Epoch: cur.Version + 1,
-		DrainFunc: func(ctx context.Context, marker string, _ time.Duration) error {
-			_, err := st.DrainToMarker(ctx, marker)
-			return err
-		},
-		PublishFunc:   func(ctx context.Context) (int64, error) { return publishCutover(ctx, store, in.Move) },
-		PublishedFunc: func(ctx context.Context) (bool, error) { return cutOver(ctx, store, spec) },
+	_, target, err := a.rings(ctx, store, in.Move)
+	if err != nil {
+		return workflows.CutoverResult{}, err
 	}
+	h := cutover.CutOver(target, spec.Ranges, spec.Source, spec.Target, fmt.Sprintf("cutover of move %s (%s → %s)", spec.ID, spec.Source, spec.Target))
+	h.MigrationID = in.Move.MigrationID
+	pg := cutover.NewPG(s.move(in.Move), st, store, h, cur.Version+1)
 	j := cutover.PGJournal{Pool: control, Move: spec.ID}
 	done, err := cutover.Resume(ctx, pg, j)
 	if err != nil {
@@ -439,65 +490,6 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (wo
 		return workflows.CutoverResult{}, fmt.Errorf("cutover of move %s: %w", spec.ID, err)
 	}
 	return workflows.CutoverResult{WritePause: res.WritePause, Version: res.Version}, nil
-}
-
-// publishCutover publishes the topology that gives the move's ranges to its
-// target. Sibling moves publish concurrently: a version conflict re-reads
-// the topology and re-applies this move on top of it (rebase), never fails.
-func publishCutover(ctx context.Context, store *topology.Store, m workflows.MoveRef) (int64, error) {
-	spec := m.Spec
-	for {
-		cur, err := store.Current(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("read the current topology: %w", err)
-		}
-		mig := cur.Migrating()
-		for i := range mig {
-			if mig[i].From == spec.Source && mig[i].To == spec.Target && within(mig[i].Range, spec.Ranges) {
-				mig[i].Owner = spec.Target
-			}
-		}
-		r, err := reown(cur.Ring, spec.Ranges, spec.Target)
-		if err != nil {
-			return 0, fmt.Errorf("ring after cutover of move %s: %w", spec.ID, err)
-		}
-		next, err := topology.New(r, mig, fmt.Sprintf("cutover of move %s (%s → %s)", spec.ID, spec.Source, spec.Target))
-		if err != nil {
-			return 0, fmt.Errorf("topology after cutover of move %s: %w", spec.ID, err)
-		}
-		pub, err := store.Publish(ctx, cur.Version, next.WithMigrationID(m.MigrationID))
-		if errors.Is(err, topology.ErrVersionConflict) {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		return pub.Version, nil
-	}
-}
-
-// cutOver reports whether the current topology serves every range of the
-// move from its target.
-func cutOver(ctx context.Context, store *topology.Store, spec workflows.MoveSpec) (bool, error) {
-	cur, err := store.Current(ctx)
-	if err != nil {
-		return false, fmt.Errorf("read the current topology: %w", err)
-	}
-	for _, r := range spec.Ranges {
-		if cur.Ring.Owner(r.Hi) != spec.Target {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-func within(r ring.Range, rs []ring.Range) bool {
-	for _, o := range rs {
-		if o.Lo <= r.Lo && r.Hi <= o.Hi {
-			return true
-		}
-	}
-	return false
 }
 
 // StopForward drops the forward stream's slot and publication on the source
@@ -537,89 +529,86 @@ func (a *Activities) dropStreamObjects(ctx context.Context, m workflows.MoveRef,
 	return nil
 }
 
-// Cleanup ends a completed move (CLEANUP): the reverse stream's objects are
-// dropped, the moved rows deleted from the source in batches, the TRUNCATE
-// guards and the copy's checkpoints removed. The source keeps its fences.
-func (a *Activities) Cleanup(ctx context.Context, m workflows.MoveRef) (workflows.CleanupResult, error) {
-	r, err := a.cleanup(ctx, m)
+// Cleanup ends a completed move (CLEANUP, cutover.Cleanup): the ranges
+// published stable on the new owner, both streams' objects dropped, the
+// moved rows deleted from the old owner in batches, the work rows and the
+// TRUNCATE guards removed. The old owner keeps its fences.
+func (a *Activities) Cleanup(ctx context.Context, in workflows.EndInput) (workflows.CleanupResult, error) {
+	r, err := a.cleanup(ctx, in)
 	return r, classify(err)
 }
 
-func (a *Activities) cleanup(ctx context.Context, m workflows.MoveRef) (workflows.CleanupResult, error) {
-	s, err := a.sides(ctx, m)
+func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workflows.CleanupResult, error) {
+	s, err := a.sides(ctx, in.Move)
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
-	if err := a.dropStreamObjects(ctx, m, true); err != nil {
-		return workflows.CleanupResult{}, err
-	}
-	stop := keepBeating(ctx, 5*time.Second, func() any { return "deleting moved rows from the source" })
-	n, err := backfill.DeleteRanges(ctx, s.src, s.srcSet, m.Spec.Ranges, 0, nil)
-	stop()
-	if err != nil {
-		return workflows.CleanupResult{}, fmt.Errorf("delete moved rows from %s: %w", m.Spec.Source, err)
-	}
-	if err := cutover.RemoveTruncateGuard(ctx, s.src, s.srcSet); err != nil {
-		return workflows.CleanupResult{}, err
-	}
-	if err := cutover.RemoveTruncateGuard(ctx, s.dst, s.dstSet); err != nil {
-		return workflows.CleanupResult{}, err
-	}
-	if err := backfill.DropCheckpoints(ctx, s.dst, m.Spec.ID); err != nil {
-		return workflows.CleanupResult{}, err
-	}
-	return workflows.CleanupResult{RowsDeleted: n}, nil
-}
-
-// Rollback undoes a move before its cutover: both streams' slots,
-// publications and origins dropped, the copied rows deleted from the target,
-// the target's fences on the ranges lifted, the TRUNCATE guards removed. The
-// topology is the parent's business (PublishStable).
-func (a *Activities) Rollback(ctx context.Context, m workflows.MoveRef) (workflows.CleanupResult, error) {
-	r, err := a.rollback(ctx, m)
-	return r, classify(err)
-}
-
-func (a *Activities) rollback(ctx context.Context, m workflows.MoveRef) (workflows.CleanupResult, error) {
 	store, err := a.store(ctx)
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
-	if done, err := cutOver(ctx, store, m.Spec); err != nil {
-		return workflows.CleanupResult{}, err
-	} else if done {
-		return workflows.CleanupResult{}, badInput("move %s is already cut over: its rollback is the reverse cutover, not this", m.Spec.ID)
-	}
-	s, err := a.sides(ctx, m)
+	_, target, err := a.rings(ctx, store, in.Move)
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
-	for _, reverse := range []bool{false, true} {
-		if err := a.dropStreamObjects(ctx, m, reverse); err != nil {
-			return workflows.CleanupResult{}, err
-		}
-	}
-	stop := keepBeating(ctx, 5*time.Second, func() any { return "deleting copied rows from the target" })
-	n, err := backfill.DeleteRanges(ctx, s.dst, s.dstSet, m.Spec.Ranges, 0, nil)
+	stop := keepBeating(ctx, 5*time.Second, func() any { return "cleaning up: deleting moved rows from the old owner" })
+	res, err := cutover.Cleanup(ctx, s.move(in.Move), cutover.CleanupOptions{
+		Store: store, Target: target, VerifyRunIDs: in.VerifyRunIDs, MigrationID: in.Move.MigrationID,
+		Logger: a.log.With("move", in.Move.Spec.ID),
+	})
 	stop()
 	if err != nil {
-		return workflows.CleanupResult{}, fmt.Errorf("delete copied rows from %s: %w", m.Spec.Target, err)
+		return workflows.CleanupResult{}, fmt.Errorf("cleanup of move %s: %w", in.Move.Spec.ID, err)
 	}
-	epoch, err := a.epoch(ctx)
+	return workflows.CleanupResult{RowsDeleted: res.Deleted}, nil
+}
+
+// Rollback undoes a move: before its cutover (rollback.BeforeCutover: the
+// slot dropped, the copied rows deleted from the target, its fences lifted,
+// the ranges given back in the topology), or during GRACE
+// (rollback.DuringGrace: the cutover in reverse over the reverse stream,
+// then the new owner cleaned). The workflow has stopped the streams.
+func (a *Activities) Rollback(ctx context.Context, in workflows.EndInput) (workflows.CleanupResult, error) {
+	err := a.rollback(ctx, in)
+	return workflows.CleanupResult{}, classify(err)
+}
+
+func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error {
+	s, err := a.sides(ctx, in.Move)
 	if err != nil {
-		return workflows.CleanupResult{}, err
+		return err
 	}
-	if err := cutover.Unfence(ctx, s.dst, s.dstSet, m.Spec.Ranges, epoch); err != nil {
-		return workflows.CleanupResult{}, err
+	store, err := a.store(ctx)
+	if err != nil {
+		return err
 	}
-	if err := cutover.RemoveTruncateGuard(ctx, s.src, s.srcSet); err != nil {
-		return workflows.CleanupResult{}, err
+	control, err := a.pools.control(ctx)
+	if err != nil {
+		return err
 	}
-	if err := cutover.RemoveTruncateGuard(ctx, s.dst, s.dstSet); err != nil {
-		return workflows.CleanupResult{}, err
+	old, _, err := a.rings(ctx, store, in.Move)
+	if err != nil {
+		return err
 	}
-	if err := backfill.DropCheckpoints(ctx, s.dst, m.Spec.ID); err != nil {
-		return workflows.CleanupResult{}, err
+	o := rollback.Options{Store: store, Control: control, Old: old, VerifyRunIDs: in.VerifyRunIDs, Budget: in.Budget,
+		MigrationID: in.Move.MigrationID, Logger: a.log.With("move", in.Move.Spec.ID)}
+	stop := keepBeating(ctx, 5*time.Second, func() any { return "rolling back" })
+	defer stop()
+	mv := s.move(in.Move)
+	if !in.Grace {
+		if err := rollback.BeforeCutover(ctx, mv, o); err != nil {
+			return fmt.Errorf("rollback of move %s: %w", in.Move.Spec.ID, err)
+		}
+		return nil
 	}
-	return workflows.CleanupResult{RowsDeleted: n}, nil
+	rev, err := a.reverseOptions(in.Move, s, in.ReverseL0)
+	if err != nil {
+		return err
+	}
+	if _, err := rollback.DuringGrace(ctx, mv, rev, o); err != nil {
+		// An aborted reverse cutover (budget spent) is retried by the
+		// activity's retry policy, after its backoff.
+		return fmt.Errorf("rollback of move %s during GRACE: %w", in.Move.Spec.ID, err)
+	}
+	return nil
 }

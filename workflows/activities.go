@@ -73,6 +73,22 @@ type MoveRef struct {
 	MigrationID string        `json:"migration_id"`
 	Spec        MoveSpec      `json:"spec"`
 	Tables      tableset.Spec `json:"tables"`
+	// FromVersion and Request let the activities compute the rings of the
+	// migration (the pre-migration ring: topology FromVersion; the target
+	// ring: the planner over it) instead of carrying them in payloads.
+	FromVersion int64             `json:"from_version,omitempty"`
+	Request     *MigrationRequest `json:"request,omitempty"`
+}
+
+// EndInput ends a move: CLEANUP after GRACE, or a rollback (before the
+// cutover, or during GRACE with the reverse stream's L0).
+type EndInput struct {
+	Move         MoveRef  `json:"move"`
+	VerifyRunIDs []string `json:"verify_run_ids,omitempty"`
+	// Grace: roll back a cut-over move by the reverse cutover.
+	Grace     bool          `json:"grace,omitempty"`
+	ReverseL0 string        `json:"reverse_l0,omitempty"`
+	Budget    time.Duration `json:"budget,omitempty"`
 }
 
 // JoinResult is what JOINING records: the slot's consistent point L0.

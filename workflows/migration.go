@@ -98,7 +98,7 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 			TaskQueue:     TaskQueue,
 			StaticSummary: fmt.Sprintf("move %s: %s → %s, %d ranges, ~%d rows", mv.ID, mv.Source, mv.Target, len(mv.Ranges), mv.EstRows),
 		})
-		in := MoveInput{Request: r.req, Spec: mv, ParentID: parent}
+		in := MoveInput{Request: r.req, Spec: mv, ParentID: parent, FromVersion: plan.FromVersion}
 		in.Request.Throttle = r.throttle
 		r.children[i] = workflow.ExecuteChildWorkflow(cctx, MoveWorkflow, in)
 		i := i
@@ -290,7 +290,7 @@ func verifyFailed(m MoveState) bool {
 func awaitsApproval(m MoveState) bool {
 	return (m.Phase == PhaseVerify && m.Verify != nil && m.Verify.Passed) || m.Phase == PhaseCutover
 }
-func canRollBack(m MoveState) bool { return m.Phase.CanRollBack() && m.Phase != PhaseGrace }
+func canRollBack(m MoveState) bool { return m.Phase.CanRollBack() }
 
 // handlers registers the operator Updates. Validators reject what makes no
 // sense in the current phase, with the phases in the message.
@@ -361,11 +361,8 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 			if err := terminal(); err != nil {
 				return err
 			}
-			if r.any(inGrace) && !r.any(canRollBack) {
-				return fmt.Errorf("rollback during GRACE (the reverse cutover) is not available in this version; %s", r.phases())
-			}
 			if !r.any(canRollBack) {
-				return fmt.Errorf("no move can be rolled back now (rollback is possible before CUTOVER completes; after CLEANUP it is a new migration); %s", r.phases())
+				return fmt.Errorf("no move can be rolled back now (rollback is possible until GRACE ends; after CLEANUP it is a new migration); %s", r.phases())
 			}
 			return nil
 		}, func(ctx workflow.Context) (string, error) {

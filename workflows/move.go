@@ -40,6 +40,8 @@ type MoveInput struct {
 	Request  MigrationRequest `json:"request"`
 	Spec     MoveSpec         `json:"spec"`
 	ParentID string           `json:"parent_id,omitempty"`
+	// FromVersion is the topology version the migration was planned on.
+	FromVersion int64 `json:"from_version,omitempty"`
 	// Carry is the state a continued-as-new run picks up.
 	Carry *MoveCarry `json:"carry,omitempty"`
 	// MaxSlicesPerRun continues as new after this many copy slices even if
@@ -87,7 +89,8 @@ type moveRun struct {
 // Move drives one move through its phases.
 func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 	m := &moveRun{in: in, throttle: in.Request.Throttle}
-	m.ref = MoveRef{MigrationID: in.Request.ID, Spec: in.Spec, Tables: in.Request.Tables}
+	req := in.Request
+	m.ref = MoveRef{MigrationID: in.Request.ID, Spec: in.Spec, Tables: in.Request.Tables, FromVersion: in.FromVersion, Request: &req}
 	if c := in.Carry; c != nil {
 		m.state, m.l0, m.paused, m.throttle, m.approved, m.runs, m.verifyRuns = c.State, c.L0, c.Paused, c.Throttle, c.Approved, c.Runs+1, c.VerifyRuns
 	} else {
@@ -536,7 +539,7 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 	})
 	rev := workflow.ExecuteActivity(actx, ActivityRunReverse, CDCInput{Move: m.ref, L0: m.reverseL0, Reverse: true})
 	grace := or(m.in.Request.GracePeriod, time.Hour)
-	if _, err := workflow.AwaitWithTimeout(ctx, grace, func() bool { return m.completeAsked || rev.IsReady() }); err != nil {
+	if _, err := workflow.AwaitWithTimeout(ctx, grace, func() bool { return m.completeAsked || m.rollbackAsked || rev.IsReady() }); err != nil {
 		return err
 	}
 	if rev.IsReady() {
@@ -546,12 +549,26 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 	}
 	cancel()
 	_ = rev.Get(ctx, nil) // wait until it has stopped (cancelled)
+	if m.rollbackAsked && !m.completeAsked {
+		return m.to(ctx, PhaseRollingBack)
+	}
 	return m.to(ctx, PhaseCleanup)
+}
+
+// verifyRunIDs are the verify runs this move made (their work rows go at
+// the end).
+func (m *moveRun) verifyRunIDs() []string {
+	var ids []string
+	for i := 0; i <= m.verifyRuns; i++ {
+		ids = append(ids, fmt.Sprintf("%s_v%d", m.in.Spec.ID, i))
+	}
+	return ids
 }
 
 func (m *moveRun) cleanup(ctx workflow.Context) error {
 	actx := m.opts(ctx, "delete moved rows from "+m.in.Spec.Source, 24*time.Hour, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityCleanup, m.ref).Get(ctx, nil); err != nil {
+	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs()}
+	if err := workflow.ExecuteActivity(actx, ActivityCleanup, in).Get(ctx, nil); err != nil {
 		return err
 	}
 	return m.to(ctx, PhaseDone)
@@ -559,8 +576,16 @@ func (m *moveRun) cleanup(ctx workflow.Context) error {
 
 func (m *moveRun) rollback(ctx workflow.Context) error {
 	m.stopCDC(ctx)
-	actx := m.opts(ctx, "roll back: drop slot, delete copied rows", 24*time.Hour, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityRollback, m.ref).Get(ctx, nil); err != nil {
+	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs()}
+	summary := "roll back: drop slot, delete copied rows"
+	// A move that reached GRACE is cut over: its rollback is the reverse
+	// cutover, over the reverse stream.
+	if n := len(m.state.Timings); n >= 2 && m.state.Timings[n-2].Phase == PhaseGrace {
+		in.Grace, in.ReverseL0, in.Budget = true, m.reverseL0, or(m.in.Request.CutoverBudget, 2*time.Second)
+		summary = "roll back: reverse cutover, delete rows on the new owner"
+	}
+	actx := m.opts(ctx, summary, 24*time.Hour, 0)
+	if err := workflow.ExecuteActivity(actx, ActivityRollback, in).Get(ctx, nil); err != nil {
 		return err
 	}
 	return m.to(ctx, PhaseRolledBack)

@@ -130,11 +130,11 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 		return f.cutover(in, f.record(ActivityCutover+"/"+in.Move.Spec.ID, in))
 	})
 	reg(ActivityStopForward, func(ctx context.Context, in MoveRef) error { f.record(ActivityStopForward, in); return nil })
-	reg(ActivityCleanup, func(ctx context.Context, in MoveRef) (CleanupResult, error) {
+	reg(ActivityCleanup, func(ctx context.Context, in EndInput) (CleanupResult, error) {
 		f.record(ActivityCleanup, in)
 		return CleanupResult{RowsDeleted: 200}, nil
 	})
-	reg(ActivityRollback, func(ctx context.Context, in MoveRef) (CleanupResult, error) {
+	reg(ActivityRollback, func(ctx context.Context, in EndInput) (CleanupResult, error) {
 		f.record(ActivityRollback, in)
 		return CleanupResult{RowsDeleted: 200}, nil
 	})
@@ -548,5 +548,34 @@ func TestCompleteEndsGraceEarly(t *testing.T) {
 	}
 	if end := st.Moves[0].Timings[len(st.Moves[0].Timings)-1].End; end.Sub(st.Moves[0].Timings[0].Start) > 2*24*time.Hour {
 		t.Fatalf("move ended %s after it started, the grace period was not cut short", end.Sub(st.Moves[0].Timings[0].Start))
+	}
+}
+
+func TestRollbackDuringGrace(t *testing.T) {
+	env, f := newEnv(t)
+	var err error
+	var done bool
+	env.RegisterDelayedCallback(func() {
+		var st MigrationState
+		v, _ := env.QueryWorkflow(QueryState)
+		_ = v.Get(&st)
+		for _, m := range st.Moves {
+			if m.Phase != PhaseGrace {
+				t.Errorf("move %s in %s, want GRACE", m.Spec.ID, m.Phase)
+			}
+		}
+		update(env, UpdateRollback, &err, &done)
+	}, 30*time.Minute)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if !done || err != nil || st.Phase != PhaseRolledBack {
+		t.Fatalf("rollback in GRACE: %v %v, migration %s", done, err, st.Phase)
+	}
+	in := f.last[ActivityRollback].(EndInput)
+	if !in.Grace || in.ReverseL0 != "0/2000000" || len(in.VerifyRunIDs) != 1 || in.Move.FromVersion != 1 || in.Move.Request == nil {
+		t.Fatalf("rollback input %+v", in)
+	}
+	if f.count(ActivityCleanup) != 0 {
+		t.Fatal("a rolled back move was cleaned up as completed")
 	}
 }
