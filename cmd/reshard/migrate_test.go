@@ -381,18 +381,18 @@ func TestStatusView(t *testing.T) {
 // The terminal --watch view: one bar per move, texts from the last state.
 func TestBarView(t *testing.T) {
 	var buf bytes.Buffer
-	v := newBarView(&buf)
-	st := workflows.MigrationState{Moves: []workflows.MoveState{
+	v := newBarView(&buf, "add-x")
+	st := workflows.MigrationState{Phase: workflows.PhaseSnapshotCopy, Moves: []workflows.MoveState{
 		{Spec: workflows.MoveSpec{Source: "shard1", Target: "shard5", EstRows: 1000}, Phase: workflows.PhaseSnapshotCopy, RowsCopied: 100},
-		{Spec: workflows.MoveSpec{Source: "shard2", Target: "shard5", EstRows: 1000}, Phase: workflows.PhaseVerify, RowsCopied: 1000, CopyDone: true},
+		{Spec: workflows.MoveSpec{Source: "shard2", Target: "shard5", EstRows: 1200}, Phase: workflows.PhaseVerify, RowsCopied: 1000, CopyDone: true},
 	}}
-	v.update(st, time.Now())
+	v.update("add-x", st, time.Now())
 	time.Sleep(300 * time.Millisecond)
 	st.Moves[0].RowsCopied = 500
-	v.update(st, time.Now())
+	v.update("add-x", st, time.Now())
 	v.stop()
 	out := buf.String()
-	for _, want := range []string{"shard1 → shard5", "SNAPSHOT_COPY", " 50% 500/1000 rows", "shard2 → shard5", "VERIFY", "100% 1000/1000 rows"} {
+	for _, want := range []string{"migration add-x  SNAPSHOT_COPY", "shard1 → shard5", "SNAPSHOT_COPY", " 50% 500/1000 rows", "shard2 → shard5", "VERIFY", "100% 1000/1200 rows"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bar view lacks %q:\n%q", want, out)
 		}

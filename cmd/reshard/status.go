@@ -150,6 +150,9 @@ type moveView struct {
 
 func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time) moveView {
 	v := moveView{Name: m.Spec.Source + " → " + m.Spec.Target, Phase: string(m.Phase), Copied: m.RowsCopied, Est: m.Spec.EstRows}
+	if m.CopyDone && m.RowsCopied > 0 {
+		v.Est = m.RowsCopied // the estimate was only an estimate: a finished copy is 100%
+	}
 	if m.Paused {
 		v.Phase += " (paused)"
 	}
@@ -273,9 +276,15 @@ func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link 
 	wfID := workflows.MigrationWorkflowID(id)
 	f, isFile := out.(*os.File)
 	tty := isFile && term.IsTerminal(int(f.Fd())) && !asJSON
+	if tty {
+		// A pseudo-terminal without a size (script(1) without a terminal
+		// behind it) renders no bars: write lines there too.
+		w, _, err := term.GetSize(int(f.Fd()))
+		tty = err == nil && w > 0
+	}
 	var bars *barView
 	if tty {
-		bars = newBarView(out)
+		bars = newBarView(out, id)
 		defer bars.stop()
 	}
 	last := map[string]string{}
@@ -293,7 +302,7 @@ func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link 
 				return err
 			}
 		case tty:
-			bars.update(st, now)
+			bars.update(id, st, now)
 		default:
 			printChanges(out, st, last, now)
 		}
@@ -337,22 +346,35 @@ func printChanges(out io.Writer, st workflows.MigrationState, last map[string]st
 // barView is the --watch view on a terminal: one progress bar per move,
 // with its phase before and lag, ETA, verify and write pause after.
 type barView struct {
-	p    *mpb.Progress
-	mu   sync.Mutex
-	bars map[string]*mpb.Bar
-	text map[string]moveView
-	head string
+	p      *mpb.Progress
+	mu     sync.Mutex
+	header *mpb.Bar // the migration's own line, above the moves
+	bars   map[string]*mpb.Bar
+	text   map[string]moveView
+	head   string
 }
 
-func newBarView(out io.Writer) *barView {
-	v := &barView{bars: map[string]*mpb.Bar{}, text: map[string]moveView{}}
+func newBarView(out io.Writer, id string) *barView {
+	v := &barView{bars: map[string]*mpb.Bar{}, text: map[string]moveView{}, head: "migration " + id}
 	v.p = mpb.New(mpb.WithOutput(out), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond), mpb.WithAutoRefresh())
+	v.header = v.p.New(0, mpb.NopStyle(), mpb.PrependDecorators(decor.Any(func(decor.Statistics) string {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.head
+	})))
 	return v
 }
 
 // update sets the texts under the lock and moves the bars outside it: a bar's
 // render goroutine calls the decorators, which take the lock.
-func (v *barView) update(st workflows.MigrationState, now time.Time) {
+func (v *barView) update(id string, st workflows.MigrationState, now time.Time) {
+	head := fmt.Sprintf("migration %s  %s", id, st.Phase)
+	if st.FromVersion > 0 {
+		head += fmt.Sprintf("  topology v%d → v%d  moving %.2f%% of the token space", st.FromVersion, st.Version, 100*st.MovedFraction)
+	}
+	v.mu.Lock()
+	v.head = head
+	v.mu.Unlock()
 	for _, m := range st.Moves {
 		mv := viewMove(m, st.Request.Throttle, now)
 		key := mv.Name
@@ -382,8 +404,8 @@ func (v *barView) update(st workflows.MigrationState, now time.Time) {
 			v.bars[key] = b
 			v.mu.Unlock()
 		}
-		if m.Spec.EstRows > 0 {
-			b.SetTotal(max(m.Spec.EstRows, m.RowsCopied), false)
+		if mv.Est > 0 {
+			b.SetTotal(max(mv.Est, m.RowsCopied), false)
 		}
 		b.SetCurrent(m.RowsCopied)
 	}
@@ -394,7 +416,7 @@ func (v *barView) stop() {
 		return
 	}
 	v.mu.Lock()
-	var bars []*mpb.Bar
+	bars := []*mpb.Bar{v.header}
 	for _, b := range v.bars {
 		bars = append(bars, b)
 	}
