@@ -630,3 +630,116 @@ func (c *cluster) recordHistories(st workflows.MigrationState, name string) {
 		c.t.Logf("recorded %d events of %s in %s", len(hist.Events), id, path)
 	}
 }
+
+// TestVerifyFailureRolledBack plants a row on the new shard, inside every
+// move's ranges, that the source never had: verify must find it, stop
+// before the cutover, and a rollback Update must put everything back (the
+// old ring, no row on the new shard, every acknowledged write on its old
+// owner, no slot left).
+func TestVerifyFailureRolledBack(t *testing.T) {
+	c := newCluster(t, 5_000)
+	c.startWorker()
+	c.startWriters()
+	req := c.request("e2e_rb")
+	req.Throttle = workflows.Throttle{RowsPerSec: 2000}
+	run := c.start(req)
+	deadline := time.Now().Add(3 * time.Minute)
+
+	// Plant the rows as soon as the plan is known (JOINING or copying).
+	var st workflows.MigrationState
+	for {
+		var ok bool
+		if st, ok = c.state(run.GetID()); ok && len(st.Moves) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no plan: %s", c.describe(run.GetID()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	planted := map[int64]bool{}
+	// A connection of its own: the replica role must not leak into the
+	// pool the writers use.
+	conn := c.dbs[shard(5)].Conn(t)
+	for _, m := range st.Moves {
+		k := int64(9_000_000)
+		for !ring.ContainsAny(m.Spec.Ranges, ring.TokenInt64(k)) {
+			k++
+		}
+		planted[k] = true
+		if _, err := conn.Exec(context.Background(), fmt.Sprintf(`SET session_replication_role = replica; INSERT INTO users VALUES (%d, 'planted', 0)`, k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		st, _ = c.state(run.GetID())
+		failed := 0
+		for _, m := range st.Moves {
+			if m.Phase == workflows.PhaseVerify && m.Verify != nil && !m.Verify.Passed {
+				failed++
+			}
+		}
+		if failed == 4 {
+			break
+		}
+		if time.Now().After(deadline) || st.Phase.Terminal() {
+			t.Fatalf("moves did not all fail verify: %s\n%s", c.describe(run.GetID()), c.workerLogs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, m := range st.Moves {
+		if m.Verify.Mismatches != 1 || len(m.Verify.Samples) != 1 || !strings.Contains(m.Verify.Samples[0], "extra") {
+			t.Fatalf("move %s verify: %+v", m.Spec.ID, m.Verify)
+		}
+	}
+	// approve-cutover makes no sense here: rejected with the phases.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{UpdateID: "approve-rb", WorkflowID: run.GetID(),
+		UpdateName: workflows.UpdateApprove, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err == nil {
+		err = h.Get(ctx, nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), "require-approval") {
+		t.Fatalf("approve without require-approval: %v", err)
+	}
+	h, err = c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{UpdateID: "rollback-rb", WorkflowID: run.GetID(),
+		UpdateName: workflows.UpdateRollback, WaitForStage: client.WorkflowUpdateStageCompleted})
+	var msg string
+	if err == nil {
+		err = h.Get(ctx, &msg)
+	}
+	if err != nil {
+		t.Fatalf("rollback: %v", err)
+	}
+	t.Logf("rollback: %s", msg)
+	st = c.wait(run, time.Until(deadline)+time.Minute)
+	c.stopWriters()
+	if st.Phase != workflows.PhaseRolledBack {
+		t.Fatalf("migration ended %s", st.Phase)
+	}
+	cur, err := c.store.Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cur.Migrating()) != 0 || cur.Ring.HasShard(shard(5)) {
+		t.Fatalf("topology v%d after the rollback: %d migrating, shard5 in ring %v", cur.Version, len(cur.Migrating()), cur.Ring.HasShard(shard(5)))
+	}
+	for _, tok := range []int64{ring.MinToken + 1, -1, 0, 1, ring.MaxToken} {
+		if cur.Ring.Owner(tok) != c.ring.Owner(tok) {
+			t.Fatalf("token %d owned by %s after the rollback, by %s before", tok, cur.Ring.Owner(tok), c.ring.Owner(tok))
+		}
+	}
+	if n := c.dbs[shard(5)].QueryInt64(t, `SELECT count(*) FROM users`) + c.dbs[shard(5)].QueryInt64(t, `SELECT count(*) FROM orders`); n != 0 {
+		t.Fatalf("%d rows left on shard5 after the rollback", n)
+	}
+	mm, err := c.ledger.Check(context.Background(), usersTable, c.pools, c.ring.OwnerInt64)
+	if err != nil || len(mm) > 0 {
+		t.Fatalf("ledger after rollback: %v %v", err, mm)
+	}
+	for name, db := range c.dbs {
+		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'reshard%'`); n != 0 {
+			t.Fatalf("%d reshard slots left on %s", n, name)
+		}
+	}
+}
