@@ -217,36 +217,6 @@ func moveID(migration string, n int) string {
 	return base + suffix
 }
 
-// reown returns r with the tokens of ranges owned by to: r's vnodes plus
-// the ranges' bounds, so that no vnode straddles a range's edge, each owned
-// by to inside ranges and as in r outside them.
-func reown(r *ring.Ring, ranges []ring.Range, to string) (*ring.Ring, error) {
-	seen := map[int64]bool{}
-	var toks []int64
-	add := func(t int64) {
-		if !seen[t] && t != ring.MinToken {
-			seen[t] = true
-			toks = append(toks, t)
-		}
-	}
-	for _, v := range r.VNodes() {
-		add(v.Token)
-	}
-	for _, rg := range ranges {
-		add(rg.Lo)
-		add(rg.Hi)
-	}
-	vns := make([]ring.VNode, 0, len(toks))
-	for _, t := range toks {
-		owner := r.Owner(t)
-		if ring.ContainsAny(ranges, t) {
-			owner = to
-		}
-		vns = append(vns, ring.VNode{Token: t, Shard: owner})
-	}
-	return ring.New(vns)
-}
-
 func (a *Activities) store(ctx context.Context) (*topology.Store, error) {
 	pool, err := a.pools.control(ctx)
 	if err != nil {

@@ -1,0 +1,121 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/workflows"
+)
+
+func TestClassify(t *testing.T) {
+	cases := []struct {
+		name      string
+		err       error
+		retryable bool
+		typ       string
+	}{
+		{"bad input", badInput("shard %q unknown", "x"), false, workflows.ErrTypeBadInput},
+		{"preflight problem", fmt.Errorf("preflight: %w", &tableset.Problem{Check: "table", Shard: "source shard1", Problem: "no table", Fix: "create it"}), false, workflows.ErrTypePreflight},
+		{"copy collision", fmt.Errorf("copy: %w", &backfill.CollisionError{Table: "users", KeyText: "id=1"}), false, workflows.ErrTypeCollision},
+		{"cdc collision", &cdc.CollisionError{Table: "public.users", Key: "id=1"}, false, workflows.ErrTypeCollision},
+		{"schema change", &cdc.SchemaChangeError{Table: "public.users", OnlySource: []string{"x"}}, false, workflows.ErrTypeSchemaChange},
+		{"connection lost", &cdc.ConnError{Op: "receive", Err: io.ErrUnexpectedEOF}, true, "Retryable"},
+		{"serialization failure", &pgconn.PgError{Code: "40001"}, true, "Retryable"},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true, "Retryable"},
+		{"undefined column", fmt.Errorf("copy: %w", &pgconn.PgError{Code: "42703"}), false, workflows.ErrTypeBadInput},
+		{"unique violation", &pgconn.PgError{Code: "23505"}, false, workflows.ErrTypeBadInput},
+		{"unknown", errors.New("something odd"), true, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := classify(c.err)
+			var appErr *temporal.ApplicationError
+			if !errors.As(got, &appErr) {
+				if !c.retryable || c.typ != "" {
+					t.Fatalf("classify(%v) = %T %v, want an application error of type %q", c.err, got, got, c.typ)
+				}
+				return
+			}
+			if appErr.NonRetryable() == c.retryable || appErr.Type() != c.typ {
+				t.Fatalf("classify(%v): type %q non-retryable %v; want type %q retryable %v", c.err, appErr.Type(), appErr.NonRetryable(), c.typ, c.retryable)
+			}
+		})
+	}
+	if classify(nil) != nil {
+		t.Fatal("classify(nil) != nil")
+	}
+	if err := classify(context.Canceled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancellation must stay cancellation: %v", err)
+	}
+}
+
+// A password is added only to what drivers get, never to messages.
+func TestResolverKeepsThePasswordOut(t *testing.T) {
+	const pw = "s3cr'et"
+	r := &Resolver{Control: "postgres://ctl@h:1/c", Shards: map[string]string{
+		"url": "postgres://app@h:5432/db?sslmode=disable", "kv": "host=h port=5432 user=app dbname=db",
+	}, Password: pw}
+	for name := range r.Shards {
+		dsn, err := r.dsn(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pgconn.ParseConfig(dsn)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if cfg.Password != pw {
+			t.Fatalf("%s: driver gets password %q", name, cfg.Password)
+		}
+		repl, err := r.replicationDSN(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err := pgconn.ParseConfig(repl); err != nil || cfg.RuntimeParams["replication"] != "database" || cfg.Password != pw {
+			t.Fatalf("%s replication DSN: %v %v", name, err, cfg)
+		}
+	}
+	_, err := r.dsn("nope")
+	if err == nil || strings.Contains(err.Error(), pw) || !strings.Contains(err.Error(), "kv, url") {
+		t.Fatalf("unknown shard: %v", err)
+	}
+	p := &pools{r: &Resolver{Shards: map[string]string{"bad": "postgres://u@h:notaport/db"}, Password: pw}}
+	if _, err := p.shard(context.Background(), "bad"); err == nil || strings.Contains(err.Error(), pw) || strings.Contains(err.Error(), "notaport") {
+		t.Fatalf("bad DSN error leaks it: %v", err)
+	}
+}
+
+func TestGroupMovesOnePerPair(t *testing.T) {
+	moves := []ring.Move{
+		{Range: ring.Range{Lo: 0, Hi: 10}, From: "a", To: "e"},
+		{Range: ring.Range{Lo: 20, Hi: 30}, From: "b", To: "e"},
+		{Range: ring.Range{Lo: 40, Hi: 50}, From: "a", To: "e"},
+	}
+	specs := groupMoves("Mig-2026/11", moves)
+	if len(specs) != 2 || specs[0].Source != "a" || len(specs[0].Ranges) != 2 || specs[1].Source != "b" {
+		t.Fatalf("specs %+v", specs)
+	}
+	for _, s := range specs {
+		if _, err := cdc.ReverseNamesFor(s.ID); err != nil {
+			t.Fatalf("move id %q: %v", s.ID, err)
+		}
+	}
+	if specs[0].ID != "mig_2026_11_m1" {
+		t.Fatalf("id %q", specs[0].ID)
+	}
+	long := groupMoves(strings.Repeat("x", 80), moves)
+	if _, err := cdc.ReverseNamesFor(long[1].ID); err != nil || long[0].ID == long[1].ID {
+		t.Fatalf("long ids %q %q: %v", long[0].ID, long[1].ID, err)
+	}
+}
