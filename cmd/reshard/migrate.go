@@ -346,17 +346,7 @@ func pairMoves(moves []ring.Move) []movePair {
 }
 
 // what says in a few words what the migration does.
-func (p *migrationPlan) what() string {
-	r := p.Request
-	switch r.Kind {
-	case workflows.KindAddNode, workflows.KindRemoveNode:
-		return string(r.Kind) + " " + r.Shard
-	case workflows.KindSplit:
-		return "split " + r.Shard + " into " + r.Into
-	default:
-		return fmt.Sprintf("move %s to %s", r.Range, r.To)
-	}
-}
+func (p *migrationPlan) what() string { return requestText(p.Request) }
 
 // summary is the one-line StaticSummary of the workflow.
 func (p *migrationPlan) summary() string {

@@ -259,6 +259,7 @@ func printMigrationStatus(out io.Writer, id, link string, st workflows.Migration
 	w.Flush()
 }
 
+// requestText says in a few words what a migration does.
 func requestText(r workflows.MigrationRequest) string {
 	switch r.Kind {
 	case workflows.KindSplit:
