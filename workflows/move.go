@@ -222,8 +222,18 @@ func (m *moveRun) notify(ctx workflow.Context, force bool) {
 		return
 	}
 	now := workflow.Now(ctx)
-	if !force && now.Sub(m.lastNotify) < progressEvery {
-		return
+	if !force {
+		every := progressEvery
+		// The parent's history grows with every report: past the first
+		// minutes of a phase, report at most ~50 times per phase.
+		if workflow.GetVersion(ctx, "progress-backoff", workflow.DefaultVersion, 1) >= 1 {
+			if n := len(m.state.Timings); n > 0 {
+				every = max(every, now.Sub(m.state.Timings[n-1].Start)/50)
+			}
+		}
+		if now.Sub(m.lastNotify) < every {
+			return
+		}
 	}
 	m.lastNotify = now
 	m.state.UpdatedAt = now
@@ -440,6 +450,9 @@ func (m *moveRun) catchUp(ctx workflow.Context) error {
 		}
 		if st.LagBytes <= maxLag {
 			return m.to(ctx, PhaseVerify)
+		}
+		if workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			return errContinueAsNew // a catch-up that never ends must not grow the history forever
 		}
 		if err := workflow.Sleep(ctx, poll); err != nil {
 			return err
