@@ -42,7 +42,9 @@ fuzz:
 demo: build tools
 	bin/reshard dev up
 
-# For now: the ring benchmarks. Later issues extend this target (copy, CDC
-# apply and cutover pause benchmarks against real servers).
+# The ring benchmarks, then the data-plane benchmarks against two throwaway
+# PostgreSQL servers (bench/run.sh: every section of cmd/reshard-bench, 1M
+# rows); their table, with the machine and the date, goes to docs/benchmarks.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./ring/...
+	bash bench/run.sh -out docs/benchmarks.md

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs reshard's benchmark program (two throwaway PostgreSQL servers, 1M rows by
 # default). Installs the peer tool pgcopydb first when it is missing.
-# Usage: bench/run.sh [-rows N] [-sections backfill,...]
+# Usage: bench/run.sh [-rows N] [-sections backfill,...] [-out docs/benchmarks.md]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v pgcopydb >/dev/null; then
