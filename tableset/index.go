@@ -96,12 +96,12 @@ func CreateTokenIndex(ctx context.Context, pool *pgxpool.Pool, t Table) error {
 	return nil
 }
 
-// fraction is the share of the token space a range covers.
-func fraction(r ring.Range) float64 { return r.Width() / math.Exp2(64) }
-
-// EstimateRanges estimates t's rows and bytes in each range, from the
-// planner's statistics when the table was analyzed, else from a TABLESAMPLE
-// of about a thousand pages.
+// EstimateRanges estimates t's rows and bytes in each range. The share of
+// the table's rows in each range comes from a TABLESAMPLE of about a thousand
+// pages (all of a small table), not from the range's share of the token
+// space: a shard holds only the ranges it owns, so the token-space share
+// under-counts by the number of shards. The total is the planner's reltuples
+// when the table was analyzed, else the sample scaled up.
 func EstimateRanges(ctx context.Context, q Querier, t Table, ranges []ring.Range) ([]Estimate, error) {
 	ranges = ring.Normalize(ranges)
 	if len(ranges) == 0 {
@@ -114,35 +114,42 @@ func EstimateRanges(ctx context.Context, q Querier, t Table, ranges []ring.Range
 	if err := q.QueryRow(ctx, `SELECT reltuples, pg_table_size(oid) FROM pg_class WHERE oid = $1::regclass`, t.Quoted()).Scan(&reltuples, &size); err != nil {
 		return nil, err
 	}
-	out := make([]Estimate, 0, len(ranges))
-	if reltuples >= 0 { // -1: never analyzed
-		for _, r := range ranges {
-			f := fraction(r)
-			out = append(out, Estimate{Table: t.String(), Range: r, Rows: int64(math.Round(reltuples * f)), Bytes: int64(math.Round(float64(size) * f)), Method: "statistics"})
-		}
-		return out, nil
-	}
 	pages := float64(size) / 8192
 	pct := 100.0
 	if pages > 1000 {
 		pct = 100 * 1000 / pages
 	}
-	var total int64
-	if err := q.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %s TABLESAMPLE SYSTEM (%g) REPEATABLE (0)`, t.Quoted(), pct)).Scan(&total); err != nil {
-		return nil, err
+	cols := make([]string, len(ranges))
+	for i, r := range ranges {
+		cols[i] = "count(*) FILTER (WHERE " + ring.Predicate(t.TokenSQL(""), []ring.Range{r}) + ")"
+	}
+	stmt := fmt.Sprintf(`SELECT count(*), %s FROM %s TABLESAMPLE SYSTEM (%g) REPEATABLE (0)`, strings.Join(cols, ", "), t.Quoted(), pct)
+	counts := make([]int64, len(ranges)+1)
+	dest := make([]any, len(counts))
+	for i := range counts {
+		dest[i] = &counts[i]
+	}
+	if err := q.QueryRow(ctx, stmt).Scan(dest...); err != nil {
+		return nil, fmt.Errorf("sample %s: %w", t, err)
+	}
+	sampled := counts[0]
+	total := float64(sampled) * 100 / pct
+	method := fmt.Sprintf("sample %.3g%%", pct)
+	if reltuples >= 0 && pct < 100 { // -1: never analyzed
+		total = reltuples
+		method = fmt.Sprintf("statistics, sample %.3g%%", pct)
 	}
 	bytesPerRow := 0.0
 	if total > 0 {
-		bytesPerRow = float64(size) / (float64(total) * 100 / pct)
+		bytesPerRow = float64(size) / total
 	}
-	for _, r := range ranges {
-		var n int64
-		stmt := fmt.Sprintf(`SELECT count(*) FROM %s TABLESAMPLE SYSTEM (%g) REPEATABLE (0) WHERE %s`, t.Quoted(), pct, ring.Predicate(t.TokenSQL(""), []ring.Range{r}))
-		if err := q.QueryRow(ctx, stmt).Scan(&n); err != nil {
-			return nil, err
+	out := make([]Estimate, 0, len(ranges))
+	for i, r := range ranges {
+		rows := 0.0
+		if sampled > 0 {
+			rows = total * float64(counts[i+1]) / float64(sampled)
 		}
-		rows := float64(n) * 100 / pct
-		out = append(out, Estimate{Table: t.String(), Range: r, Rows: int64(math.Round(rows)), Bytes: int64(math.Round(rows * bytesPerRow)), Method: fmt.Sprintf("sample %.3g%%", pct)})
+		out = append(out, Estimate{Table: t.String(), Range: r, Rows: int64(math.Round(rows)), Bytes: int64(math.Round(rows * bytesPerRow)), Method: method})
 	}
 	return out, nil
 }

