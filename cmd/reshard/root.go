@@ -74,6 +74,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newActionCmds(opts)...) // pause, resume, approve, rollback, complete, reverify
 	root.AddCommand(
 		newWorkerCmd(opts),
+		newDemoCmd(opts),
 	)
 	return root
 }
