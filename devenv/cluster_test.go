@@ -413,10 +413,37 @@ func TestComposeFileMatchesDevenv(t *testing.T) {
 	if !strings.Contains(args, "--namespace "+devenv.Namespace) || !strings.HasSuffix(tc.Image, ":"+strings.TrimPrefix(devenv.TemporalVersion, "v")) {
 		t.Errorf("temporal service: image %s, command %s", tc.Image, args)
 	}
-	for _, name := range []string{"control", "shard1", "shard2", "shard3", "shard4"} {
+	for _, name := range []string{"control", "shard1", "shard2", "shard3", "shard4", "shard5"} {
 		s, ok := compose.Services[name]
 		if !ok || s.Image != "postgres:15" || !strings.Contains(fmt.Sprint(s.Command), "wal_level=logical") {
 			t.Errorf("service %s: %+v", name, s)
 		}
+	}
+	// The worker's configuration names exactly the compose services, and
+	// Prometheus scrapes the port the worker listens on.
+	for _, name := range []string{"init", "worker", "prometheus", "grafana"} {
+		if _, ok := compose.Services[name]; !ok {
+			t.Errorf("no %s service", name)
+		}
+	}
+	wc, err := devenv.ReadWorkerConfig("../deploy/reshard.yaml")
+	if err != nil {
+		t.Fatalf("deploy/reshard.yaml: %v", err)
+	}
+	for name, dsn := range wc.Shards {
+		if _, ok := compose.Services[name]; !ok || !strings.Contains(dsn, "@"+name+":5432/") || strings.Contains(dsn, ":"+"${") {
+			t.Errorf("deploy/reshard.yaml shard %s = %s: not the compose service", name, dsn)
+		}
+	}
+	if len(wc.Shards) != 5 || !strings.Contains(wc.Control, "@control:5432/") || wc.Temporal.Address != "temporal:7233" || wc.Temporal.Namespace != devenv.Namespace {
+		t.Errorf("deploy/reshard.yaml: %+v", wc)
+	}
+	worker := fmt.Sprint(compose.Services["worker"].Command)
+	prom, err := os.ReadFile("../deploy/prometheus/prometheus.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(worker, "0.0.0.0:9464") || !strings.Contains(string(prom), `"worker:9464"`) {
+		t.Errorf("worker listens on %s, Prometheus scrapes %s", worker, prom)
 	}
 }
