@@ -82,6 +82,7 @@ type cluster struct {
 	stopW    context.CancelFunc
 	stats    *ledger.Stats
 	worker   *exec.Cmd
+	exited   chan struct{} // closed when worker has exited
 	nWorkers int
 }
 
@@ -179,8 +180,9 @@ func (c *cluster) startWorker() {
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	go func() { _ = cmd.Wait(); logf.Close() }()
-	c.worker = cmd
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	c.worker, c.exited = cmd, exited
 	// Up when /healthz answers.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -205,8 +207,10 @@ func (c *cluster) killWorker() {
 		return
 	}
 	_ = c.worker.Process.Kill()
-	for i := 0; i < 100 && c.worker.ProcessState == nil; i++ {
-		time.Sleep(20 * time.Millisecond)
+	select {
+	case <-c.exited:
+	case <-time.After(5 * time.Second):
+		c.t.Fatal("the killed worker did not exit")
 	}
 	c.t.Logf("worker %d killed", c.nWorkers)
 	c.worker = nil
@@ -215,17 +219,11 @@ func (c *cluster) killWorker() {
 func (c *cluster) stopWorker() {
 	if c.worker != nil {
 		_ = c.worker.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() {
-			for c.worker.ProcessState == nil {
-				time.Sleep(20 * time.Millisecond)
-			}
-			close(done)
-		}()
 		select {
-		case <-done:
+		case <-c.exited:
 		case <-time.After(10 * time.Second):
 			_ = c.worker.Process.Kill()
+			<-c.exited
 		}
 		c.worker = nil
 	}
