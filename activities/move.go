@@ -76,6 +76,7 @@ func (a *Activities) rings(ctx context.Context, store *topology.Store, m workflo
 // source. It returns the slot's consistent point L0. Idempotent: an existing
 // slot is kept and its confirmed position returned.
 func (a *Activities) Join(ctx context.Context, m workflows.MoveRef) (workflows.JoinResult, error) {
+	defer keepBeating(ctx, 5*time.Second, func() any { return "joining" })()
 	r, err := a.join(ctx, m)
 	return r, classify(err)
 }
@@ -354,6 +355,8 @@ func (a *Activities) CDCStatus(ctx context.Context, m workflows.MoveRef) (workfl
 // stream there. A mismatch is a non-retryable error of type
 // ErrTypeVerification carrying the VerifySummary.
 func (a *Activities) Verify(ctx context.Context, in workflows.VerifyInput) (workflows.VerifySummary, error) {
+	// A throttled chunk may take longer than the heartbeat timeout.
+	defer keepBeating(ctx, 5*time.Second, func() any { return "verifying" })()
 	sum, err := a.verify(ctx, in)
 	return sum, classify(err)
 }
@@ -426,6 +429,7 @@ func (a *Activities) prepareReverse(ctx context.Context, m workflows.MoveRef) (w
 // non-retryable ErrTypeCutoverAborted: the workflow catches up and retries
 // after a backoff.
 func (a *Activities) Cutover(ctx context.Context, in workflows.CutoverInput) (workflows.CutoverResult, error) {
+	defer keepBeating(ctx, time.Second, func() any { return "cutover" })()
 	r, err := a.cutover(ctx, in)
 	switch {
 	case err == nil:

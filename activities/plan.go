@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -23,6 +24,7 @@ import (
 // of every pair. It changes nothing. Any failed check is a non-retryable
 // error listing every problem with its fix.
 func (a *Activities) Plan(ctx context.Context, req workflows.MigrationRequest) (workflows.PlanResult, error) {
+	defer keepBeating(ctx, 5*time.Second, func() any { return "planning" })()
 	res, err := a.plan(ctx, req)
 	return res, classify(err)
 }
@@ -86,6 +88,7 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 // PreflightMove re-runs the PLAN checks of one move (its child workflow's
 // PLAN phase): the servers may have changed since the migration was planned.
 func (a *Activities) PreflightMove(ctx context.Context, m workflows.MoveRef) error {
+	defer keepBeating(ctx, 5*time.Second, func() any { return "preflight" })()
 	rep, err := a.preflight(ctx, m.Tables, m.Spec)
 	if err != nil && len(rep.Problems) > 0 {
 		var msgs []string

@@ -589,11 +589,17 @@ func phasesNow(st workflows.MigrationState) string {
 }
 
 // recordHistories writes the histories of the migration and its moves to
-// testdata/histories when RESHARD_RECORD_HISTORIES=1, for the replay test of
-// package workflows (go test ./workflows -run Replay).
+// testdata/histories when RESHARD_RECORD_HISTORIES is set, for the replay
+// test of package workflows (go test ./workflows -run Replay). Its value,
+// unless "1", prefixes the file names, so that histories of older workflow
+// versions stay next to the new ones.
 func (c *cluster) recordHistories(st workflows.MigrationState, name string) {
-	if os.Getenv("RESHARD_RECORD_HISTORIES") != "1" {
+	prefix := os.Getenv("RESHARD_RECORD_HISTORIES")
+	if prefix == "" {
 		return
+	}
+	if prefix != "1" {
+		name = prefix + "-" + name
 	}
 	dir := filepath.Join("..", "testdata", "histories")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -713,6 +719,7 @@ func TestVerifyFailureRolledBack(t *testing.T) {
 	t.Logf("rollback: %s", msg)
 	st = c.wait(run, time.Until(deadline)+time.Minute)
 	c.stopWriters()
+	c.recordHistories(st, "rollback")
 	if st.Phase != workflows.PhaseRolledBack {
 		t.Fatalf("migration ended %s", st.Phase)
 	}

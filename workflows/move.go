@@ -417,7 +417,7 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 		if err := m.ensureCDC(ctx); err != nil {
 			return err
 		}
-		actx := m.opts(m.sessCtx, summary, timeout, 3)
+		actx := m.opts(m.sessCtx, summary, timeout, 5)
 		err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
 		if err == nil {
 			return nil
