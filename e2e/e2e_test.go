@@ -748,3 +748,73 @@ func TestVerifyFailureRolledBack(t *testing.T) {
 		}
 	}
 }
+
+// TestRollbackDuringGrace cuts every move over, then rolls the migration
+// back from GRACE: the reverse cutover must bring every write made on the
+// new shard back to the old owners (reverse CDC) and restore the old ring.
+func TestRollbackDuringGrace(t *testing.T) {
+	c := newCluster(t, 5_000)
+	c.startWorker()
+	c.startWriters()
+	req := c.request("e2e_grb")
+	req.GracePeriod = 10 * time.Minute
+	run := c.start(req)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		st, ok := c.state(run.GetID())
+		if ok && len(st.Moves) == 4 && allPast(st, workflows.PhaseCutover) {
+			break
+		}
+		if time.Now().After(deadline) || st.Phase.Terminal() {
+			t.Fatalf("moves did not all reach GRACE: %s\n%s", c.describe(run.GetID()), c.workerLogs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Writes land on shard5 now; let some go through reverse CDC.
+	time.Sleep(2 * time.Second)
+	if n := c.dbs[shard(5)].QueryInt64(t, `SELECT count(*) FROM users`); n == 0 {
+		t.Fatal("shard5 serves nothing in GRACE")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{UpdateID: "rollback-grb", WorkflowID: run.GetID(),
+		UpdateName: workflows.UpdateRollback, WaitForStage: client.WorkflowUpdateStageCompleted})
+	var msg string
+	if err == nil {
+		err = h.Get(ctx, &msg)
+	}
+	if err != nil {
+		t.Fatalf("rollback in GRACE: %v", err)
+	}
+	t.Logf("rollback: %s", msg)
+	st := c.wait(run, time.Until(deadline)+time.Minute)
+	c.stopWriters()
+	c.recordHistories(st, "grace-rollback")
+	if st.Phase != workflows.PhaseRolledBack {
+		t.Fatalf("migration ended %s", st.Phase)
+	}
+	cur, err := c.store.Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cur.Migrating()) != 0 || cur.Ring.HasShard(shard(5)) {
+		t.Fatalf("topology v%d after the rollback: %d migrating, shard5 in ring %v", cur.Version, len(cur.Migrating()), cur.Ring.HasShard(shard(5)))
+	}
+	if n := c.dbs[shard(5)].QueryInt64(t, `SELECT count(*) FROM users`) + c.dbs[shard(5)].QueryInt64(t, `SELECT count(*) FROM orders`); n != 0 {
+		t.Fatalf("%d rows left on shard5 after the rollback", n)
+	}
+	mm, err := c.ledger.Check(context.Background(), usersTable, c.pools, c.ring.OwnerInt64)
+	if err != nil || len(mm) > 0 {
+		t.Fatalf("ledger after the rollback: %v %v", err, mm)
+	}
+	var orders int64
+	for name, db := range c.dbs {
+		orders += db.QueryInt64(t, `SELECT count(*) FROM orders`)
+		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'reshard%'`); n != 0 {
+			t.Fatalf("%d reshard slots left on %s", n, name)
+		}
+	}
+	if orders != c.orders {
+		t.Fatalf("%d orders after the rollback, %d before", orders, c.orders)
+	}
+}
