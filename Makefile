@@ -37,10 +37,13 @@ fuzz:
 		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
 		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME); done
 
-# For now: a local cluster (control + 4 shards + Temporal) via reshard dev up.
-# A later issue turns this into the end-to-end demo with live writes.
+# The whole story end to end: a 4-shard local cluster under live writes
+# gains a fifth shard (reshard demo; its own cluster in .reshard/demo,
+# removed at the end unless DEMO_FLAGS=--keep). DEMO_FLAGS=--users 200000
+# for a quicker run.
+DEMO_FLAGS ?=
 demo: build tools
-	bin/reshard dev up
+	PATH="$$PATH:$(GOBIN_DIR)" bin/reshard demo $(DEMO_FLAGS)
 
 # The ring benchmarks, then the data-plane benchmarks against two throwaway
 # PostgreSQL servers (bench/run.sh: every section of cmd/reshard-bench, 1M
