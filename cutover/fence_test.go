@@ -187,3 +187,57 @@ func TestInstallWaitsOutLongTransactionWithoutBlockingWriters(t *testing.T) {
 		t.Fatal("install did not finish after the long transaction ended")
 	}
 }
+
+// The fenced ranges are compiled into the trigger: many disjoint ranges
+// refuse exactly the keys whose token they hold, installing the trigger
+// again keeps them, and Fenced reads the same ranges back.
+func TestFenceManyRangesCompiledAndKeptByReinstall(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, 0)
+	set := usersSet(t, db)
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+		t.Fatal(err)
+	}
+	// 43 ranges of 1/256 of the token space each, one every 3/128.
+	var fenced []ring.Range
+	step := uint64(1) << 57 // 2^64 / 128
+	for i := uint64(0); i < 128; i += 3 {
+		lo := ring.MinToken + int64(i*step)
+		fenced = append(fenced, ring.Range{Lo: lo, Hi: lo + int64(step/2)})
+	}
+	if err := Fence(ctx, db.Pool, set, fenced, 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := InstallTriggers(ctx, db.Pool, set, true); err != nil {
+		t.Fatal(err)
+	}
+	got, epoch, err := Fenced(ctx, db.Pool, set.Tables[0])
+	if err != nil || len(got) != len(fenced) || epoch != 9 {
+		t.Fatalf("Fenced = %d ranges epoch %d err %v, want %d ranges epoch 9", len(got), epoch, err, len(fenced))
+	}
+	refused := 0
+	for k := int64(1); k <= 300; k++ {
+		_, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", k)
+		in := ring.ContainsAny(fenced, tokenOf(t, db, k))
+		if in != topology.IsFenceError(err) || (!in && err != nil) {
+			t.Fatalf("key %d (token %d, fenced %v): err %v", k, tokenOf(t, db, k), in, err)
+		}
+		if in {
+			refused++
+		}
+	}
+	if refused < 20 || refused > 100 {
+		t.Fatalf("%d of 300 keys refused; about 50 (43/256) expected", refused)
+	}
+	// Unfencing everything leaves the fast path: every write goes through.
+	if err := Unfence(ctx, db.Pool, set, fenced, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO users SELECT g, 'y' FROM generate_series(1, 300) g ON CONFLICT (id) DO UPDATE SET v = 'y'"); err != nil {
+		t.Fatalf("writes after unfencing every range: %v", err)
+	}
+	db.Exec(t, "DELETE FROM users")
+	if n := db.QueryInt64(t, "SELECT count(*) FROM users"); n != 0 {
+		t.Fatalf("%d rows left after deleting all", n)
+	}
+}

@@ -45,27 +45,55 @@ func (e *OverBudgetError) Error() string {
 	return b.String()
 }
 
-// FenceHorizon returns the xmax of a snapshot taken now, as a 32-bit xid
-// text. Take it right after the fence committed: every transaction with an
-// xid or a snapshot xmin older than it may have passed the trigger without
-// seeing the fence.
-func FenceHorizon(ctx context.Context, pool *pgxpool.Pool) (string, error) {
-	var xmax string
-	// xid8 → xid by its low 32 bits: backend_xid and backend_xmin are
-	// 32-bit xids, and age() compares them modulo wraparound.
-	err := pool.QueryRow(ctx, `SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::numeric % 4294967296)::text`).Scan(&xmax)
-	if err != nil {
-		return "", fmt.Errorf("read fence horizon: %w", err)
-	}
-	return xmax, nil
+// Horizon is what the in-flight wait compares sessions with, taken right
+// after the fence committed.
+type Horizon struct {
+	// Xmax is the xmax of a snapshot taken then, as a 32-bit xid text: every
+	// transaction with an xid or a snapshot xmin older than it may have
+	// passed the trigger without seeing the fence.
+	Xmax string
+	// Lockers are the virtual transaction ids of the transactions that held
+	// ROW EXCLUSIVE on a table with a fence trigger then. Such a transaction
+	// may keep running the fence function it compiled before the fence
+	// (fenceFunctionSQL: a prepared statement re-executed in it takes no new
+	// lock, so its catalog cache is not refreshed) even without an xid or a
+	// snapshot, as READ COMMITTED between two statements.
+	Lockers []string
 }
 
-// InFlight lists client sessions whose transaction id or snapshot xmin is
-// older than horizon: those may have passed the fence before it committed
-// (including REPEATABLE READ transactions that have not written yet — their
-// snapshot does not see the fence). Walsenders, autovacuum and the excluded
-// pids (our own sessions) are not counted.
-func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon string, exclude []int32) ([]Blocker, error) {
+// FenceHorizon returns the horizon of a fence: take it right after the fence
+// committed.
+func FenceHorizon(ctx context.Context, pool *pgxpool.Pool) (Horizon, error) {
+	var h Horizon
+	// xid8 → xid by its low 32 bits: backend_xid and backend_xmin are
+	// 32-bit xids, and age() compares them modulo wraparound. The lock
+	// holders are read in the same statement; one that takes its lock later
+	// processes the fence's invalidation messages, sent before the fence's
+	// commit returned, and uses the new function.
+	err := pool.QueryRow(ctx, `
+		SELECT (pg_snapshot_xmax(pg_current_snapshot())::text::numeric % 4294967296)::text,
+			coalesce((SELECT array_agg(DISTINCT l.virtualtransaction)
+				FROM pg_locks l JOIN pg_trigger g ON g.tgrelid = l.relation AND g.tgname = 'reshard_fence'
+				WHERE l.locktype = 'relation' AND l.mode = 'RowExclusiveLock' AND l.granted
+				  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+				  AND l.pid IS DISTINCT FROM pg_backend_pid()), '{}')`).Scan(&h.Xmax, &h.Lockers)
+	if err != nil {
+		return Horizon{}, fmt.Errorf("read fence horizon: %w", err)
+	}
+	return h, nil
+}
+
+// InFlight lists client sessions that may have passed the fence before it
+// committed, or may still pass it: their transaction id or snapshot xmin is
+// older than the horizon (including REPEATABLE READ transactions that have
+// not written yet — their snapshot predates the fence), or their transaction
+// is one of the horizon's lock holders. Walsenders, autovacuum and the
+// excluded pids (our own sessions) are not counted.
+func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, exclude []int32) ([]Blocker, error) {
+	lockers := horizon.Lockers
+	if lockers == nil {
+		lockers = []string{}
+	}
 	rows, err := pool.Query(ctx, `
 		SELECT pid, coalesce(state, ''), coalesce(xact_start, now()), coalesce(application_name, ''), left(coalesce(query, ''), 80)
 		FROM pg_stat_activity
@@ -73,8 +101,9 @@ func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon string, exclude [
 		  AND pid <> pg_backend_pid()
 		  AND pid <> ALL(coalesce($2::int4[], '{}'))
 		  AND ((backend_xid IS NOT NULL AND age(backend_xid) > age($1::xid))
-		    OR (backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::xid)))
-		ORDER BY xact_start`, horizon, exclude)
+		    OR (backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::xid))
+		    OR pid IN (SELECT pid FROM pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY($3::text[])))
+		ORDER BY xact_start`, horizon.Xmax, exclude, lockers)
 	if err != nil {
 		return nil, fmt.Errorf("list in-flight transactions: %w", err)
 	}
@@ -90,10 +119,10 @@ func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon string, exclude [
 	return out, rows.Err()
 }
 
-// WaitInFlight waits until no transaction older than horizon is open, polling
+// WaitInFlight waits until no transaction InFlight names is open, polling
 // every few milliseconds, for at most budget. Over budget it returns an
 // *OverBudgetError naming the sessions still open.
-func WaitInFlight(ctx context.Context, pool *pgxpool.Pool, horizon string, exclude []int32, budget time.Duration) error {
+func WaitInFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, exclude []int32, budget time.Duration) error {
 	start := time.Now()
 	deadline := start.Add(budget)
 	delay := 2 * time.Millisecond

@@ -6,23 +6,37 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 )
 
-// A REPEATABLE READ transaction whose snapshot predates the fence can still
-// write a fenced key (its snapshot does not see the fence row): the wait must
-// hold until it ends, and report it when it outlives the budget.
+// updateV is the one UPDATE the sessions of these tests run: pgx prepares it
+// once per connection and then re-executes the prepared statement, as an
+// application's driver does.
+const updateV = "UPDATE users SET v = $2 WHERE id = $1"
+
+// A REPEATABLE READ transaction whose snapshot predates the fence is waited
+// for (it may have passed the trigger), and reported when it outlives the
+// budget. Having only read the table before the fence, it must take a new
+// lock to write, sees the fence function compiled by the fence, and is
+// refused: stricter than the registry read under its old snapshot the
+// trigger used to do, which let it through.
 func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
-	db.Exec(t, "INSERT INTO users VALUES (7, 'a')")
+	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
 	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	rr := db.Conn(t)
+	// The fence function compiled and cached in this session before.
+	if _, err := rr.Exec(ctx, updateV, int64(8), "warm"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := rr.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM users"); err != nil {
 		t.Fatal(err)
 	}
@@ -33,10 +47,6 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 	horizon, err := FenceHorizon(ctx, db.Pool)
 	if err != nil {
 		t.Fatal(err)
-	}
-	// The old snapshot passes the trigger: exactly the hazard.
-	if _, err := rr.Exec(ctx, "UPDATE users SET v = 'after fence' WHERE id = 7"); err != nil {
-		t.Fatalf("write of a REPEATABLE READ transaction opened before the fence: %v", err)
 	}
 	var obe *OverBudgetError
 	err = WaitInFlight(ctx, db.Pool, horizon, nil, 300*time.Millisecond)
@@ -51,11 +61,14 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 		t.Fatalf("WaitInFlight returned while the transaction was open: %v", err)
 	default:
 	}
-	if _, err := rr.Exec(ctx, "COMMIT"); err != nil {
+	if _, err := rr.Exec(ctx, updateV, int64(7), "after fence"); !topology.IsFenceError(err) {
+		t.Fatalf("write of a fenced key by a REPEATABLE READ transaction that only read before the fence: %v, want the fence error", err)
+	}
+	if _, err := rr.Exec(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
-		t.Fatalf("WaitInFlight after commit: %v", err)
+		t.Fatalf("WaitInFlight after the transaction ended: %v", err)
 	}
 	// A transaction started after the fence sees it and is not waited for.
 	late := db.Conn(t)
@@ -67,5 +80,126 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 	}
 	if _, err := late.Exec(ctx, "UPDATE users SET v = 'late' WHERE id = 7"); !topology.IsFenceError(err) {
 		t.Fatalf("write of a transaction begun after the fence: %v", err)
+	}
+}
+
+// A transaction that holds ROW EXCLUSIVE on the table since before the fence
+// re-executes a prepared write without taking a new lock, so it does not
+// process the fence's invalidation and may run the fence function it had
+// compiled before: its fenced write passes. The wait must hold until it
+// ends, whether it already has an xid (it wrote) or not (READ COMMITTED,
+// its earlier write matched no row: no xid, no snapshot between statements).
+func TestWaitInFlightCatchesLockHoldersFromBeforeFence(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, 0)
+	set := usersSet(t, db)
+	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+		t.Fatal(err)
+	}
+	tok := tokenOf(t, db, 7)
+	fence := []ring.Range{{Lo: tok - 1, Hi: tok}}
+	for _, tc := range []struct {
+		name, begin string
+		before      int64 // key written before the fence
+	}{
+		{"read committed, no row written", "BEGIN", -1},
+		{"read committed, a row written", "BEGIN", 8},
+		{"repeatable read, a row written", "BEGIN ISOLATION LEVEL REPEATABLE READ", 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := db.Conn(t)
+			if _, err := c.Exec(ctx, updateV, int64(8), "warm"); err != nil { // compiled, prepared
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, tc.begin); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Exec(ctx, updateV, tc.before, "before fence"); err != nil {
+				t.Fatal(err)
+			}
+			if err := Fence(ctx, db.Pool, set, fence, 1); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := Unfence(ctx, db.Pool, set, fence, 1); err != nil {
+					t.Error(err)
+				}
+			})
+			horizon, err := FenceHorizon(ctx, db.Pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var obe *OverBudgetError
+			err = WaitInFlight(ctx, db.Pool, horizon, nil, 200*time.Millisecond)
+			if !errors.As(err, &obe) || len(obe.Blockers) != 1 || obe.Blockers[0].PID != int32(c.PgConn().PID()) {
+				t.Fatalf("WaitInFlight with the transaction open (horizon %+v): %v", horizon, err)
+			}
+			// The hazard itself: refused is fine, passed must be waited for.
+			_, werr := c.Exec(ctx, updateV, int64(7), "after fence")
+			if werr != nil && !topology.IsFenceError(werr) {
+				t.Fatal(werr)
+			}
+			t.Logf("fenced write of the transaction: %v", werr)
+			done := make(chan error, 1)
+			go func() { done <- WaitInFlight(ctx, db.Pool, horizon, nil, 10*time.Second) }()
+			time.Sleep(200 * time.Millisecond)
+			select {
+			case err := <-done:
+				t.Fatalf("WaitInFlight returned while the transaction was open: %v", err)
+			default:
+			}
+			if _, err := c.Exec(ctx, "ROLLBACK"); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("WaitInFlight after the transaction ended: %v", err)
+			}
+			// Its next transaction uses the new function.
+			if _, err := c.Exec(ctx, updateV, int64(7), "next"); !topology.IsFenceError(err) {
+				t.Fatalf("fenced write in a new transaction: %v", err)
+			}
+		})
+	}
+}
+
+// After a fence commits, a write in a new transaction, or in a statement
+// parsed after it, is refused at once, even in a session that had the fence
+// function compiled and the statement prepared, and in a READ COMMITTED
+// transaction that wrote the table before the fence.
+func TestFenceSeenByLaterStatements(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, 0)
+	set := usersSet(t, db)
+	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+		t.Fatal(err)
+	}
+	auto, inTx := db.Conn(t), db.Conn(t)
+	for _, c := range []*pgx.Conn{auto, inTx} {
+		if _, err := c.Exec(ctx, updateV, int64(7), "warm"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := inTx.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inTx.Exec(ctx, updateV, int64(8), "before fence"); err != nil {
+		t.Fatal(err)
+	}
+	tok := tokenOf(t, db, 7)
+	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auto.Exec(ctx, updateV, int64(7), "after fence"); !topology.IsFenceError(err) {
+		t.Fatalf("prepared write in a new transaction after the fence: %v", err)
+	}
+	// A new statement text is parsed, which opens the table and processes
+	// the fence's invalidation even though the lock is already held.
+	if _, err := inTx.Exec(ctx, "UPDATE users SET v = 'parsed after fence' WHERE id = 7", pgx.QueryExecModeSimpleProtocol); !topology.IsFenceError(err) {
+		t.Fatalf("new statement after the fence in a transaction that wrote before it: %v", err)
+	}
+	if _, err := inTx.Exec(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
 	}
 }

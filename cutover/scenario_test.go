@@ -142,10 +142,15 @@ func TestStaleRouterRetriesOnNewOwner(t *testing.T) {
 }
 
 // TestRepeatableReadOpenedBeforeFence: a REPEATABLE READ transaction whose
-// snapshot predates the fence passes the trigger (it cannot see the fence).
-// The cutover either waits for it and captures its write, or, over budget,
-// aborts; then the write lands on the old owner, which still owns the range,
-// and a retried cutover carries it over. Never lost.
+// snapshot predates the fence. If it only read the table before the fence,
+// its write after the fence is refused (it takes a new lock, processes the
+// fence's invalidation and runs the fence function compiled by the fence).
+// If it wrote the table before the fence, it may pass the trigger after it
+// (its prepared statement runs the function it compiled before, see
+// fenceFunctionSQL): the cutover either waits for it and captures its
+// write, or, over budget, aborts; then the write lands on the old owner,
+// which still owns the range, and a retried cutover carries it over. Never
+// lost.
 func TestRepeatableReadOpenedBeforeFence(t *testing.T) {
 	e := movetest.New(t, "rr", 300)
 	e.Begin(t)
@@ -153,10 +158,11 @@ func TestRepeatableReadOpenedBeforeFence(t *testing.T) {
 	e.StartForward(t)
 	movetest.Drain(t, e.DBs["a"], e.Fwd)
 	ctx := movetest.Ctx(t)
-	k1, k2 := e.MovingKeys[0], e.MovingKeys[1]
+	k1, k2, k3 := e.MovingKeys[0], e.MovingKeys[1], e.MovingKeys[2]
 
-	// openRR opens the transaction and takes its snapshot now.
-	openRR := func() (write func(k int64, v string) error, commit func() error) {
+	// openRR opens the transaction and takes its snapshot now; with
+	// before > 0 it also writes key before (acknowledged at commit).
+	openRR := func(before int64) (write func(k int64, v string) error, commit func() error) {
 		c := e.DBs["a"].Conn(t)
 		if _, err := c.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
 			t.Fatal(err)
@@ -165,13 +171,19 @@ func TestRepeatableReadOpenedBeforeFence(t *testing.T) {
 		if err := c.QueryRow(ctx, "SELECT count(*) FROM kv").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
-		return func(k int64, v string) error {
-				_, err := c.Exec(ctx, "UPDATE kv SET v = $2 WHERE k = $1", k, v)
-				return err
-			}, func() error {
-				_, err := c.Exec(ctx, "COMMIT")
-				return err
+		write = func(k int64, v string) error {
+			_, err := c.Exec(ctx, "UPDATE kv SET v = $2 WHERE k = $1", k, v)
+			return err
+		}
+		if before > 0 {
+			if err := write(before, "rr-before-fence"); err != nil {
+				t.Fatal(err)
 			}
+		}
+		return write, func() error {
+			_, err := c.Exec(ctx, "COMMIT")
+			return err
+		}
 	}
 	waitFenced := func() {
 		for {
@@ -187,16 +199,24 @@ func TestRepeatableReadOpenedBeforeFence(t *testing.T) {
 		}
 	}
 
-	// 1. Over budget: aborted, the write stays on the old owner.
-	write, commit := openRR()
+	// 1. Over budget: aborted, the write stays on the old owner. A
+	// transaction that only read before the fence is refused meanwhile.
+	readOnly, rollbackReadOnly := openRR(0)
+	write, commit := openRR(k1)
 	cut := make(chan error, 1)
 	go func() {
 		_, err := cutover.Run(ctx, e.CutoverActions(t), e.Journal(), cutover.Options{Budget: 400 * time.Millisecond})
 		cut <- err
 	}()
 	waitFenced()
+	if err := readOnly(k3, "rr-read-only"); !topology.IsFenceError(err) {
+		t.Fatalf("write after the fence of a transaction that only read before it: %v; want the fence error", err)
+	}
+	if err := rollbackReadOnly(); err != nil { // COMMIT of a failed transaction rolls back
+		t.Fatal(err)
+	}
 	if err := write(k1, "rr-over-budget"); err != nil {
-		t.Fatalf("write in the old snapshot after the fence: %v", err)
+		t.Fatalf("write after the fence of a transaction that wrote before it: %v", err)
 	}
 	err := <-cut
 	var ob *cutover.OverBudgetError
@@ -210,7 +230,7 @@ func TestRepeatableReadOpenedBeforeFence(t *testing.T) {
 	e.CheckLedger(t) // a still owns the range
 
 	// 2. Within budget: waited for, its write captured.
-	write, commit = openRR()
+	write, commit = openRR(k2)
 	go func() {
 		_, err := cutover.Run(ctx, e.CutoverActions(t), e.Journal(), cutover.Options{Budget: 5 * time.Second})
 		cut <- err

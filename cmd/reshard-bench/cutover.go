@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,10 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -293,6 +296,7 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 		name  string
 		setup func() error
 		tps   []float64
+		cpu   []float64 // server CPU µs per update
 	}
 	modes := []*mode{
 		{name: "no trigger", setup: func() error { return cutover.RemoveTriggers(ctx, pool, set) }},
@@ -309,43 +313,156 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 			return cutover.Fence(ctx, pool, set, untouched, 0)
 		}},
 	}
+	// No autovacuum worker in the measured CPU (below); the table is
+	// throwaway.
+	for _, tb := range []string{"pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"} {
+		if _, err := pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{tb}.Sanitize()+" SET (autovacuum_enabled = false)"); err != nil {
+			return err
+		}
+	}
+	// The server's CPU time: pgbench's backends are children of the
+	// postmaster, which collects their CPU time when they exit (cutime and
+	// cstime of /proc/<postmaster>/stat). Per update, it measures what the
+	// trigger costs and little of what other processes on a busy machine
+	// do to the throughput.
+	var postmaster int
+	if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&postmaster); err != nil {
+		return err
+	}
+	postmaster, err = procStat(postmaster, 4)
+	if err != nil {
+		return err
+	}
+	childCPU := func() (time.Duration, error) {
+		ut, err := procStat(postmaster, 16)
+		if err != nil {
+			return 0, err
+		}
+		st, err := procStat(postmaster, 17)
+		// USER_HZ: /proc reports clock ticks of 10 ms.
+		return time.Duration(ut+st) * 10 * time.Millisecond, err
+	}
 	tpsRe := regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
-	const rounds, secs = 3, 8
-	for round := 0; round < rounds; round++ {
-		for _, md := range modes {
-			if err := md.setup(); err != nil {
-				return fmt.Errorf("%s: %w", md.name, err)
-			}
-			if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+	txRe := regexp.MustCompile(`number of transactions actually processed: ([0-9]+)`)
+	run := func(md *mode, secs int) error {
+		if err := md.setup(); err != nil {
+			return fmt.Errorf("%s: %w", md.name, err)
+		}
+		if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+			return err
+		}
+		cpu0, err := childCPU()
+		if err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, pgbench, append(base, "-n", "-c", "2", "-j", "2", "-T", strconv.Itoa(secs), "-M", "prepared", "-f", script, "fencebench")...)
+		cmd.Env = append(cmd.Environ(), "PGOPTIONS=-c synchronous_commit=off", "PGAPPNAME=fencebench")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("pgbench (%s): %v: %s", md.name, err, out)
+		}
+		mt, mx := tpsRe.FindSubmatch(out), txRe.FindSubmatch(out)
+		if mt == nil || mx == nil {
+			return fmt.Errorf("pgbench (%s): no tps in %s", md.name, out)
+		}
+		tps, _ := strconv.ParseFloat(string(mt[1]), 64)
+		n, _ := strconv.ParseFloat(string(mx[1]), 64)
+		// Until pgbench's backends have exited and been collected.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			var left int
+			if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fencebench'").Scan(&left); err != nil {
 				return err
 			}
-			cmd := exec.CommandContext(ctx, pgbench, append(base, "-n", "-c", "2", "-j", "2", "-T", strconv.Itoa(secs), "-M", "prepared", "-f", script, "fencebench")...)
-			cmd.Env = append(cmd.Environ(), "PGOPTIONS=-c synchronous_commit=off")
-			out, err := cmd.CombinedOutput()
-			if err != nil {
-				return fmt.Errorf("pgbench (%s): %v: %s", md.name, err, out)
+			if left == 0 || time.Now().After(deadline) {
+				break
 			}
-			mt := tpsRe.FindSubmatch(out)
-			if mt == nil {
-				return fmt.Errorf("pgbench (%s): no tps in %s", md.name, out)
+			time.Sleep(20 * time.Millisecond)
+		}
+		time.Sleep(200 * time.Millisecond)
+		cpu1, err := childCPU()
+		if err != nil {
+			return err
+		}
+		md.tps = append(md.tps, tps)
+		md.cpu = append(md.cpu, float64((cpu1-cpu0).Microseconds())/n)
+		fmt.Fprintf(e.out, "%s: %.0f tps, server CPU %.1f µs per update\n", md.name, tps, md.cpu[len(md.cpu)-1])
+		return nil
+	}
+	// Rounds of one run per mode, the order rotated from round to round so
+	// that a drift of the machine's load does not favour one mode; the
+	// overhead is the median over rounds of each round's ratio to the run
+	// without the trigger, which cancels load that changes between rounds.
+	const rounds, secs = 9, 6
+	loadBefore := fenceLoadAvg()
+	if err := run(modes[0], 3); err != nil { // warm-up: caches, pgbench
+		return err
+	}
+	modes[0].tps, modes[0].cpu = nil, nil
+	for round := 0; round < rounds; round++ {
+		fmt.Fprintf(e.out, "round %d (load average %s)\n", round, fenceLoadAvg())
+		for i := range modes {
+			if err := run(modes[(round+i)%len(modes)], secs); err != nil {
+				return err
 			}
-			tps, _ := strconv.ParseFloat(string(mt[1]), 64)
-			md.tps = append(md.tps, tps)
-			fmt.Fprintf(e.out, "round %d %s: %.0f tps\n", round, md.name, tps)
 		}
 	}
 	median := func(v []float64) float64 {
 		s := slices.Clone(v)
 		slices.Sort(s)
+		if len(s)%2 == 0 {
+			return (s[len(s)/2-1] + s[len(s)/2]) / 2
+		}
 		return s[len(s)/2]
 	}
-	baseTPS := median(modes[0].tps)
-	details := fmt.Sprintf("pgbench single-row UPDATE by aid, scale 1, 2 clients, synchronous_commit=off, median of %d interleaved %ds runs", rounds, secs)
-	r.add("pgbench updates, no trigger", baseTPS, "tps", details)
+	details := fmt.Sprintf("pgbench single-row UPDATE by aid, scale 1, 2 clients, -M prepared, synchronous_commit=off, %d rounds of interleaved %ds runs (order rotated), load average %s → %s",
+		rounds, secs, loadBefore, fenceLoadAvg())
+	r.add("pgbench updates, no trigger", median(modes[0].tps), "tps", details+"; median")
+	r.add("server CPU per update, no trigger", median(modes[0].cpu), "µs", "postgres backends' CPU time / updates; median")
 	for _, md := range modes[1:] {
-		t := median(md.tps)
-		r.add("pgbench updates, "+md.name, t, "tps", details)
-		r.add("fence trigger overhead, "+md.name, 100*(1-t/baseTPS), "%", "vs no trigger; goal ≤ 15")
+		tpsOver := make([]float64, rounds)
+		cpuOver := make([]float64, rounds)
+		for i := range tpsOver {
+			tpsOver[i] = 100 * (1 - md.tps[i]/modes[0].tps[i])
+			cpuOver[i] = 100 * (md.cpu[i]/modes[0].cpu[i] - 1)
+		}
+		r.add("pgbench updates, "+md.name, median(md.tps), "tps", details+"; median")
+		r.add("fence trigger overhead, "+md.name, median(tpsOver), "%",
+			fmt.Sprintf("throughput lost: median of per-round ratios to no trigger (min %.1f, max %.1f); goal ≤ 15", slices.Min(tpsOver), slices.Max(tpsOver)))
+		r.add("fence trigger CPU overhead, "+md.name, median(cpuOver), "%",
+			fmt.Sprintf("server CPU per update over no trigger: median of per-round ratios (min %.1f, max %.1f); less sensitive to other load", slices.Min(cpuOver), slices.Max(cpuOver)))
 	}
 	return cutover.RemoveTriggers(ctx, pool, set)
+}
+
+// fenceLoadAvg is the 1, 5 and 15 minute load averages of the machine, as
+// uptime prints them, or "?" where /proc/loadavg cannot be read.
+func fenceLoadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// procStat returns field n (1-based, as proc(5) numbers them; n ≥ 4) of
+// /proc/<pid>/stat as an integer.
+func procStat(pid, n int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name in %q", pid, b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < n-2 {
+		return 0, fmt.Errorf("/proc/%d/stat: no field %d in %q", pid, n, b)
+	}
+	return strconv.Atoi(f[n-3])
 }
