@@ -92,17 +92,28 @@ func TestActionsAgainstWorker(t *testing.T) {
 		t.Errorf("complete outside GRACE: exit %d\n%s", code, out)
 	}
 
-	// The state query, once the plan is made.
+	// The state query, once both moves are copying (paused). Waiting for
+	// that also keeps the rollback below from racing the start of the Move
+	// children: a rollback accepted before a child runs is not relayed to it
+	// (reported to the workflows' owner).
 	var st statusJSON
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
+	copying := func() bool {
+		for _, m := range st.State.Moves {
+			if m.Phase != workflows.PhaseSnapshotCopy || !m.Paused {
+				return false
+			}
+		}
+		return len(st.State.Moves) == 2
+	}
 	for {
 		out, code = c.run(t, "status", "act-one", "--json")
 		st = statusJSON{}
-		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && len(st.State.Moves) == 2 {
+		if code == 0 && json.Unmarshal([]byte(out), &st) == nil && copying() {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("status: exit %d, no moves after 60s\n%s", code, out)
+			t.Fatalf("status: exit %d, the moves are not both copying (paused) after 90s\n%s", code, out)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -110,7 +121,7 @@ func TestActionsAgainstWorker(t *testing.T) {
 		t.Errorf("state: %+v", st)
 	}
 	out, code = c.run(t, "status")
-	if code != 0 || !strings.Contains(out, "migration act-one") || !strings.Contains(out, "shard1 → shard3") || !strings.Contains(out, "rows") {
+	if code != 0 || !strings.Contains(out, "migration act-one") || !strings.Contains(out, "shard1 → shard3") || !strings.Contains(out, "SNAPSHOT_COPY (paused)") {
 		t.Errorf("status of the newest running migration: exit %d\n%s", code, out)
 	}
 
