@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -83,6 +84,7 @@ type cluster struct {
 	stats    *ledger.Stats
 	worker   *exec.Cmd
 	exited   chan struct{} // closed when worker has exited
+	listen   string        // the worker's /metrics and /healthz address
 	nWorkers int
 }
 
@@ -183,6 +185,7 @@ func (c *cluster) startWorker() {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
 	c.worker, c.exited = cmd, exited
+	c.listen = "127.0.0.1:" + strconv.Itoa(port)
 	// Up when /healthz answers.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -439,6 +442,40 @@ func TestAddNodeWithWriters(t *testing.T) {
 	t.Logf("add-node: %s, moved %.3f of the space, moves: %s", time.Since(started).Round(time.Second), st.MovedFraction, summary(st))
 	checkState(t, st)
 	c.checkData(st)
+	c.checkMetrics()
+}
+
+// checkMetrics reads the worker's /metrics after a migration: phase
+// durations, write pauses, copy and CDC figures, and no connection string.
+func (c *cluster) checkMetrics() {
+	resp, err := http.Get("http://" + c.listen + "/metrics")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	text := string(b)
+	for _, want := range []string{
+		`reshard_phase_duration_seconds_count{phase="SNAPSHOT_COPY"}`,
+		`reshard_phase_duration_seconds_count{phase="GRACE"}`,
+		`reshard_cutover_write_pause_seconds_count 4`,
+		`reshard_cutover_attempts_total{outcome="done"} 4`,
+		`reshard_migration_bytes_remaining{migration="e2e_add"`,
+		`reshard_migration_eta_seconds{migration="e2e_add"`,
+		`reshard_backfill_rows_total`,
+	} {
+		if !strings.Contains(text, want) {
+			c.t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for _, secret := range []string{"postgres://", "password", "dbname="} {
+		if strings.Contains(text, secret) {
+			c.t.Errorf("/metrics shows %q", secret)
+		}
+	}
 }
 
 func summary(st workflows.MigrationState) string {
