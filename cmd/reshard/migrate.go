@@ -424,6 +424,9 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 			if err != nil {
 				return usageError{err}
 			}
+			if dryRun {
+				req.ID = "" // a plan starts nothing, so it names nothing
+			}
 			cfg, err := cf.load(opts)
 			if err != nil {
 				return err
