@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -243,10 +244,13 @@ func equal(a, b []Phase) bool {
 	return true
 }
 
+var updates int
+
 // update sends an Update and returns its outcome once the workflow has
 // decided it.
 func update(env *testsuite.TestWorkflowEnvironment, name string, out *error, done *bool, args ...any) {
-	env.UpdateWorkflow(name, "u-"+name+env.Now().String(), &testsuite.TestUpdateCallback{
+	updates++
+	env.UpdateWorkflow(name, fmt.Sprintf("u%d-%s", updates, name), &testsuite.TestUpdateCallback{
 		OnAccept:   func() {},
 		OnReject:   func(err error) { *out = err; *done = true },
 		OnComplete: func(_ interface{}, err error) { *out = err; *done = true },
@@ -577,5 +581,31 @@ func TestRollbackDuringGrace(t *testing.T) {
 	}
 	if f.count(ActivityCleanup) != 0 {
 		t.Fatal("a rolled back move was cleaned up as completed")
+	}
+}
+
+func TestThrottleReachesTheNextSlice(t *testing.T) {
+	env, f := newEnv(t)
+	env.OnActivity(ActivityCopySlice, mock.Anything, mock.Anything).After(time.Minute).Return(
+		func(ctx context.Context, in CopySliceInput) (CopyProgress, error) {
+			n := f.record(ActivityCopySlice+"/"+in.Move.Spec.ID, in)
+			return CopyProgress{Rows: 100 * int64(n), Done: n >= 4}, nil
+		})
+	var err, bad error
+	var done, badDone bool
+	env.RegisterDelayedCallback(func() {
+		update(env, UpdateThrottle, &bad, &badDone, Throttle{RowsPerSec: -1})
+		update(env, UpdateThrottle, &err, &done, Throttle{RowsPerSec: 123, BytesPerSec: 4567})
+	}, 90*time.Second)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if !done || err != nil || st.Phase != PhaseDone {
+		t.Fatalf("throttle: %v %v, migration %s", done, err, st.Phase)
+	}
+	if !badDone || bad == nil || !strings.Contains(bad.Error(), ">= 0") {
+		t.Fatalf("negative throttle: %v %v", badDone, bad)
+	}
+	if in := f.last[ActivityCopySlice+"/t_m1"].(CopySliceInput); in.Throttle.RowsPerSec != 123 || in.Throttle.BytesPerSec != 4567 {
+		t.Fatalf("last slice ran with %+v", in.Throttle)
 	}
 }
