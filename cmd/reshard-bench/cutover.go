@@ -292,6 +292,23 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 		return err
 	}
 	untouched := []ring.Range{{Lo: 0, Hi: 1}} // no aid in 1..100000 has a token in (0, 1]
+	// A twin of pgbench_accounts that never has the trigger, for the paired
+	// runs (below).
+	for _, q := range []string{
+		"DROP TABLE IF EXISTS pgbench_accounts_plain",
+		"CREATE TABLE pgbench_accounts_plain (LIKE pgbench_accounts INCLUDING ALL) WITH (fillfactor = 100)",
+		"INSERT INTO pgbench_accounts_plain SELECT * FROM pgbench_accounts",
+		"VACUUM ANALYZE pgbench_accounts_plain",
+		"VACUUM ANALYZE pgbench_accounts",
+	} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			return err
+		}
+	}
+	plainScript := filepath.Join(e.dir, "update_plain.sql")
+	if err := os.WriteFile(plainScript, []byte("\\set aid random(1, 100000)\nUPDATE pgbench_accounts_plain SET abalance = abalance + 1 WHERE aid = :aid;\n"), 0o644); err != nil {
+		return err
+	}
 	type mode struct {
 		name  string
 		setup func() error
@@ -315,7 +332,7 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 	}
 	// No autovacuum worker in the measured CPU (below); the table is
 	// throwaway.
-	for _, tb := range []string{"pgbench_accounts", "pgbench_branches", "pgbench_tellers", "pgbench_history"} {
+	for _, tb := range []string{"pgbench_accounts", "pgbench_accounts_plain", "pgbench_branches", "pgbench_tellers", "pgbench_history"} {
 		if _, err := pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{tb}.Sanitize()+" SET (autovacuum_enabled = false)"); err != nil {
 			return err
 		}
@@ -392,18 +409,48 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 	// that a drift of the machine's load does not favour one mode; the
 	// overhead is the median over rounds of each round's ratio to the run
 	// without the trigger, which cancels load that changes between rounds.
-	const rounds, secs = 9, 6
-	loadBefore := fenceLoadAvg()
+	const rounds, secs = 7, 6
+	loadBefore := loadAvg()
 	if err := run(modes[0], 3); err != nil { // warm-up: caches, pgbench
 		return err
 	}
 	modes[0].tps, modes[0].cpu = nil, nil
 	for round := 0; round < rounds; round++ {
-		fmt.Fprintf(e.out, "round %d (load average %s)\n", round, fenceLoadAvg())
+		fmt.Fprintf(e.out, "round %d (load average %s)\n", round, loadAvg())
 		for i := range modes {
 			if err := run(modes[(round+i)%len(modes)], secs); err != nil {
 				return err
 			}
+		}
+	}
+	// Paired runs: each pgbench client picks, per transaction at random,
+	// the update of pgbench_accounts (with the trigger) or of its twin
+	// without it, so both see the same machine at the same moments; the
+	// overhead is 1 - (latency without)/(latency with), a throughput loss
+	// that other load on the machine hardly moves.
+	scriptRe := regexp.MustCompile(`(?s)SQL script \d+: ([^\n]+)\n.*?latency average = ([0-9.]+) ms`)
+	paired := map[string][]float64{}
+	for round := 0; round < rounds; round++ {
+		for i := range modes[1:] {
+			md := modes[1+(round+i)%(len(modes)-1)]
+			if err := md.setup(); err != nil {
+				return fmt.Errorf("%s: %w", md.name, err)
+			}
+			cmd := exec.CommandContext(ctx, pgbench, append(base, "-n", "-c", "2", "-j", "2", "-T", strconv.Itoa(secs), "-M", "prepared", "-f", plainScript, "-f", script, "fencebench")...)
+			cmd.Env = append(cmd.Environ(), "PGOPTIONS=-c synchronous_commit=off")
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("pgbench (paired, %s): %v: %s", md.name, err, out)
+			}
+			lat := map[string]float64{}
+			for _, m := range scriptRe.FindAllSubmatch(out, -1) {
+				lat[string(m[1])], _ = strconv.ParseFloat(string(m[2]), 64)
+			}
+			if lat[plainScript] == 0 || lat[script] == 0 {
+				return fmt.Errorf("pgbench (paired, %s): no per-script latency in %s", md.name, out)
+			}
+			paired[md.name] = append(paired[md.name], 100*(1-lat[plainScript]/lat[script]))
+			fmt.Fprintf(e.out, "paired, %s: latency %.3f ms without the trigger, %.3f ms with it (load average %s)\n", md.name, lat[plainScript], lat[script], loadAvg())
 		}
 	}
 	median := func(v []float64) float64 {
@@ -415,7 +462,7 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 		return s[len(s)/2]
 	}
 	details := fmt.Sprintf("pgbench single-row UPDATE by aid, scale 1, 2 clients, -M prepared, synchronous_commit=off, %d rounds of interleaved %ds runs (order rotated), load average %s → %s",
-		rounds, secs, loadBefore, fenceLoadAvg())
+		rounds, secs, loadBefore, loadAvg())
 	r.add("pgbench updates, no trigger", median(modes[0].tps), "tps", details+"; median")
 	r.add("server CPU per update, no trigger", median(modes[0].cpu), "µs", "postgres backends' CPU time / updates; median")
 	for _, md := range modes[1:] {
@@ -428,24 +475,13 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 		r.add("pgbench updates, "+md.name, median(md.tps), "tps", details+"; median")
 		r.add("fence trigger overhead, "+md.name, median(tpsOver), "%",
 			fmt.Sprintf("throughput lost: median of per-round ratios to no trigger (min %.1f, max %.1f); goal ≤ 15", slices.Min(tpsOver), slices.Max(tpsOver)))
+		r.add("fence trigger overhead, paired, "+md.name, median(paired[md.name]), "%",
+			fmt.Sprintf("throughput lost, per-transaction random choice between the table with the trigger and its twin without it: median of %d %ds runs (min %.1f, max %.1f); goal ≤ 15",
+				rounds, secs, slices.Min(paired[md.name]), slices.Max(paired[md.name])))
 		r.add("fence trigger CPU overhead, "+md.name, median(cpuOver), "%",
 			fmt.Sprintf("server CPU per update over no trigger: median of per-round ratios (min %.1f, max %.1f); less sensitive to other load", slices.Min(cpuOver), slices.Max(cpuOver)))
 	}
 	return cutover.RemoveTriggers(ctx, pool, set)
-}
-
-// fenceLoadAvg is the 1, 5 and 15 minute load averages of the machine, as
-// uptime prints them, or "?" where /proc/loadavg cannot be read.
-func fenceLoadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
 
 // procStat returns field n (1-based, as proc(5) numbers them; n ≥ 4) of
