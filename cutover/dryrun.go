@@ -36,7 +36,7 @@ func (d DryRun) FenceSource(context.Context) error {
 }
 
 func (d DryRun) WaitInFlight(_ context.Context, budget time.Duration) error {
-	d.say("3. wait (at most %s) until no session on %s holds an xid or snapshot older than the fence", budget, d.Source)
+	d.say("3. wait (at most %s) until no session on %s holds an xid or snapshot older than the fence, or a write lock on a fenced table taken before it", budget, d.Source)
 	return nil
 }
 
