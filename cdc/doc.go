@@ -13,7 +13,8 @@
 // source spills it to disk past logical_decoding_work_mem). The applier can
 // therefore write it as it arrives, inside one target transaction, flushing
 // every FlushRows operations and committing at a source commit: memory is
-// bounded by FlushRows, not by the transaction's size, with nothing to buffer
+// bounded by FlushRows (twice: one flush is in flight, in pipeline mode,
+// while the next is decoded), not by the transaction's size, with nothing to buffer
 // by xid and nothing to spill. (Streaming in-progress transactions would
 // force either buffering them or applying them in a second session, which
 // cannot share the replication origin and would break commit order.)
