@@ -339,9 +339,9 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 	}
 	// The server's CPU time: pgbench's backends are children of the
 	// postmaster, which collects their CPU time when they exit (cutime and
-	// cstime of /proc/<postmaster>/stat). Per update, it measures what the
-	// trigger costs and little of what other processes on a busy machine
-	// do to the throughput.
+	// cstime of /proc/<postmaster>/stat). Per update, it leaves out the time
+	// a backend waits for a CPU, but not what other processes do to its
+	// caches and clock: on a busy machine it spreads too.
 	var postmaster int
 	if err := pool.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&postmaster); err != nil {
 		return err
@@ -479,7 +479,7 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 			fmt.Sprintf("throughput lost, per-transaction random choice between the table with the trigger and its twin without it: median of %d %ds runs (min %.1f, max %.1f); goal ≤ 15",
 				rounds, secs, slices.Min(paired[md.name]), slices.Max(paired[md.name])))
 		r.add("fence trigger CPU overhead, "+md.name, median(cpuOver), "%",
-			fmt.Sprintf("server CPU per update over no trigger: median of per-round ratios (min %.1f, max %.1f); less sensitive to other load", slices.Min(cpuOver), slices.Max(cpuOver)))
+			fmt.Sprintf("server CPU per update over no trigger: median of per-round ratios (min %.1f, max %.1f); spreads widely on a busy machine (cache, frequency): read the paired figure first", slices.Min(cpuOver), slices.Max(cpuOver)))
 	}
 	return cutover.RemoveTriggers(ctx, pool, set)
 }
