@@ -5,7 +5,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 # Extra flags for go test, e.g. GOTESTFLAGS=-v (.ci/run sets it).
 GOTESTFLAGS ?=
 
-.PHONY: tools build test fuzz demo bench
+.PHONY: tools build test fuzz demo bench e2e
 
 # The pinned Temporal CLI (dev server), installed only when devenv would not
 # find one: $$TEMPORAL_CLI, PATH, then $$(go env GOPATH)/bin.
@@ -51,3 +51,10 @@ demo: build tools
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./ring/...
 	bash bench/run.sh -out docs/benchmarks.md
+
+# The fault-injection and bad-input suites (e2e/faults_test.go,
+# e2e/badinput_test.go, build tag e2e) with the rest of e2e: whole
+# migrations through the worker binary under live writes. About 20 minutes
+# on 2 cores; needs PostgreSQL 15 binaries and the temporal CLI.
+e2e: tools
+	PATH="$$PATH:$(GOBIN_DIR)" $(GO) test -tags e2e -count=1 -timeout 40m -v ./e2e/

@@ -67,11 +67,11 @@ func ParseRange(s string) (Range, error) {
 	}
 	l, err := strconv.ParseInt(strings.TrimSpace(lo), 10, 64)
 	if err != nil {
-		return Range{}, fmt.Errorf("range %q: lower bound: %w", s, err)
+		return Range{}, fmt.Errorf("range %q: lower bound: %w (tokens are int64, %d to %d)", s, err, MinToken, MaxToken)
 	}
 	h, err := strconv.ParseInt(strings.TrimSpace(hi), 10, 64)
 	if err != nil {
-		return Range{}, fmt.Errorf("range %q: upper bound: %w", s, err)
+		return Range{}, fmt.Errorf("range %q: upper bound: %w (tokens are int64, %d to %d)", s, err, MinToken, MaxToken)
 	}
 	r := Range{Lo: l, Hi: h}
 	if !r.Valid() {

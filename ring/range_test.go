@@ -1,6 +1,9 @@
 package ring
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestRangeContains(t *testing.T) {
 	tests := []struct {
@@ -68,6 +71,10 @@ func TestParseRange(t *testing.T) {
 		if _, err := ParseRange(bad); err == nil {
 			t.Errorf("ParseRange(%q) accepted a bad range", bad)
 		}
+	}
+	// A bound outside int64 says what a token can be.
+	if _, err := ParseRange("0:9223372036854775808"); err == nil || !strings.Contains(err.Error(), "tokens are int64, -9223372036854775808 to 9223372036854775807") {
+		t.Errorf("ParseRange past MaxToken: %v", err)
 	}
 }
 

@@ -185,9 +185,22 @@ func (c *clusterConfig) connect(ctx context.Context, what, dsn string) (*pgxpool
 		}
 	}
 	if err != nil {
+		if authFailed(err) {
+			// The server said no to these credentials: the configuration is
+			// wrong, not the server down. Bad input, with the fix.
+			return nil, usageError{fmt.Errorf("connect to %s (%s): %w; the password or user is wrong: fix the DSN's user, or the password ($%s, password_env or password_file of %s)",
+				what, redactDSN(dsn), err, PasswordEnvVar, c.Path)}
+		}
 		return nil, fmt.Errorf("connect to %s (%s): %w", what, redactDSN(dsn), err)
 	}
 	return p, nil
+}
+
+// authFailed: the server refused the credentials (SQLSTATE class 28:
+// invalid authorization specification, e.g. 28P01 wrong password).
+func authFailed(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "28")
 }
 
 // openStore connects to the control database.

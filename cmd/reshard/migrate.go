@@ -452,6 +452,16 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 			if dryRun {
 				return runPlan(ctx, cmd, cfg, p, f.asJSON)
 			}
+			// The PLAN checks before anything starts: bad input is refused
+			// here with its fix, with no workflow left behind.
+			rep, err := preflightPlan(ctx, cfg, p)
+			if err != nil {
+				return err
+			}
+			if probs := problemLines(rep); len(probs) > 0 {
+				return usageError{fmt.Errorf("%d preflight problem(s); fix these (reshard plan %s shows the whole plan), nothing was started:\n%s",
+					rep.Problems, p.Request.Kind, strings.Join(probs, "\n"))}
+			}
 			return startMigration(ctx, cmd, opts, cfg, p, f.asJSON)
 		},
 	}

@@ -74,6 +74,27 @@ type planReport struct {
 
 // runPlan runs the preflight of every pair and prints the plan.
 func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *migrationPlan, asJSON bool) error {
+	rep, err := preflightPlan(ctx, cfg, p)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		if err := topoWriteJSON(out, rep); err != nil {
+			return err
+		}
+	} else {
+		printPlan(out, rep)
+	}
+	if rep.Problems > 0 {
+		return usageError{fmt.Errorf("%d preflight problem(s): fix these, nothing was changed", rep.Problems)}
+	}
+	return nil
+}
+
+// preflightPlan runs the PLAN checks of every pair and the cutover dry run;
+// it changes nothing. Problems are in the report, not the error.
+func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan) (planReport, error) {
 	pools := map[string]*pgxpool.Pool{}
 	defer func() {
 		for _, pl := range pools {
@@ -88,11 +109,11 @@ func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *mig
 	for name := range slots {
 		dsn, ok := cfg.Shards[name]
 		if !ok {
-			return usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
+			return planReport{}, usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
 		}
 		pl, err := cfg.connect(ctx, "shard "+name, dsn)
 		if err != nil {
-			return err
+			return planReport{}, err
 		}
 		pools[name] = pl
 	}
@@ -106,7 +127,7 @@ func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *mig
 			Slots: max(slots[pr.Source], slots[pr.Target]), WalSenders: max(slots[pr.Source], slots[pr.Target]),
 		})
 		if err != nil && len(pf.Problems) == 0 {
-			return fmt.Errorf("preflight %s → %s: %w", pr.Source, pr.Target, err)
+			return planReport{}, fmt.Errorf("preflight %s → %s: %w", pr.Source, pr.Target, err)
 		}
 		e := pf.ETA(r.Throttle.RowsPerSec, r.Throttle.BytesPerSec)
 		eta = max(eta, e) // moves run in parallel, each throttled on its own
@@ -123,22 +144,26 @@ func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *mig
 	frozen := time.Now() // a dry run takes no time: the budgets print whole
 	if _, err := cutover.Run(ctx, cutover.DryRun{W: &steps, Move: first.Source + "->" + first.Target, Source: first.Source,
 		Target: first.Target, Ranges: first.Ranges, Version: p.From.Version + 1}, cutover.NopJournal{}, cutover.Options{Budget: r.CutoverBudget, Now: func() time.Time { return frozen }}); err != nil {
-		return fmt.Errorf("cutover dry run: %w", err)
+		return planReport{}, fmt.Errorf("cutover dry run: %w", err)
 	}
 	rep.CutoverSteps = strings.Split(strings.TrimRight(steps.String(), "\n"), "\n")
+	return rep, nil
+}
 
-	out := cmd.OutOrStdout()
-	if asJSON {
-		if err := topoWriteJSON(out, rep); err != nil {
-			return err
+// problemLines are the preflight problems of a report, one per line with
+// its fix, each shard's problem once.
+func problemLines(rep planReport) []string {
+	var probs []string
+	for _, pr := range rep.Pairs {
+		for _, pb := range pr.Problems {
+			where := pb.Shard
+			if pb.Table != "" {
+				where += " " + pb.Table
+			}
+			probs = append(probs, fmt.Sprintf("  [%s] %s: %s\n      fix: %s", pb.Check, where, pb.Problem, pb.Fix))
 		}
-	} else {
-		printPlan(out, rep)
 	}
-	if rep.Problems > 0 {
-		return usageError{fmt.Errorf("%d preflight problem(s): fix these, nothing was changed", rep.Problems)}
-	}
-	return nil
+	return dedupe(probs)
 }
 
 func printPlan(out io.Writer, rep planReport) {
@@ -210,17 +235,7 @@ func printPlan(out io.Writer, rep planReport) {
 	for _, s := range rep.CutoverSteps {
 		fmt.Fprintln(out, "  "+s)
 	}
-	var probs []string
-	for _, pr := range rep.Pairs {
-		for _, pb := range pr.Problems {
-			where := pb.Shard
-			if pb.Table != "" {
-				where += " " + pb.Table
-			}
-			probs = append(probs, fmt.Sprintf("  [%s] %s: %s\n      fix: %s", pb.Check, where, pb.Problem, pb.Fix))
-		}
-	}
-	if probs = dedupe(probs); len(probs) > 0 {
+	if probs := problemLines(rep); len(probs) > 0 {
 		fmt.Fprintln(out, "\nproblems (fix these, nothing was changed):")
 		fmt.Fprintln(out, strings.Join(probs, "\n"))
 	} else {

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// A migration verb runs the PLAN checks before it starts anything: a table
+// the move cannot take is refused with its fix, exit 2, and no workflow.
+func TestAddNodeRefusedByPreflight(t *testing.T) {
+	t.Cleanup(pgtest.Shutdown) // this package has no TestMain; stop the servers started here
+	c := newTestCluster(t, true)
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	c.shards["shard3"].Exec(t, `ALTER TABLE users REPLICA IDENTITY NOTHING`)
+	out, code := c.run(t, "add-node", "shard3", "--table", "users:id", "--table", "orders:user_id", "--id", "refused-1")
+	if code != 2 || !strings.Contains(out, "preflight problem") || !strings.Contains(out, "fix: ") ||
+		!strings.Contains(out, "shard3") || !strings.Contains(out, "nothing was started") {
+		t.Fatalf("add-node onto a table without replica identity: exit %d\n%s", code, out)
+	}
+	_, err := c.tc.DescribeWorkflowExecution(context.Background(), workflows.MigrationWorkflowID("refused-1"), "")
+	var nf *serviceerror.NotFound
+	if !errors.As(err, &nf) {
+		t.Fatalf("a workflow was started for the refused add-node: %v", err)
+	}
+	topo, err := topology.NewStore(c.control.Pool).Current(context.Background())
+	if err != nil || topo.Version != 1 {
+		t.Fatalf("topology after the refused add-node: v%d %v", topo.Version, err)
+	}
+	if n := c.slots(t); n != 0 {
+		t.Fatalf("%d slots after the refused add-node", n)
+	}
+}
+
+func TestAuthFailedIsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{fmt.Errorf("ping: %w", &pgconn.PgError{Code: "28P01"}), true}, // wrong password
+		{&pgconn.PgError{Code: "28000"}, true},                         // no pg_hba entry, unknown role
+		{&pgconn.PgError{Code: "57P03"}, false},                        // the server is starting up
+		{errors.New("dial tcp: connection refused"), false},
+	} {
+		if got := authFailed(tc.err); got != tc.want {
+			t.Errorf("authFailed(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
