@@ -179,8 +179,25 @@ func DropOrigin(ctx context.Context, conn Querier, name string) error {
 	if err := validName("origin", name); err != nil {
 		return err
 	}
-	_, err := conn.Exec(ctx, `SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname = $1`, name)
-	return wrapOp("drop replication origin "+name, err)
+	// An applier that was just stopped may still hold the origin in its
+	// session for a moment while its connection closes: wait for it, as
+	// DropSlot does for an active slot.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := conn.Exec(ctx, `SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname = $1`, name)
+		var pgErr *pgconn.PgError
+		if err == nil || !(errors.As(err, &pgErr) && pgErr.Code == "55006") {
+			return wrapOp("drop replication origin "+name, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("drop replication origin %s: still in use by an applier session after 10 s: stop the stream first: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // SlotStat is one row of pg_replication_slots, as the metrics need it.
