@@ -490,7 +490,17 @@ func TestActiveSessions(t *testing.T) {
 		t.Fatalf("idle source: back off %s, %v", d, err)
 	}
 	busy := db.Conn(t)
-	go busy.Exec(context.Background(), `SELECT pg_sleep(3)`)
+	bctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		busy.Exec(bctx, `SELECT pg_sleep(3)`)
+	}()
+	// The connection is closed by the test's cleanup: stop using it first.
+	defer func() {
+		cancel()
+		<-done
+	}()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
 		time.Sleep(1100 * time.Millisecond) // it asks at most once a second
