@@ -21,6 +21,8 @@ type migrationRun struct {
 	paused   bool
 	throttle Throttle
 	approved bool
+
+	phaseVersion workflow.Version
 }
 
 // Migration plans a migration, publishes the migrating topology, runs one
@@ -89,6 +91,7 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 		return err
 	}
 
+	r.phaseVersion = workflow.GetVersion(ctx, "parent-phase-follows-moves", workflow.DefaultVersion, 1)
 	r.children = make([]workflow.ChildWorkflowFuture, len(plan.Moves))
 	r.started = make([]bool, len(plan.Moves))
 	parent := workflow.GetInfo(ctx).WorkflowExecution.ID
@@ -116,7 +119,9 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 			}
 		})
 	}
-	r.setPhase(ctx, PhaseJoining)
+	if r.phaseVersion == workflow.DefaultVersion {
+		r.setPhase(ctx, PhaseJoining)
+	}
 
 	var failed, rolledBack []string
 	var firstErr error
@@ -168,7 +173,13 @@ func (r *migrationRun) moveState(ctx workflow.Context, ms MoveState) {
 			r.state.Moves[i] = ms
 		}
 	}
-	if p := r.aggregate(); p != r.state.Phase && !r.state.Phase.Terminal() && r.state.Phase != PhasePlan {
+	// The migration is where its least advanced move is, once the moves run.
+	// (Before version 1 a placeholder PLAN move froze it at PLAN.)
+	follow := r.state.Phase != PhasePlan
+	if r.phaseVersion >= 1 {
+		follow = r.children != nil
+	}
+	if p := r.aggregate(); follow && p != r.state.Phase && !r.state.Phase.Terminal() {
 		r.setPhase(ctx, p)
 	}
 	r.details(ctx)

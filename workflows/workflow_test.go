@@ -419,6 +419,9 @@ func TestPauseResume(t *testing.T) {
 				t.Errorf("while paused, move %s: paused=%v phase %s", m.Spec.ID, m.Paused, m.Phase)
 			}
 		}
+		if st.Phase != PhaseSnapshotCopy {
+			t.Errorf("while the moves copy, the migration says %s", st.Phase)
+		}
 	}, time.Hour)
 	env.RegisterDelayedCallback(func() { update(env, UpdateResume, &rErr, &rDone) }, 2*time.Hour)
 	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
