@@ -502,6 +502,7 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 
 	kills := []workflows.Phase{workflows.PhaseSnapshotCopy, workflows.PhaseCDCCatchUp, workflows.PhaseVerify, workflows.PhaseCutover, workflows.PhaseGrace}
 	var killedIn []string
+	parentPhases := map[workflows.Phase]bool{}
 	deadline := time.Now().Add(4 * time.Minute)
 	approved := false
 	for len(kills) > 0 && time.Now().Before(deadline) {
@@ -513,6 +514,7 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 		if st.Phase.Terminal() {
 			break
 		}
+		parentPhases[st.Phase] = true
 		want := kills[0]
 		if m, hit := anyIn(st, want); hit {
 			c.killWorker()
@@ -547,6 +549,12 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 	t.Logf("killed the worker in: %s; %d workers in all; moves: %s", strings.Join(killedIn, ", "), c.nWorkers, summary(st))
 	if len(kills) > 0 {
 		t.Errorf("not killed in %v: the migration ended first", kills)
+	}
+	// The migration's own phase (status, search attribute) followed the moves.
+	for _, p := range []workflows.Phase{workflows.PhaseSnapshotCopy, workflows.PhaseCutover, workflows.PhaseGrace} {
+		if !parentPhases[p] {
+			t.Errorf("the migration never said %s (it said %v)", p, parentPhases)
+		}
 	}
 	checkState(t, st)
 	c.checkData(st)
@@ -854,4 +862,89 @@ func TestRollbackDuringGrace(t *testing.T) {
 	if orders != c.orders {
 		t.Fatalf("%d orders after the rollback, %d before", orders, c.orders)
 	}
+}
+
+// TestWorkerKilledMidCutover kills the worker while a cutover has the
+// source fenced: a transaction held open on the source keeps the cutover in
+// its in-flight wait. The next worker must settle the interrupted cutover
+// from its journal (unfence the source), abort the attempts the open
+// transaction still blocks, and cut over once it has ended.
+func TestWorkerKilledMidCutover(t *testing.T) {
+	c := newCluster(t, 5_000)
+	c.startWorker()
+	c.startWriters()
+	req := c.request("e2e_midcut")
+	req.CutoverBudget = 8 * time.Second
+	// Verify's snapshot slot, like any slot creation, waits for open write
+	// transactions: hold ours only while the move waits for approval.
+	req.RequireApproval = true
+	run := c.start(req)
+	deadline := time.Now().Add(4 * time.Minute)
+
+	// The move out of shard1, waiting in CUTOVER for approval.
+	var victim string
+	for victim == "" {
+		st, ok := c.state(run.GetID())
+		if ok {
+			for _, m := range st.Moves {
+				if m.Spec.Source == shard(1) && m.Phase == workflows.PhaseCutover {
+					victim = m.Spec.ID
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the move out of shard1 never waited in CUTOVER: %s", c.describe(run.GetID()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	blocker := c.dbs[shard(1)].Conn(t)
+	bctx := context.Background()
+	if _, err := blocker.Exec(bctx, `BEGIN; SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	c.approve(run.GetID())
+	// Wait until that move's cutover has fenced the source, then kill.
+	for {
+		if c.dbs[shard(1)].QueryInt64(t, `SELECT count(*) FROM reshard.fence WHERE NOT isempty(ranges)`) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cutover never fenced shard1: %s", c.describe(run.GetID()))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.killWorker()
+	c.startWorker()
+	// Let the next worker find the interrupted cutover and abort at least
+	// once more against the open transaction, then end it.
+	for {
+		st, ok := c.state(run.GetID())
+		if ok {
+			for _, m := range st.Moves {
+				if m.Spec.ID == victim && m.Attempts >= 2 {
+					goto release
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no second cutover attempt: %s\n%s", c.describe(run.GetID()), c.workerLogs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+release:
+	if _, err := blocker.Exec(bctx, `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	st := c.wait(run, time.Until(deadline)+time.Minute)
+	c.stopWriters()
+	for _, m := range st.Moves {
+		if m.Spec.ID == victim {
+			t.Logf("move %s: %d cutover attempts, write pause of the last %s", victim, m.Attempts, m.WritePause.Round(time.Millisecond))
+			if m.Attempts < 2 {
+				t.Fatalf("move %s cut over in %d attempts", victim, m.Attempts)
+			}
+		}
+	}
+	checkState(t, st)
+	c.checkData(st)
 }
