@@ -94,15 +94,25 @@ func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, exclude 
 	if lockers == nil {
 		lockers = []string{}
 	}
+	// Prepared transactions (two-phase commit) have no session in
+	// pg_stat_activity: one prepared before the fence may still commit
+	// writes that passed the trigger, so it is waited for too (pid 0).
 	rows, err := pool.Query(ctx, `
-		SELECT pid, coalesce(state, ''), coalesce(xact_start, now()), coalesce(application_name, ''), left(coalesce(query, ''), 80)
-		FROM pg_stat_activity
-		WHERE backend_type = 'client backend'
-		  AND pid <> pg_backend_pid()
-		  AND pid <> ALL(coalesce($2::int4[], '{}'))
-		  AND ((backend_xid IS NOT NULL AND age(backend_xid) > age($1::xid))
-		    OR (backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::xid))
-		    OR pid IN (SELECT pid FROM pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY($3::text[])))
+		SELECT pid, state, xact_start, application_name, query FROM (
+			SELECT pid, coalesce(state, '') AS state, coalesce(xact_start, now()) AS xact_start,
+			       coalesce(application_name, '') AS application_name, left(coalesce(query, ''), 80) AS query
+			FROM pg_stat_activity
+			WHERE backend_type = 'client backend'
+			  AND pid <> pg_backend_pid()
+			  AND pid <> ALL(coalesce($2::int4[], '{}'))
+			  AND ((backend_xid IS NOT NULL AND age(backend_xid) > age($1::xid))
+			    OR (backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::xid))
+			    OR pid IN (SELECT pid FROM pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY($3::text[])))
+			UNION ALL
+			SELECT 0, 'prepared', prepared, 'two-phase commit', left('PREPARE TRANSACTION ' || quote_literal(gid), 80)
+			FROM pg_prepared_xacts
+			WHERE database = current_database() AND age(transaction) > age($1::xid)
+		) b
 		ORDER BY xact_start`, horizon.Xmax, exclude, lockers)
 	if err != nil {
 		return nil, fmt.Errorf("list in-flight transactions: %w", err)

@@ -3,6 +3,7 @@ package cutover
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,5 +202,43 @@ func TestFenceSeenByLaterStatements(t *testing.T) {
 	}
 	if _, err := inTx.Exec(ctx, "ROLLBACK"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A transaction prepared for two-phase commit before the fence has no
+// session, yet its write passed the trigger and commits whenever COMMIT
+// PREPARED comes: the wait must hold for it.
+func TestWaitInFlightCatchesPreparedTransaction(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, 0)
+	set := usersSet(t, db)
+	db.Exec(t, "INSERT INTO users VALUES (7, 'a')")
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+		t.Fatal(err)
+	}
+	c := db.Conn(t)
+	gid := "reshard_test_" + db.Name
+	if _, err := c.Exec(ctx, "BEGIN; UPDATE users SET v = 'prepared' WHERE id = 7; PREPARE TRANSACTION '"+gid+"'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'") })
+	tok := tokenOf(t, db, 7)
+	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	horizon, err := FenceHorizon(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obe *OverBudgetError
+	err = WaitInFlight(ctx, db.Pool, horizon, nil, 300*time.Millisecond)
+	if !errors.As(err, &obe) || len(obe.Blockers) != 1 || obe.Blockers[0].State != "prepared" || !strings.Contains(obe.Error(), gid) {
+		t.Fatalf("WaitInFlight with a prepared transaction: %v", err)
+	}
+	if _, err := db.Pool.Exec(ctx, "COMMIT PREPARED '"+gid+"'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitInFlight(ctx, db.Pool, horizon, nil, time.Second); err != nil {
+		t.Fatalf("WaitInFlight after COMMIT PREPARED: %v", err)
 	}
 }

@@ -226,6 +226,7 @@ func (pg *PG) Init(ctx context.Context, s Server, opts ServerOptions) error {
 		"max_replication_slots = 64",
 		"max_wal_senders = 64",
 		"max_connections = 300",
+		"max_prepared_transactions = 16",
 		"shared_buffers = 128MB",
 		"max_wal_size = 2GB",
 		"logical_decoding_work_mem = 64MB",
