@@ -170,19 +170,36 @@ func StopTemporal(t Temporal) error {
 	if !t.Running() {
 		return nil
 	}
+	// Once signalled, wait for the process itself to be gone: an exiting
+	// process loses its cmdline before it dies, so Running turns false early.
 	_ = syscall.Kill(-t.Pid, syscall.SIGTERM)
 	for i := 0; i < 100; i++ {
-		if !t.Running() {
+		if exited(t.Pid) {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	_ = syscall.Kill(-t.Pid, syscall.SIGKILL)
 	for i := 0; i < 50; i++ {
-		if !t.Running() {
+		if exited(t.Pid) {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("temporal dev server pid %d did not stop", t.Pid)
+}
+
+// exited reports whether pid is gone or a zombie (dead, not yet reaped: this
+// machine's init may never reap it).
+func exited(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && (s[i+2] == 'Z' || s[i+2] == 'X')
 }
