@@ -75,6 +75,9 @@ type Activities struct {
 	// Temporal session as the stream and find it here.
 	mu      sync.Mutex
 	streams map[string]*cdc.Stream
+
+	controlMu    sync.Mutex
+	controlReady bool // control schema (topology, cutover journal) ensured
 }
 
 // New returns the activities of a worker.

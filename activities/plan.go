@@ -225,11 +225,17 @@ func (a *Activities) store(ctx context.Context) (*topology.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := topology.Migrate(ctx, pool); err != nil {
-		return nil, fmt.Errorf("prepare the control database: %w", err)
-	}
-	if err := cutover.EnsureJournal(ctx, pool); err != nil {
-		return nil, fmt.Errorf("prepare the cutover journal: %w", err)
+	// Once per process: concurrent activities need not race on DDL.
+	a.controlMu.Lock()
+	defer a.controlMu.Unlock()
+	if !a.controlReady {
+		if err := topology.Migrate(ctx, pool); err != nil {
+			return nil, fmt.Errorf("prepare the control database: %w", err)
+		}
+		if err := cutover.EnsureJournal(ctx, pool); err != nil {
+			return nil, fmt.Errorf("prepare the cutover journal: %w", err)
+		}
+		a.controlReady = true
 	}
 	return topology.NewStore(pool), nil
 }
