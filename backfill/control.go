@@ -61,19 +61,36 @@ func (t *Throttle) Wait(ctx context.Context, rows, bytes int) (time.Duration, er
 	return time.Since(start), err
 }
 
-// waitN waits for n tokens, in pieces no larger than the burst (WaitN refuses
-// more than the burst at once).
+// waitN waits for n tokens, in pieces no larger than the burst (a limiter
+// refuses more than the burst at once). It waits until ctx ends rather than
+// fail early: rate.Limiter.WaitN returns an error of its own at once when the
+// wait would end past ctx's deadline, and a copy slice (a deadline) must end
+// as its context does, not as a failed copy.
 func waitN(ctx context.Context, l *rate.Limiter, n int) error {
 	if l == nil {
 		return nil
 	}
 	for n > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if l.Limit() == rate.Inf {
 			return nil
 		}
 		k := min(n, max(1, l.Burst()))
-		if err := l.WaitN(ctx, k); err != nil {
-			return err
+		r := l.ReserveN(time.Now(), k)
+		if !r.OK() {
+			continue // the burst shrank (SetLimits) since it was read: take a smaller piece
+		}
+		if d := r.Delay(); d > 0 {
+			tm := time.NewTimer(d)
+			select {
+			case <-tm.C:
+			case <-ctx.Done():
+				tm.Stop()
+				r.Cancel()
+				return ctx.Err()
+			}
 		}
 		n -= k
 	}
