@@ -749,7 +749,7 @@ func TestFaultTruncateAndDDLMidMove(t *testing.T) {
 	if !strings.Contains(stopped, "apply the same DDL on the target") {
 		t.Errorf("the schema-change error does not name the fix: %s", stopped)
 	}
-	// Approving now must not cut the stopped move over.
+	// The operator rolls back: everything as before the migration.
 	msg, err := c.update(run.GetID(), workflows.UpdateRollback)
 	if err != nil {
 		t.Fatalf("rollback: %v\n%s", err, c.describe(run.GetID()))

@@ -500,7 +500,7 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 
 func (m *moveRun) cutover(ctx workflow.Context) error {
 	if m.in.Request.RequireApproval && !m.approved {
-		if err := workflow.Await(ctx, func() bool { return m.approved || m.rollbackAsked }); err != nil {
+		if err := m.awaitApproval(ctx); err != nil {
 			return err
 		}
 	}
@@ -536,6 +536,31 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	}
 	m.reverseL0 = rev.L0
 	return m.to(ctx, PhaseGrace)
+}
+
+// awaitApproval waits for approve-cutover or rollback. The stream keeps the
+// target current meanwhile: if it ends, it is restarted; if it cannot be
+// (a non-retryable end, e.g. DDL on the source), the move says why in its
+// state and waits for the operator (rollback; an approval then fails the
+// move with that error).
+func (m *moveRun) awaitApproval(ctx workflow.Context) error {
+	watch := workflow.GetVersion(ctx, "approval-watches-cdc", workflow.DefaultVersion, 1) >= 1
+	stopped := false
+	ended := func() bool { return watch && !stopped && m.cdcFut != nil && m.cdcFut.IsReady() }
+	for {
+		if err := workflow.Await(ctx, func() bool { return m.approved || m.rollbackAsked || ended() }); err != nil {
+			return err
+		}
+		if m.approved || m.rollbackAsked {
+			return nil
+		}
+		if err := m.ensureCDC(ctx); err != nil {
+			stopped = true
+			m.state.Error = err.Error()
+			m.details(ctx)
+			m.notify(ctx, true)
+		}
+	}
 }
 
 // grace keeps the old owner current by reverse CDC until the grace period

@@ -32,6 +32,7 @@ type fakes struct {
 
 	copySlice func(CopySliceInput, int) (CopyProgress, error)
 	cdcLife   func(n int) time.Duration // how long the n-th stream runs before it fails
+	cdcEnd    func(n int) error         // how the n-th stream fails (nil: a retryable lost connection)
 	lag       func(n int) int64
 	verify    func(VerifyInput, int) (VerifySummary, error)
 	cutover   func(CutoverInput, int) (CutoverResult, error)
@@ -147,6 +148,14 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 		f.mu.Unlock()
 		return f.cdcLife(n)
 	}).Return(func(ctx context.Context, in CDCInput) error {
+		f.mu.Lock()
+		n := cdcStarts
+		f.mu.Unlock()
+		if f.cdcEnd != nil {
+			if err := f.cdcEnd(n); err != nil {
+				return err
+			}
+		}
 		return temporal.NewApplicationError("stream of "+in.Move.Spec.ID+" ended: connection lost", "Retryable")
 	})
 	env.OnActivity(ActivityRunReverse, mock.Anything, mock.Anything).After(10000 * time.Hour).Return(
