@@ -602,7 +602,7 @@ func TestFaultSourceRestartedInGrace(t *testing.T) {
 }
 
 // TestFaultCompetingPublisher publishes the current topology again, as
-// another publisher would, as fast as it can while the migration runs:
+// another publisher would, without pause while the migration's moves run:
 // every publish of the migration meets compare-and-set conflicts, must
 // re-read and re-apply its change, and the final ring must give every
 // range to its old owner or the new shard, none lost, none twice.
@@ -611,6 +611,12 @@ func TestFaultCompetingPublisher(t *testing.T) {
 	c := newCluster(t, 5_000)
 	c.startWorker()
 	c.startWriters()
+	// From the migrating topology on (a version bump between the plan and
+	// it makes the migration refuse to start: "plan the migration again").
+	run := c.start(c.request("f_publish"))
+	c.waitFor(run, time.Now().Add(2*time.Minute), "every move copying", func(st workflows.MigrationState) bool {
+		return len(st.Moves) == 4 && allPast(st, workflows.PhaseJoining)
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var bumps, conflicts atomic.Int64
 	done := make(chan struct{})
@@ -625,16 +631,17 @@ func TestFaultCompetingPublisher(t *testing.T) {
 			if err != nil {
 				continue
 			}
+			// A slow publisher: 30 ms between its read and its write, so
+			// that the migration's publishes land in between.
+			time.Sleep(30 * time.Millisecond)
 			if _, err := c.store.Publish(ctx, cur.Version, next.WithMigrationID(cur.MigrationID)); err == nil {
 				bumps.Add(1)
 			} else {
 				conflicts.Add(1)
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 	}()
 	defer func() { cancel(); <-done }()
-	run := c.start(c.request("f_publish"))
 	st := c.wait(run, 4*time.Minute)
 	cancel()
 	<-done
