@@ -288,7 +288,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	}
 	sum.print(out)
 	if o.keep {
-		fmt.Fprintf(out, "\nThe cluster and Temporal keep running (--keep): UI %s, reshard dev status, reshard dev psql %s; stop with reshard dev down.\n", cfg.Temporal.UI, newShard)
+		fmt.Fprintf(out, "\nThe cluster and Temporal keep running (--keep): UI %s; reshard dev status --state-dir %[2]s, reshard dev psql %[3]s --state-dir %[2]s; stop with reshard dev down --state-dir %[2]s.\n", cfg.Temporal.UI, opts.stateDir, newShard)
 	}
 	if len(mismatches) > 0 || !place.OK() {
 		return fmt.Errorf("the demo found %d acknowledged writes not on their owner and %d misplaced rows", len(mismatches), sumValues(place.Misplaced))
