@@ -559,6 +559,13 @@ func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		return 0, wrapOp("set session_replication_role on the target", err)
 	}
+	// The position acknowledged to the source must be durable (DESIGN.md §4):
+	// on a target running with synchronous_commit = off a COMMIT returns
+	// before its WAL is flushed, and a crash would lose an applied batch
+	// (and its origin progress) that the source's slot has already let go.
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
+		return 0, wrapOp("set synchronous_commit on the target", err)
+	}
 	if _, err := conn.Exec(ctx, `SELECT pg_replication_origin_create($1) WHERE NOT EXISTS (SELECT 1 FROM pg_replication_origin WHERE roname = $1)`, r.o.Origin); err != nil {
 		var pgErr *pgconn.PgError
 		if !(errors.As(err, &pgErr) && pgErr.Code == "23505") { // created concurrently
