@@ -121,7 +121,24 @@ func (c *cluster) rowsIn(name string, rs []ring.Range) int64 {
 		db.QueryInt64(c.t, `SELECT count(*) FROM orders WHERE `+ring.Predicate("hashint8extended(user_id, 0)", rs))
 }
 
-// restartServer crashes a PostgreSQL server (immediate shutdown) and starts
+// durable makes the server of a shard commit synchronously (test servers
+// run with synchronous_commit = off, and an immediate shutdown would then
+// lose commits PostgreSQL had acknowledged: the ledger would rightly call
+// them lost). Call it before the writers start; undone at the end.
+func (c *cluster) durable(name string) {
+	c.t.Helper()
+	db := c.dbs[name]
+	db.Exec(c.t, `ALTER SYSTEM SET synchronous_commit = on`)
+	db.Exec(c.t, `SELECT pg_reload_conf()`)
+	c.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = db.Pool.Exec(ctx, `ALTER SYSTEM RESET synchronous_commit`)
+		_, _ = db.Pool.Exec(ctx, `SELECT pg_reload_conf()`)
+	})
+}
+
+// crashServer crashes a PostgreSQL server (immediate shutdown) and starts
 // it again after down; the server is back even if the test fails meanwhile.
 func (c *cluster) crashServer(name string) (restart func()) {
 	c.t.Helper()
@@ -454,6 +471,7 @@ func victimKey(rs []ring.Range) int64 {
 func TestFaultTargetDownBeforeCutover(t *testing.T) {
 	wall(t)
 	c := newCluster(t, 5_000)
+	c.durable(shard(5))
 	c.startWorker()
 	c.startWriters()
 	req := c.request("f_target_down")
@@ -536,6 +554,7 @@ func (c *cluster) pendingFailures(migrationID string) []string {
 func TestFaultSourceRestartedInGrace(t *testing.T) {
 	wall(t)
 	c := newCluster(t, 5_000)
+	c.durable(shard(2))
 	c.startWorker()
 	c.startWriters()
 	req := c.request("f_grace")
