@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.yaml.in/yaml/v3"
@@ -236,8 +237,19 @@ func TestStartMigration(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &started) != nil || started.ID != "add-three" || started.WorkflowID != "reshard-add-three" {
 		t.Fatalf("start after the first ended: exit %d\n%s", code, out)
 	}
-	out, code = c.run(t, "list")
-	if code != 0 || !strings.Contains(out, "add-three") || !strings.Contains(out, "terminated") || strings.Index(out, "add-three") > strings.Index(out, "add-one") {
+	// Temporal's visibility store is eventually consistent: a workflow just
+	// started may take a moment to be listed.
+	listed := func(out string) bool {
+		return strings.Contains(out, "add-three") && strings.Contains(out, "terminated") && strings.Index(out, "add-three") < strings.Index(out, "add-one")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out, code = c.run(t, "list")
+		if code == 0 && listed(out) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if code != 0 || !listed(out) {
 		t.Errorf("list, newest first: exit %d\n%s", code, out)
 	}
 
