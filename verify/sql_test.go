@@ -11,7 +11,8 @@ import (
 
 func orders() tableset.Table {
 	return tableset.Table{Schema: "public", Name: "Orders", KeyColumn: "user_id", KeyType: ring.KeyInt, PK: []string{"user_id", "id"},
-		Columns: []tableset.Column{{Name: "id", Type: "bigint"}, {Name: "user_id", Type: "integer"}, {Name: "note", Type: "character varying(20)"}}}
+		Columns: []tableset.Column{{Name: "id", Type: "bigint", TypeOID: 20}, {Name: "user_id", Type: "integer", TypeOID: 23},
+			{Name: "note", Type: "character varying(20)", TypeOID: 1043}, {Name: "total", Type: "numeric(12,2)", TypeOID: 1700}}}
 }
 
 func TestWhere(t *testing.T) {
@@ -48,13 +49,15 @@ func TestWhere(t *testing.T) {
 	}
 }
 
-func TestRowTextAndRanges(t *testing.T) {
+func TestRowHashAndRanges(t *testing.T) {
 	q, err := newTableSQL(orders(), []ring.Range{{Lo: 10, Hi: 20}, {Lo: ring.MinToken, Hi: -5}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := `ROW("t"."id", "t"."user_id", "t"."note")::text`; q.rowText != want {
-		t.Errorf("row text %s, want %s", q.rowText, want)
+	// Columns by name in source order; text under "C"; numeric (1.5 = 1.50)
+	// as text.
+	if want := `hash_record_extended(ROW("t"."id", "t"."user_id", "t"."note" COLLATE "C", ("t"."total"::text COLLATE "C")), 0)`; q.rowHash != want {
+		t.Errorf("row hash %s, want %s", q.rowHash, want)
 	}
 	if q.from != `"public"."Orders" AS t` {
 		t.Errorf("from %s", q.from)

@@ -431,9 +431,9 @@ func bisect(ctx context.Context, s *session, q *tableSQL, lo, hi []string, sd, d
 }
 
 type hashedRow struct {
-	key    []string
-	token  int64
-	h0, h1 int64
+	key   []string
+	token int64
+	hash  int64
 }
 
 // rowDiff compares the rows of a small interval by primary key.
@@ -446,7 +446,7 @@ func rowDiff(ctx context.Context, s *session, q *tableSQL, lo, hi []string) ([]M
 		}
 		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (hashedRow, error) {
 			var h hashedRow
-			err := r.Scan(&h.key, &h.token, &h.h0, &h.h1)
+			err := r.Scan(&h.key, &h.token, &h.hash)
 			return h, err
 		})
 	})
@@ -472,7 +472,7 @@ func rowDiff(ctx context.Context, s *session, q *tableSQL, lo, hi []string) ([]M
 		switch {
 		case !ok:
 			out = append(out, mk(r, Missing))
-		case t.h0 != r.h0 || t.h1 != r.h1:
+		case t.hash != r.hash:
 			out = append(out, mk(r, Different))
 		}
 		delete(target, k)

@@ -11,8 +11,9 @@ import (
 )
 
 // runVerify compares a verification of the whole users table (both sides,
-// chunked checksums) with a plain checksum scan of the same rows on one side,
-// the reference of ../shared/bench/pglimits.sh.
+// chunked checksums) with plain checksum scans of the same rows on one side:
+// the reference of ../shared/bench/pglimits.sh (row text hashed) and a scan
+// with verify's own row hash.
 func runVerify(ctx context.Context, e *env, r *report) error {
 	if err := e.truncateTarget(ctx); err != nil {
 		return err
@@ -26,16 +27,20 @@ func runVerify(ctx context.Context, e *env, r *report) error {
 	}
 	fmt.Fprintf(e.out, "target loaded by a binary COPY pipe in %s\n", t.Round(time.Millisecond))
 
-	plain := func(side string) (float64, error) {
+	// A plain scan of one side, the better of two runs (the first may warm
+	// the cache). PostgreSQL runs it as a parallel seq scan (2 workers), so
+	// it uses every core of this machine for one side, while verify reads
+	// both sides on the same cores.
+	plain := func(side, sql string) (float64, error) {
 		pool := e.srcPool
 		if side == "target" {
 			pool = e.dstPool
 		}
 		best := time.Duration(0)
-		for range 2 { // the better of two: the first may warm the cache
+		for range 2 {
 			start := time.Now()
 			var n, x int64
-			if err := pool.QueryRow(ctx, `SELECT count(*), bit_xor(hashtextextended(u::text, 0)) FROM users u`).Scan(&n, &x); err != nil {
+			if err := pool.QueryRow(ctx, sql).Scan(&n, &x); err != nil {
 				return 0, err
 			}
 			if d := time.Since(start); best == 0 || d < best {
@@ -44,16 +49,29 @@ func runVerify(ctx context.Context, e *env, r *report) error {
 		}
 		return float64(e.cfg.rows) / best.Seconds(), nil
 	}
-	ps, err := plain("source")
-	if err != nil {
-		return err
+	// The reference of ../shared/bench/pglimits.sh: the row rendered as text
+	// and hashed. The goal of the verify issue is measured against it.
+	const textScan = `SELECT count(*), bit_xor(hashtextextended(u::text, 0)) FROM users u`
+	// The same row hash verify computes (every column of users is hashed by
+	// its own type's hash function): what is left of the gap to this one is
+	// verify's own cost — two sides, chunks, snapshots.
+	const recordScan = `SELECT count(*), bit_xor(hash_record_extended(u, 0)) FROM users u`
+	var ps, pt, rs, rt float64
+	for _, m := range []struct {
+		v          *float64
+		side, sql  string
+		name, note string
+	}{
+		{&ps, "source", textScan, "checksum_scan_source_rows_per_s", "count(*), bit_xor(hashtextextended(u::text,0)) over users, one side (pglimits.sh)"},
+		{&pt, "target", textScan, "checksum_scan_target_rows_per_s", "the same on the target"},
+		{&rs, "source", recordScan, "record_hash_scan_source_rows_per_s", "count(*), bit_xor(hash_record_extended(u,0)): verify's row hash, one side"},
+		{&rt, "target", recordScan, "record_hash_scan_target_rows_per_s", "the same on the target"},
+	} {
+		if *m.v, err = plain(m.side, m.sql); err != nil {
+			return err
+		}
+		r.add(m.name, *m.v, "rows/s", m.note)
 	}
-	r.add("checksum_scan_source_rows_per_s", ps, "rows/s", "count(*), bit_xor(hashtextextended(u::text,0)) over users, one side")
-	pt, err := plain("target")
-	if err != nil {
-		return err
-	}
-	r.add("checksum_scan_target_rows_per_s", pt, "rows/s", "the same on the target")
 
 	set, err := tableset.Introspect(ctx, e.srcPool, tableset.Spec{Name: "users", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "source")
 	if err != nil {
@@ -70,7 +88,8 @@ func runVerify(ctx context.Context, e *env, r *report) error {
 		}
 		r.add(fmt.Sprintf("verify_whole_table_parallel%d_rows_per_s", p), rep.RowsPerSecond, "rows/s",
 			fmt.Sprintf("each row read and hashed on both sides, %d chunks, %s incl. planning and snapshots", len(rep.Tables[0].Chunks), rep.Duration.Round(time.Millisecond)))
-		r.add(fmt.Sprintf("verify_parallel%d_vs_checksum_scan", p), rep.RowsPerSecond/min(ps, pt), "ratio", "against the slower side's plain scan; goal >= 0.7")
+		r.add(fmt.Sprintf("verify_parallel%d_vs_checksum_scan", p), rep.RowsPerSecond/min(ps, pt), "ratio", "against the slower side's text-hash scan (pglimits.sh); goal >= 0.7")
+		r.add(fmt.Sprintf("verify_parallel%d_vs_record_hash_scan", p), rep.RowsPerSecond/min(rs, rt), "ratio", "against the slower side's scan with verify's own row hash; both sides share 2 cores, so about 0.5 is the limit here")
 	}
 
 	// 20 % of the token space: the chunks still read the whole key space
