@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,9 +76,62 @@ type Node struct {
 // Cluster is a local cluster: a control server, shard1..shardN and a
 // Temporal dev server, all under StateDir.
 type Cluster struct {
-	StateDir string   `json:"state_dir"`
+	StateDir string `json:"state_dir"`
+	// PGDir holds the servers' directories: StateDir/pg, unless we are root
+	// and the postgres OS user cannot reach StateDir (see pgDirFor).
+	PGDir    string   `json:"pg_dir,omitempty"`
 	Nodes    []Node   `json:"servers"` // control first, then shard1..shardN
 	Temporal Temporal `json:"temporal"`
+}
+
+// pgDirFor is where the servers of the cluster in stateDir live. It is
+// stateDir/pg, except when we are root and some directory on the way to
+// stateDir is not searchable by other users (a checkout under /root, mode
+// 0700): the servers run as the postgres OS user, which could not reach its
+// data there, so they live in a directory of the system's temporary
+// directory named after stateDir instead, removed by Destroy.
+func pgDirFor(stateDir string) string {
+	if os.Geteuid() != 0 || searchableByOthers(stateDir) {
+		return filepath.Join(stateDir, "pg")
+	}
+	sum := sha256.Sum256([]byte(stateDir))
+	return filepath.Join(os.TempDir(), "reshard-pg-"+hex.EncodeToString(sum[:6]))
+}
+
+// searchableByOthers reports whether dir and every directory above it can
+// be traversed by any user.
+func searchableByOthers(dir string) bool {
+	for d := dir; ; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err != nil || st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
+}
+
+// makePGDir creates the cluster's PGDir. Outside the state directory it
+// must be a real directory owned by us, not something another user of a
+// shared temporary directory prepared.
+func (c *Cluster) makePGDir() error {
+	if err := os.MkdirAll(c.PGDir, 0o755); err != nil {
+		return fmt.Errorf("create server directory %s: %w", c.PGDir, err)
+	}
+	st, err := os.Lstat(c.PGDir)
+	if err != nil {
+		return err
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); !st.IsDir() || (ok && int(sys.Uid) != os.Geteuid()) {
+		return fmt.Errorf("server directory %s is not a directory of ours: remove it, or choose another state directory (--state-dir)", c.PGDir)
+	}
+	return nil
+}
+
+// pgDirOutside reports whether PGDir lies outside the state directory.
+func (c *Cluster) pgDirOutside() bool {
+	rel, err := filepath.Rel(c.StateDir, c.PGDir)
+	return c.PGDir != "" && (err != nil || strings.HasPrefix(rel, ".."))
 }
 
 // Node returns the server named name.
@@ -296,6 +351,12 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.PGDir == "" {
+		c.PGDir = pgDirFor(dir)
+	}
+	if err := c.makePGDir(); err != nil {
+		return nil, err
+	}
 	if err := c.plan(opts.Shards); err != nil {
 		return nil, err
 	}
@@ -401,7 +462,7 @@ func (c *Cluster) plan(shards int) error {
 		if err != nil {
 			return err
 		}
-		base := filepath.Join(c.StateDir, "pg", name)
+		base := filepath.Join(c.PGDir, name)
 		c.Nodes = append(c.Nodes, Node{
 			Server: Server{Name: name, Port: p, DataDir: filepath.Join(base, "data")},
 			Role:   role,
@@ -497,8 +558,15 @@ func upTemporal(ctx context.Context, t Temporal, log *slog.Logger) (Temporal, er
 	}
 	log.Info("starting temporal dev server", "address", t.Address(), "ui", t.UIURL())
 	// The process is detached (own session) and outlives us; the goroutine
-	// StartTemporal leaves waiting on it ends with this process.
+	// StartTemporal leaves waiting on it ends with this process. The dev
+	// server binds a few more ports of its own choosing, each picked free
+	// and then bound, so a start that lost one of them to another process is
+	// tried once more (on our recorded ports, with new ones of its own).
 	started, _, err := StartTemporal(ctx, t)
+	if err != nil && ctx.Err() == nil && PortFree(t.Port) && PortFree(t.UIPort) {
+		log.Warn("temporal dev server did not start; trying once more", "err", err)
+		started, _, err = StartTemporal(ctx, t)
+	}
 	if err != nil {
 		return t, err
 	}
@@ -771,6 +839,11 @@ func Destroy(ctx context.Context, stateDir string) error {
 	defer unlock()
 	if err := c.down(ctx); err != nil {
 		return fmt.Errorf("stop the cluster before removing it: %w", err)
+	}
+	if c.pgDirOutside() {
+		if err := os.RemoveAll(c.PGDir); err != nil {
+			return err
+		}
 	}
 	return os.RemoveAll(dir)
 }

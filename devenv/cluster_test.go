@@ -353,6 +353,45 @@ func mustRead(t *testing.T, path string) []byte {
 	return b
 }
 
+// TestStateDirUnreachableByPostgres: as root, a state directory below a
+// directory the postgres OS user cannot traverse (a checkout under /root)
+// still works: the servers live in the temporary directory, and destroy
+// removes them there too.
+func TestStateDirUnreachableByPostgres(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root runs the servers as another OS user")
+	}
+	requireBinaries(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	private := pgtest.TempDir(t, "reshard-devenv-")
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(private, "state")
+	t.Cleanup(func() { _ = devenv.Destroy(context.Background(), dir) })
+	c, err := devenv.Up(ctx, devenv.Options{StateDir: dir, Shards: 1, Fast: true})
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if strings.HasPrefix(c.PGDir, private) {
+		t.Fatalf("servers in %s, which the postgres user cannot reach", c.PGDir)
+	}
+	for _, n := range c.Nodes {
+		if !strings.HasPrefix(n.DataDir, c.PGDir+"/") {
+			t.Fatalf("%s data in %s, not under %s", n.Name, n.DataDir, c.PGDir)
+		}
+	}
+	requireHealthy(t, mustStatus(t, ctx, dir), 2)
+	if err := devenv.Destroy(ctx, dir); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	requireStopped(t, c, dir)
+	if _, err := os.Stat(c.PGDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("server directory %s still there after destroy: %v", c.PGDir, err)
+	}
+}
+
 func TestDestroyLeavesForeignDirectoryAlone(t *testing.T) {
 	dir := pgtest.TempDir(t, "reshard-devenv-")
 	if err := os.WriteFile(filepath.Join(dir, "precious"), []byte("x"), 0o644); err != nil {
