@@ -278,20 +278,35 @@ func Temporal(t testing.TB) devenv.Temporal {
 	if _, err := devenv.FindTemporal(); err != nil {
 		Unavailable(t, err)
 	}
-	ports, err := devenv.FreePorts(2)
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
 	dir, err := workdir()
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	tt, cmd, err := devenv.StartTemporal(ctx, devenv.Temporal{Port: ports[0], UIPort: ports[1], Log: filepath.Join(dir, "temporal.log")})
-	if err != nil {
-		tErr = err
-		t.Fatalf("pgtest: %v", err)
+	// The dev server also binds a few ports of its own choosing (HTTP API,
+	// metrics, internal services), each picked free and then bound, as ours
+	// are: a server of another test package starting at the same moment can
+	// take one in between, and the dev server exits. Such a start is retried
+	// on fresh ports.
+	var (
+		tt  devenv.Temporal
+		cmd *exec.Cmd
+	)
+	for attempt := 1; ; attempt++ {
+		ports, err := devenv.FreePorts(2)
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		tt, cmd, err = devenv.StartTemporal(ctx, devenv.Temporal{Port: ports[0], UIPort: ports[1], Log: filepath.Join(dir, "temporal.log")})
+		if err == nil {
+			break
+		}
+		if attempt == 3 || ctx.Err() != nil {
+			tErr = err
+			t.Fatalf("pgtest: %v", err)
+		}
+		t.Logf("pgtest: temporal dev server did not start (attempt %d), retrying on other ports: %v", attempt, err)
 	}
 	temporal, tcmd = &tt, cmd
 	return tt
