@@ -185,7 +185,10 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 		}
 		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", id, wfID)}
 	}
-	if ctx.Err() != nil {
+	// The service may give up on the update just before our own deadline
+	// fires: that is the same "no answer".
+	var noAnswer *client.WorkflowUpdateServiceTimeoutOrCanceledError
+	if ctx.Err() != nil || errors.As(err, &noAnswer) && cmd.Context().Err() == nil {
 		return fmt.Errorf("%s %s: no answer within %s (is reshard worker running on task queue %q?); retry with --request-id %s so it is applied at most once",
 			verb, id, f.timeout, workflows.TaskQueue, reqID)
 	}
