@@ -29,9 +29,14 @@ const (
 	UpdateReverify = "reverify"        // no args; after a failed verify
 )
 
-// MigrationWorkflowID is the workflow id of a migration; a move's child id is
-// MigrationWorkflowID(id) + "/" + move id.
+// MigrationWorkflowID is the workflow id of a migration.
 func MigrationWorkflowID(id string) string { return "reshard-" + id }
+
+// MoveWorkflowID is the workflow id of a move: its migration's workflow id,
+// "/" and the move id.
+func MoveWorkflowID(migrationWorkflowID, moveID string) string {
+	return migrationWorkflowID + "/" + moveID
+}
 
 // Kind is what a migration does to the ring.
 type Kind string
@@ -152,6 +157,10 @@ type MoveState struct {
 	Timings     []PhaseTiming  `json:"timings"`
 	Error       string         `json:"error,omitempty"`
 	UpdatedAt   time.Time      `json:"updated_at"`
+	// Retrying is filled by reshard status, not by the workflow: the
+	// activities of the move being retried and their last failure (a shard
+	// down, a password changed), which the workflow itself cannot see.
+	Retrying string `json:"retrying,omitempty"`
 }
 
 // MigrationState is the progress of a migration (the Migration workflow's
@@ -164,4 +173,7 @@ type MigrationState struct {
 	MovedFraction float64          `json:"moved_fraction"`
 	Moves         []MoveState      `json:"moves"`
 	Error         string           `json:"error,omitempty"`
+	// Retrying: as MoveState.Retrying, for the migration's own activities
+	// (plan, topology publication).
+	Retrying string `json:"retrying,omitempty"`
 }

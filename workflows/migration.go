@@ -97,7 +97,7 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 	parent := workflow.GetInfo(ctx).WorkflowExecution.ID
 	for i, mv := range plan.Moves {
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID:    MigrationWorkflowID(r.req.ID) + "/" + mv.ID,
+			WorkflowID:    MoveWorkflowID(MigrationWorkflowID(r.req.ID), mv.ID),
 			TaskQueue:     TaskQueue,
 			StaticSummary: fmt.Sprintf("move %s: %s → %s, %d ranges, ~%d rows", mv.ID, mv.Source, mv.Target, len(mv.Ranges), mv.EstRows),
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/term"
 
@@ -121,6 +122,7 @@ func queryState(ctx context.Context, tc client.Client, wfID string, timeout time
 		if err != nil {
 			return st, fmt.Errorf("decode the state of %s: %w", wfID, err)
 		}
+		addRetries(qctx, tc, wfID, &st, time.Now())
 		return st, nil
 	}
 	var nf *serviceerror.NotFound
@@ -136,6 +138,55 @@ func queryState(ctx context.Context, tc client.Client, wfID string, timeout time
 			wfID, timeout, status, workflows.TaskQueue)
 	}
 	return st, fmt.Errorf("query the state of %s: %w", wfID, err)
+}
+
+// addRetries fills the Retrying fields of a running migration and of its
+// running moves from their workflows' pending activities. A describe that
+// fails leaves the field empty: this is a hint, the state is what counts.
+func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflows.MigrationState, now time.Time) {
+	if st.Phase.Terminal() {
+		return
+	}
+	describe := func(id string) string {
+		d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			return ""
+		}
+		return retryText(d.GetPendingActivities(), now)
+	}
+	st.Retrying = describe(wfID)
+	for i := range st.Moves {
+		if m := &st.Moves[i]; !m.Phase.Terminal() {
+			m.Retrying = describe(workflows.MoveWorkflowID(wfID, m.Spec.ID))
+		}
+	}
+}
+
+// maxFailureText bounds the failure message shown per activity.
+const maxFailureText = 240
+
+// retryText describes the pending activities that have failed at least once:
+// "CopySlice attempt 4, next in 8s: failed to connect to ...".
+func retryText(pending []*workflowpb.PendingActivityInfo, now time.Time) string {
+	var parts []string
+	for _, a := range pending {
+		f := a.GetLastFailure()
+		if a.GetAttempt() < 2 || f == nil {
+			continue
+		}
+		s := fmt.Sprintf("%s attempt %d", a.GetActivityType().GetName(), a.GetAttempt())
+		if next := a.GetNextAttemptScheduleTime(); next != nil {
+			if d := next.AsTime().Sub(now); d > 0 {
+				s += fmt.Sprintf(", next in %s", d.Round(time.Second))
+			}
+		}
+		msg := strings.Join(strings.Fields(f.GetMessage()), " ")
+		if len(msg) > maxFailureText {
+			msg = msg[:maxFailureText] + "…"
+		}
+		parts = append(parts, s+": "+msg)
+	}
+	return strings.Join(parts, "; ")
 }
 
 func statusText(s enumspb.WorkflowExecutionStatus) string {
@@ -158,6 +209,9 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 	}
 	if m.Error != "" {
 		v.Phase += ": " + m.Error
+	}
+	if m.Retrying != "" {
+		v.Phase += " (retrying " + m.Retrying + ")"
 	}
 	v.Rows = fmt.Sprintf("%d/%d rows", m.RowsCopied, m.Spec.EstRows)
 	v.Lag = "-"
@@ -244,6 +298,9 @@ func printMigrationStatus(out io.Writer, id, link string, st workflows.Migration
 	}
 	if st.Error != "" {
 		fmt.Fprintf(out, "error: %s\n", st.Error)
+	}
+	if st.Retrying != "" {
+		fmt.Fprintf(out, "retrying %s\n", st.Retrying)
 	}
 	if len(st.Moves) == 0 {
 		fmt.Fprintln(out, "\nno moves yet (planning)")
@@ -337,7 +394,11 @@ func printChanges(out io.Writer, st workflows.MigrationState, last map[string]st
 			fmt.Fprintf(out, "%s %s\n", now.Format("15:04:05"), line)
 		}
 	}
-	emit("", fmt.Sprintf("migration %s", st.Phase))
+	head := fmt.Sprintf("migration %s", st.Phase)
+	if st.Retrying != "" {
+		head += " (retrying " + st.Retrying + ")"
+	}
+	emit("", head)
 	for _, m := range st.Moves {
 		v := viewMove(m, st.Request.Throttle, now)
 		emit(v.Name, fmt.Sprintf("%s %s %s lag %s eta %s verify %s pause %s", v.Name, v.Phase, v.Rows, v.Lag, v.ETA, v.Verify, v.Pause))
@@ -372,6 +433,9 @@ func (v *barView) update(id string, st workflows.MigrationState, now time.Time) 
 	head := fmt.Sprintf("migration %s  %s", id, st.Phase)
 	if st.FromVersion > 0 {
 		head += fmt.Sprintf("  topology v%d → v%d  moving %.2f%% of the token space", st.FromVersion, st.Version, 100*st.MovedFraction)
+	}
+	if st.Retrying != "" {
+		head += "  retrying " + st.Retrying
 	}
 	v.mu.Lock()
 	v.head = head
