@@ -156,7 +156,11 @@ type MoveState struct {
 	Attempts    int            `json:"cutover_attempts"`
 	Timings     []PhaseTiming  `json:"timings"`
 	Error       string         `json:"error,omitempty"`
-	UpdatedAt   time.Time      `json:"updated_at"`
+	// Stopped: an error no retry fixes stopped the move in its phase (Error
+	// says which and what to do); resume runs the phase again, rollback
+	// undoes the move.
+	Stopped   bool      `json:"stopped,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Retrying is filled by reshard status, not by the workflow: the
 	// activities of the move being retried and their last failure (a shard
 	// down, a password changed), which the workflow itself cannot see.

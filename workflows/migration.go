@@ -290,6 +290,16 @@ func (r *migrationRun) phases() string {
 
 func (r *migrationRun) any(f func(MoveState) bool) bool { return slices.ContainsFunc(r.state.Moves, f) }
 
+func (r *migrationRun) count(f func(MoveState) bool) int {
+	n := 0
+	for _, m := range r.state.Moves {
+		if f(m) {
+			n++
+		}
+	}
+	return n
+}
+
 func copying(m MoveState) bool {
 	return m.Phase == PhasePlan || m.Phase == PhaseJoining || m.Phase == PhaseSnapshotCopy
 }
@@ -302,6 +312,7 @@ func awaitsApproval(m MoveState) bool {
 	return (m.Phase == PhaseVerify && m.Verify != nil && m.Verify.Passed) || m.Phase == PhaseCutover
 }
 func canRollBack(m MoveState) bool { return m.Phase.CanRollBack() }
+func stopped(m MoveState) bool     { return m.Stopped && !m.Phase.Terminal() }
 
 // handlers registers the operator Updates. Validators reject what makes no
 // sense in the current phase, with the phases in the message.
@@ -339,14 +350,18 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 			if err := terminal(); err != nil {
 				return err
 			}
-			if !r.paused {
-				return errors.New("not paused")
+			if !r.paused && !r.any(stopped) {
+				return errors.New("not paused, and no move is stopped by an error")
 			}
 			return nil
 		}, func(ctx workflow.Context) (string, error) {
+			retried := r.count(stopped)
 			r.paused = false
 			r.details(ctx)
 			n, err := r.relay(ctx, MoveControl{Op: UpdateResume}, live)
+			if retried > 0 {
+				return fmt.Sprintf("resumed (%d moves; %d stopped moves run their phase again)", n, retried), err
+			}
 			return fmt.Sprintf("resumed (%d moves)", n), err
 		}},
 		{UpdateApprove, func() error {

@@ -74,6 +74,7 @@ type moveRun struct {
 	paused, approved                     bool
 	throttle                             Throttle
 	rollbackAsked, completeAsked, verify bool // verify: reverify asked
+	retryAsked                           bool // resume of a stopped move
 	runs, slices, verifyRuns             int
 	reverseL0                            string
 	lastNotify                           time.Time
@@ -137,6 +138,9 @@ func (m *moveRun) control(ctx workflow.Context, c MoveControl) {
 		m.paused = true
 	case UpdateResume:
 		m.paused = false
+		if m.state.Stopped {
+			m.retryAsked = true
+		}
 	case UpdateThrottle:
 		if c.Throttle != nil {
 			m.throttle = *c.Throttle
@@ -185,11 +189,69 @@ func (m *moveRun) run(ctx workflow.Context) error {
 		default:
 			err = fmt.Errorf("move %s: no handler for phase %s", m.in.Spec.ID, m.state.Phase)
 		}
+		if err != nil && m.stoppable(err) && workflow.GetVersion(ctx, "stop-for-operator", workflow.DefaultVersion, 1) >= 1 {
+			err = m.stopForOperator(ctx, err)
+		}
 		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// stoppable reports whether err stops the move for the operator instead of
+// failing it: an error no retry can fix by itself (a primary-key collision
+// with a row the target owns, a schema change, bad input met by an
+// activity) in a phase before CUTOVER, where a rollback undoes everything.
+func (m *moveRun) stoppable(err error) bool {
+	switch m.state.Phase {
+	case PhaseJoining, PhaseSnapshotCopy, PhaseCDCCatchUp, PhaseVerify:
+	default:
+		return false
+	}
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) {
+		return false
+	}
+	switch appErr.Type() {
+	case ErrTypeCollision, ErrTypeSchemaChange, ErrTypeBadInput:
+		return true
+	}
+	return false
+}
+
+// stopForOperator keeps a move that met err in its phase, with the cause
+// and the two ways on in its state, until the operator resumes it (the
+// phase starts again, after the cause was fixed) or rolls it back. A failed
+// move would leave its slot retaining WAL on the source and its fences and
+// rows on the target, with no workflow left to clean them up.
+func (m *moveRun) stopForOperator(ctx workflow.Context, err error) error {
+	m.stopCDC(ctx)
+	m.state.Stopped = true
+	m.state.Error = fmt.Sprintf("stopped in %s: %v; fix the cause, then reshard resume %s to run %s again, or reshard rollback %s",
+		m.state.Phase, rootMessage(err), m.in.Request.ID, m.state.Phase, m.in.Request.ID)
+	workflow.GetLogger(ctx).Warn("move stopped for the operator", "move", m.in.Spec.ID, "phase", m.state.Phase, "error", err)
+	m.details(ctx)
+	m.notify(ctx, true)
+	if err := workflow.Await(ctx, func() bool { return m.retryAsked || m.rollbackAsked }); err != nil {
+		return err
+	}
+	m.retryAsked = false
+	m.state.Stopped = false
+	m.state.Error = ""
+	m.details(ctx)
+	m.notify(ctx, true)
+	return nil // the loop runs the phase again, or, asked to, rolls back
+}
+
+// rootMessage is the message of the innermost application error in err,
+// without the activity error wrapping it.
+func rootMessage(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Message()
+	}
+	return err.Error()
 }
 
 // to moves to the next phase through the one transition table.

@@ -33,7 +33,8 @@ type action struct {
 
 var actions = []action{
 	{"pause", workflows.UpdatePause, "Pause a migration's copy and verify (CDC keeps the slot drained)", ""},
-	{"resume", workflows.UpdateResume, "Resume a paused migration", ""},
+	{"resume", workflows.UpdateResume, "Resume a paused migration, or run again the phase of a move stopped by an error",
+		"A move that meets an error no retry fixes before CUTOVER (a primary-key collision with a row the target owns, a schema change) stops in its phase; status shows why. Fix the cause, then resume runs that phase again; or roll back."},
 	{"approve", workflows.UpdateApprove, "Approve the cutover of a migration started with --require-approval", "Accepted in VERIFY (passed) or CUTOVER."},
 	{"rollback", workflows.UpdateRollback, "Roll a migration back: the old owners keep (or get back) every range", "Any phase before CLEANUP. Before cutover the copies are dropped; in GRACE the cutover is reversed."},
 	{"complete", workflows.UpdateComplete, "End GRACE now and clean up (no rollback after this)", ""},
