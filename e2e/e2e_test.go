@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
@@ -950,4 +952,117 @@ release:
 	}
 	checkState(t, st, false)
 	c.checkData(st)
+}
+
+// TestCollisionStopsTheMoveUntilResumed: a table whose primary key is not
+// its shard key can collide across shards (per-shard sequences). The new
+// shard holds a payment of its own under the id of a payment that moves to
+// it: the move from that payment's shard stops in SNAPSHOT_COPY, names the
+// key in status, and leaves the new shard's row alone; once the operator
+// gives that row another id, resume completes the migration with nothing
+// lost.
+func TestCollisionStopsTheMoveUntilResumed(t *testing.T) {
+	c := newCluster(t, 3_000)
+	for i := 1; i <= 5; i++ {
+		c.dbs[shard(i)].Exec(t, `CREATE TABLE payments (id bigint PRIMARY KEY, user_id bigint NOT NULL, amount int NOT NULL)`)
+	}
+	for i := 1; i <= 4; i++ {
+		pred := ring.Predicate("hashint8extended(g::bigint, 0)", c.ring.Ranges(shard(i)))
+		c.dbs[shard(i)].Exec(t, fmt.Sprintf(`INSERT INTO payments SELECT g, g, g %% 50 FROM generate_series(1, %d) g WHERE %s`, c.users, pred))
+	}
+	req := c.request("e2e-collide")
+	req.Tables = tableset.Spec{Name: "users", Tables: append(append([]tableset.TableSpec(nil), tables.Tables...),
+		tableset.TableSpec{Table: "payments", KeyColumn: "user_id"})}
+	next, _, err := ring.PlanAddNode(c.ring, ring.Shard{Name: shard(5)}, ring.Options{VNodes: req.VNodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moving, staying int64
+	for g := int64(1); g <= int64(c.users) && (moving == 0 || staying == 0); g++ {
+		if next.OwnerInt64(g) == shard(5) {
+			moving = cmp.Or(moving, g)
+		} else {
+			staying = cmp.Or(staying, g)
+		}
+	}
+	c.dbs[shard(5)].Exec(t, `INSERT INTO payments VALUES ($1, $2, 7)`, moving, staying)
+	source := c.ring.OwnerInt64(moving)
+
+	c.startWorker()
+	c.startWriters()
+	run := c.start(req)
+	deadline := time.Now().Add(3 * time.Minute)
+	var stopped workflows.MoveState
+	for !stopped.Stopped {
+		st, _ := c.state(run.GetID())
+		for _, m := range st.Moves {
+			if m.Stopped {
+				stopped = m
+			}
+		}
+		if time.Now().After(deadline) || st.Phase.Terminal() {
+			t.Fatalf("no move stopped: %s\n%s", c.describe(run.GetID()), c.workerLogs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if stopped.Spec.Source != source || stopped.Phase != workflows.PhaseSnapshotCopy ||
+		!strings.Contains(stopped.Error, fmt.Sprintf("id=%d", moving)) || !strings.Contains(stopped.Error, "reshard resume e2e-collide") {
+		t.Fatalf("stopped move: source %s (want %s), phase %s, error %q", stopped.Spec.Source, source, stopped.Phase, stopped.Error)
+	}
+	t.Logf("move %s: %s", stopped.Spec.ID, stopped.Error)
+	if u := c.dbs[shard(5)].QueryInt64(t, `SELECT user_id FROM payments WHERE id = $1`, moving); u != staying {
+		t.Fatalf("shard5's own payment %d now belongs to user %d, not %d", moving, u, staying)
+	}
+	cli := func(args ...string) string {
+		out, err := exec.Command(bin, append(args, "--config", c.config)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("reshard %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	if out := cli("status", "e2e-collide"); !strings.Contains(out, "stopped in SNAPSHOT_COPY") || !strings.Contains(out, fmt.Sprintf("id=%d", moving)) {
+		t.Errorf("status does not show the stopped move:\n%s", out)
+	}
+	// The operator gives shard5's payment another id, and resumes.
+	c.dbs[shard(5)].Exec(t, `UPDATE payments SET id = id + 1000000000 WHERE id = $1`, moving)
+	if out := cli("resume", "e2e-collide"); !strings.Contains(out, "1 stopped moves run their phase again") {
+		t.Errorf("resume: %s", out)
+	} else {
+		t.Logf("%s", strings.TrimSpace(out))
+	}
+	st := c.wait(run, 4*time.Minute)
+	c.stopWriters()
+	checkState(t, st, true)
+	c.checkData(st)
+	cur, err := c.store.Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every payment on the owner of its user, and one more: shard5's own.
+	var total int64
+	for name, db := range c.dbs {
+		total += db.QueryInt64(t, `SELECT count(*) FROM payments`)
+		rows, err := db.Pool.Query(context.Background(), `SELECT user_id FROM payments WHERE id <= $1`, c.users)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range users {
+			if o := cur.Ring.OwnerInt64(u); o != name {
+				t.Fatalf("payment of user %d on %s, but its owner is %s", u, name, o)
+			}
+		}
+	}
+	if total != int64(c.users)+1 {
+		t.Fatalf("%d payments on all shards, want %d and shard5's own", total, c.users)
+	}
+	if u := c.dbs[shard(5)].QueryInt64(t, `SELECT user_id FROM payments WHERE id = $1`, moving); u != moving {
+		t.Fatalf("payment %d on shard5 belongs to user %d, want the moved one", moving, u)
+	}
+	if u := c.dbs[shard(5)].QueryInt64(t, `SELECT user_id FROM payments WHERE id = $1`, moving+1_000_000_000); u != staying {
+		t.Fatalf("shard5's own payment, renumbered: user %d, want %d", u, staying)
+	}
 }
