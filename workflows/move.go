@@ -228,7 +228,7 @@ func (m *moveRun) stoppable(err error) bool {
 func (m *moveRun) stopForOperator(ctx workflow.Context, err error) error {
 	m.stopCDC(ctx)
 	m.state.Stopped = true
-	m.state.Error = fmt.Sprintf("stopped in %s: %v; fix the cause, then reshard resume %s to run %s again, or reshard rollback %s",
+	m.state.Error = fmt.Sprintf("stopped in %s: %v. Once the cause is fixed, reshard resume %s runs %s again; reshard rollback %s undoes the move",
 		m.state.Phase, rootMessage(err), m.in.Request.ID, m.state.Phase, m.in.Request.ID)
 	workflow.GetLogger(ctx).Warn("move stopped for the operator", "move", m.in.Spec.ID, "phase", m.state.Phase, "error", err)
 	m.details(ctx)

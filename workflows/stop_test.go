@@ -45,7 +45,7 @@ func TestStoppedMoveResumes(t *testing.T) {
 		m := st.Moves[0]
 		if m.Spec.ID != "t_m1" || m.Phase != PhaseSnapshotCopy || !m.Stopped ||
 			!strings.Contains(m.Error, "stopped in SNAPSHOT_COPY: copy users: key (id)=(42) collides") ||
-			!strings.Contains(m.Error, "reshard resume t to run SNAPSHOT_COPY again, or reshard rollback t") {
+			!strings.Contains(m.Error, "Once the cause is fixed, reshard resume t runs SNAPSHOT_COPY again; reshard rollback t undoes the move") {
 			t.Errorf("after the collision, move %s: phase %s stopped %v error %q", m.Spec.ID, m.Phase, m.Stopped, m.Error)
 		}
 		if st.Phase.Terminal() {
