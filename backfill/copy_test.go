@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/internal/promtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -223,7 +224,7 @@ func TestCopyRangesRowForRow(t *testing.T) {
 	if rows, done, total := checkpointRows(t, f, "m1"); rows != want || done != total || total != 36 {
 		t.Fatalf("checkpoints: %d rows, %d of %d done", rows, done, total)
 	}
-	if got := counter(t, reg, "reshard_backfill_rows_total", "public.users"); got != float64(len(dump(t, f.src, "users", f.ranges))) {
+	if got := promtest.Counter(t, reg, "reshard_backfill_rows_total", "public.users"); got != float64(len(dump(t, f.src, "users", f.ranges))) {
 		t.Fatalf("reshard_backfill_rows_total{table=users} = %g", got)
 	}
 	// Orders have the token index and small ranges: paged by token.
@@ -480,7 +481,7 @@ func TestPauseResumeAndPressure(t *testing.T) {
 	if st.Paused < 500*time.Millisecond || st.BackedOff < 300*time.Millisecond {
 		t.Fatalf("stats %+v", st)
 	}
-	if got := counter(t, reg, "reshard_backfill_throttled_seconds_total", "pressure"); got < 0.3 {
+	if got := promtest.Counter(t, reg, "reshard_backfill_throttled_seconds_total", "pressure"); got < 0.3 {
 		t.Fatalf("throttled seconds for pressure: %g", got)
 	}
 	f.expectCopied(t)
@@ -519,28 +520,6 @@ func TestActiveSessions(t *testing.T) {
 			t.Fatal("a running pg_sleep did not count as pressure")
 		}
 	}
-}
-
-// counter reads the value of a counter of reg whose labels include label.
-func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 type testWriter struct{ t *testing.T }

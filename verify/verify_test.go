@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/internal/promtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -136,10 +137,10 @@ func TestFaultsAreFoundAndNamed(t *testing.T) {
 			t.Errorf("range %s: rows %d != matches %d + mismatches %d", r, rr.Rows, rr.Matches, rr.Mismatches)
 		}
 	}
-	if got := counter(t, reg, "reshard_verify_mismatches_total", "different"); got != 2 {
+	if got := promtest.Counter(t, reg, "reshard_verify_mismatches_total", "different"); got != 2 {
 		t.Errorf("metric mismatches{different} = %v, want 2", got)
 	}
-	if got := counter(t, reg, "reshard_verify_rows_total", "source"); got < n/3 {
+	if got := promtest.Counter(t, reg, "reshard_verify_rows_total", "source"); got < n/3 {
 		t.Errorf("metric rows{source} = %v", got)
 	}
 
@@ -173,28 +174,6 @@ func TestFaultsAreFoundAndNamed(t *testing.T) {
 	if !rep.OK() {
 		t.Fatalf("after repair: %d mismatches: %+v", rep.Mismatches(), rep.Tables[0].AllKeys())
 	}
-}
-
-// counter reads one labelled counter from reg.
-func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
 }
 
 func TestEmptyTargetListsEveryRow(t *testing.T) {
