@@ -111,6 +111,35 @@ func Normalize(rs []Range) []Range {
 	return merged
 }
 
+// Buckets renders rs for PostgreSQL's width_bucket(expr, thresholds): with
+// the returned array literal, width_bucket(expr, array) is odd exactly when
+// expr lies in one of the normalized ranges, and (width_bucket - 1) / 2 is
+// that range's index in Normalize(rs). One binary search per row instead of
+// an OR of 2·len(rs) comparisons, each recomputing the token: for the dozens
+// of ranges a move with virtual nodes has, a large part of a scan's cost.
+// An empty set renders an array no token reaches the first bucket of.
+func Buckets(rs []Range) string {
+	rs = Normalize(rs)
+	th := make([]string, 0, 2*len(rs))
+	for _, r := range rs {
+		// (lo, hi] is [lo+1, hi+1) on integers; a range from MinToken
+		// includes MinToken itself (see Predicate).
+		lo := r.Lo
+		if lo != MinToken {
+			lo++
+		}
+		th = append(th, strconv.FormatInt(lo, 10))
+		if r.Hi != MaxToken { // else the last bucket is open-ended
+			th = append(th, strconv.FormatInt(r.Hi+1, 10))
+		}
+	}
+	if len(th) == 0 {
+		// width_bucket refuses an empty array: bucket 1 starts past every token.
+		return "'{" + strconv.FormatInt(MaxToken, 10) + "," + strconv.FormatInt(MaxToken, 10) + "}'::bigint[]"
+	}
+	return "'{" + strings.Join(th, ",") + "}'::bigint[]"
+}
+
 // ContainsAny reports whether t lies in any of rs.
 func ContainsAny(rs []Range, t int64) bool {
 	for _, r := range rs {

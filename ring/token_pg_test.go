@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/reshard/reshard/internal/pgtest"
 )
 
@@ -243,4 +245,75 @@ func trunc(s string) string {
 		return s[:60] + "…(" + strconv.Itoa(len(s)) + " bytes)"
 	}
 	return s
+}
+
+// TestBucketsMatchContains: PostgreSQL's width_bucket over Buckets puts every
+// token in an odd bucket exactly when Go's Contains does, and in the bucket
+// of the right normalized range: random range sets, and ranges at both ends
+// of the token space, probed at and around every bound.
+func TestBucketsMatchContains(t *testing.T) {
+	db := pgtest.NewDB(t, 0)
+	rng := rand.New(rand.NewPCG(7, 7))
+	sets := [][]Range{
+		{{Lo: MinToken, Hi: MaxToken}},
+		{{Lo: MinToken, Hi: -5}, {Lo: 10, Hi: MaxToken}},
+		{{Lo: -5, Hi: 10}, {Lo: 10, Hi: 20}}, // touching: merged
+		{{Lo: MaxToken - 1, Hi: MaxToken}, {Lo: MinToken, Hi: MinToken + 1}},
+	}
+	for range 20 {
+		var rs []Range
+		for range 1 + rng.IntN(40) {
+			a, b := int64(rng.Uint64()), int64(rng.Uint64())
+			rs = append(rs, Range{Lo: min(a, b), Hi: max(a, b)})
+		}
+		sets = append(sets, rs)
+	}
+	for _, rs := range sets {
+		norm := Normalize(rs)
+		probes := []int64{MinToken, MinToken + 1, -1, 0, 1, MaxToken - 1, MaxToken}
+		for _, r := range norm {
+			for _, d := range []int64{-1, 0, 1} {
+				if r.Lo+d >= r.Lo || r.Lo != MinToken {
+					probes = append(probes, r.Lo+d)
+				}
+				if r.Hi+d <= r.Hi || r.Hi != MaxToken {
+					probes = append(probes, r.Hi+d)
+				}
+			}
+		}
+		for range 200 {
+			probes = append(probes, int64(rng.Uint64()))
+		}
+		// Read every row first: a failure with the rows open would leave
+		// the connection busy and the test's cleanup waiting for it.
+		var got []struct {
+			P int64
+			B int
+		}
+		rows, err := db.Pool.Query(context.Background(), "SELECT p, width_bucket(p, "+Buckets(rs)+") FROM unnest($1::bigint[]) p", probes)
+		if err == nil {
+			got, err = pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+				P int64
+				B int
+			}])
+		}
+		if err != nil || len(got) != len(probes) {
+			t.Fatalf("%d of %d probes: %v", len(got), len(probes), err)
+		}
+		for _, g := range got {
+			want := -1
+			for i, r := range norm {
+				if r.Contains(g.P) {
+					want = i
+				}
+			}
+			in := -1
+			if g.B%2 == 1 {
+				in = (g.B - 1) / 2
+			}
+			if in != want {
+				t.Fatalf("ranges %v: token %d in bucket %d (range %d), Contains says range %d", norm, g.P, g.B, in, want)
+			}
+		}
+	}
 }
