@@ -108,9 +108,13 @@ func (e *CollisionError) Error() string {
 		e.Table, e.KeyText, e.TargetShardKey)
 }
 
+// unit is one table's rows of one or more ranges, copied in one pass with
+// its own checkpoint, which rng names.
 type unit struct {
 	table tableset.Table
-	rng   ring.Range
+	rng   ring.Range   // the checkpoint's key: the span of parts
+	parts []ring.Range // normalized; one for a unit paged by token
+	order Order        // how a unit without a checkpoint pages
 }
 
 type copier struct {
@@ -160,13 +164,9 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 	if err := EnsureSchema(ctx, target); err != nil {
 		return Stats{}, err
 	}
-	var units []unit
-	for _, r := range c.moving {
-		for _, sub := range splitRange(r, opts.Split) {
-			for _, t := range opts.Set.Tables {
-				units = append(units, unit{table: t, rng: sub})
-			}
-		}
+	units, err := c.units(ctx)
+	if err != nil {
+		return Stats{}, err
 	}
 	c.stats.Units = len(units)
 	g, gctx := errgroup.WithContext(ctx)
@@ -174,11 +174,40 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 	for _, u := range units {
 		g.Go(func() error { return c.runUnit(gctx, u) })
 	}
-	err := g.Wait()
+	err = g.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Elapsed = time.Since(start)
 	return c.stats, err
+}
+
+// units cuts the copy into checkpointed units. A range a table pages by
+// token is a unit of its own: an index range scan of just its rows. The
+// ranges a table pages by primary key are one unit together: one scan of
+// the table keeps the rows of all of them, where a unit per range would read
+// the whole table once per range — with virtual nodes a move has many.
+func (c *copier) units(ctx context.Context) ([]unit, error) {
+	var out []unit
+	for _, t := range c.opts.Set.Tables {
+		var byPK []ring.Range
+		for _, r := range c.moving {
+			for _, sub := range splitRange(r, c.opts.Split) {
+				order, err := c.chooseOrder(ctx, t, sub)
+				if err != nil {
+					return nil, err
+				}
+				if order == OrderToken {
+					out = append(out, unit{table: t, rng: sub, parts: []ring.Range{sub}, order: OrderToken})
+				} else {
+					byPK = append(byPK, sub)
+				}
+			}
+		}
+		if parts := ring.Normalize(byPK); len(parts) > 0 {
+			out = append(out, unit{table: t, rng: ring.Range{Lo: parts[0].Lo, Hi: parts[len(parts)-1].Hi}, parts: parts, order: OrderPK})
+		}
+	}
+	return out, nil
 }
 
 // splitRange cuts r into n ranges of (nearly) equal width.
@@ -245,9 +274,7 @@ func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry b
 	}
 	order := Order(cp.Order)
 	if cp.Order == "" {
-		if order, err = c.chooseOrder(ctx, u); err != nil {
-			return err
-		}
+		order = u.order
 	} else if !retry {
 		c.mu.Lock()
 		c.stats.Resumed++
@@ -283,8 +310,8 @@ func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry b
 	return g.Wait()
 }
 
-// chooseOrder picks the pagination of a unit that has no checkpoint yet.
-func (c *copier) chooseOrder(ctx context.Context, u unit) (Order, error) {
+// chooseOrder picks how table t pages range r.
+func (c *copier) chooseOrder(ctx context.Context, t tableset.Table, r ring.Range) (Order, error) {
 	if c.opts.Order != OrderAuto {
 		return c.opts.Order, nil
 	}
@@ -292,18 +319,26 @@ func (c *copier) chooseOrder(ctx context.Context, u unit) (Order, error) {
 	// scan copied 66k rows/s, the token-ordered index scan 24k rows/s (random
 	// heap reads). Token order only pays where the pk scan would read far more
 	// rows than it keeps; 1/16 of the space is a guess at that point.
-	if u.rng.Width()/math.Exp2(64) > 1.0/16 {
+	if r.Width()/math.Exp2(64) > 1.0/16 {
 		return OrderPK, nil
 	}
-	ok, err := tableset.HasTokenIndex(ctx, c.src, u.table)
+	ok, err := tableset.HasTokenIndex(ctx, c.src, t)
 	if err != nil {
-		return "", fmt.Errorf("copy %s of %s: look for the token index on the source: %w", u.rng, u.table, err)
+		return "", fmt.Errorf("copy %s of %s: look for the token index on the source: %w", r, t, err)
 	}
 	if ok {
 		return OrderToken, nil
 	}
 	return OrderPK, nil
 }
+
+// pagingSettings make a chunk read walk the index its ORDER BY follows.
+// The planner cannot estimate the token predicate (it guesses 0.5 % of the
+// rows) and, for the first chunks of a unit, prefers a (parallel) scan of
+// the whole rest of the table and a sort — once per chunk, which reads the
+// table as many times as there are chunks. Keyset pagination must read each
+// row once. SET LOCAL lasts for the statement's implicit transaction.
+const pagingSettings = "SET LOCAL enable_seqscan = off; SET LOCAL max_parallel_workers_per_gather = 0; "
 
 // read produces the unit's chunks, each read by one statement (its own short
 // transaction) on the source, waiting for pause, pressure and throttle first.
@@ -319,7 +354,7 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 			return err
 		}
 		buf.Reset()
-		stmt := chunkSQL(u.table, u.rng, order, pos, c.opts.ChunkRows)
+		stmt := pagingSettings + chunkSQL(u.table, u.parts, order, pos, c.opts.ChunkRows)
 		if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
 			_, err := conn.Conn().PgConn().CopyTo(ctx, &buf, stmt)
 			return err

@@ -75,11 +75,11 @@ func pkLiterals(t tableset.Table, vals []string) string {
 	return strings.Join(parts, ", ")
 }
 
-// chunkSQL is the statement that reads the next chunk of t in r after pos:
+// chunkSQL is the statement that reads the next chunk of t in parts after pos:
 // the writable columns, then the extras — the token (OrderToken only) and the
 // primary key as text — that say where the chunk ended. COPY takes no
 // parameters, so the position is inlined as typed literals.
-func chunkSQL(t tableset.Table, r ring.Range, order Order, pos position, limit int) string {
+func chunkSQL(t tableset.Table, parts []ring.Range, order Order, pos position, limit int) string {
 	tok := t.TokenSQL("")
 	pk := columnList("", t.PK)
 	var extras []string
@@ -92,7 +92,10 @@ func chunkSQL(t tableset.Table, r ring.Range, order Order, pos position, limit i
 	for i := range extras { // named apart from the columns, which ORDER BY means
 		extras[i] += fmt.Sprintf(` AS "reshard_extra_%d"`, i)
 	}
-	where := ring.Predicate(tok, []ring.Range{r})
+	where := ring.Predicate(tok, parts)
+	if len(parts) > 1 { // one binary search per row instead of an OR over every range
+		where = "width_bucket(" + tok + ", " + ring.Buckets(parts) + ") % 2 = 1"
+	}
 	if pos.pk != nil {
 		after := fmt.Sprintf("(%s) > (%s)", pk, pkLiterals(t, pos.pk))
 		if order == OrderToken {

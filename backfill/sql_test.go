@@ -98,11 +98,11 @@ func TestChunkSQL(t *testing.T) {
 	tb := tableset.Table{Schema: "public", Name: "orders", KeyColumn: "user_id", KeyType: ring.KeyInt, PK: []string{"id", "k"},
 		Columns: []tableset.Column{{Name: "id", Type: "bigint"}, {Name: "user_id", Type: "bigint"}, {Name: "k", Type: "text"}, {Name: "g", Type: "int", Generated: true}}}
 	r := ring.Range{Lo: -5, Hi: 9}
-	first := chunkSQL(tb, r, OrderPK, position{}, 100)
+	first := chunkSQL(tb, []ring.Range{r}, OrderPK, position{}, 100)
 	if want := `COPY (SELECT "id", "user_id", "k", "id"::text AS "reshard_extra_0", "k"::text AS "reshard_extra_1" FROM "public"."orders" WHERE (hashint8extended("user_id", 0) > -5 AND hashint8extended("user_id", 0) <= 9) ORDER BY "id", "k" LIMIT 100) TO STDOUT (FORMAT binary)`; first != want {
 		t.Fatalf("got  %s\nwant %s", first, want)
 	}
-	next := chunkSQL(tb, r, OrderToken, position{token: 3, pk: []string{"42", `it's`}}, 100)
+	next := chunkSQL(tb, []ring.Range{r}, OrderToken, position{token: 3, pk: []string{"42", `it's`}}, 100)
 	for _, part := range []string{
 		`hashint8extended("user_id", 0) AS "reshard_extra_0"`,
 		`hashint8extended("user_id", 0) >= 3 AND (hashint8extended("user_id", 0) > 3 OR ("id", "k") > ('42'::bigint, 'it''s'::text))`,
@@ -111,6 +111,11 @@ func TestChunkSQL(t *testing.T) {
 		if !strings.Contains(next, part) {
 			t.Fatalf("%s\nlacks %s", next, part)
 		}
+	}
+	// Several ranges paged by primary key: one scan, one binary search per row.
+	many := chunkSQL(tb, []ring.Range{{Lo: ring.MinToken, Hi: -100}, r}, OrderPK, position{}, 100)
+	if !strings.Contains(many, `WHERE width_bucket(hashint8extended("user_id", 0), '{-9223372036854775808,-99,-4,10}'::bigint[]) % 2 = 1 ORDER BY "id", "k"`) {
+		t.Fatalf("two ranges: %s", many)
 	}
 	up := upsertSQL(tb, []ring.Range{r})
 	if !strings.Contains(up, `ON CONFLICT ("id", "k") DO UPDATE SET "user_id" = EXCLUDED."user_id" WHERE (hashint8extended("x"."user_id", 0) > -5`) || strings.Contains(up, `"g"`) {

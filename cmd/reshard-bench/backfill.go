@@ -102,12 +102,44 @@ func runBackfill(ctx context.Context, e *env, r *report) error {
 	r.add("backfill_range20_noindex_rows_per_s", v, "rows/s", details(sts[medianAt(copies)], fmt.Sprintf("paged by primary key; median of %d runs %s", benchRepeats, strings.Join(fmtRates(copies), ", "))))
 	r.add("backfill_range20_noindex_vs_text_pipe", v/pipe, "ratio", fmt.Sprintf("medians; goal >= 0.8; run by run (copy/pipe): %s", strings.Join(pairs, ", ")))
 
+	// What an add-node moves (16 ranges, about 20 %), without the token
+	// index: one primary-key scan for all the ranges, against the plan of
+	// one unit per range (each range copied on its own, as before), which
+	// reads the table once per range.
+	moved, err := addNodeRanges()
+	if err != nil {
+		return err
+	}
+	v, st, err := copyRange("addnode-noindex", moved, 1, 1, backfill.OrderAuto)
+	if err != nil {
+		return err
+	}
+	r.add("backfill_addnode_ranges_noindex_rows_per_s", v, "rows/s", details(st, fmt.Sprintf("%d ranges in %d unit(s), paged by primary key", len(ring.Normalize(moved)), st.Units)))
+	r.add("backfill_addnode_ranges_noindex_vs_text_pipe", v/pipe, "ratio", "the same goal as the 20% range: >= 0.8")
+	if err := e.truncateTarget(ctx); err != nil {
+		return err
+	}
+	var perRange backfill.Stats
+	for i, rg := range ring.Normalize(moved) {
+		st, err := backfill.Copy(ctx, e.srcPool, e.dstPool, backfill.Options{Move: fmt.Sprintf("addnode-perrange-%d", i), Set: set,
+			Ranges: []ring.Range{rg}, ChunkRows: e.cfg.chunkRows})
+		if err != nil {
+			return fmt.Errorf("backfill per range: %w", err)
+		}
+		perRange.Rows += st.Rows
+		perRange.Chunks += st.Chunks
+		perRange.FastChunks += st.FastChunks
+		perRange.Elapsed += st.Elapsed
+	}
+	r.add("backfill_addnode_ranges_unit_per_range_rows_per_s", float64(perRange.Rows)/perRange.Elapsed.Seconds(), "rows/s",
+		details(perRange, "one unit per range, the plan before units grouped the ranges a table pages by primary key"))
+
 	start := time.Now()
 	if err := tableset.CreateTokenIndex(ctx, e.srcPool, set.Tables[0]); err != nil {
 		return err
 	}
 	r.add("token_index_build_s", time.Since(start).Seconds(), "s", "CREATE INDEX CONCURRENTLY on the source")
-	v, st, err := copyRange("range20-index", []ring.Range{r20}, 1, 1, backfill.OrderToken)
+	v, st, err = copyRange("range20-index", []ring.Range{r20}, 1, 1, backfill.OrderToken)
 	if err != nil {
 		return err
 	}

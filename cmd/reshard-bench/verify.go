@@ -104,5 +104,39 @@ func runVerify(ctx context.Context, e *env, r *report) error {
 		return fmt.Errorf("verify of an exact copy, 20%% range: %d mismatches", rep.Mismatches())
 	}
 	r.add("verify_range20_parallel2_rows_per_s", rep.RowsPerSecond, "rows/s", fmt.Sprintf("%d rows of the range, %s", rep.Rows, rep.Duration.Round(time.Millisecond)))
+
+	// What an add-node moves: about 20 % of the token space in many
+	// ranges, so the chunk sums are grouped per range.
+	moved, err := addNodeRanges()
+	if err != nil {
+		return err
+	}
+	rep, err = verify.Run(ctx, e.srcPool, e.dstPool, verify.Options{Set: set, Ranges: moved, Parallel: 2})
+	if err != nil {
+		return err
+	}
+	if !rep.OK() {
+		return fmt.Errorf("verify of an exact copy, add-node ranges: %d mismatches", rep.Mismatches())
+	}
+	r.add("verify_addnode_ranges_parallel2_rows_per_s", rep.RowsPerSecond, "rows/s",
+		fmt.Sprintf("%d rows in the %d ranges an add-node moves to shard5 (4 shards x 16 vnodes), %s", rep.Rows, len(ring.Normalize(moved)), rep.Duration.Round(time.Millisecond)))
 	return nil
+}
+
+// addNodeRanges are the ranges an add-node of shard5 to a ring of 4 shards
+// with 16 vnodes each moves: about 20 % of the token space, in 16 ranges.
+func addNodeRanges() ([]ring.Range, error) {
+	var shards []ring.Shard
+	for i := 1; i <= 4; i++ {
+		shards = append(shards, ring.Shard{Name: fmt.Sprintf("shard%d", i)})
+	}
+	old, err := ring.Build(shards, ring.Options{VNodes: 16})
+	if err != nil {
+		return nil, err
+	}
+	next, _, err := ring.PlanAddNode(old, ring.Shard{Name: "shard5"}, ring.Options{VNodes: 16})
+	if err != nil {
+		return nil, err
+	}
+	return next.Ranges("shard5"), nil
 }
