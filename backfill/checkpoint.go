@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/internal/pgddl"
 )
 
 const schemaDDL = `
@@ -29,21 +31,13 @@ CREATE TABLE IF NOT EXISTS reshard.copy_checkpoint (
 	PRIMARY KEY (move, table_name, range_lo, range_hi)
 )`
 
-// EnsureSchema creates the checkpoint table on the target; idempotent.
+// EnsureSchema creates the checkpoint table on the target; idempotent and
+// safe to run concurrently.
 func EnsureSchema(ctx context.Context, target *pgxpool.Pool) error {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		if _, err = target.Exec(ctx, schemaDDL); err == nil {
-			return nil
-		}
-		// Two sessions creating the schema at once: one loses on the catalog's
-		// unique index; the next attempt finds it.
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || (pgErr.Code != "23505" && pgErr.Code != "42P06" && pgErr.Code != "42P07") {
-			break
-		}
+	if err := pgddl.Apply(ctx, target, schemaDDL, 0); err != nil {
+		return fmt.Errorf("backfill: create reshard.copy_checkpoint on the target: %w", err)
 	}
-	return fmt.Errorf("backfill: create reshard.copy_checkpoint on the target: %w", err)
+	return nil
 }
 
 // Checkpoint is the committed position of one unit (table × range) of a move.

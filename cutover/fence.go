@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgddl"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -41,12 +42,10 @@ END $f$;
 // application write behind our ACCESS EXCLUSIVE-ish lock request.
 const lockTimeout = 2 * time.Second
 
-// EnsureSchema creates the fence registry on a shard; idempotent.
+// EnsureSchema creates the fence registry on a shard; idempotent and safe
+// to run concurrently.
 func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	return withLockRetry(ctx, func() error {
-		_, err := pool.Exec(ctx, "SET lock_timeout = '2s';"+schemaSQL)
-		return err
-	})
+	return withLockRetry(ctx, func() error { return pgddl.Apply(ctx, pool, schemaSQL, lockTimeout) })
 }
 
 // triggerFunc is the name of the generated fence function of a table: the key

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/internal/pgddl"
 )
 
 // PGJournal keeps the cutover journal of one move in the control database.
@@ -27,9 +29,10 @@ CREATE TABLE IF NOT EXISTS reshard.cutover_journal (
 CREATE INDEX IF NOT EXISTS cutover_journal_move ON reshard.cutover_journal (move, id);
 `
 
-// EnsureJournal creates the journal table; idempotent.
+// EnsureJournal creates the journal table; idempotent and safe to run
+// concurrently.
 func EnsureJournal(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := pool.Exec(ctx, journalSQL); err != nil {
+	if err := pgddl.Apply(ctx, pool, journalSQL, 0); err != nil {
 		return fmt.Errorf("create cutover journal: %w", err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgddl"
 	"github.com/reshard/reshard/ring"
 )
 
@@ -128,7 +129,7 @@ func plan(ctx context.Context, src, dst *pgxpool.Pool, runID string, qs []*table
 	if runID == "" {
 		return fresh()
 	}
-	if _, err := dst.Exec(ctx, workDDL); err != nil {
+	if err := pgddl.Apply(ctx, dst, workDDL, 0); err != nil {
 		return nil, fmt.Errorf("create work tables reshard.verify_run, reshard.verify_chunk on target: %w", err)
 	}
 	rangesJSON, _ := json.Marshal(ring.Normalize(ranges))
