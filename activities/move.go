@@ -309,7 +309,9 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return st.Run(gctx) })
-	stop := keepBeating(gctx, 5*time.Second, func() any {
+	// Every second: the workflow's cancellation (the phase it served is
+	// over) arrives with the answer to a heartbeat.
+	stop := keepBeating(gctx, time.Second, func() any {
 		rcv, app, ack := st.Positions()
 		return map[string]string{"received": rcv.String(), "applied": app.String(), "acked": ack.String()}
 	})

@@ -71,7 +71,12 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, lis
 	}
 	defer tc.Close()
 
-	w := worker.New(tc, workflows.TaskQueue, worker.Options{EnableSessionWorker: true})
+	// An activity learns that the workflow cancelled it (a phase is over, a
+	// rollback) from the answer to a heartbeat, and the SDK holds heartbeats
+	// back for 80 % of the heartbeat timeout: 24s with the default 30s, which
+	// is how long a CUTOVER phase waited for its CDC stream to stop. The
+	// CDC streams heartbeat every second; send each at once.
+	w := worker.New(tc, workflows.TaskQueue, worker.Options{EnableSessionWorker: true, MaxHeartbeatThrottleInterval: time.Second})
 	workflows.Register(w)
 	acts.Register(func(fn any, name string) { w.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name}) })
 
