@@ -3,7 +3,9 @@ package backfill
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/time/rate"
 
@@ -18,6 +20,12 @@ import (
 // copied rows on the target) and cleanup (the moved rows on the source), and
 // resumes by itself: it deletes whatever is still there. It returns the
 // number of rows deleted.
+//
+// The batches walk the primary key, each starting after the last key of the
+// one before, so the table is read once in all. Batches that each searched
+// from the start read the rows deleted before them again (dead until
+// vacuumed): the whole table once per batch, quadratic in the rows moved.
+// The ranges are fenced while it runs, so no row appears behind the walk.
 func DeleteRanges(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, batch int, limiter *rate.Limiter) (int64, error) {
 	if batch <= 0 {
 		batch = 5000
@@ -25,26 +33,23 @@ func DeleteRanges(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ran
 	ranges = ring.Normalize(ranges)
 	var total int64
 	for _, t := range set.Tables {
-		stmt := deleteSQL(t, ranges, batch)
+		var after []string
 		for {
 			if err := waitN(ctx, limiter, batch); err != nil {
 				return total, err
 			}
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				return total, fmt.Errorf("delete ranges of %s: begin: %w", t, err)
-			}
-			n, err := func() (int64, error) {
-				defer tx.Rollback(context.WithoutCancel(ctx))
-				if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica"); err != nil {
-					return 0, err
+			var n int64
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica; "+pagingSettings); err != nil {
+					return err
 				}
-				tag, err := tx.Exec(ctx, stmt)
-				if err != nil {
-					return 0, err
+				var last []string
+				if err := tx.QueryRow(ctx, deleteSQL(t, ranges, after, batch)).Scan(&n, &last); err != nil {
+					return err
 				}
-				return tag.RowsAffected(), tx.Commit(ctx)
-			}()
+				after = last
+				return nil
+			})
 			if err != nil {
 				return total, fmt.Errorf("delete ranges of %s: %w", t, err)
 			}
@@ -57,9 +62,23 @@ func DeleteRanges(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ran
 	return total, nil
 }
 
-// deleteSQL deletes up to batch rows of t in ranges, found by one scan (the
-// token index when there is one) and removed by their ctid.
-func deleteSQL(t tableset.Table, ranges []ring.Range, batch int) string {
-	return fmt.Sprintf("DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM %s WHERE %s LIMIT %d))",
-		t.Quoted(), t.Quoted(), ring.Predicate(t.TokenSQL(""), ranges), batch)
+// deleteSQL deletes up to batch rows of t in ranges whose primary key comes
+// after after (nil: from the first), in primary-key order, and returns how
+// many it deleted and the primary key of the last one as text.
+func deleteSQL(t tableset.Table, ranges []ring.Range, after []string, batch int) string {
+	// Qualified: an output column named like a key column would otherwise
+	// be what ORDER BY sorts by.
+	pk := columnList("t", t.PK)
+	where := rangesPredicate(t.TokenSQL("t"), ranges)
+	if after != nil {
+		where += fmt.Sprintf(" AND (%s) > (%s)", pk, pkLiterals(t, after))
+	}
+	keys := make([]string, len(t.PK))
+	for i, c := range t.PK {
+		keys[i] = pgx.Identifier{"t", c}.Sanitize() + "::text"
+	}
+	return fmt.Sprintf(`WITH b AS (SELECT t.ctid, ARRAY[%s] AS reshard_key, row_number() OVER (ORDER BY %s) AS reshard_n FROM %s AS t WHERE %s ORDER BY %s LIMIT %d),
+d AS (DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM b)) RETURNING 1)
+SELECT (SELECT count(*) FROM d), (SELECT reshard_key FROM b ORDER BY reshard_n DESC LIMIT 1)`,
+		strings.Join(keys, ", "), pk, t.Quoted(), where, pk, batch, t.Quoted())
 }

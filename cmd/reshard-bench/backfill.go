@@ -183,11 +183,31 @@ func runBackfill(ctx context.Context, e *env, r *report) error {
 	whole := math.Max(median(ones), median(twos))
 	if havePeer != nil {
 		r.add("pgcopydb_table_data_rows_per_s", 0, "rows/s", "pgcopydb not installed (bench/run.sh installs it)")
-		return nil
+	} else {
+		peer := median(peers)
+		r.add("pgcopydb_table_data_rows_per_s", peer, "rows/s", "--table-jobs 2 --not-consistent; "+runs(peers))
+		r.add("backfill_whole_table_vs_pgcopydb", whole/peer, "ratio", "best whole-table median above over pgcopydb's median; goal >= 1.0")
 	}
-	peer := median(peers)
-	r.add("pgcopydb_table_data_rows_per_s", peer, "rows/s", "--table-jobs 2 --not-consistent; "+runs(peers))
-	r.add("backfill_whole_table_vs_pgcopydb", whole/peer, "ratio", "best whole-table median above over pgcopydb's median; goal >= 1.0")
+
+	// CLEANUP: the moved rows deleted from the old owner, here the add-node
+	// ranges from a full copy of the table (no token index on the target).
+	if err := e.truncateTarget(ctx); err != nil {
+		return err
+	}
+	if _, err := shell(ctx, fmt.Sprintf(`%s -c 'copy users to stdout (format binary)' | %s -c 'copy users from stdin (format binary)'`, psql(e.src), psql(e.dst))); err != nil {
+		return err
+	}
+	if _, err := e.dstPool.Exec(ctx, `VACUUM ANALYZE users`); err != nil {
+		return err
+	}
+	start = time.Now()
+	deleted, err := backfill.DeleteRanges(ctx, e.dstPool, set, moved, 5000, nil)
+	if err != nil {
+		return err
+	}
+	d := time.Since(start)
+	r.add("cleanup_delete_addnode_ranges_rows_per_s", float64(deleted)/d.Seconds(), "rows/s",
+		fmt.Sprintf("%d rows of the 16 add-node ranges deleted from the %d-row table in batches of 5000, %s", deleted, e.cfg.rows, d.Round(time.Millisecond)))
 	return nil
 }
 
