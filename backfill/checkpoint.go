@@ -101,24 +101,41 @@ func loadCheckpoint(ctx context.Context, target *pgxpool.Pool, move string, u un
 	return c, nil
 }
 
+// errCheckpointMoved: the unit's checkpoint is not where the chunk was
+// read from. An earlier run's commit that its client gave up on can still
+// land after a new run read the checkpoint; the chunk's transaction is
+// rolled back and the unit resumes from the checkpoint as it now is, so no
+// chunk is counted, or applied on top of a newer position, twice.
+var errCheckpointMoved = errors.New("the unit's checkpoint moved since this chunk was read (another run committed it)")
+
 // saveCheckpoint records, in the chunk's own transaction, that the unit has
-// copied rows more rows up to pos.
-func saveCheckpoint(ctx context.Context, tx pgx.Tx, move string, u unit, order Order, pos position, rows int, done bool) error {
-	var lastToken *int64
-	if order == OrderToken && pos.pk != nil {
-		lastToken = &pos.token
+// copied rows more rows from from up to pos; it fails with
+// errCheckpointMoved unless the recorded position is still from.
+func saveCheckpoint(ctx context.Context, tx pgx.Tx, move string, u unit, order Order, from, pos position, rows int, done bool) error {
+	token := func(p position) *int64 {
+		if order == OrderToken && p.pk != nil {
+			return &p.token
+		}
+		return nil
 	}
 	chunks := 0
 	if rows > 0 {
 		chunks = 1
 	}
-	_, err := tx.Exec(ctx, `
+	tag, err := tx.Exec(ctx, `
 		INSERT INTO reshard.copy_checkpoint AS c (move, table_name, range_lo, range_hi, order_by, last_token, last_pk, rows, chunks, done)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		ON CONFLICT (move, table_name, range_lo, range_hi) DO UPDATE SET
 			last_token = EXCLUDED.last_token, last_pk = EXCLUDED.last_pk,
 			rows = c.rows + EXCLUDED.rows, chunks = c.chunks + EXCLUDED.chunks,
-			done = EXCLUDED.done, updated_at = now()`,
-		move, u.table.String(), u.rng.Lo, u.rng.Hi, string(order), lastToken, pos.pk, rows, chunks, done)
-	return err
+			done = EXCLUDED.done, updated_at = now()
+		WHERE c.last_pk IS NOT DISTINCT FROM $11 AND c.last_token IS NOT DISTINCT FROM $12 AND NOT c.done`,
+		move, u.table.String(), u.rng.Lo, u.rng.Hi, string(order), token(pos), pos.pk, rows, chunks, done, from.pk, token(from))
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() != 1 {
+		return errCheckpointMoved
+	}
+	return nil
 }

@@ -181,30 +181,30 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 	return c.stats, err
 }
 
-// units cuts the copy into checkpointed units. A range a table pages by
-// token is a unit of its own: an index range scan of just its rows. The
-// ranges a table pages by primary key are one unit together: one scan of
-// the table keeps the rows of all of them, where a unit per range would read
-// the whole table once per range — with virtual nodes a move has many.
+// units cuts the copy into checkpointed units. A table that pages by token
+// has a unit per (split) range: an index range scan of just its rows. A
+// table that pages by primary key has one unit for all its ranges: one scan
+// of the table keeps the rows of every range, where a unit per range would
+// read the whole table once per range — with virtual nodes a move has many.
 func (c *copier) units(ctx context.Context) ([]unit, error) {
+	if len(c.moving) == 0 {
+		return nil, nil
+	}
 	var out []unit
 	for _, t := range c.opts.Set.Tables {
-		var byPK []ring.Range
+		order, err := c.chooseOrder(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		if order == OrderPK {
+			parts := c.moving
+			out = append(out, unit{table: t, rng: ring.Range{Lo: parts[0].Lo, Hi: parts[len(parts)-1].Hi}, parts: parts, order: OrderPK})
+			continue
+		}
 		for _, r := range c.moving {
 			for _, sub := range splitRange(r, c.opts.Split) {
-				order, err := c.chooseOrder(ctx, t, sub)
-				if err != nil {
-					return nil, err
-				}
-				if order == OrderToken {
-					out = append(out, unit{table: t, rng: sub, parts: []ring.Range{sub}, order: OrderToken})
-				} else {
-					byPK = append(byPK, sub)
-				}
+				out = append(out, unit{table: t, rng: sub, parts: []ring.Range{sub}, order: OrderToken})
 			}
-		}
-		if parts := ring.Normalize(byPK); len(parts) > 0 {
-			out = append(out, unit{table: t, rng: ring.Range{Lo: parts[0].Lo, Hi: parts[len(parts)-1].Hi}, parts: parts, order: OrderPK})
 		}
 	}
 	return out, nil
@@ -254,6 +254,7 @@ func (c *copier) runUnit(ctx context.Context, u unit) error {
 // chunk is what the reader hands the writer.
 type chunk struct {
 	chunkData
+	from  position // position the chunk was read from: the checkpoint it extends
 	pos   position // position after this chunk
 	final bool     // no rows follow
 }
@@ -310,21 +311,26 @@ func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry b
 	return g.Wait()
 }
 
-// chooseOrder picks how table t pages range r.
-func (c *copier) chooseOrder(ctx context.Context, t tableset.Table, r ring.Range) (Order, error) {
+// chooseOrder picks how table t pages the move's ranges.
+func (c *copier) chooseOrder(ctx context.Context, t tableset.Table) (Order, error) {
 	if c.opts.Order != OrderAuto {
 		return c.opts.Order, nil
 	}
-	// Measured on 1M rows (cmd/reshard-bench): for a 20% range the primary-key
-	// scan copied 66k rows/s, the token-ordered index scan 24k rows/s (random
-	// heap reads). Token order only pays where the pk scan would read far more
-	// rows than it keeps; 1/16 of the space is a guess at that point.
-	if r.Width()/math.Exp2(64) > 1.0/16 {
+	// Measured on 1M rows (cmd/reshard-bench): for 20 % of the token space
+	// the primary-key scan copied 305k rows/s, the token-ordered index scan
+	// 82k rows/s (random heap reads). The primary-key scan reads the whole
+	// table once, whatever the ranges; token order reads only the moving
+	// rows, ~4x slower each: it pays below about 1/16 of the space in all.
+	var width float64
+	for _, r := range c.moving {
+		width += r.Width()
+	}
+	if width/math.Exp2(64) > 1.0/16 {
 		return OrderPK, nil
 	}
 	ok, err := tableset.HasTokenIndex(ctx, c.src, t)
 	if err != nil {
-		return "", fmt.Errorf("copy %s of %s: look for the token index on the source: %w", r, t, err)
+		return "", fmt.Errorf("copy %s: look for the token index on the source: %w", t, err)
 	}
 	if ok {
 		return OrderToken, nil
@@ -365,7 +371,7 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 		if err != nil {
 			return fmt.Errorf("copy chunk %s of %s: %w", u.rng, u.table, err)
 		}
-		ch := chunk{chunkData: data, pos: pos, final: data.rows < c.opts.ChunkRows}
+		ch := chunk{chunkData: data, from: pos, pos: pos, final: data.rows < c.opts.ChunkRows}
 		if data.rows > 0 {
 			ch.pos = position{pk: make([]string, len(u.table.PK))}
 			e := data.extras
@@ -530,7 +536,7 @@ func (w *writer) tx(ctx context.Context, ch chunk, fast bool) error {
 			}
 		}
 	}
-	if err := saveCheckpoint(ctx, tx, w.c.opts.Move, w.u, w.order, ch.pos, ch.rows, ch.final); err != nil {
+	if err := saveCheckpoint(ctx, tx, w.c.opts.Move, w.u, w.order, ch.from, ch.pos, ch.rows, ch.final); err != nil {
 		return fail("save checkpoint", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -572,6 +578,9 @@ func Retryable(err error) bool {
 	var ce *CollisionError
 	if errors.As(err, &ce) {
 		return false
+	}
+	if errors.Is(err, errCheckpointMoved) {
+		return true
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

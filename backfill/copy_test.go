@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"github.com/reshard/reshard/internal/pgtest"
@@ -202,7 +203,7 @@ func TestCopyRangesRowForRow(t *testing.T) {
 	n := len(f.tokens)
 	reg := prometheus.NewRegistry()
 	opts := f.opts("m1")
-	opts.Split = 4 // small sub-ranges: orders (token index) page by token
+	opts.Split = 4 // sub-ranges: a table paged by primary key still reads all of them in one unit
 	opts.Metrics = NewMetrics(reg)
 	st, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
 	if err != nil {
@@ -218,28 +219,26 @@ func TestCopyRangesRowForRow(t *testing.T) {
 		}
 	}
 	want := f.expectedRows(t)
-	// 3 ranges cut in 4: orders (token index, narrow ranges) pages each of
-	// the 12 by token; users and events page all of them by primary key in
-	// one scan each.
-	if st.Rows != want || st.Units != 14 || st.Chunks < want/100 {
-		t.Fatalf("stats %+v, want %d rows in 14 units", st, want)
+	// The ranges cover over 1/16 of the space: every table, orders with its
+	// token index too, pages all of them by primary key in one scan.
+	if st.Rows != want || st.Units != 3 || st.Chunks < want/100 {
+		t.Fatalf("stats %+v, want %d rows in 3 units", st, want)
 	}
-	if rows, done, total := checkpointRows(t, f, "m1"); rows != want || done != total || total != 14 {
+	if rows, done, total := checkpointRows(t, f, "m1"); rows != want || done != total || total != 3 {
 		t.Fatalf("checkpoints: %d rows, %d of %d done", rows, done, total)
 	}
 	if got := promtest.Counter(t, reg, "reshard_backfill_rows_total", "public.users"); got != float64(len(dump(t, f.src, "users", f.ranges))) {
 		t.Fatalf("reshard_backfill_rows_total{table=users} = %g", got)
 	}
-	// Orders have the token index and small ranges: paged by token.
 	cps, _ := Checkpoints(ctx, f.dst.Pool, "m1")
 	for _, c := range cps {
-		if want := map[string]string{"public.orders": "token", "public.users": "pk", "public.events": "pk"}[c.Table]; c.Order != want {
-			t.Fatalf("%s paged by %s, want %s", c.Table, c.Order, want)
+		if c.Order != "pk" {
+			t.Fatalf("%s paged by %s, want pk", c.Table, c.Order)
 		}
 	}
 	// A rerun finds every unit done and copies nothing.
 	st, err = Copy(ctx, f.src.Pool, f.dst.Pool, opts)
-	if err != nil || st.Rows != 0 || st.Skipped != 14 {
+	if err != nil || st.Rows != 0 || st.Skipped != 3 {
 		t.Fatalf("rerun: %+v %v", st, err)
 	}
 	// A new move over the same ranges re-copies harmlessly (upserts).
@@ -565,4 +564,67 @@ func TestDeleteRangesWalksTheKey(t *testing.T) {
 	if n := db.QueryInt64(t, "SELECT count(*) FROM kv") + db.QueryInt64(t, "SELECT count(*) FROM pairs"); n != 6000-want {
 		t.Errorf("%d rows left, want %d outside the ranges", n, 6000-want)
 	}
+}
+
+// TestNarrowRangesPageByToken: ranges that cover under 1/16 of the space in
+// all are paged by token where the token index exists (orders), a unit per
+// split range, and by primary key in one unit elsewhere.
+func TestNarrowRangesPageByToken(t *testing.T) {
+	f := newFixture(t, 3000)
+	n := len(f.tokens)
+	f.ranges = []ring.Range{{Lo: f.tokens[n/5], Hi: f.tokens[n/5+40]}, {Lo: f.tokens[n*3/5], Hi: f.tokens[n*3/5+50]}}
+	// The target's own rows were placed outside the fixture's ranges, not these.
+	pred := ring.Predicate("hashint8extended(id, 0)", f.ranges)
+	f.dst.Exec(t, `DELETE FROM users WHERE id > 1000000 AND `+pred)
+	f.dst.Exec(t, `DELETE FROM orders WHERE user_id > 1000000 AND `+strings.ReplaceAll(pred, "(id", "(user_id"))
+	opts := f.opts("narrow")
+	opts.Split = 2
+	st, err := Copy(context.Background(), f.src.Pool, f.dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Units != 6 {
+		t.Fatalf("%d units, want 2 ranges x 2 for orders and one each for users and events", st.Units)
+	}
+	cps, err := Checkpoints(context.Background(), f.dst.Pool, "narrow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cps {
+		if want := map[string]string{"public.orders": "token", "public.users": "pk", "public.events": "pk"}[c.Table]; c.Order != want || !c.Done {
+			t.Fatalf("%s paged by %s (done %v), want %s", c.Table, c.Order, c.Done, want)
+		}
+	}
+	f.expectCopied(t)
+}
+
+// TestConcurrentRunsOfOneMove: two runs of the same move at once (a worker
+// thought dead still copying while its retry runs elsewhere, or a commit its
+// client gave up on landing after the next run read the checkpoint). Each
+// chunk extends the checkpoint it was read from or is rolled back, so the
+// checkpoints count every row exactly once and the copy is exact.
+func TestConcurrentRunsOfOneMove(t *testing.T) {
+	f := newFixture(t, 3000)
+	want := f.expectedRows(t)
+	var g errgroup.Group
+	var moved atomic.Int64
+	for range 2 {
+		g.Go(func() error {
+			opts := f.opts("twice")
+			opts.Retries = 100 // each lost race is a retry from the checkpoint
+			st, err := Copy(context.Background(), f.src.Pool, f.dst.Pool, opts)
+			moved.Add(st.Rows)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if rows, done, total := checkpointRows(t, f, "twice"); rows != want || done != total {
+		t.Fatalf("checkpoints: %d rows of %d, %d of %d units done", rows, want, done, total)
+	}
+	if moved.Load() != want {
+		t.Fatalf("the two runs committed %d rows together, want each row once: %d", moved.Load(), want)
+	}
+	f.expectCopied(t)
 }
