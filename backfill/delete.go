@@ -69,7 +69,7 @@ func deleteSQL(t tableset.Table, ranges []ring.Range, after []string, batch int)
 	// Qualified: an output column named like a key column would otherwise
 	// be what ORDER BY sorts by.
 	pk := columnList("t", t.PK)
-	where := rangesPredicate(t.TokenSQL("t"), ranges)
+	where := ring.ScanPredicate(t.TokenSQL("t"), ranges)
 	if after != nil {
 		where += fmt.Sprintf(" AND (%s) > (%s)", pk, pkLiterals(t, after))
 	}

@@ -75,16 +75,6 @@ func pkLiterals(t tableset.Table, vals []string) string {
 	return strings.Join(parts, ", ")
 }
 
-// rangesPredicate is "tok in ranges": for several ranges one binary search
-// per row (ring.Buckets) instead of an OR that computes the token again for
-// every bound.
-func rangesPredicate(tok string, ranges []ring.Range) string {
-	if len(ranges) > 1 {
-		return "width_bucket(" + tok + ", " + ring.Buckets(ranges) + ") % 2 = 1"
-	}
-	return ring.Predicate(tok, ranges)
-}
-
 // chunkSQL is the statement that reads the next chunk of t in parts after pos:
 // the writable columns, then the extras — the token (OrderToken only) and the
 // primary key as text — that say where the chunk ended. COPY takes no
@@ -102,7 +92,7 @@ func chunkSQL(t tableset.Table, parts []ring.Range, order Order, pos position, l
 	for i := range extras { // named apart from the columns, which ORDER BY means
 		extras[i] += fmt.Sprintf(` AS "reshard_extra_%d"`, i)
 	}
-	where := rangesPredicate(tok, parts)
+	where := ring.ScanPredicate(tok, parts)
 	if pos.pk != nil {
 		after := fmt.Sprintf("(%s) > (%s)", pk, pkLiterals(t, pos.pk))
 		if order == OrderToken {

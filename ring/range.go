@@ -140,6 +140,25 @@ func Buckets(rs []Range) string {
 	return "'{" + strings.Join(th, ",") + "}'::bigint[]"
 }
 
+// BucketSQL is width_bucket(expr, Buckets(rs)): odd exactly when the token
+// expression expr lies in rs, and (BucketSQL - 1) / 2 is then the index of
+// its range in Normalize(rs).
+func BucketSQL(expr string, rs []Range) string {
+	return "width_bucket(" + expr + ", " + Buckets(rs) + ")"
+}
+
+// ScanPredicate is Predicate for a statement that tests many rows: for
+// several ranges, one binary search per row (BucketSQL) instead of an OR that
+// computes the token again for every bound. Predicate keeps the plain
+// comparisons, which an index on the token expression can serve and which
+// publication row filters and fence triggers use.
+func ScanPredicate(expr string, rs []Range) string {
+	if len(Normalize(rs)) > 1 {
+		return BucketSQL(expr, rs) + " % 2 = 1"
+	}
+	return Predicate(expr, rs)
+}
+
 // ContainsAny reports whether t lies in any of rs.
 func ContainsAny(rs []Range, t int64) bool {
 	for _, r := range rs {

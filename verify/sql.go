@@ -12,7 +12,8 @@ import (
 )
 
 // sessionSettings fix every setting that changes the text output of a value,
-// so that the text form of a value hashed as text (columnValue) is the same on both servers.
+// so that the text form of a value hashed as text (columnValue) is the same
+// on both servers.
 const sessionSettings = `SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; ` +
 	`SET LOCAL IntervalStyle = 'postgres'; SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'`
 
@@ -104,16 +105,13 @@ func newTableSQL(t tableset.Table, ranges []ring.Range) (*tableSQL, error) {
 		cols[i] = columnValue(pgx.Identifier{"t", c.Name}.Sanitize(), c.TypeOID)
 	}
 	q.rowHash = "hash_record_extended(ROW(" + strings.Join(cols, ", ") + "), 0)"
-	if len(q.ranges) == 1 {
-		q.pred = ring.Predicate(q.token, q.ranges)
-		q.rangeOf = "0"
-	} else {
-		// Many ranges (a move with virtual nodes has dozens): one binary
-		// search per row, not an OR of comparisons that each recompute
-		// the token — three times faster over 16 ranges.
-		bucket := "width_bucket(" + q.token + ", " + ring.Buckets(q.ranges) + ")"
-		q.pred = bucket + " % 2 = 1"
-		q.rangeOf = "(" + bucket + " - 1) / 2"
+	// Many ranges (a move with virtual nodes has dozens): one binary search
+	// per row, not an OR of comparisons that each recompute the token —
+	// three times faster over 16 ranges.
+	q.pred = ring.ScanPredicate(q.token, q.ranges)
+	q.rangeOf = "0"
+	if len(q.ranges) > 1 {
+		q.rangeOf = "(" + ring.BucketSQL(q.token, q.ranges) + " - 1) / 2"
 	}
 	return q, nil
 }
