@@ -30,15 +30,7 @@ func TestStreamStoppedWhileAwaitingApproval(t *testing.T) {
 	var upErr error
 	var upDone bool
 	env.RegisterDelayedCallback(func() {
-		var st MigrationState
-		v, err := env.QueryWorkflow(QueryState)
-		if err != nil {
-			t.Errorf("query: %v", err)
-			return
-		}
-		if err := v.Get(&st); err != nil {
-			t.Error(err)
-		}
+		st := queryState(t, env)
 		for _, m := range st.Moves {
 			if m.Phase != PhaseCutover || !strings.Contains(m.Error, "schema of public.users changed on the source") {
 				t.Errorf("waiting for approval with its stream stopped, move %s: phase %s, error %q", m.Spec.ID, m.Phase, m.Error)

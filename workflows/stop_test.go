@@ -20,19 +20,6 @@ func collideOnce(f *fakes) {
 	}
 }
 
-func queryMigration(t *testing.T, f *fakes) MigrationState {
-	t.Helper()
-	var st MigrationState
-	v, err := f.env.QueryWorkflow(QueryState)
-	if err != nil {
-		t.Fatalf("query: %v", err)
-	}
-	if err := v.Get(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // A move that meets an error no retry fixes before CUTOVER stops in its
 // phase and says why and what to do; resume runs the phase again.
 func TestStoppedMoveResumes(t *testing.T) {
@@ -41,7 +28,7 @@ func TestStoppedMoveResumes(t *testing.T) {
 	var early, resume error
 	var earlyDone, resumeDone bool
 	env.RegisterDelayedCallback(func() {
-		st := queryMigration(t, f)
+		st := queryState(t, env)
 		m := st.Moves[0]
 		if m.Spec.ID != "t_m1" || m.Phase != PhaseSnapshotCopy || !m.Stopped ||
 			!strings.Contains(m.Error, "stopped in SNAPSHOT_COPY: copy users: key (id)=(42) collides") ||

@@ -195,6 +195,22 @@ func result[T any](t *testing.T, env *testsuite.TestWorkflowEnvironment) T {
 	return out
 }
 
+// queryState is the migration's state query, from a delayed callback: a
+// failure is reported (t.Error) and leaves the state empty.
+func queryState(t *testing.T, env *testsuite.TestWorkflowEnvironment) MigrationState {
+	t.Helper()
+	var st MigrationState
+	v, err := env.QueryWorkflow(QueryState)
+	if err != nil {
+		t.Errorf("query: %v", err)
+		return st
+	}
+	if err := v.Get(&st); err != nil {
+		t.Error(err)
+	}
+	return st
+}
+
 func phasesOf(ms MoveState) []Phase {
 	var ps []Phase
 	for _, t := range ms.Timings {
@@ -275,15 +291,7 @@ func TestVerifyFailureThenRollbackByUpdate(t *testing.T) {
 	var upErr error
 	var upDone bool
 	env.RegisterDelayedCallback(func() {
-		var st MigrationState
-		v, err := env.QueryWorkflow(QueryState)
-		if err != nil {
-			t.Errorf("query: %v", err)
-			return
-		}
-		if err := v.Get(&st); err != nil {
-			t.Error(err)
-		}
+		st := queryState(t, env)
 		for _, m := range st.Moves {
 			if m.Phase != PhaseVerify || m.Verify == nil || m.Verify.Passed || m.Verify.Mismatches != 3 {
 				t.Errorf("before the rollback, move %s: phase %s verify %+v", m.Spec.ID, m.Phase, m.Verify)
@@ -367,9 +375,7 @@ func TestApproveRejectedInWrongPhase(t *testing.T) {
 	var earlyDone, lateDone bool
 	env.RegisterDelayedCallback(func() { update(env, UpdateApprove, &early, &earlyDone) }, 30*time.Second)
 	env.RegisterDelayedCallback(func() {
-		var st MigrationState
-		v, _ := env.QueryWorkflow(QueryState)
-		_ = v.Get(&st)
+		st := queryState(t, env)
 		for _, m := range st.Moves {
 			if m.Phase != PhaseCutover {
 				t.Errorf("move %s in %s at approval time, want CUTOVER (waiting for approval)", m.Spec.ID, m.Phase)
@@ -420,9 +426,7 @@ func TestPauseResume(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		// A second pause is refused: already paused.
 		update(env, UpdatePause, &p2Err, &p2Done)
-		var st MigrationState
-		v, _ := env.QueryWorkflow(QueryState)
-		_ = v.Get(&st)
+		st := queryState(t, env)
 		for _, m := range st.Moves {
 			if !m.Paused || m.Phase != PhaseSnapshotCopy {
 				t.Errorf("while paused, move %s: paused=%v phase %s", m.Spec.ID, m.Paused, m.Phase)
@@ -572,9 +576,7 @@ func TestRollbackDuringGrace(t *testing.T) {
 	var err error
 	var done bool
 	env.RegisterDelayedCallback(func() {
-		var st MigrationState
-		v, _ := env.QueryWorkflow(QueryState)
-		_ = v.Get(&st)
+		st := queryState(t, env)
 		for _, m := range st.Moves {
 			if m.Phase != PhaseGrace {
 				t.Errorf("move %s in %s, want GRACE", m.Spec.ID, m.Phase)
