@@ -16,6 +16,7 @@ import (
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
@@ -90,17 +91,17 @@ func (a *Activities) join(ctx context.Context, m workflows.MoveRef) (workflows.J
 	if err != nil {
 		return workflows.JoinResult{}, badInput("move id: %v", err)
 	}
-	epoch, err := a.epoch(ctx)
+	fences, err := a.fences(ctx)
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
-	if err := cutover.InstallTriggers(ctx, s.dst, s.dstSet, true); err != nil {
+	// The topology has the ranges migrating: the target is fenced wherever
+	// it owns nothing (the moving ranges included), the source wherever it
+	// owns nothing, and both get their TRUNCATE guards.
+	if _, err := fence.Reconcile(ctx, s.dst, m.Spec.Target, s.dstSet, fences); err != nil {
 		return workflows.JoinResult{}, fmt.Errorf("target %s: %w", m.Spec.Target, err)
 	}
-	if err := cutover.Fence(ctx, s.dst, s.dstSet, m.Spec.Ranges, epoch); err != nil {
-		return workflows.JoinResult{}, fmt.Errorf("target %s: %w", m.Spec.Target, err)
-	}
-	if err := cutover.InstallTriggers(ctx, s.src, s.srcSet, true); err != nil {
+	if _, err := fence.Reconcile(ctx, s.src, m.Spec.Source, s.srcSet, fences); err != nil {
 		return workflows.JoinResult{}, fmt.Errorf("source %s: %w", m.Spec.Source, err)
 	}
 	if err := backfill.EnsureSchema(ctx, s.dst); err != nil {
@@ -134,18 +135,6 @@ func (a *Activities) createSlot(ctx context.Context, shard, slot string) (pglogr
 		return 0, fmt.Errorf("create slot %s on %s: %w", slot, shard, err)
 	}
 	return l0, nil
-}
-
-func (a *Activities) epoch(ctx context.Context) (int64, error) {
-	store, err := a.store(ctx)
-	if err != nil {
-		return 0, err
-	}
-	cur, err := store.Current(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read the current topology: %w", err)
-	}
-	return cur.Version, nil
 }
 
 // CopySlice copies for at most MaxTime, then returns the copy's position:
@@ -455,18 +444,11 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (wo
 	if err != nil {
 		return workflows.CutoverResult{}, err
 	}
-	store, err := a.store(ctx)
+	fences, err := a.fences(ctx)
 	if err != nil {
 		return workflows.CutoverResult{}, err
 	}
-	control, err := a.pools.control(ctx)
-	if err != nil {
-		return workflows.CutoverResult{}, err
-	}
-	cur, err := store.Current(ctx)
-	if err != nil {
-		return workflows.CutoverResult{}, fmt.Errorf("read the current topology: %w", err)
-	}
+	store, control := fences.Store, fences.Pool
 	spec := in.Move.Spec
 	_, target, err := a.rings(ctx, store, in.Move)
 	if err != nil {
@@ -474,7 +456,7 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (wo
 	}
 	h := cutover.CutOver(target, spec.Ranges, spec.Source, spec.Target, fmt.Sprintf("cutover of move %s (%s → %s)", spec.ID, spec.Source, spec.Target))
 	h.MigrationID = in.Move.MigrationID
-	pg := cutover.NewPG(s.move(in.Move), st, store, h, cur.Version+1)
+	pg := cutover.NewPG(s.move(in.Move), st, fences, h)
 	j := cutover.PGJournal{Pool: control, Move: spec.ID}
 	done, err := cutover.Resume(ctx, pg, j)
 	if err != nil {
@@ -549,17 +531,17 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
-	store, err := a.store(ctx)
+	fences, err := a.fences(ctx)
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
-	_, target, err := a.rings(ctx, store, in.Move)
+	_, target, err := a.rings(ctx, fences.Store, in.Move)
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
 	stop := keepBeating(ctx, 5*time.Second, func() any { return "cleaning up: deleting moved rows from the old owner" })
 	res, err := cutover.Cleanup(ctx, s.move(in.Move), cutover.CleanupOptions{
-		Store: store, Target: target, VerifyRunIDs: in.VerifyRunIDs, MigrationID: in.Move.MigrationID,
+		Fences: fences, Target: target, VerifyRunIDs: in.VerifyRunIDs, MigrationID: in.Move.MigrationID,
 		Logger: a.log.With("move", in.Move.Spec.ID),
 	})
 	stop()

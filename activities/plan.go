@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -235,9 +236,25 @@ func (a *Activities) store(ctx context.Context) (*topology.Store, error) {
 		if err := cutover.EnsureJournal(ctx, pool); err != nil {
 			return nil, fmt.Errorf("prepare the cutover journal: %w", err)
 		}
+		if err := fence.EnsureControl(ctx, pool); err != nil {
+			return nil, fmt.Errorf("prepare the fence holds: %w", err)
+		}
 		a.controlReady = true
 	}
 	return topology.NewStore(pool), nil
+}
+
+// fences reads the control database for fence.Reconcile.
+func (a *Activities) fences(ctx context.Context) (fence.Control, error) {
+	store, err := a.store(ctx)
+	if err != nil {
+		return fence.Control{}, err
+	}
+	pool, err := a.pools.control(ctx)
+	if err != nil {
+		return fence.Control{}, err
+	}
+	return fence.Control{Pool: pool, Store: store}, nil
 }
 
 // PublishMigrating publishes topology FromVersion+1: the same owners, the

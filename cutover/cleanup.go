@@ -6,21 +6,22 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/time/rate"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
-	"github.com/reshard/reshard/topology"
 )
 
 // CleanupOptions configure Cleanup.
 type CleanupOptions struct {
-	Store *topology.Store
+	// Fences reads the control database: the topology (its Store) and the
+	// fence holds, from which both shards' fences and guards are derived.
+	Fences fence.Control
 	// Target is the plan's target ring (Complete takes the owners from it).
 	Target *ring.Ring
 	// BatchRows and RowsPerSec throttle the deletion of the moved rows on the
@@ -46,14 +47,16 @@ type CleanupResult struct {
 // fallback), drop both streams' slots, publications and origins, delete the
 // moved rows on the old owner in throttled batches (under the replica role:
 // the old owner keeps its fences for the ranges it gave away), drop the work
-// rows (copy checkpoints, verify runs), remove the TRUNCATE guards.
-// Every step is idempotent: after a crash, call it again.
+// rows (copy checkpoints, verify runs), reconcile both shards' fences and
+// TRUNCATE guards with the topology (fence.Reconcile: the guards go when no
+// other live move uses the shard; the old owner stays fenced where it owns
+// nothing). Every step is idempotent: after a crash, call it again.
 func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, error) {
 	var res CleanupResult
 	if err := m.check(); err != nil {
 		return res, err
 	}
-	if o.Store == nil || o.Target == nil {
+	if o.Fences.Store == nil || o.Fences.Pool == nil || o.Target == nil {
 		return res, fmt.Errorf("cleanup of move %s: the topology store and the target ring are required", m.ID)
 	}
 	log := o.Logger
@@ -61,7 +64,7 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = log.With("move", m.ID, "phase", "CLEANUP")
-	cur, err := o.Store.Current(ctx)
+	cur, err := o.Fences.Store.Current(ctx)
 	if err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
@@ -70,7 +73,7 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	}
 	h := Complete(o.Target, m.Ranges, m.From, m.To, "cleanup of move "+m.ID)
 	h.MigrationID = o.MigrationID
-	if res.Version, err = h.Publish(ctx, o.Store); err != nil {
+	if res.Version, err = h.Publish(ctx, o.Fences.Store); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: publish the ranges stable on %s: %w", m.ID, m.To, err)
 	}
 	log.Info("ranges stable on the new owner", "ring_version", res.Version, "shard", m.To)
@@ -84,10 +87,8 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	if err := DropWorkRows(ctx, m, o.VerifyRunIDs); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
-	for _, p := range []*pgxpool.Pool{m.Source, m.Target} {
-		if err := RemoveTruncateGuard(ctx, p, m.Set); err != nil {
-			return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
-		}
+	if err := ReconcileBoth(ctx, m, o.Fences); err != nil {
+		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
 	return res, nil
 }
@@ -159,48 +160,15 @@ func DropWorkRows(ctx context.Context, m Move, verifyRunIDs []string) error {
 	return nil
 }
 
-// RemoveTriggersIfUnfenced drops the fence triggers of the set's tables on
-// a shard whose fence for the table is empty (no range fenced by this or any
-// other move): a rollback leaves a shard as it found it. A table with fenced
-// ranges keeps its trigger. Idempotent.
-func RemoveTriggersIfUnfenced(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
-	for _, t := range set.Tables {
-		err := withLockRetry(ctx, func() error {
-			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
-					return err
-				}
-				var exists bool
-				if err := tx.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL`).Scan(&exists); err != nil || !exists {
-					return err
-				}
-				// FOR UPDATE: a concurrent Fence of another move waits for us,
-				// then finds no row and fails loudly (setFence).
-				var empty bool
-				err := tx.QueryRow(ctx, `SELECT isempty(ranges) FROM reshard.fence WHERE tbl = `+quoteLiteral(t.Quoted())+`::regclass FOR UPDATE`).Scan(&empty)
-				if errors.Is(err, pgx.ErrNoRows) {
-					empty = true
-				} else if err != nil {
-					return err
-				}
-				if !empty {
-					return nil
-				}
-				for _, s := range []string{
-					"DROP TRIGGER IF EXISTS reshard_fence ON " + t.Quoted(),
-					"DROP TRIGGER IF EXISTS reshard_no_truncate ON " + t.Quoted(),
-					"DELETE FROM reshard.fence WHERE tbl = " + quoteLiteral(t.Quoted()) + "::regclass",
-					"DROP FUNCTION IF EXISTS " + triggerFunc(t).Sanitize() + "()",
-				} {
-					if _, err := tx.Exec(ctx, s); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		})
-		if err != nil {
-			return fmt.Errorf("remove unused fence trigger of %s: %w", t, err)
+// ReconcileBoth reconciles the fences and TRUNCATE guards of both shards of
+// a move with the control database (fence.Reconcile).
+func ReconcileBoth(ctx context.Context, m Move, fences fence.Control) error {
+	for _, sh := range []struct {
+		name string
+		pool *pgxpool.Pool
+	}{{m.From, m.Source}, {m.To, m.Target}} {
+		if _, err := fence.Reconcile(ctx, sh.pool, sh.name, m.Set, fences); err != nil {
+			return err
 		}
 	}
 	return nil

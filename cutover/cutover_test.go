@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -22,8 +23,13 @@ type cutoverEnv struct {
 	set           tableset.Set
 	ranges        []ring.Range
 	journal       PGJournal
+	fences        fence.Control
+	target        *ring.Ring
 }
 
+// newCutoverEnv: shard src owns the whole token space in topology v1 and
+// (0, MaxToken] is migrating to dst (published as v2, JOINING done); the
+// cutover publishes v3.
 func newCutoverEnv(t *testing.T) *cutoverEnv {
 	t.Helper()
 	ctx := context.Background()
@@ -31,37 +37,56 @@ func newCutoverEnv(t *testing.T) *cutoverEnv {
 	e.set = usersSet(t, e.src)
 	usersSet(t, e.dst)
 	e.ranges = []ring.Range{{Lo: 0, Hi: ring.MaxToken}}
-	for _, p := range []*pgtest.DB{e.src, e.dst} {
-		if err := InstallTriggers(ctx, p.Pool, e.set, true); err != nil {
+	if err := topology.Migrate(ctx, e.ctl.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.EnsureControl(ctx, e.ctl.Pool); err != nil {
+		t.Fatal(err)
+	}
+	store := topology.NewStore(e.ctl.Pool)
+	e.fences = fence.Control{Pool: e.ctl.Pool, Store: store}
+	for n, db := range map[string]*pgtest.DB{"src": e.src, "dst": e.dst} {
+		ref := topology.ConnRef{Host: "127.0.0.1", Port: uint16(db.Server.Port), Database: db.Name, User: "postgres"}
+		if err := store.RegisterShard(ctx, topology.Shard{Name: n, Conn: ref, State: topology.ShardActive}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := Fence(ctx, e.dst.Pool, e.set, e.ranges, 1); err != nil {
+	v1, err := topology.New(ring.MustNew([]ring.VNode{{Token: 0, Shard: "src"}, {Token: ring.MaxToken, Shard: "src"}}), nil, "initial")
+	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := store.Publish(ctx, 0, v1); err != nil {
+		t.Fatal(err)
+	}
+	e.target = ring.MustNew([]ring.VNode{{Token: 0, Shard: "src"}, {Token: ring.MaxToken, Shard: "dst"}})
+	if _, err := Begin(e.target, e.ranges, "src", "dst", "begin").Publish(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	for n, db := range map[string]*pgtest.DB{"src": e.src, "dst": e.dst} {
+		if _, err := fence.Reconcile(ctx, db.Pool, n, e.set, e.fences); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := EnsureJournal(ctx, e.ctl.Pool); err != nil {
 		t.Fatal(err)
 	}
-	e.ctl.Exec(t, "CREATE TABLE topo (version bigint PRIMARY KEY)")
-	e.ctl.Exec(t, "INSERT INTO topo VALUES (1)")
 	e.journal = PGJournal{Pool: e.ctl.Pool, Move: "m1"}
 	return e
 }
 
 func (e *cutoverEnv) actions() *PG {
-	return &PG{
-		Source: e.src.Pool, Target: e.dst.Pool, Set: e.set, Ranges: e.ranges, Move: "m1", Epoch: 2,
-		DrainFunc: func(context.Context, string, time.Duration) error { return nil },
-		PublishFunc: func(ctx context.Context) (int64, error) {
-			_, err := e.ctl.Pool.Exec(ctx, "INSERT INTO topo VALUES (2)")
-			return 2, err
-		},
-		PublishedFunc: func(ctx context.Context) (bool, error) {
-			var n int64
-			err := e.ctl.Pool.QueryRow(ctx, "SELECT count(*) FROM topo WHERE version = 2").Scan(&n)
-			return n == 1, err
-		},
+	m := Move{ID: "m1", From: "src", To: "dst", Source: e.src.Pool, Target: e.dst.Pool, Set: e.set, Ranges: e.ranges}
+	p := NewPG(m, nil, e.fences, CutOver(e.target, e.ranges, "src", "dst", "cutover of m1"))
+	p.DrainFunc = func(context.Context, string, time.Duration) error { return nil }
+	return p
+}
+
+func (e *cutoverEnv) version(t *testing.T) int64 {
+	cur, err := e.fences.Store.Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
+	return cur.Version
 }
 
 // keyIn returns a key whose token lies in (0, MaxToken] or not.
@@ -81,7 +106,7 @@ func TestCutoverMovesOwnershipAndMeasuresThePause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Version != 2 || res.WritePause <= 0 || res.WritePause > 2*time.Second || len(res.Steps) != len(Steps) {
+	if res.Version != 3 || res.WritePause <= 0 || res.WritePause > 2*time.Second || len(res.Steps) != len(Steps) {
 		t.Fatalf("result %+v", res)
 	}
 	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !topology.IsFenceError(err) {
@@ -115,7 +140,7 @@ func TestCutoverOverBudgetAbortsAndUnfencesSource(t *testing.T) {
 	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); err != nil {
 		t.Fatalf("source still fenced after abort: %v", err)
 	}
-	if n := e.ctl.QueryInt64(t, "SELECT count(*) FROM topo"); n != 1 {
+	if v := e.version(t); v != 2 {
 		t.Fatalf("topology published by an aborted cutover")
 	}
 	if last, _ := e.journal.Last(ctx); last != StepAbort {

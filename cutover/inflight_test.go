@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
@@ -30,7 +31,7 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
-	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	rr := db.Conn(t)
@@ -42,7 +43,7 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := tokenOf(t, db, 7)
-	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
+	if err := fence.Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
 		t.Fatal(err)
 	}
 	horizon, err := FenceHorizon(ctx, db.Pool)
@@ -95,11 +96,11 @@ func TestWaitInFlightCatchesLockHoldersFromBeforeFence(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
-	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	tok := tokenOf(t, db, 7)
-	fence := []ring.Range{{Lo: tok - 1, Hi: tok}}
+	fenced := []ring.Range{{Lo: tok - 1, Hi: tok}}
 	for _, tc := range []struct {
 		name, begin string
 		before      int64 // key written before the fence
@@ -119,11 +120,11 @@ func TestWaitInFlightCatchesLockHoldersFromBeforeFence(t *testing.T) {
 			if _, err := c.Exec(ctx, updateV, tc.before, "before fence"); err != nil {
 				t.Fatal(err)
 			}
-			if err := Fence(ctx, db.Pool, set, fence, 1); err != nil {
+			if err := fence.Fence(ctx, db.Pool, set, fenced, 1); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				if err := Unfence(ctx, db.Pool, set, fence, 1); err != nil {
+				if err := fence.Clear(ctx, db.Pool, set); err != nil {
 					t.Error(err)
 				}
 			})
@@ -173,7 +174,7 @@ func TestFenceSeenByLaterStatements(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
-	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	auto, inTx := db.Conn(t), db.Conn(t)
@@ -189,7 +190,7 @@ func TestFenceSeenByLaterStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := tokenOf(t, db, 7)
-	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 3); err != nil {
+	if err := fence.Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := auto.Exec(ctx, updateV, int64(7), "after fence"); !topology.IsFenceError(err) {
@@ -213,7 +214,7 @@ func TestWaitInFlightCatchesPreparedTransaction(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users VALUES (7, 'a')")
-	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	c := db.Conn(t)
@@ -223,7 +224,7 @@ func TestWaitInFlightCatchesPreparedTransaction(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'") })
 	tok := tokenOf(t, db, 7)
-	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
+	if err := fence.Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
 		t.Fatal(err)
 	}
 	horizon, err := FenceHorizon(ctx, db.Pool)

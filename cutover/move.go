@@ -11,9 +11,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
-	"github.com/reshard/reshard/topology"
 )
 
 // Move is one move as the phases after the copy see it: its ranges, its two
@@ -45,11 +45,12 @@ func (m Move) check() error {
 // NewPG returns the real Actions of a cutover of m: fences on m's shards, the
 // drain of the running stream s (the forward stream for a cutover, the
 // reverse stream for a rollback's reverse cutover — then pass m.Reversed()),
-// and the handover h published in store. epoch is written with the fences
-// (the version the cutover is expected to publish: current + 1).
-func NewPG(m Move, s cdc.Controller, store *topology.Store, h Handover, epoch int64) *PG {
+// and the handover h published in fences' store; fences are derived from
+// the control database by fence.Reconcile.
+func NewPG(m Move, s cdc.Controller, fences fence.Control, h Handover) *PG {
+	store := fences.Store
 	return &PG{
-		Source: m.Source, Target: m.Target, Set: m.Set, Ranges: m.Ranges, Move: m.ID, Epoch: epoch,
+		Source: m.Source, Target: m.Target, From: m.From, To: m.To, Set: m.Set, Ranges: m.Ranges, Move: m.ID, Fences: fences,
 		DrainFunc: func(ctx context.Context, marker string, _ time.Duration) error {
 			_, err := s.DrainToMarker(ctx, marker)
 			return err

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/cdc"
-
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -21,11 +21,16 @@ import (
 // by the caller that owns them (the activity layer).
 type PG struct {
 	Source, Target *pgxpool.Pool
-	Set            tableset.Set
-	Ranges         []ring.Range
-	Move           string
-	// Epoch is the topology version the cutover publishes; fences carry it.
-	Epoch int64
+	// From and To name Source and Target in the topology.
+	From, To string
+	Set      tableset.Set
+	Ranges   []ring.Range
+	Move     string
+	// Fences derives both shards' fences from the control database: the
+	// fence step records a hold on the source and reconciles it, the
+	// unfence steps reconcile (fence.Reconcile is the only code that lifts
+	// a fence).
+	Fences fence.Control
 	// Exclude are source backend pids of our own that the in-flight wait
 	// ignores (none of them writes application rows).
 	Exclude []int32
@@ -45,8 +50,15 @@ func (p *PG) Gates(ctx context.Context) error {
 	return p.GatesFunc(ctx)
 }
 
+// hold names the cutover's hold on its source.
+func (p *PG) hold() string { return "cutover " + p.Move }
+
 func (p *PG) FenceSource(ctx context.Context) error {
-	return Fence(ctx, p.Source, p.Set, p.Ranges, p.Epoch)
+	if err := p.Fences.Hold(ctx, p.From, p.hold(), p.Ranges); err != nil {
+		return err
+	}
+	_, err := fence.Reconcile(ctx, p.Source, p.From, p.Set, p.Fences)
+	return err
 }
 
 func (p *PG) WaitInFlight(ctx context.Context, budget time.Duration) error {
@@ -109,10 +121,22 @@ func (p *PG) Published(ctx context.Context) (bool, error) {
 	return p.PublishedFunc(ctx)
 }
 
+// UnfenceTarget, after the publish: the target owns the ranges now, so its
+// reconcile lifts their fence; the source's hold is released (it no longer
+// owns them, so its fence stays).
 func (p *PG) UnfenceTarget(ctx context.Context) error {
-	return Unfence(ctx, p.Target, p.Set, p.Ranges, p.Epoch)
+	if _, err := fence.Reconcile(ctx, p.Target, p.To, p.Set, p.Fences); err != nil {
+		return err
+	}
+	return p.Fences.Release(ctx, p.From, p.hold())
 }
 
+// UnfenceSource, on abort: the hold is released and the source, still the
+// owner, reconciled, which lifts the fence.
 func (p *PG) UnfenceSource(ctx context.Context) error {
-	return Unfence(ctx, p.Source, p.Set, p.Ranges, p.Epoch)
+	if err := p.Fences.Release(ctx, p.From, p.hold()); err != nil {
+		return err
+	}
+	_, err := fence.Reconcile(ctx, p.Source, p.From, p.Set, p.Fences)
+	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 )
@@ -80,7 +81,8 @@ func BeforeCutover(ctx context.Context, m cutover.Move, o Options) error {
 	}
 	log := o.Logger.With("move", m.ID, "phase", "ROLLBACK")
 	j := cutover.PGJournal{Pool: o.Control, Move: m.ID}
-	pg := &cutover.PG{Source: m.Source, Target: m.Target, Set: m.Set, Ranges: m.Ranges, Move: m.ID,
+	pg := &cutover.PG{Source: m.Source, Target: m.Target, From: m.From, To: m.To, Set: m.Set, Ranges: m.Ranges, Move: m.ID,
+		Fences:        o.fences(),
 		PublishedFunc: func(ctx context.Context) (bool, error) { return cutOver(ctx, o.Store, m) }}
 	done, err := cutover.Resume(ctx, pg, j)
 	if err != nil {
@@ -94,21 +96,24 @@ func BeforeCutover(ctx context.Context, m cutover.Move, o Options) error {
 	if done {
 		// Cut over, then given back by DuringGrace: only the cleaning is
 		// left, and the target keeps its fences for the ranges it gave back.
-		return clean(ctx, m, o, log, false)
+		return clean(ctx, m, o, log)
 	}
 	v, err := giveBack(m, o).Publish(ctx, o.Store)
 	if err != nil {
 		return fmt.Errorf("rollback of move %s: give the ranges back to %s: %w", m.ID, m.From, err)
 	}
 	log.Info("ranges stable on the old owner", "ring_version", v, "shard", m.From)
-	return clean(ctx, m, o, log, true)
+	return clean(ctx, m, o, log)
 }
 
-// clean drops the streams, deletes the rows on the new owner, and removes
-// what the move installed. unfenceTarget: before cutover the target never
-// owned the ranges, its fences go; after a reverse cutover it gave them
-// away, they stay.
-func clean(ctx context.Context, m cutover.Move, o Options, log *slog.Logger, unfenceTarget bool) error {
+// fences derives fences from the control database.
+func (o Options) fences() fence.Control { return fence.Control{Pool: o.Control, Store: o.Store} }
+
+// clean drops the streams, deletes the rows on the new owner, and
+// reconciles both shards' fences and guards with the topology: the new
+// owner, which does not own the ranges (it never did, or gave them back),
+// stays fenced on them; the guards go when no other live move uses a shard.
+func clean(ctx context.Context, m cutover.Move, o Options, log *slog.Logger) error {
 	if err := cutover.DropStreams(ctx, m); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
@@ -117,18 +122,8 @@ func clean(ctx context.Context, m cutover.Move, o Options, log *slog.Logger, unf
 		return fmt.Errorf("rollback of move %s: delete the rows on %s: %w", m.ID, m.To, err)
 	}
 	log.Info("rows deleted on the new owner", "shard", m.To, "rows", n)
-	if unfenceTarget {
-		if err := cutover.Unfence(ctx, m.Target, m.Set, m.Ranges, 0); err != nil {
-			return fmt.Errorf("rollback of move %s: %w", m.ID, err)
-		}
-	}
-	for _, p := range []*pgxpool.Pool{m.Source, m.Target} {
-		if err := cutover.RemoveTriggersIfUnfenced(ctx, p, m.Set); err != nil {
-			return fmt.Errorf("rollback of move %s: %w", m.ID, err)
-		}
-		if err := cutover.RemoveTruncateGuard(ctx, p, m.Set); err != nil {
-			return fmt.Errorf("rollback of move %s: %w", m.ID, err)
-		}
+	if err := cutover.ReconcileBoth(ctx, m, o.fences()); err != nil {
+		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
 	if err := cutover.DropWorkRows(ctx, m, o.VerifyRunIDs); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
@@ -189,27 +184,23 @@ func DuringGrace(ctx context.Context, m cutover.Move, reverse cdc.Options, o Opt
 				return res, fmt.Errorf("rollback of move %s: %w", m.ID, ErrNotCutOver)
 			}
 		}
-		cur, err := o.Store.Current(ctx)
-		if err != nil {
-			return res, fmt.Errorf("rollback of move %s: %w", m.ID, err)
-		}
-		if res, err = reverseCutover(ctx, rm, reverse, o, h, j, cur.Version+1, log); err != nil {
+		if res, err = reverseCutover(ctx, rm, reverse, o, h, j, log); err != nil {
 			return res, fmt.Errorf("rollback of move %s: %w", m.ID, err)
 		}
 		log.Info("reverse cutover done", "ring_version", res.Version, "write_pause", res.WritePause)
 	}
-	return res, clean(ctx, m, o, log, false)
+	return res, clean(ctx, m, o, log)
 }
 
 // reverseCutover runs the reverse stream while cutover.Run (or Resume after a
 // crash) hands the ranges back.
-func reverseCutover(ctx context.Context, rm cutover.Move, reverse cdc.Options, o Options, h cutover.Handover, j cutover.Journal, epoch int64, log *slog.Logger) (cutover.Result, error) {
+func reverseCutover(ctx context.Context, rm cutover.Move, reverse cdc.Options, o Options, h cutover.Handover, j cutover.Journal, log *slog.Logger) (cutover.Result, error) {
 	var res cutover.Result
 	s, err := cdc.New(reverse)
 	if err != nil {
 		return res, fmt.Errorf("reverse stream: %w", err)
 	}
-	pg := cutover.NewPG(rm, s, o.Store, h, epoch)
+	pg := cutover.NewPG(rm, s, o.fences(), h)
 	sctx, stop := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(sctx)
 	g.Go(func() error {

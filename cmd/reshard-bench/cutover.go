@@ -21,6 +21,7 @@ import (
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
@@ -63,6 +64,9 @@ func benchPause(ctx context.Context, e *env, r *report) error {
 		return err
 	}
 	if err := cutover.EnsureJournal(ctx, ctl); err != nil {
+		return err
+	}
+	if err := fence.EnsureControl(ctx, ctl); err != nil {
 		return err
 	}
 	store := topology.NewStore(ctl)
@@ -170,12 +174,7 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 	if _, err := cutover.Begin(next, m.Ranges, m.From, m.To, "begin "+m.ID).Publish(ctx, store); err != nil {
 		return 0, 0, err
 	}
-	for _, p := range []*pgxpool.Pool{m.Source, m.Target} {
-		if err := cutover.InstallTriggers(ctx, p, m.Set, true); err != nil {
-			return 0, 0, err
-		}
-	}
-	if err := cutover.Fence(ctx, m.Target, m.Set, m.Ranges, 0); err != nil {
+	if err := cutover.ReconcileBoth(ctx, m, fence.Control{Pool: ctl, Store: store}); err != nil {
 		return 0, 0, err
 	}
 	names, err := cdc.NamesFor(m.ID)
@@ -228,12 +227,7 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 		stopForward()
 		return 0, 0, err
 	}
-	cur, err := store.Current(ctx)
-	if err != nil {
-		stopForward()
-		return 0, 0, err
-	}
-	pg := cutover.NewPG(m, fwd, store, cutover.CutOver(next, m.Ranges, m.From, m.To, "cutover "+m.ID), cur.Version+1)
+	pg := cutover.NewPG(m, fwd, fence.Control{Pool: ctl, Store: store}, cutover.CutOver(next, m.Ranges, m.From, m.To, "cutover "+m.ID))
 	res, err := cutover.Run(ctx, pg, cutover.PGJournal{Pool: ctl, Move: m.ID}, cutover.Options{})
 	if serr := stopForward(); err == nil {
 		err = serr
@@ -316,18 +310,18 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 		cpu   []float64 // server CPU µs per update
 	}
 	modes := []*mode{
-		{name: "no trigger", setup: func() error { return cutover.RemoveTriggers(ctx, pool, set) }},
+		{name: "no trigger", setup: func() error { return fence.RemoveTriggers(ctx, pool, set) }},
 		{name: "trigger, empty fence", setup: func() error {
-			if err := cutover.InstallTriggers(ctx, pool, set, false); err != nil {
+			if err := fence.InstallTriggers(ctx, pool, set, false); err != nil {
 				return err
 			}
-			return cutover.Unfence(ctx, pool, set, untouched, 0)
+			return fence.Clear(ctx, pool, set)
 		}},
 		{name: "trigger, fence on an untouched range", setup: func() error {
-			if err := cutover.InstallTriggers(ctx, pool, set, false); err != nil {
+			if err := fence.InstallTriggers(ctx, pool, set, false); err != nil {
 				return err
 			}
-			return cutover.Fence(ctx, pool, set, untouched, 0)
+			return fence.Fence(ctx, pool, set, untouched, 0)
 		}},
 	}
 	// No autovacuum worker in the measured CPU (below); the table is
@@ -481,7 +475,7 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 		r.add("fence trigger CPU overhead, "+md.name, median(cpuOver), "%",
 			fmt.Sprintf("server CPU per update over no trigger: median of per-round ratios (min %.1f, max %.1f); spreads widely on a busy machine (cache, frequency): read the paired figure first", slices.Min(cpuOver), slices.Max(cpuOver)))
 	}
-	return cutover.RemoveTriggers(ctx, pool, set)
+	return fence.RemoveTriggers(ctx, pool, set)
 }
 
 // procStat returns field n (1-based, as proc(5) numbers them; n ≥ 4) of

@@ -19,6 +19,7 @@ import (
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
@@ -49,6 +50,7 @@ var Moving = ring.Range{Lo: -1e18, Hi: 1.5e18}
 type Env struct {
 	Ctl        *pgtest.DB
 	Store      *topology.Store
+	Fences     fence.Control // Store and the control pool
 	DBs        map[string]*pgtest.DB
 	Pools      map[string]*pgxpool.Pool
 	Set        tableset.Set // as read from b, the target
@@ -120,7 +122,11 @@ func New(t testing.TB, id string, nKeys int) *Env {
 	if err := cutover.EnsureJournal(ctx, e.Ctl.Pool); err != nil {
 		t.Fatal(err)
 	}
+	if err := fence.EnsureControl(ctx, e.Ctl.Pool); err != nil {
+		t.Fatal(err)
+	}
 	e.Store = topology.NewStore(e.Ctl.Pool)
+	e.Fences = fence.Control{Pool: e.Ctl.Pool, Store: e.Store}
 	for n, db := range e.DBs {
 		ref := topology.ConnRef{Host: "127.0.0.1", Port: uint16(db.Server.Port), Database: db.Name, User: "postgres"}
 		if err := e.Store.RegisterShard(ctx, topology.Shard{Name: n, Conn: ref, State: topology.ShardActive}); err != nil {
@@ -182,21 +188,16 @@ func (e *Env) Writers(t testing.TB, r *topology.Router, seed uint64) (stop func(
 	return stop
 }
 
-// Begin is JOINING: the ranges published as migrating, fence triggers on
-// both shards (the TRUNCATE guard too), the ranges fenced on the target,
-// publication and slot on the source.
+// Begin is JOINING: the ranges published as migrating, both shards'
+// fences and TRUNCATE guards reconciled with that topology (the target
+// fenced on the moving ranges), publication and slot on the source.
 func (e *Env) Begin(t testing.TB) {
 	t.Helper()
 	ctx := Ctx(t)
 	if _, err := cutover.Begin(e.New, e.Move.Ranges, "a", "b", "begin move "+e.Move.ID).Publish(ctx, e.Store); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range e.Pools {
-		if err := cutover.InstallTriggers(ctx, p, e.Set, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := cutover.Fence(ctx, e.Move.Target, e.Set, e.Move.Ranges, 2); err != nil {
+	if err := cutover.ReconcileBoth(ctx, e.Move, e.Fences); err != nil {
 		t.Fatal(err)
 	}
 	names, _ := cdc.NamesFor(e.Move.ID)
@@ -302,11 +303,7 @@ func Drain(t testing.TB, db *pgtest.DB, s *cdc.Stream) {
 // CutoverActions are the forward cutover's real actions.
 func (e *Env) CutoverActions(t testing.TB) *cutover.PG {
 	t.Helper()
-	cur, err := e.Store.Current(Ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cutover.NewPG(e.Move, e.Fwd, e.Store, cutover.CutOver(e.New, e.Move.Ranges, "a", "b", "cutover of move "+e.Move.ID), cur.Version+1)
+	return cutover.NewPG(e.Move, e.Fwd, e.Fences, cutover.CutOver(e.New, e.Move.Ranges, "a", "b", "cutover of move "+e.Move.ID))
 }
 
 // Journal is the forward cutover's journal.
@@ -382,4 +379,22 @@ func (e *Env) CountIn(t testing.TB, shard, table string, ranges []ring.Range) in
 	}
 	t.Fatalf("no table %s", table)
 	return 0
+}
+
+// CheckFences fails the test unless every table of the set on each named
+// shard is fenced on exactly the given ranges, with its fence trigger on,
+// and its TRUNCATE guard as guard says.
+func (e *Env) CheckFences(t testing.TB, guard bool, want map[string][]ring.Range) {
+	t.Helper()
+	for shard, rs := range want {
+		have, err := fence.Inspect(Ctx(t), e.Pools[shard], e.Set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range have {
+			if !h.Trigger || !slices.Equal(ring.Normalize(h.Ranges), ring.Normalize(rs)) || h.Guard != guard {
+				t.Errorf("%s %s: trigger %v, fenced %v, guard %v; want fenced %v, guard %v", shard, h.Table, h.Trigger, h.Ranges, h.Guard, ring.Normalize(rs), guard)
+			}
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package cutover
+package fence
 
 import (
 	"context"
@@ -199,20 +199,10 @@ func InstallTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, 
 	return nil
 }
 
-// RemoveTruncateGuard lifts the TRUNCATE guard when a move ends. The fence
-// triggers stay: a shard keeps fences for ranges it gave away.
-func RemoveTruncateGuard(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
-	for _, t := range set.Tables {
-		stmts := []string{"SET LOCAL lock_timeout = '2s'", "DROP TRIGGER IF EXISTS reshard_no_truncate ON " + t.Quoted()}
-		if err := withLockRetry(ctx, func() error { return inTx(ctx, pool, stmts) }); err != nil {
-			return fmt.Errorf("remove TRUNCATE guard of %s: %w", t, err)
-		}
-	}
-	return nil
-}
-
-// RemoveTriggers drops the fence triggers and registry rows of the set's
-// tables (rollback of a target that never owned the ranges).
+// RemoveTriggers drops the fence triggers, TRUNCATE guards and registry rows
+// of the set's tables: a shard leaving reshard's care for good (and the
+// benchmarks' baseline). Migrations never call it: Reconcile keeps every
+// shard of a keyspace fenced where it owns nothing.
 func RemoveTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
 	var registry bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL`).Scan(&registry); err != nil {
@@ -261,23 +251,16 @@ func multirange(rs []ring.Range) string {
 // statement's in a transaction that held a write lock on the table since
 // before the commit (FenceHorizon and WaitInFlight wait those out).
 // Idempotent.
+//
+// Fence only adds: lifting a fence is Reconcile's alone.
 func Fence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, epoch int64) error {
-	return setFence(ctx, pool, set, "+", ranges, epoch)
-}
-
-// Unfence removes ranges from the fenced set of the set's tables. Idempotent.
-func Unfence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, epoch int64) error {
-	return setFence(ctx, pool, set, "-", ranges, epoch)
-}
-
-func setFence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, op string, ranges []ring.Range, epoch int64) error {
 	err := withLockRetry(ctx, func() error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
 				return err
 			}
 			for _, t := range set.Tables {
-				tag, err := tx.Exec(ctx, "UPDATE reshard.fence SET ranges = ranges "+op+" "+multirange(ranges)+
+				tag, err := tx.Exec(ctx, "UPDATE reshard.fence SET ranges = ranges + "+multirange(ranges)+
 					", epoch = greatest(epoch, "+strconv.FormatInt(epoch, 10)+") WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass")
 				if err != nil {
 					return err
@@ -285,10 +268,7 @@ func setFence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, op stri
 				// A fence on a table without its trigger would fence nothing:
 				// say so instead of succeeding.
 				if tag.RowsAffected() == 0 {
-					if op == "+" {
-						return fmt.Errorf("table %s has no fence trigger on this shard: install it (InstallTriggers) first", t)
-					}
-					continue
+					return fmt.Errorf("table %s has no fence trigger on this shard: install it (InstallTriggers) first", t)
 				}
 				// The new fence compiled into the trigger, committed with
 				// the registry row (see fenceFunctionSQL for when other
@@ -301,11 +281,33 @@ func setFence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, op stri
 		})
 	})
 	if err != nil {
-		verb := "fence"
-		if op == "-" {
-			verb = "unfence"
-		}
-		return fmt.Errorf("%s %d ranges of set %s: %w", verb, len(ranges), set.Name, err)
+		return fmt.Errorf("fence %d ranges of set %s: %w", len(ranges), set.Name, err)
+	}
+	return nil
+}
+
+// Clear empties the fences of the set's tables on one shard, keeping the
+// triggers: for tests and the benchmarks' baselines only. A migration never
+// calls it (Reconcile is the only code that lifts a fence in one).
+func Clear(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
+	err := withLockRetry(ctx, func() error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+				return err
+			}
+			for _, t := range set.Tables {
+				if _, err := tx.Exec(ctx, "UPDATE reshard.fence SET ranges = '{}' WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass"); err != nil {
+					return err
+				}
+				if err := compileFence(ctx, tx, t); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("clear the fences of set %s: %w", set.Name, err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package cutover
+package fence
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func TestFenceRefusesWritesInFencedRanges(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0] != fenced[0] || epoch != 42 {
 		t.Fatalf("Fenced = %v epoch %d err %v, want %v", got, epoch, err, fenced)
 	}
-	if err := Unfence(ctx, db.Pool, set, fenced, 43); err != nil {
+	if err := Clear(ctx, db.Pool, set); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, "UPDATE users SET v = 'free' WHERE id = 7"); err != nil {
@@ -108,8 +108,11 @@ func TestFenceEdgesOfTokenSpace(t *testing.T) {
 			t.Fatalf("insert %d into a fully fenced table: %v", i, err)
 		}
 	}
-	// Unfence the high half only: tokens > 0 writable, tokens <= 0 not.
-	if err := Unfence(ctx, db.Pool, set, []ring.Range{{Lo: 0, Hi: ring.MaxToken}}, 2); err != nil {
+	// Fence the low half only: tokens > 0 writable, tokens <= 0 not.
+	if err := Clear(ctx, db.Pool, set); err != nil {
+		t.Fatal(err)
+	}
+	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: ring.MinToken, Hi: 0}}, 2); err != nil {
 		t.Fatal(err)
 	}
 	for i := int64(1); i <= 50; i++ {
@@ -132,14 +135,11 @@ func TestTruncateGuard(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != TruncateSQLState {
 		t.Fatalf("TRUNCATE during a move: %v", err)
 	}
-	if err := RemoveTruncateGuard(ctx, db.Pool, set); err != nil {
+	if err := RemoveTriggers(ctx, db.Pool, set); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, "TRUNCATE users"); err != nil {
-		t.Fatalf("TRUNCATE after the move: %v", err)
-	}
-	if err := RemoveTriggers(ctx, db.Pool, set); err != nil {
-		t.Fatal(err)
+		t.Fatalf("TRUNCATE after the triggers are removed: %v", err)
 	}
 	if n := db.QueryInt64(t, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'users'::regclass AND NOT tgisinternal"); n != 0 {
 		t.Fatalf("%d triggers left", n)
@@ -230,7 +230,7 @@ func TestFenceManyRangesCompiledAndKeptByReinstall(t *testing.T) {
 		t.Fatalf("%d of 300 keys refused; about 50 (43/256) expected", refused)
 	}
 	// Unfencing everything leaves the fast path: every write goes through.
-	if err := Unfence(ctx, db.Pool, set, fenced, 10); err != nil {
+	if err := Clear(ctx, db.Pool, set); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, "INSERT INTO users SELECT g, 'y' FROM generate_series(1, 300) g ON CONFLICT (id) DO UPDATE SET v = 'y'"); err != nil {
