@@ -48,6 +48,15 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 	if m := cur.Migrating(); len(m) > 0 {
 		return workflows.PlanResult{}, badInput("topology v%d has %d ranges migrating (migration %q): wait for it to end before planning another", cur.Version, len(m), cur.MigrationID)
 	}
+	// Every migration moves every table of its keyspace (a cluster set up
+	// before keyspaces has none registered: its tables are the request's).
+	if k, err := store.TheKeyspace(ctx); err == nil {
+		if same, diff := topology.SameTables(k.Tables, req.Tables.Tables); !same {
+			return workflows.PlanResult{}, badInput("the migration's tables differ from keyspace %s: it %s; every migration moves every table of its keyspace", k.Name, diff)
+		}
+	} else if !errors.Is(err, topology.ErrNoKeyspace) {
+		return workflows.PlanResult{}, fmt.Errorf("read the keyspace: %w", err)
+	}
 	_, moves, err := planRing(ctx, store, cur.Ring, req)
 	if err != nil {
 		return workflows.PlanResult{}, err

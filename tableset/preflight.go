@@ -179,6 +179,9 @@ func Preflight(ctx context.Context, source, target *pgxpool.Pool, spec Spec, opt
 			}
 		}
 	}
+	if err := rep.warnUnregistered(ctx, src, opts.SourceName); err != nil {
+		return Report{}, err
+	}
 	for _, t := range rep.Source.Tables {
 		est, err := EstimateRanges(ctx, src, t, opts.Ranges)
 		if err != nil {
@@ -190,6 +193,48 @@ func Preflight(ctx context.Context, source, target *pgxpool.Pool, spec Spec, opt
 }
 
 func (rep *Report) add(p *Problem) { rep.Problems = append(rep.Problems, p) }
+
+// warnUnregistered names the tables of a server that the set leaves out but
+// that have a column named like one of the set's key columns, of the same
+// key type: most likely sharded by the same key and forgotten. A migration
+// would leave their rows on shards that no longer own them.
+func (rep *Report) warnUnregistered(ctx context.Context, q Querier, where string) error {
+	if len(rep.Source.Tables) == 0 {
+		return nil
+	}
+	var keys, in []string
+	for _, t := range rep.Source.Tables {
+		keys = append(keys, t.KeyColumn)
+		in = append(in, t.Schema+"."+t.Name)
+	}
+	rows, err := q.Query(ctx, `
+		SELECT n.nspname, c.relname, a.attname, format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a
+		JOIN pg_class c ON c.oid = a.attrelid AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE a.attname = ANY($1) AND a.attnum > 0 AND NOT a.attisdropped
+		  AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'reshard') AND n.nspname NOT LIKE 'pg\_%'
+		  AND NOT (n.nspname || '.' || c.relname = ANY($2))
+		ORDER BY 1, 2, 3`, keys, in)
+	if err != nil {
+		return fmt.Errorf("preflight: look for unregistered tables on %s: %w", where, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var schema, table, col, typ string
+		if err := rows.Scan(&schema, &table, &col, &typ); err != nil {
+			return err
+		}
+		if kt, err := ring.ParseKeyType(baseType(typ)); err != nil || kt != rep.Source.KeyType {
+			continue
+		}
+		name := pgx.Identifier{schema, table}.Sanitize()
+		rep.Warnings = append(rep.Warnings, Warning{Shard: where, Table: schema + "." + table,
+			Message: fmt.Sprintf("table %s has a column %q of the key type %s but is not in the keyspace: if it is sharded by the same key, a migration leaves its rows on shards that no longer own them; register it first: reshard keyspace add-table %s.%s:%s",
+				name, col, rep.Source.KeyType, schema, table, col)})
+	}
+	return rows.Err()
+}
 
 // introspect reads every table it can, recording the catalog problems of the
 // others; only a failure to query is returned.

@@ -71,6 +71,25 @@ END $$;
 
 CREATE TRIGGER next_only BEFORE INSERT ON reshard.topology_versions
 	FOR EACH ROW EXECUTE FUNCTION reshard.topology_versions_next_only();`,
+
+	// 2: keyspaces — what is sharded: the tables that move together, each
+	// with its key column. Every migration moves every table of its
+	// keyspace.
+	`CREATE TABLE reshard.keyspaces (
+	name       text PRIMARY KEY CHECK (name ~ '^[a-z][a-z0-9_]{0,62}$'),
+	key_type   text NOT NULL CHECK (key_type IN ('bigint', 'text', 'uuid')),
+	created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE reshard.keyspace_tables (
+	keyspace    text NOT NULL REFERENCES reshard.keyspaces (name),
+	schema_name text NOT NULL,
+	table_name  text NOT NULL,
+	key_column  text NOT NULL,
+	added_at    timestamptz NOT NULL DEFAULT now(),
+	-- A table belongs to one keyspace: its rows follow one ring.
+	PRIMARY KEY (schema_name, table_name)
+);`,
 }
 
 // migrateLockKey serializes concurrent Migrate calls (pg_advisory_xact_lock).

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -21,22 +22,29 @@ func newInitCmd(opts *globalOptions) *cobra.Command {
 		cf     configFlags
 		vnodes int
 		tokens string
-		shards []string
-		asJSON bool
+		shards   []string
+		tables   []string
+		keyspace string
+		asJSON   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "init [--shards a,b,c] [--vnodes 16] [--tokens balanced]",
-		Short: "Set up the control database: schema, shard registry, topology v1",
+		Use:   "init [--shards a,b,c] [--vnodes 16] [--tokens balanced] [--table t:key...]",
+		Short: "Set up the control database: schema, shard registry, topology v1, keyspace",
 		Long: `Creates (or upgrades) the topology schema in the control database of the
 configuration, and, when no topology exists yet, registers the ring's shards
 as active and publishes version 1: a ring over --shards (default: every
 configured shard). Configured shards left out stay unregistered: they are the
 shards reshard add-node or split can bring in later.
 
+With --table, registers the sharded tables in the keyspace (as reshard
+keyspace add-table does: checked on every shard first) and fences every shard
+where it owns nothing. Every migration then moves every registered table.
+
 Idempotent: with a topology already published it only checks the schema and
-prints the current version. Exit codes: 0 ok, 1 failure, 2 bad input.`,
-		Example: `  reshard dev up --shards 4 && reshard init
-  reshard init --shards shard1,shard2,shard3   # keep shard4 for reshard add-node shard4`,
+prints the current version (and registers --table). Exit codes: 0 ok, 1
+failure, 2 bad input.`,
+		Example: `  reshard dev up --shards 4 && reshard init --table users:id --table orders:user_id
+  reshard init --shards shard1,shard2,shard3 --table users:id   # keep shard4 for reshard add-node shard4`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if vnodes < 1 || vnodes > 4096 {
@@ -54,6 +62,12 @@ prints the current version. Exit codes: 0 ok, 1 failure, 2 bad input.`,
 			if err != nil {
 				return usageError{err}
 			}
+			var spec tableset.Spec
+			if len(tables) > 0 {
+				if spec, err = parseTableSpec(tables, keyspace); err != nil {
+					return usageError{err}
+				}
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
 			store, pool, err := cfg.openStore(ctx)
@@ -68,6 +82,14 @@ prints the current version. Exit codes: 0 ok, 1 failure, 2 bad input.`,
 			if err != nil {
 				return err
 			}
+			var ks *topology.Keyspace
+			if len(spec.Tables) > 0 {
+				k, err := registerKeyspace(ctx, cfg, store, pool, keyspace, spec)
+				if err != nil {
+					return err
+				}
+				ks = &k
+			}
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return topoWriteJSON(out, struct {
@@ -78,9 +100,14 @@ prints the current version. Exit codes: 0 ok, 1 failure, 2 bad input.`,
 					NotInRing  []string           `json:"not_in_ring"`
 					Reason     string             `json:"reason"`
 					ControlDSN string             `json:"control"`
-				}{t.Version, published, t.Ring.Share(), t.Ring.Len(), topoNonNil(notInRing(cfg, t)), t.Reason, redactDSN(cfg.Control)})
+					Keyspace   *topology.Keyspace `json:"keyspace,omitempty"`
+				}{t.Version, published, t.Ring.Share(), t.Ring.Len(), topoNonNil(notInRing(cfg, t)), t.Reason, redactDSN(cfg.Control), ks})
 			}
 			printInit(out, cfg, t, published)
+			if ks != nil {
+				fmt.Fprintln(out)
+				printKeyspace(out, *ks)
+			}
 			return nil
 		},
 	}
@@ -89,6 +116,8 @@ prints the current version. Exit codes: 0 ok, 1 failure, 2 bad input.`,
 	cmd.Flags().IntVar(&vnodes, "vnodes", 16, "vnodes per shard of the first ring")
 	cmd.Flags().StringVar(&tokens, "tokens", "balanced", "token allocation of the first ring: balanced or hash")
 	cmd.Flags().StringSliceVar(&shards, "shards", nil, "shards of the first ring (default: every configured shard)")
+	cmd.Flags().StringArrayVar(&tables, "table", nil, "a sharded table and its shard-key column, [schema.]table:key (repeatable): registered in the keyspace")
+	cmd.Flags().StringVar(&keyspace, "keyspace", topology.DefaultKeyspace, "the keyspace --table registers in")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -180,6 +209,6 @@ func printInit(out io.Writer, cfg *clusterConfig, t topology.Topology, published
 	}
 	w.Flush()
 	if rest := notInRing(cfg, t); len(rest) > 0 {
-		fmt.Fprintf(out, "\nconfigured but not in the ring: %s (bring one in with reshard add-node %s --table ...)\n", strings.Join(rest, ", "), rest[0])
+		fmt.Fprintf(out, "\nconfigured but not in the ring: %s (bring one in with reshard add-node %s)\n", strings.Join(rest, ", "), rest[0])
 	}
 }

@@ -46,8 +46,8 @@ type migrationFlags struct {
 
 func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRun bool) {
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.tables, "table", nil, "a table of the set and its shard-key column, [schema.]table:key (repeatable, required; all share one key type)")
-	fl.StringVar(&f.tableSet, "table-set", "", "name of the table set (default: the first table's name)")
+	fl.StringArrayVar(&f.tables, "table", nil, "[schema.]table:key (repeatable): leave out to move the keyspace's tables; when given, must name every one of them")
+	fl.StringVar(&f.tableSet, "table-set", "", "keyspace name when --table registers the first keyspace (default: "+topology.DefaultKeyspace+")")
 	fl.IntVar(&f.vnodes, "vnodes", 16, "vnodes of the new shard")
 	fl.StringVar(&f.tokens, "tokens", "balanced", "token allocation of new vnodes: balanced or hash")
 	fl.Float64Var(&f.rowsPerSec, "rows-per-sec", 0, "copy throttle per move, rows per second (0: unlimited)")
@@ -116,11 +116,13 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 		}
 		req.Range, req.To = &r, f.to
 	}
-	spec, err := parseTableSpec(f.tables, f.tableSet)
-	if err != nil {
-		return req, err
+	if len(f.tables) > 0 { // else the keyspace's tables (resolveTables)
+		spec, err := parseTableSpec(f.tables, f.tableSet)
+		if err != nil {
+			return req, err
+		}
+		req.Tables = spec
 	}
-	req.Tables = spec
 	if f.vnodes < 1 || f.vnodes > 4096 {
 		return req, fmt.Errorf("--vnodes %d: want 1 to 4096", f.vnodes)
 	}
@@ -445,6 +447,10 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				}
 				return controlErr(err)
 			}
+			var register bool
+			if req.Tables, register, err = resolveTables(ctx, store, req.Tables); err != nil {
+				return err
+			}
 			p, err := planMigration(cfg, t, req)
 			if err != nil {
 				return err
@@ -461,6 +467,11 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 			if probs := problemLines(rep); len(probs) > 0 {
 				return usageError{fmt.Errorf("%d preflight problem(s); fix these (reshard plan %s shows the whole plan), nothing was started:\n%s",
 					rep.Problems, p.Request.Kind, strings.Join(probs, "\n"))}
+			}
+			if register { // a cluster from before keyspaces: its first migration registers them
+				if _, err := registerKeyspace(ctx, cfg, store, pool, req.Tables.Name, req.Tables); err != nil {
+					return err
+				}
 			}
 			return startMigration(ctx, cmd, opts, cfg, p, f.asJSON)
 		},

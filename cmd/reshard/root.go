@@ -62,6 +62,7 @@ func newRootCmd() *cobra.Command {
 		newRingCmd(opts),
 		newTopologyCmd(opts),
 		newInitCmd(opts),
+		newKeyspaceCmd(opts),
 		newPlanCmd(opts),
 		newMigrationCmd(opts, workflows.KindSplit, false),
 		newMigrationCmd(opts, workflows.KindAddNode, false),

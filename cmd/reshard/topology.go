@@ -34,7 +34,7 @@ publishes a new version.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.PersistentFlags().StringVar(&controlDSN, "control-dsn", envOr("RESHARD_CONTROL_DSN", ""), "control database (default $RESHARD_CONTROL_DSN)")
-	cmd.AddCommand(newTopologyShowCmd(&controlDSN), newTopologyHistoryCmd(&controlDSN), newTopologySkewCmd(&controlDSN))
+	cmd.AddCommand(newTopologyShowCmd(&controlDSN), newTopologyHistoryCmd(&controlDSN), newTopologySkewCmd(&controlDSN), newTopologyCheckCmd(opts))
 	return cmd
 }
 

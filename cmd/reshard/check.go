@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+)
+
+// shardCheck is what topology check found on one shard.
+type shardCheck struct {
+	Shard    string        `json:"shard"`
+	Want     fence.Want    `json:"want"`
+	Have     []fence.Have  `json:"have"`
+	Drift    []string      `json:"drift"`
+	Strays   []fence.Stray `json:"strays,omitempty"`
+	Repaired []string      `json:"repaired,omitempty"`
+	Skipped  string        `json:"skipped,omitempty"`
+}
+
+func newTopologyCheckCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf     configFlags
+		repair bool
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "check [--repair]",
+		Short: "Compare every shard's fences, guards and rows with what the topology wants",
+		Long: `For every shard of the keyspace (the ring's shards, the ends of migrating
+ranges, and registered shards that have the tables), compares the fences and
+TRUNCATE guards installed on each registered table with what the current
+topology wants (DESIGN.md §3: fenced exactly where the shard owns nothing,
+plus the ranges a cutover in progress holds on its source; guarded while a
+live move uses the shard), and counts rows the shard holds in ranges it does
+not own (outside migrating ranges of its own moves).
+
+--repair reconciles the fences and guards of every drifting shard (the same
+reconciler cutover, cleanup and rollback use); misplaced rows are reported,
+never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
+1 drift or misplaced rows remain, 2 bad input.`,
+		Example: `  reshard topology check
+  reshard topology check --repair --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := cf.load(opts)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
+			defer cancel()
+			store, pool, err := cfg.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			k, err := store.TheKeyspace(ctx)
+			if errors.Is(err, topology.ErrNoKeyspace) {
+				return usageError{err}
+			}
+			if err != nil {
+				return controlErr(err)
+			}
+			if err := fence.EnsureControl(ctx, pool); err != nil {
+				return err
+			}
+			checks, err := checkShards(ctx, cfg, store, fence.Control{Pool: pool, Store: store}, k, repair)
+			if err != nil {
+				return err
+			}
+			bad := 0
+			for _, c := range checks {
+				if len(c.Strays) > 0 || (len(c.Drift) > 0 && len(c.Repaired) == 0) {
+					bad++
+				}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				if err := topoWriteJSON(out, checks); err != nil {
+					return err
+				}
+			} else {
+				printChecks(out, k, checks)
+			}
+			if bad > 0 {
+				return fmt.Errorf("%d shard(s) differ from the topology", bad)
+			}
+			return nil
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cf.register(cmd)
+	cmd.Flags().BoolVar(&repair, "repair", false, "reconcile the fences and guards of drifting shards")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+// checkShards compares (and with repair reconciles) every shard of the
+// keyspace.
+func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store, ctl fence.Control, k topology.Keyspace, repair bool) ([]shardCheck, error) {
+	t, err := store.Current(ctx)
+	if err != nil {
+		return nil, controlErr(err)
+	}
+	reg, err := store.Shards(ctx)
+	if err != nil {
+		return nil, controlErr(err)
+	}
+	members := map[string]bool{}
+	for _, n := range keyspaceShards(t) {
+		members[n] = true
+	}
+	var names []string
+	for _, s := range reg {
+		names = append(names, s.Name)
+	}
+	for n := range members {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	pools, closeAll, err := cfg.openShardPools(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	var out []shardCheck
+	for _, n := range names {
+		c := shardCheck{Shard: n}
+		set, err := tableset.Introspect(ctx, pools[n], k.Spec(), "shard "+n)
+		if err != nil {
+			var p *tableset.Problem
+			if !members[n] && errors.As(err, &p) {
+				c.Skipped = "not in the ring and without the keyspace's tables"
+				out = append(out, c)
+				continue
+			}
+			return nil, err
+		}
+		if c.Want, err = ctl.Want(ctx, n); err != nil {
+			return nil, err
+		}
+		if c.Have, err = fence.Inspect(ctx, pools[n], set); err != nil {
+			return nil, err
+		}
+		for _, d := range fence.Compare(n, c.Want, c.Have) {
+			c.Drift = append(c.Drift, d.String())
+		}
+		if repair && len(c.Drift) > 0 {
+			ch, err := fence.Reconcile(ctx, pools[n], n, set, ctl)
+			if err != nil {
+				return nil, err
+			}
+			c.Repaired = append(append(append(c.Repaired, ch.Refenced...), ch.GuardsOn...), ch.GuardsOff...)
+			if ch.Installed {
+				c.Repaired = append(c.Repaired, "fence triggers installed")
+			}
+		}
+		if c.Strays, err = fence.Strays(ctx, pools[n], set, fence.StraySpace(t, n)); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func printChecks(out io.Writer, k topology.Keyspace, checks []shardCheck) {
+	fmt.Fprintf(out, "keyspace %s, %d table(s)\n", k.Name, len(k.Tables))
+	for _, c := range checks {
+		switch {
+		case c.Skipped != "":
+			fmt.Fprintf(out, "%-10s skipped: %s\n", c.Shard, c.Skipped)
+			continue
+		case len(c.Drift) == 0 && len(c.Strays) == 0:
+			guard := "off"
+			if c.Want.Guard {
+				guard = "on"
+			}
+			fmt.Fprintf(out, "%-10s ok: fences as topology v%d wants (%d range(s)), TRUNCATE guard %s\n", c.Shard, c.Want.Version, len(c.Want.Ranges), guard)
+			continue
+		}
+		for _, d := range c.Drift {
+			fmt.Fprintf(out, "%-10s drift: %s\n", c.Shard, d)
+		}
+		if len(c.Repaired) > 0 {
+			fmt.Fprintf(out, "%-10s repaired: %s\n", c.Shard, strings.Join(c.Repaired, ", "))
+		} else if len(c.Drift) > 0 {
+			fmt.Fprintf(out, "%-10s fix: reshard topology check --repair\n", c.Shard)
+		}
+		for _, s := range c.Strays {
+			fmt.Fprintf(out, "%-10s misplaced: %d row(s) of %s in ranges it does not own (keys %s)\n", c.Shard, s.Rows, s.Table, strings.Join(s.Samples, ", "))
+		}
+	}
+}

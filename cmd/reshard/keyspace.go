@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+)
+
+func newKeyspaceCmd(opts *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "keyspace",
+		Short: "What is sharded: the registered tables that every migration moves",
+		Long: `A keyspace is a named group of tables sharded by one key type
+(users.id, orders.user_id), registered in the control database with each
+table's key column. Every migration moves every table of the keyspace: a
+table left out would keep rows on shards that no longer own them. Every shard
+of the keyspace is fenced (its writes refused) where it owns nothing.
+
+This version keeps one ring for the cluster, so it has one keyspace.`,
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.AddCommand(newKeyspaceShowCmd(opts), newKeyspaceAddTableCmd(opts))
+	return cmd
+}
+
+func newKeyspaceShowCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf     configFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:     "show",
+		Short:   "Print the keyspace and its tables",
+		Example: `  reshard keyspace show --json`,
+		Args:    usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := cf.load(opts)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			store, pool, err := cfg.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			all, err := store.Keyspaces(ctx)
+			if err != nil {
+				return controlErr(err)
+			}
+			if asJSON {
+				return topoWriteJSON(cmd.OutOrStdout(), topoNonNil(all))
+			}
+			if len(all) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no keyspace registered: reshard init --table t:key (or reshard keyspace add-table t:key)")
+				return nil
+			}
+			for _, k := range all {
+				printKeyspace(cmd.OutOrStdout(), k)
+			}
+			return nil
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cf.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+func printKeyspace(out io.Writer, k topology.Keyspace) {
+	fmt.Fprintf(out, "keyspace %s (key type %s), %d table(s)\n", k.Name, k.KeyType, len(k.Tables))
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  TABLE\tKEY")
+	for _, t := range k.Tables {
+		fmt.Fprintf(w, "  %s.%s\t%s\n", t.Schema, t.Table, t.KeyColumn)
+	}
+	w.Flush()
+}
+
+func newKeyspaceAddTableCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf   configFlags
+		name string
+	)
+	cmd := &cobra.Command{
+		Use:   "add-table [schema.]table:key...",
+		Short: "Register tables in the keyspace (checked on every shard first)",
+		Long: `Registers tables with their shard-key columns in the keyspace, creating it
+when the cluster has none. Before anything is written, every shard of the
+ring is checked: each table exists with a primary key and the key column, all
+keys share the keyspace's key type, and no shard holds rows of the table in
+token ranges it does not own (a table loaded before it was registered may;
+the error names the shard, the count and sample keys). Then every shard is
+fenced where it owns nothing, for the new tables too.
+
+Idempotent. Refused while a migration runs: it moves the tables it started
+with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
+		Example: `  reshard keyspace add-table invoices:customer_id
+  reshard keyspace add-table billing.invoices:customer_id billing.payments:customer_id`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, err := parseTableSpec(args, name)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg, err := cf.load(opts)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
+			defer cancel()
+			store, pool, err := cfg.openStore(ctx)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			if err := topology.Migrate(ctx, pool); err != nil {
+				return err
+			}
+			k, err := registerKeyspace(ctx, cfg, store, pool, name, spec)
+			if err != nil {
+				return err
+			}
+			printKeyspace(cmd.OutOrStdout(), k)
+			return nil
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cf.register(cmd)
+	cmd.Flags().StringVar(&name, "keyspace", topology.DefaultKeyspace, "the keyspace (created when the cluster has none)")
+	return cmd
+}
+
+// openShardPools connects to the named shards with the configuration's DSNs.
+func (c *clusterConfig) openShardPools(ctx context.Context, names []string) (map[string]*pgxpool.Pool, func(), error) {
+	pools := map[string]*pgxpool.Pool{}
+	closeAll := func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}
+	for _, n := range names {
+		dsn, ok := c.Shards[n]
+		if !ok {
+			closeAll()
+			return nil, nil, usageError{fmt.Errorf("shard %s is not in the configuration %s: add it there (the topology names it)", n, c.Path)}
+		}
+		p, err := c.connect(ctx, "shard "+n, dsn)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		pools[n] = p
+	}
+	return pools, closeAll, nil
+}
+
+// keyspaceShards are the shards that hold or will hold a keyspace's rows in
+// t: the ring's and the ends of migrating ranges, sorted.
+func keyspaceShards(t topology.Topology) []string {
+	names := t.Ring.Shards()
+	for _, m := range t.Migrating() {
+		names = append(names, m.From, m.To)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// registerKeyspace checks spec on every shard of the current topology, then
+// registers it and reconciles every shard's fences and guards. Nothing is
+// registered when a check fails (bad input naming the shard and the fix).
+func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.Store, control *pgxpool.Pool, name string, spec tableset.Spec) (topology.Keyspace, error) {
+	t, err := store.Current(ctx)
+	if errors.Is(err, topology.ErrNoTopology) {
+		return topology.Keyspace{}, usageError{errors.New("the control database holds no topology yet: run reshard init first")}
+	}
+	if err != nil {
+		return topology.Keyspace{}, controlErr(err)
+	}
+	if m := t.Migrating(); len(m) > 0 {
+		return topology.Keyspace{}, usageError{fmt.Errorf("topology v%d has %d range(s) migrating (migration %s): a migration moves the tables it started with; register tables after it ends", t.Version, len(m), t.MigrationID)}
+	}
+	if have, err := store.Keyspaces(ctx); err != nil {
+		return topology.Keyspace{}, controlErr(err)
+	} else if len(have) > 0 && have[0].Name != name {
+		return topology.Keyspace{}, usageError{fmt.Errorf("keyspace %s: the cluster's keyspace is %s, and this version keeps one ring for all tables: add the tables with --keyspace %s", name, have[0].Name, have[0].Name)}
+	}
+	pools, closeAll, err := cfg.openShardPools(ctx, keyspaceShards(t))
+	if err != nil {
+		return topology.Keyspace{}, err
+	}
+	defer closeAll()
+	kt, err := checkTables(ctx, t, pools, spec)
+	if err != nil {
+		return topology.Keyspace{}, err
+	}
+	k, err := store.RegisterTables(ctx, name, kt, spec.Tables)
+	if err != nil {
+		return topology.Keyspace{}, usageError{err}
+	}
+	if err := fence.EnsureControl(ctx, control); err != nil {
+		return k, err
+	}
+	ctl := fence.Control{Pool: control, Store: store}
+	whole := k.Spec()
+	for _, n := range keyspaceShards(t) {
+		set, err := tableset.Introspect(ctx, pools[n], whole, "shard "+n)
+		if err != nil {
+			return k, fmt.Errorf("registered, but fencing shard %s failed (run reshard topology check --repair): %w", n, err)
+		}
+		if _, err := fence.Reconcile(ctx, pools[n], n, set, ctl); err != nil {
+			return k, fmt.Errorf("registered, but fencing shard %s failed (run reshard topology check --repair): %w", n, err)
+		}
+	}
+	return k, nil
+}
+
+// checkTables introspects spec on every shard (tables, primary keys, key
+// columns, one key type) and looks for rows on shards that do not own them.
+func checkTables(ctx context.Context, t topology.Topology, pools map[string]*pgxpool.Pool, spec tableset.Spec) (ring.KeyType, error) {
+	var kt ring.KeyType
+	var strays []string
+	for _, n := range keyspaceShards(t) {
+		set, err := tableset.Introspect(ctx, pools[n], spec, "shard "+n)
+		if err != nil {
+			var p *tableset.Problem
+			if errors.As(err, &p) {
+				return "", usageError{err}
+			}
+			return "", err
+		}
+		if kt == "" {
+			kt = set.KeyType
+		} else if set.KeyType != kt {
+			return "", usageError{fmt.Errorf("the key type of the tables is %s on one shard and %s on %s: the shards' schemas differ", kt, set.KeyType, n)}
+		}
+		found, err := fence.Strays(ctx, pools[n], set, fence.StraySpace(t, n))
+		if err != nil {
+			return "", err
+		}
+		for _, s := range found {
+			strays = append(strays, fmt.Sprintf("  shard %s: %d row(s) of %s in ranges it does not own in topology v%d (keys %s)", n, s.Rows, s.Table, t.Version, strings.Join(s.Samples, ", ")))
+		}
+	}
+	if len(strays) > 0 {
+		return "", usageError{fmt.Errorf("rows are on shards that do not own them; move them to their owners (reshard ring show --ranges names each shard's ranges) or delete them, then register again; nothing was registered:\n%s", strings.Join(strays, "\n"))}
+	}
+	return kt, nil
+}
+
+// resolveTables gives a migration the keyspace's tables: every migration
+// moves every registered table. given (from --table) may be empty (the
+// registry's tables are taken) or must name exactly the registered tables
+// with their keys; anything else is refused, naming the difference. A
+// cluster with no keyspace yet (set up before keyspaces) takes given and
+// registers it when the migration starts (register).
+func resolveTables(ctx context.Context, store *topology.Store, given tableset.Spec) (spec tableset.Spec, register bool, err error) {
+	k, err := store.TheKeyspace(ctx)
+	if errors.Is(err, topology.ErrNoKeyspace) {
+		if len(given.Tables) == 0 {
+			return given, false, usageError{errors.New("no keyspace is registered, so reshard does not know which tables are sharded: register them with reshard keyspace add-table users:id orders:user_id (or name them here with --table)")}
+		}
+		if !topology.ValidKeyspaceName(given.Name) {
+			given.Name = topology.DefaultKeyspace
+		}
+		return given, true, nil
+	}
+	if err != nil {
+		return given, false, controlErr(err)
+	}
+	if len(given.Tables) == 0 {
+		return k.Spec(), false, nil
+	}
+	if same, diff := topology.SameTables(k.Tables, given.Tables); !same {
+		var all []string
+		for _, t := range k.Tables {
+			all = append(all, "--table "+topology.TableKey(t))
+		}
+		return given, false, usageError{fmt.Errorf("--table %s: keyspace %s registers %d table(s) and every migration moves all of them (a table left behind keeps rows on shards that no longer own them): leave --table out, or give %s; register a new table with reshard keyspace add-table; nothing was started",
+			diff, k.Name, len(k.Tables), strings.Join(all, " "))}
+	}
+	return k.Spec(), false, nil
+}

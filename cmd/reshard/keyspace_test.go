@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
+)
+
+// placeByOwner empties users and orders on every shard and loads n users
+// (two orders each) on their owners in the current topology.
+func placeByOwner(t *testing.T, c *testCluster, n int) {
+	t.Helper()
+	cur, err := topology.NewStore(c.control.Pool).Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range c.shards {
+		db.Exec(t, `DELETE FROM orders; DELETE FROM users`)
+	}
+	for k := int64(1); k <= int64(n); k++ {
+		db := c.shards[cur.Ring.OwnerInt64(k)]
+		db.Exec(t, `INSERT INTO users VALUES ($1, 'u')`, k)
+		db.Exec(t, `INSERT INTO orders VALUES ($1::bigint, $1::bigint * 10, 1), ($1::bigint, $1::bigint * 10 + 1, 2)`, k)
+	}
+}
+
+// notOwnedBy returns a key that shard does not own in the current topology.
+func notOwnedBy(t *testing.T, c *testCluster, shard string) int64 {
+	t.Helper()
+	cur, err := topology.NewStore(c.control.Pool).Current(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := int64(1); ; k++ {
+		if o := cur.Ring.Owner(ring.TokenInt64(k)); o != shard && cur.Ring.HasShard(o) {
+			return k
+		}
+	}
+}
+
+// TestKeyspace: init registers the tables and fences every shard where it
+// owns nothing; a migration naming a subset of the keyspace is refused with
+// exit 2 and nothing changed (the table left out would have been stranded);
+// a table with rows on a non-owner is refused; topology check finds drift
+// made by hand and --repair fixes it.
+func TestKeyspace(t *testing.T) {
+	t.Cleanup(pgtest.Shutdown) // this package has no TestMain; stop the servers started here
+	c := newTestCluster(t, false)
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	// The fixture loads every user on both shards: registering them is refused.
+	out, code := c.run(t, "init", "--table", "users:id", "--table", "orders:user_id")
+	if code != 2 || !strings.Contains(out, "do not own") || !strings.Contains(out, "nothing was registered") {
+		t.Fatalf("init --table with rows on non-owners: exit %d\n%s", code, out)
+	}
+	if out, code := c.run(t, "keyspace", "show"); code != 0 || !strings.Contains(out, "no keyspace registered") {
+		t.Fatalf("keyspace show after the refusal: exit %d\n%s", code, out)
+	}
+	placeByOwner(t, c, 500)
+	out, code = c.run(t, "init", "--table", "users:id", "--table", "orders:user_id")
+	if code != 0 || !strings.Contains(out, "keyspace default (key type bigint), 2 table(s)") {
+		t.Fatalf("init --table: exit %d\n%s", code, out)
+	}
+	// Every shard of the ring is fenced where it owns nothing: a stale
+	// router's write is refused there.
+	k := notOwnedBy(t, c, "shard1")
+	if _, err := c.shards["shard1"].Pool.Exec(context.Background(), `INSERT INTO users VALUES ($1, 'stale')`, k); !topology.IsFenceError(err) {
+		t.Fatalf("insert of key %d on shard1, which does not own it: %v; want the fence error", k, err)
+	}
+
+	// A subset of the keyspace is refused: orders would be stranded.
+	for _, verb := range [][]string{{"plan", "add-node", "shard3"}, {"add-node", "shard3", "--id", "subset-1"}} {
+		out, code = c.run(t, append(verb, "--table", "users:id")...)
+		if code != 2 || !strings.Contains(out, "leaves out public.orders:user_id") || !strings.Contains(out, "every migration moves all of them") {
+			t.Fatalf("%v with a subset of the keyspace: exit %d\n%s", verb, code, out)
+		}
+	}
+	if n := c.slots(t); n != 0 {
+		t.Fatalf("%d slots after the refused migrations", n)
+	}
+	if v, err := topology.NewStore(c.control.Pool).Current(context.Background()); err != nil || v.Version != 1 {
+		t.Fatalf("topology after the refused migrations: v%d %v", v.Version, err)
+	}
+	// Without --table the plan takes the keyspace's tables.
+	if out, code := c.run(t, "plan", "add-node", "shard3"); code != 0 || !strings.Contains(out, "users") || !strings.Contains(out, "orders") {
+		t.Fatalf("plan add-node without --table: exit %d\n%s", code, out)
+	}
+
+	// A table loaded before it is registered, with a row on a non-owner.
+	for _, db := range c.shards {
+		db.Exec(t, `CREATE TABLE invoices (user_id bigint NOT NULL, id bigint NOT NULL, PRIMARY KEY (user_id, id))`)
+	}
+	c.shards["shard1"].Exec(t, `INSERT INTO invoices VALUES ($1, 1)`, k)
+	if out, code := c.run(t, "plan", "add-node", "shard3"); code != 0 || !strings.Contains(out, "reshard keyspace add-table public.invoices:user_id") {
+		t.Fatalf("plan with an unregistered table keyed like the keyspace: exit %d; want a warning naming it\n%s", code, out)
+	}
+	out, code = c.run(t, "keyspace", "add-table", "invoices:user_id")
+	if code != 2 || !strings.Contains(out, "shard shard1: 1 row(s) of public.invoices") {
+		t.Fatalf("add-table with a misplaced row: exit %d\n%s", code, out)
+	}
+	c.shards["shard1"].Exec(t, `DELETE FROM invoices`)
+	if out, code := c.run(t, "keyspace", "add-table", "invoices:user_id"); code != 0 || !strings.Contains(out, "3 table(s)") {
+		t.Fatalf("add-table: exit %d\n%s", code, out)
+	}
+	if _, err := c.shards["shard1"].Pool.Exec(context.Background(), `INSERT INTO invoices VALUES ($1, 2)`, k); !topology.IsFenceError(err) {
+		t.Fatalf("insert into the new table on a non-owner: %v; want the fence error", err)
+	}
+
+	// Drift by hand, found and repaired.
+	if out, code := c.run(t, "topology", "check"); code != 0 || strings.Contains(out, "drift") {
+		t.Fatalf("check of a clean cluster: exit %d\n%s", code, out)
+	}
+	c.shards["shard2"].Exec(t, `DROP TRIGGER reshard_fence ON orders`)
+	out, code = c.run(t, "topology", "check")
+	if code != 1 || !strings.Contains(out, "shard2") || !strings.Contains(out, "no fence trigger") || !strings.Contains(out, "--repair") {
+		t.Fatalf("check with a dropped fence: exit %d\n%s", code, out)
+	}
+	if out, code := c.run(t, "topology", "check", "--repair"); code != 0 || !strings.Contains(out, "repaired") {
+		t.Fatalf("check --repair: exit %d\n%s", code, out)
+	}
+	if out, code := c.run(t, "topology", "check"); code != 0 || strings.Contains(out, "drift") {
+		t.Fatalf("check after the repair: exit %d\n%s", code, out)
+	}
+	// A misplaced row is reported, never deleted.
+	conn := c.shards["shard2"].Conn(t)
+	if _, err := conn.Exec(context.Background(), `SET session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), `INSERT INTO invoices VALUES ($1, 3)`, notOwnedBy(t, c, "shard2")); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := c.run(t, "topology", "check", "--repair"); code != 1 || !strings.Contains(out, "misplaced: 1 row(s) of public.invoices") {
+		t.Fatalf("check with a misplaced row: exit %d\n%s", code, out)
+	}
+}
