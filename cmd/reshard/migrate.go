@@ -148,7 +148,7 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 	if f.grace < 0 {
 		return req, fmt.Errorf("--grace %s: want 0 (clean up right after cutover, no rollback) or more", f.grace)
 	}
-	req.GracePeriod = f.grace
+	req.GracePeriod = new(f.grace)
 	if f.cutoverBudget < 100*time.Millisecond {
 		return req, fmt.Errorf("--cutover-budget %s: want 100ms or more", f.cutoverBudget)
 	}
@@ -378,7 +378,7 @@ func (p *migrationPlan) details() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.2f%% |\n", pr.Source, pr.Target, len(pr.Ranges), 100*pr.Fraction)
 	}
 	fmt.Fprintf(&b, "\nThrottle per move: %s. Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s.\n",
-		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, topoHumanBytes(r.MaxLagBytes), r.GracePeriod)
+		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, topoHumanBytes(r.MaxLagBytes), r.Grace())
 	return b.String()
 }
 

@@ -19,7 +19,7 @@ import (
 
 func defaultMigrationFlags() migrationFlags {
 	return migrationFlags{tables: []string{"users:id", "app.orders:user_id"}, vnodes: 16, tokens: "balanced", chunkRows: 5000,
-		onVerifyFail: "wait", grace: time.Hour, cutoverBudget: 2 * time.Second, maxLagBytes: 16 << 20}
+		onVerifyFail: "wait", grace: workflows.DefaultGracePeriod, cutoverBudget: 2 * time.Second, maxLagBytes: 16 << 20}
 }
 
 func TestBuildRequest(t *testing.T) {
@@ -37,7 +37,11 @@ func TestBuildRequest(t *testing.T) {
 		Tables: tableset.Spec{Name: "users", Tables: []tableset.TableSpec{
 			{Schema: "public", Table: "users", KeyColumn: "id"}, {Schema: "app", Table: "orders", KeyColumn: "user_id"}}},
 		VNodes: 16, Tokens: "balanced", Throttle: workflows.Throttle{RowsPerSec: 1000, BytesPerSec: 1 << 20}, ChunkRows: 5000,
-		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, GracePeriod: time.Hour, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20}
+		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20}
+	if req.GracePeriod == nil || *req.GracePeriod != workflows.DefaultGracePeriod {
+		t.Errorf("grace period %v, want %s", req.GracePeriod, workflows.DefaultGracePeriod)
+	}
+	req.GracePeriod = nil
 	if fmt.Sprintf("%+v", req) != fmt.Sprintf("%+v", want) {
 		t.Errorf("request\n got %+v\nwant %+v", req, want)
 	}
