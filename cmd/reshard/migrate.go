@@ -55,7 +55,7 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	fl.IntVar(&f.chunkRows, "chunk-rows", 5000, "rows per copy chunk")
 	fl.BoolVar(&f.requireApproval, "require-approval", false, "wait for reshard approve before each cutover")
 	fl.StringVar(&f.onVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
-	fl.DurationVar(&f.grace, "grace", time.Hour, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback")
+	fl.DurationVar(&f.grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
 	fl.DurationVar(&f.cutoverBudget, "cutover-budget", 2*time.Second, "write-pause budget of a cutover; over it the cutover aborts and retries")
 	fl.Int64Var(&f.maxLagBytes, "max-lag-bytes", 16<<20, "cutover gate: CDC lag at most this many bytes")
 	if !dryRun {
