@@ -9,10 +9,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Blocker is a client session that may have passed the fence trigger before
-// the fence committed and has not ended yet.
+// Blocker is a session (a client backend or a background worker) or a
+// prepared transaction that may have passed the fence trigger before the
+// fence committed and has not ended yet.
 type Blocker struct {
-	PID         int32
+	PID int32
+	// BackendType is pg_stat_activity.backend_type ("client backend",
+	// "parallel worker", an extension's worker type such as "pg_cron"),
+	// empty for a prepared transaction.
+	BackendType string
 	State       string
 	XactStart   time.Time
 	Application string
@@ -20,7 +25,30 @@ type Blocker struct {
 }
 
 func (b Blocker) String() string {
-	return fmt.Sprintf("pid %d (%s, %s, in transaction since %s): %s", b.PID, b.Application, b.State, b.XactStart.Format(time.RFC3339), b.Query)
+	who := b.Application
+	if b.BackendType != "" && b.BackendType != "client backend" {
+		who = strings.TrimSpace(b.BackendType + " " + who)
+	}
+	return fmt.Sprintf("pid %d (%s, %s, in transaction since %s): %s", b.PID, who, b.State, b.XactStart.Format(time.RFC3339), b.Query)
+}
+
+// systemBackends are the backend types (PostgreSQL 15, and the names later
+// versions gave the same processes) the in-flight wait ignores: processes
+// that never write application rows (walsenders, autovacuum, which only
+// removes dead rows and analyzes, the auxiliary processes), and PostgreSQL's logical
+// replication workers, which apply with session_replication_role = replica:
+// the fence trigger does not fire for them, so waiting for them would only
+// lengthen the pause (a table sync holds its transaction for its whole
+// copy). Every other type can write through the trigger and is waited for:
+// client backends, parallel workers (they share their leader's
+// transaction) and the background workers of extensions, whatever their
+// type is called (pg_cron's, when it runs jobs in background workers).
+var systemBackends = []string{
+	"walsender", "walreceiver", "walwriter", "checkpointer", "background writer", "archiver", "startup",
+	"autovacuum launcher", "autovacuum worker",
+	"logical replication launcher", "logical replication worker",
+	"logical replication apply worker", "logical replication parallel worker", "logical replication tablesync worker",
+	"slotsync worker", "walsummarizer", "io worker",
 }
 
 // OverBudgetError is returned when in-flight transactions did not end within
@@ -83,12 +111,14 @@ func FenceHorizon(ctx context.Context, pool *pgxpool.Pool) (Horizon, error) {
 	return h, nil
 }
 
-// InFlight lists client sessions that may have passed the fence before it
-// committed, or may still pass it: their transaction id or snapshot xmin is
-// older than the horizon (including REPEATABLE READ transactions that have
-// not written yet — their snapshot predates the fence), or their transaction
-// is one of the horizon's lock holders. Walsenders, autovacuum and the
-// excluded pids (our own sessions) are not counted.
+// InFlight lists the sessions — client backends and background workers —
+// that may have passed the fence before it committed, or may still pass it:
+// their transaction id or snapshot xmin is older than the horizon (including
+// REPEATABLE READ transactions that have not written yet — their snapshot
+// predates the fence), or their transaction is one of the horizon's lock
+// holders; and the prepared transactions older than the horizon. The
+// systemBackends, the excluded pids (our own sessions) and the parallel
+// workers of those are not counted.
 func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, exclude []int32) ([]Blocker, error) {
 	lockers := horizon.Lockers
 	if lockers == nil {
@@ -98,22 +128,22 @@ func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, exclude 
 	// pg_stat_activity: one prepared before the fence may still commit
 	// writes that passed the trigger, so it is waited for too (pid 0).
 	rows, err := pool.Query(ctx, `
-		SELECT pid, state, xact_start, application_name, query FROM (
-			SELECT pid, coalesce(state, '') AS state, coalesce(xact_start, now()) AS xact_start,
+		SELECT pid, backend_type, state, xact_start, application_name, query FROM (
+			SELECT pid, coalesce(backend_type, '') AS backend_type, coalesce(state, '') AS state, coalesce(xact_start, now()) AS xact_start,
 			       coalesce(application_name, '') AS application_name, left(coalesce(query, ''), 80) AS query
 			FROM pg_stat_activity
-			WHERE backend_type = 'client backend'
-			  AND pid <> pg_backend_pid()
-			  AND pid <> ALL(coalesce($2::int4[], '{}'))
+			WHERE coalesce(backend_type, '') <> ALL($4::text[])
+			  AND coalesce(leader_pid, pid) <> pg_backend_pid()
+			  AND coalesce(leader_pid, pid) <> ALL(coalesce($2::int4[], '{}'))
 			  AND ((backend_xid IS NOT NULL AND age(backend_xid) > age($1::xid))
 			    OR (backend_xmin IS NOT NULL AND age(backend_xmin) > age($1::xid))
 			    OR pid IN (SELECT pid FROM pg_locks WHERE locktype = 'virtualxid' AND virtualxid = ANY($3::text[])))
 			UNION ALL
-			SELECT 0, 'prepared', prepared, 'two-phase commit', left('PREPARE TRANSACTION ' || quote_literal(gid), 80)
+			SELECT 0, '', 'prepared', prepared, 'two-phase commit', left('PREPARE TRANSACTION ' || quote_literal(gid), 80)
 			FROM pg_prepared_xacts
 			WHERE database = current_database() AND age(transaction) > age($1::xid)
 		) b
-		ORDER BY xact_start`, horizon.Xmax, exclude, lockers)
+		ORDER BY xact_start, pid`, horizon.Xmax, exclude, lockers, systemBackends)
 	if err != nil {
 		return nil, fmt.Errorf("list in-flight transactions: %w", err)
 	}
@@ -121,7 +151,7 @@ func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, exclude 
 	var out []Blocker
 	for rows.Next() {
 		var b Blocker
-		if err := rows.Scan(&b.PID, &b.State, &b.XactStart, &b.Application, &b.Query); err != nil {
+		if err := rows.Scan(&b.PID, &b.BackendType, &b.State, &b.XactStart, &b.Application, &b.Query); err != nil {
 			return nil, err
 		}
 		out = append(out, b)

@@ -243,3 +243,128 @@ func TestWaitInFlightCatchesPreparedTransaction(t *testing.T) {
 		t.Fatalf("WaitInFlight after COMMIT PREPARED: %v", err)
 	}
 }
+
+// workersOf waits until leader's statement runs in parallel workers and
+// returns their pids.
+func workersOf(t *testing.T, db *pgtest.DB, leader int32) []int32 {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var pids []int32
+		err := db.Pool.QueryRow(context.Background(), `
+			SELECT coalesce(array_agg(pid ORDER BY pid), '{}') FROM pg_stat_activity
+			WHERE backend_type = 'parallel worker' AND leader_pid = $1 AND backend_xmin IS NOT NULL`, leader).Scan(&pids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pids) > 0 {
+			return pids
+		}
+	}
+	t.Fatalf("no parallel worker of pid %d showed up", leader)
+	return nil
+}
+
+// A statement begun before the fence that runs in parallel: its workers are
+// background workers (backend_type 'parallel worker'), not client backends,
+// with the statement's snapshot xmin; they are waited for along with their
+// leader. An excluded session's workers are excluded with it.
+func TestInFlightCountsBackgroundWorkers(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, 0)
+	set := usersSet(t, db)
+	db.Exec(t, "INSERT INTO users SELECT g, 'x' FROM generate_series(1, 2000) g")
+	db.Exec(t, "ANALYZE users")
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+		t.Fatal(err)
+	}
+	leader := db.Conn(t)
+	if _, err := leader.Exec(ctx, `SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;
+		SET min_parallel_table_scan_size = 0; SET max_parallel_workers_per_gather = 2`); err != nil {
+		t.Fatal(err)
+	}
+	lpid := int32(leader.PgConn().PID())
+	running := make(chan error, 1)
+	go func() {
+		// About half a minute over three processes; cancelled below.
+		_, err := leader.Exec(ctx, "SELECT count(*) FROM users WHERE pg_sleep(0.05) IS NOT NULL")
+		running <- err
+	}()
+	t.Cleanup(func() {
+		_, _ = db.Pool.Exec(context.Background(), "SELECT pg_cancel_backend($1)", lpid)
+		<-running
+	})
+	workers := workersOf(t, db, lpid)
+	tok := tokenOf(t, db, 7)
+	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	horizon, err := FenceHorizon(ctx, db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl, err := InFlight(ctx, db.Pool, horizon, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int32]string{}
+	for _, b := range bl {
+		got[b.PID] = b.BackendType
+	}
+	if got[lpid] != "client backend" {
+		t.Errorf("leader pid %d not waited for as a client backend; blockers %v", lpid, bl)
+	}
+	for _, w := range workers {
+		if got[w] != "parallel worker" {
+			t.Errorf("parallel worker pid %d with the statement's snapshot not waited for; blockers %v", w, bl)
+		}
+	}
+	if bl, err := InFlight(ctx, db.Pool, horizon, []int32{lpid}); err != nil || len(bl) != 0 {
+		t.Errorf("with the leader excluded: blockers %v (%v), want none of its workers either", bl, err)
+	}
+}
+
+// PostgreSQL's logical replication apply worker is a background worker that
+// writes with session_replication_role = replica, for which the fence
+// trigger does not fire: it is not waited for, even inside a transaction
+// begun before the fence (here blocked on a lock).
+func TestInFlightIgnoresLogicalReplicationWorkers(t *testing.T) {
+	ctx := context.Background()
+	pub, sub := pgtest.NewDB(t, 0), pgtest.NewDB(t, 0)
+	pub.Exec(t, "CREATE TABLE users (id bigint PRIMARY KEY, v text)")
+	pub.Exec(t, "CREATE PUBLICATION p FOR TABLE users")
+	slot := "sub_" + sub.Name
+	// A subscription to the same server cannot create its slot itself.
+	pub.Exec(t, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot)
+	usersSet(t, sub)
+	sub.Exec(t, "CREATE SUBSCRIPTION s CONNECTION '"+pub.DSN+"' PUBLICATION p WITH (create_slot = false, slot_name = '"+slot+"', copy_data = false)")
+	t.Cleanup(func() { _, _ = sub.Pool.Exec(context.Background(), "DROP SUBSCRIPTION s") })
+	locker := sub.Conn(t)
+	if _, err := locker.Exec(ctx, "BEGIN; LOCK TABLE users IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	pub.Exec(t, "INSERT INTO users VALUES (7, 'a')")
+	var apply int32
+	for deadline := time.Now().Add(30 * time.Second); apply == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the apply worker did not start a transaction")
+		}
+		err := sub.Pool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE backend_type = 'logical replication worker' AND datname = current_database()
+			  AND backend_xmin IS NOT NULL AND wait_event_type = 'Lock'`).Scan(&apply)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub.Exec(t, "SELECT pg_current_xact_id()") // the horizon passes the worker's xmin
+	horizon, err := FenceHorizon(ctx, sub.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bl, err := InFlight(ctx, sub.Pool, horizon, []int32{int32(locker.PgConn().PID())})
+	if err != nil || len(bl) != 0 {
+		t.Fatalf("with the apply worker (pid %d) in a transaction begun before the horizon %+v: blockers %v (%v), want none", apply, horizon, bl, err)
+	}
+	if _, err := locker.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+}

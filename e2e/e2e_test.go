@@ -283,7 +283,7 @@ func (c *cluster) stopWriters() {
 func (c *cluster) request(id string) workflows.MigrationRequest {
 	return workflows.MigrationRequest{
 		ID: id, Kind: workflows.KindAddNode, Shard: shard(5), Tables: tables,
-		ChunkRows: 500, GracePeriod: 8 * time.Second, CutoverBudget: 5 * time.Second,
+		ChunkRows: 500, GracePeriod: new(8 * time.Second), CutoverBudget: 5 * time.Second,
 		CopySlice: 2 * time.Second, HeartbeatTimeout: 5 * time.Second, PollInterval: 500 * time.Millisecond,
 		CutoverBackoff: 2 * time.Second,
 	}
@@ -502,7 +502,7 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 	req := c.request("e2e_kill")
 	req.Throttle = workflows.Throttle{RowsPerSec: 600}
 	req.RequireApproval = true
-	req.GracePeriod = 20 * time.Second
+	req.GracePeriod = new(20 * time.Second)
 	run := c.start(req)
 
 	kills := []workflows.Phase{workflows.PhaseSnapshotCopy, workflows.PhaseCDCCatchUp, workflows.PhaseVerify, workflows.PhaseCutover, workflows.PhaseGrace}
@@ -807,7 +807,7 @@ func TestRollbackDuringGrace(t *testing.T) {
 	c.startWorker()
 	c.startWriters()
 	req := c.request("e2e_grb")
-	req.GracePeriod = 10 * time.Minute
+	req.GracePeriod = new(10 * time.Minute)
 	run := c.start(req)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {

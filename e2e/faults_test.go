@@ -558,7 +558,7 @@ func TestFaultSourceRestartedInGrace(t *testing.T) {
 	c.startWorker()
 	c.startWriters()
 	req := c.request("f_grace")
-	req.GracePeriod = 10 * time.Minute
+	req.GracePeriod = new(10 * time.Minute)
 	run := c.start(req)
 	deadline := time.Now().Add(5 * time.Minute)
 	st := c.waitFor(run, deadline, "every move in GRACE", func(st workflows.MigrationState) bool {

@@ -63,6 +63,9 @@ const (
 	VerifyFailRollback OnVerifyFail = "rollback"
 )
 
+// DefaultGracePeriod is the GRACE period of a request that sets none.
+const DefaultGracePeriod = time.Hour
+
 // MigrationRequest is the input of the Migration workflow.
 type MigrationRequest struct {
 	ID   string `json:"id"`
@@ -83,13 +86,18 @@ type MigrationRequest struct {
 	VNodes int    `json:"vnodes,omitempty"`
 	Tokens string `json:"tokens,omitempty"` // "balanced" (default) or "hash"
 
-	Throttle        Throttle      `json:"throttle"`
-	ChunkRows       int           `json:"chunk_rows,omitempty"`
-	RequireApproval bool          `json:"require_approval,omitempty"`
-	OnVerifyFail    OnVerifyFail  `json:"on_verify_fail,omitempty"`
-	GracePeriod     time.Duration `json:"grace_period,omitempty"`
-	CutoverBudget   time.Duration `json:"cutover_budget,omitempty"` // write-pause budget, default 2s
-	MaxLagBytes     int64         `json:"max_lag_bytes,omitempty"`  // cutover gate
+	Throttle        Throttle     `json:"throttle"`
+	ChunkRows       int          `json:"chunk_rows,omitempty"`
+	RequireApproval bool         `json:"require_approval,omitempty"`
+	OnVerifyFail    OnVerifyFail `json:"on_verify_fail,omitempty"`
+	// GracePeriod is how long GRACE keeps the old owner current by reverse
+	// CDC before CLEANUP: nil is DefaultGracePeriod, 0 cleans up right
+	// after the cutover (no rollback after it). A pointer because 0 is a
+	// choice; requests recorded before it was one omitted a 0, which
+	// still reads as unset.
+	GracePeriod   *time.Duration `json:"grace_period,omitempty"`
+	CutoverBudget time.Duration  `json:"cutover_budget,omitempty"` // write-pause budget, default 2s
+	MaxLagBytes   int64          `json:"max_lag_bytes,omitempty"`  // cutover gate
 
 	// DryRun stops after PLAN: the workflow returns the plan and its
 	// estimates and changes nothing.
@@ -105,6 +113,14 @@ type MigrationRequest struct {
 	PollInterval time.Duration `json:"poll_interval,omitempty"`
 	// CutoverBackoff is the wait after an aborted cutover (default 30s).
 	CutoverBackoff time.Duration `json:"cutover_backoff,omitempty"`
+}
+
+// Grace is the request's grace period: DefaultGracePeriod when unset.
+func (r MigrationRequest) Grace() time.Duration {
+	if r.GracePeriod == nil {
+		return DefaultGracePeriod
+	}
+	return *r.GracePeriod
 }
 
 // ORDERING RULE (DESIGN.md §4.3–4.4): the CDC applier of a move starts only

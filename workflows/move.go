@@ -628,6 +628,14 @@ func (m *moveRun) awaitApproval(ctx workflow.Context) error {
 // grace keeps the old owner current by reverse CDC until the grace period
 // ends or an operator completes the move.
 func (m *moveRun) grace(ctx workflow.Context) error {
+	grace := m.in.Request.Grace()
+	// No grace period: clean up right after the cutover, without starting
+	// the reverse stream (CLEANUP drops its slot; a rollback asked during
+	// the cutover reads the slot itself). Versioned: a request with a grace
+	// of 0 or less written by hand started the stream and cancelled it.
+	if grace <= 0 && workflow.GetVersion(ctx, "zero-grace-skips-reverse", workflow.DefaultVersion, 1) >= 1 {
+		return m.endGrace(ctx)
+	}
 	rctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	actx := workflow.WithActivityOptions(rctx, workflow.ActivityOptions{
@@ -638,7 +646,6 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 		WaitForCancellation: true,
 	})
 	rev := workflow.ExecuteActivity(actx, ActivityRunReverse, CDCInput{Move: m.ref, L0: m.reverseL0, Reverse: true})
-	grace := or(m.in.Request.GracePeriod, time.Hour)
 	if _, err := workflow.AwaitWithTimeout(ctx, grace, func() bool { return m.completeAsked || m.rollbackAsked || rev.IsReady() }); err != nil {
 		return err
 	}
@@ -649,6 +656,12 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 	}
 	cancel()
 	_ = rev.Get(ctx, nil) // wait until it has stopped (cancelled)
+	return m.endGrace(ctx)
+}
+
+// endGrace goes on to CLEANUP, or to ROLLING_BACK if an operator asked for
+// a rollback and not for completion.
+func (m *moveRun) endGrace(ctx workflow.Context) error {
 	if m.rollbackAsked && !m.completeAsked {
 		return m.to(ctx, PhaseRollingBack)
 	}

@@ -70,7 +70,7 @@ func testPlan() PlanResult {
 func testRequest() MigrationRequest {
 	return MigrationRequest{ID: "t", Kind: KindAddNode, Shard: "shard5",
 		Tables:      tableset.Spec{Name: "users", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}},
-		GracePeriod: time.Hour, CopySlice: time.Minute}
+		GracePeriod: new(time.Hour), CopySlice: time.Minute}
 }
 
 func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
@@ -557,7 +557,7 @@ func TestCutoverAbortedRetriesAfterCatchUp(t *testing.T) {
 func TestCompleteEndsGraceEarly(t *testing.T) {
 	env, _ := newEnv(t)
 	req := testRequest()
-	req.GracePeriod = 30 * 24 * time.Hour
+	req.GracePeriod = new(30 * 24 * time.Hour)
 	var err error
 	var done bool
 	env.RegisterDelayedCallback(func() { update(env, UpdateComplete, &err, &done) }, 24*time.Hour)

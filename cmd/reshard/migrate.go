@@ -55,7 +55,7 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	fl.IntVar(&f.chunkRows, "chunk-rows", 5000, "rows per copy chunk")
 	fl.BoolVar(&f.requireApproval, "require-approval", false, "wait for reshard approve before each cutover")
 	fl.StringVar(&f.onVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
-	fl.DurationVar(&f.grace, "grace", time.Hour, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback")
+	fl.DurationVar(&f.grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
 	fl.DurationVar(&f.cutoverBudget, "cutover-budget", 2*time.Second, "write-pause budget of a cutover; over it the cutover aborts and retries")
 	fl.Int64Var(&f.maxLagBytes, "max-lag-bytes", 16<<20, "cutover gate: CDC lag at most this many bytes")
 	if !dryRun {
@@ -150,7 +150,7 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 	if f.grace < 0 {
 		return req, fmt.Errorf("--grace %s: want 0 (clean up right after cutover, no rollback) or more", f.grace)
 	}
-	req.GracePeriod = f.grace
+	req.GracePeriod = new(f.grace)
 	if f.cutoverBudget < 100*time.Millisecond {
 		return req, fmt.Errorf("--cutover-budget %s: want 100ms or more", f.cutoverBudget)
 	}
@@ -380,7 +380,7 @@ func (p *migrationPlan) details() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.2f%% |\n", pr.Source, pr.Target, len(pr.Ranges), 100*pr.Fraction)
 	}
 	fmt.Fprintf(&b, "\nThrottle per move: %s. Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s.\n",
-		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, topoHumanBytes(r.MaxLagBytes), r.GracePeriod)
+		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, topoHumanBytes(r.MaxLagBytes), r.Grace())
 	return b.String()
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/ring"
@@ -19,7 +22,7 @@ import (
 
 func defaultMigrationFlags() migrationFlags {
 	return migrationFlags{tables: []string{"users:id", "app.orders:user_id"}, vnodes: 16, tokens: "balanced", chunkRows: 5000,
-		onVerifyFail: "wait", grace: time.Hour, cutoverBudget: 2 * time.Second, maxLagBytes: 16 << 20}
+		onVerifyFail: "wait", grace: workflows.DefaultGracePeriod, cutoverBudget: 2 * time.Second, maxLagBytes: 16 << 20}
 }
 
 func TestBuildRequest(t *testing.T) {
@@ -37,7 +40,11 @@ func TestBuildRequest(t *testing.T) {
 		Tables: tableset.Spec{Name: "users", Tables: []tableset.TableSpec{
 			{Schema: "public", Table: "users", KeyColumn: "id"}, {Schema: "app", Table: "orders", KeyColumn: "user_id"}}},
 		VNodes: 16, Tokens: "balanced", Throttle: workflows.Throttle{RowsPerSec: 1000, BytesPerSec: 1 << 20}, ChunkRows: 5000,
-		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, GracePeriod: time.Hour, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20}
+		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20}
+	if req.GracePeriod == nil || *req.GracePeriod != workflows.DefaultGracePeriod {
+		t.Errorf("grace period %v, want %s", req.GracePeriod, workflows.DefaultGracePeriod)
+	}
+	req.GracePeriod = nil
 	if fmt.Sprintf("%+v", req) != fmt.Sprintf("%+v", want) {
 		t.Errorf("request\n got %+v\nwant %+v", req, want)
 	}
@@ -57,6 +64,44 @@ func TestBuildRequest(t *testing.T) {
 	other, _ := buildRequest(workflows.KindMove, nil, f)
 	if other.ID == req.ID {
 		t.Errorf("two generated ids are equal: %s", req.ID)
+	}
+}
+
+// --grace defaults to the workflow's default, and --grace 0s reaches the
+// workflow as 0 (clean up right after cutover), not as unset (the default).
+func TestGraceFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+		json string
+	}{
+		{nil, workflows.DefaultGracePeriod, `"grace_period":3600000000000`},
+		{[]string{"--grace", "0s"}, 0, `"grace_period":0`},
+		{[]string{"--grace", "15m"}, 15 * time.Minute, `"grace_period":900000000000`},
+	} {
+		var f migrationFlags
+		cmd := &cobra.Command{}
+		f.register(cmd, workflows.KindAddNode, false)
+		if def := cmd.Flags().Lookup("grace").DefValue; def != workflows.DefaultGracePeriod.String() {
+			t.Fatalf("--grace default %s, want the workflow's %s", def, workflows.DefaultGracePeriod)
+		}
+		if err := cmd.ParseFlags(append([]string{"--table", "users:id"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+		req, err := buildRequest(workflows.KindAddNode, []string{"s5"}, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.GracePeriod == nil || *req.GracePeriod != tc.want || req.Grace() != tc.want {
+			t.Errorf("%v: grace period %v (Grace %s), want %s", tc.args, req.GracePeriod, req.Grace(), tc.want)
+		}
+		b, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), tc.json) {
+			t.Errorf("%v: request %s, want it to carry %s", tc.args, b, tc.json)
+		}
 	}
 }
 
