@@ -274,7 +274,7 @@ func TestInFlightCountsBackgroundWorkers(t *testing.T) {
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users SELECT g, 'x' FROM generate_series(1, 2000) g")
 	db.Exec(t, "ANALYZE users")
-	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	leader := db.Conn(t)
@@ -295,7 +295,7 @@ func TestInFlightCountsBackgroundWorkers(t *testing.T) {
 	})
 	workers := workersOf(t, db, lpid)
 	tok := tokenOf(t, db, 7)
-	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
+	if err := fence.Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
 		t.Fatal(err)
 	}
 	horizon, err := FenceHorizon(ctx, db.Pool)

@@ -19,9 +19,9 @@ import (
 
 func newInitCmd(opts *globalOptions) *cobra.Command {
 	var (
-		cf     configFlags
-		vnodes int
-		tokens string
+		cf       configFlags
+		vnodes   int
+		tokens   string
 		shards   []string
 		tables   []string
 		keyspace string
