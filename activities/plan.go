@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -267,9 +266,10 @@ func (a *Activities) fences(ctx context.Context) (fence.Control, error) {
 }
 
 // PublishMigrating publishes topology FromVersion+1: the same owners, the
-// moving ranges marked migrating(from→to), targets registered as joining
-// (and a removed shard as leaving). Idempotent: a retry after the publish
-// finds the version it made.
+// moving ranges marked migrating(from→to), new targets registered; every
+// registered shard's state follows the new version (topology.StateIn:
+// targets joining, a removed shard leaving). Idempotent: a retry after the
+// publish finds the version it made.
 func (a *Activities) PublishMigrating(ctx context.Context, in workflows.PublishInput) (int64, error) {
 	v, err := a.publishMigrating(ctx, in)
 	return v, classify(err)
@@ -285,7 +285,7 @@ func (a *Activities) publishMigrating(ctx context.Context, in workflows.PublishI
 		return 0, fmt.Errorf("read the current topology: %w", err)
 	}
 	if cur.MigrationID == in.Request.ID && cur.Version > in.FromVersion {
-		return cur.Version, nil // published by an earlier attempt
+		return cur.Version, store.SyncShardStates(ctx, cur) // published by an earlier attempt
 	}
 	if cur.Version != in.FromVersion {
 		return 0, badInput("the topology moved from v%d (planned) to v%d (%s): plan the migration again", in.FromVersion, cur.Version, cur.Reason)
@@ -322,7 +322,7 @@ func (a *Activities) publishMigrating(ctx context.Context, in workflows.PublishI
 	if err != nil {
 		return 0, fmt.Errorf("publish migrating topology: %w", err)
 	}
-	return pub.Version, nil
+	return pub.Version, store.SyncShardStates(ctx, pub)
 }
 
 func (a *Activities) registerTargets(ctx context.Context, store *topology.Store, in workflows.PublishInput) error {
@@ -351,18 +351,13 @@ func (a *Activities) registerTargets(ctx context.Context, store *topology.Store,
 		}
 		registered[mv.Target] = true
 	}
-	if in.Request.Kind == workflows.KindRemoveNode {
-		if err := store.SetShardState(ctx, in.Request.Shard, topology.ShardLeaving); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
 // PublishStable ends a migration in the topology: no range migrating, the
 // planned ring when every move completed (the current ring, with the rolled
-// back moves' ranges still on their old owners, otherwise), and final shard
-// states. Idempotent.
+// back moves' ranges still on their old owners, otherwise), and shard states
+// as that version says (topology.StateIn). Idempotent.
 func (a *Activities) PublishStable(ctx context.Context, in workflows.PublishInput) (int64, error) {
 	v, err := a.publishStable(ctx, in)
 	return v, classify(err)
@@ -380,7 +375,7 @@ func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInpu
 			return 0, fmt.Errorf("read the current topology: %w", err)
 		}
 		if cur.MigrationID == in.Request.ID && cur.Reason == reason {
-			return cur.Version, a.finalShardStates(ctx, store, cur.Ring, in)
+			return cur.Version, store.SyncShardStates(ctx, cur)
 		}
 		r := cur.Ring
 		if len(in.RolledBack) == 0 {
@@ -412,34 +407,6 @@ func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInpu
 		if err != nil {
 			return 0, fmt.Errorf("publish stable topology: %w", err)
 		}
-		return pub.Version, a.finalShardStates(ctx, store, r, in)
+		return pub.Version, store.SyncShardStates(ctx, pub)
 	}
-}
-
-func (a *Activities) finalShardStates(ctx context.Context, store *topology.Store, r *ring.Ring, in workflows.PublishInput) error {
-	var targets []string
-	for _, mv := range in.Moves {
-		if !slices.Contains(targets, mv.Target) {
-			targets = append(targets, mv.Target)
-		}
-	}
-	for _, t := range targets {
-		sh, err := store.Shard(ctx, t)
-		if err != nil {
-			return err
-		}
-		if sh.State == topology.ShardJoining {
-			to := topology.ShardActive
-			if !r.HasShard(t) {
-				to = topology.ShardLeaving // the add was rolled back
-			}
-			if err := store.SetShardState(ctx, t, to); err != nil {
-				return err
-			}
-		}
-	}
-	if in.Request.Kind == workflows.KindRemoveNode && r.HasShard(in.Request.Shard) {
-		return store.SetShardState(ctx, in.Request.Shard, topology.ShardActive) // the removal was rolled back
-	}
-	return nil
 }

@@ -104,7 +104,7 @@ type CollisionError struct {
 
 func (e *CollisionError) Error() string {
 	return fmt.Sprintf("primary-key collision in %s: the target already has a row with %s (shard key %s) outside the moving ranges, "+
-		"so it belongs to the target; reshard will not overwrite it: give one of the two rows another key (per-shard sequences must not overlap) and resume",
+		"so it belongs to the target; reshard will not overwrite it: give one of the two rows another key (per-shard sequences must not overlap; where a shard is fenced, make the change with SET session_replication_role = replica) and resume",
 		e.Table, e.KeyText, e.TargetShardKey)
 }
 

@@ -146,7 +146,7 @@ func (h Handover) Apply(cur topology.Topology) (topology.Topology, error) {
 	}
 	var migrating []topology.RangeState
 	for _, m := range cur.Migrating() {
-		for _, piece := range subtract(m.Range, want) {
+		for _, piece := range ring.Subtract(m.Range, want) {
 			p := m
 			p.Range = piece
 			migrating = append(migrating, p)
@@ -165,28 +165,6 @@ func (h Handover) Apply(cur topology.Topology) (topology.Topology, error) {
 		t = t.WithMigrationID(h.MigrationID)
 	}
 	return t, nil
-}
-
-// subtract returns the parts of r outside every range of cut (normalized).
-func subtract(r ring.Range, cut []ring.Range) []ring.Range {
-	out := []ring.Range{r}
-	for _, c := range cut {
-		var next []ring.Range
-		for _, o := range out {
-			if c.Hi <= o.Lo || o.Hi <= c.Lo {
-				next = append(next, o)
-				continue
-			}
-			if o.Lo < c.Lo {
-				next = append(next, ring.Range{Lo: o.Lo, Hi: c.Lo})
-			}
-			if c.Hi < o.Hi {
-				next = append(next, ring.Range{Lo: c.Hi, Hi: o.Hi})
-			}
-		}
-		out = next
-	}
-	return out
 }
 
 // Publish makes the change current: it returns the version that has it,

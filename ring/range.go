@@ -242,3 +242,25 @@ func TokenSQL(kt KeyType, qualifier, column string) string {
 		return "hashint8extended(" + col + ", 0)"
 	}
 }
+
+// Subtract returns the parts of r outside every range of cut.
+func Subtract(r Range, cut []Range) []Range {
+	out := []Range{r}
+	for _, c := range Normalize(cut) {
+		var next []Range
+		for _, o := range out {
+			if c.Hi <= o.Lo || o.Hi <= c.Lo {
+				next = append(next, o)
+				continue
+			}
+			if o.Lo < c.Lo {
+				next = append(next, Range{Lo: o.Lo, Hi: c.Lo})
+			}
+			if c.Hi < o.Hi {
+				next = append(next, Range{Lo: c.Hi, Hi: o.Hi})
+			}
+		}
+		out = next
+	}
+	return out
+}

@@ -90,6 +90,10 @@ CREATE TABLE reshard.keyspace_tables (
 	-- A table belongs to one keyspace: its rows follow one ring.
 	PRIMARY KEY (schema_name, table_name)
 );`,
+
+	// 3: a shard that owns nothing and that no move names is removed.
+	`ALTER TABLE reshard.shards DROP CONSTRAINT shards_state_check;
+ALTER TABLE reshard.shards ADD CONSTRAINT shards_state_check CHECK (state IN ('active', 'joining', 'leaving', 'removed'));`,
 }
 
 // migrateLockKey serializes concurrent Migrate calls (pg_advisory_xact_lock).

@@ -11,22 +11,63 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/reshard/reshard/ring"
 )
 
 // ShardState is a shard's place in the cluster's life cycle.
 type ShardState string
 
 const (
-	ShardJoining ShardState = "joining" // registered as a move target; serves nothing yet
-	ShardActive  ShardState = "active"  // serves the ranges the ring gives it
-	ShardLeaving ShardState = "leaving" // its ranges are being moved away
+	ShardJoining ShardState = "joining" // a move target that owns nothing stable yet
+	ShardActive  ShardState = "active"  // owns ranges nothing moves away from it all
+	ShardLeaving ShardState = "leaving" // every range it owns is being moved away
+	ShardRemoved ShardState = "removed" // owns nothing and no move names it (never joined, or gone)
 )
 
 // shardTransitions is the one table of allowed shard state changes.
 var shardTransitions = map[ShardState][]ShardState{
-	ShardJoining: {ShardActive, ShardLeaving}, // joined; or the add was rolled back
-	ShardActive:  {ShardLeaving},
-	ShardLeaving: {ShardActive}, // a remove rolled back
+	ShardJoining: {ShardActive, ShardRemoved}, // joined; or the add was rolled back
+	ShardActive:  {ShardLeaving},              // a remove starts
+	ShardLeaving: {ShardActive, ShardRemoved}, // a remove rolled back; or done
+	ShardRemoved: {ShardJoining},              // added again
+}
+
+// StateIn is a shard's state in one topology version, derived from it alone
+// (the one function that says it; the registry's column is a copy of it for
+// the current version):
+//   - joining: a migrating range moves to it, and it owns nothing else;
+//   - leaving: a migrating range moves away from it, and it owns nothing
+//     else;
+//   - active: it owns ranges nothing moves away from it;
+//   - removed: it owns nothing and no migrating range names it.
+func StateIn(t Topology, shard string) ShardState {
+	var from, to []ring.Range
+	for _, m := range t.Migrating() {
+		switch shard {
+		case m.From:
+			from = append(from, m.Range)
+		case m.To:
+			to = append(to, m.Range)
+		}
+	}
+	stable := false
+	for _, r := range t.Ring.Ranges(shard) {
+		for _, piece := range ring.Subtract(r, append(from, to...)) {
+			if piece.Valid() {
+				stable = true
+			}
+		}
+	}
+	switch {
+	case stable:
+		return ShardActive
+	case len(to) > 0:
+		return ShardJoining
+	case len(from) > 0:
+		return ShardLeaving
+	}
+	return ShardRemoved
 }
 
 // CanTransition reports whether a shard may go from one state to another.
@@ -37,10 +78,10 @@ func CanTransition(from, to ShardState) bool {
 // ParseShardState reads "active", "joining" or "leaving".
 func ParseShardState(s string) (ShardState, error) {
 	switch st := ShardState(s); st {
-	case ShardActive, ShardJoining, ShardLeaving:
+	case ShardActive, ShardJoining, ShardLeaving, ShardRemoved:
 		return st, nil
 	}
-	return "", fmt.Errorf("shard state %q: want active, joining or leaving", s)
+	return "", fmt.Errorf("shard state %q: want active, joining, leaving or removed", s)
 }
 
 // ConnRef says where a shard is and as whom to connect, never with which
@@ -195,4 +236,23 @@ func (s *Store) SetShardState(ctx context.Context, name string, to ShardState) e
 		}
 		return nil
 	})
+}
+
+// SyncShardStates sets the registry's state of every registered shard to
+// its state in t (StateIn), the current version after a publish.
+func (s *Store) SyncShardStates(ctx context.Context, t Topology) error {
+	shards, err := s.Shards(ctx)
+	if err != nil {
+		return err
+	}
+	for _, sh := range shards {
+		want := StateIn(t, sh.Name)
+		if sh.State == want {
+			continue
+		}
+		if _, err := s.pool.Exec(ctx, `UPDATE reshard.shards SET state = $2, updated_at = now() WHERE name = $1`, sh.Name, string(want)); err != nil {
+			return fmt.Errorf("set state of shard %s to %s: %w", sh.Name, want, err)
+		}
+	}
+	return nil
 }

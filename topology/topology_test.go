@@ -134,12 +134,14 @@ func TestMigratingRangeAcrossVNodesIsCutAndMerged(t *testing.T) {
 }
 
 func TestShardTransitions(t *testing.T) {
-	all := []ShardState{ShardJoining, ShardActive, ShardLeaving}
+	all := []ShardState{ShardJoining, ShardActive, ShardLeaving, ShardRemoved}
 	allowed := map[[2]ShardState]bool{
 		{ShardJoining, ShardActive}:  true,
-		{ShardJoining, ShardLeaving}: true,
+		{ShardJoining, ShardRemoved}: true,
 		{ShardActive, ShardLeaving}:  true,
 		{ShardLeaving, ShardActive}:  true,
+		{ShardLeaving, ShardRemoved}: true,
+		{ShardRemoved, ShardJoining}: true,
 	}
 	for _, from := range all {
 		for _, to := range all {
@@ -150,6 +152,58 @@ func TestShardTransitions(t *testing.T) {
 	}
 	if _, err := ParseShardState("gone"); err == nil {
 		t.Error("ParseShardState accepted gone")
+	}
+}
+
+// TestStateIn walks one shard through add-node, a rolled-back remove and a
+// remove: every state is derived from the version alone, and every step is
+// an allowed transition.
+func TestStateIn(t *testing.T) {
+	two := ring.MustNew([]ring.VNode{{Token: 0, Shard: "a"}, {Token: ring.MaxToken, Shard: "b"}})
+	three := ring.MustNew([]ring.VNode{{Token: -1e18, Shard: "a"}, {Token: 0, Shard: "c"}, {Token: ring.MaxToken, Shard: "b"}})
+	toC := ring.Range{Lo: -1e18, Hi: 0}
+	mig := func(r *ring.Ring, owner, from, to string) Topology {
+		top, err := New(r, []RangeState{{Range: toC, Owner: owner, Status: Migrating, From: from, To: to}}, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return top
+	}
+	stable := func(r *ring.Ring) Topology {
+		top, err := New(r, nil, "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return top
+	}
+	steps := []struct {
+		name string
+		top  Topology
+		a, c ShardState
+	}{
+		{"before", stable(two), ShardActive, ShardRemoved},
+		{"add c: migrating", mig(ring.MustNew([]ring.VNode{{Token: -1e18, Shard: "a"}, {Token: 0, Shard: "a"}, {Token: ring.MaxToken, Shard: "b"}}), "a", "a", "c"), ShardActive, ShardJoining},
+		{"add c: cut over", mig(three, "c", "a", "c"), ShardActive, ShardJoining},
+		{"add c: done", stable(three), ShardActive, ShardActive},
+		{"remove c: migrating", mig(three, "c", "c", "a"), ShardActive, ShardLeaving},
+		{"remove c: rolled back", stable(three), ShardActive, ShardActive},
+		{"remove c: migrating again", mig(three, "c", "c", "a"), ShardActive, ShardLeaving},
+		{"remove c: cut over", mig(ring.MustNew([]ring.VNode{{Token: -1e18, Shard: "a"}, {Token: 0, Shard: "a"}, {Token: ring.MaxToken, Shard: "b"}}), "a", "c", "a"), ShardActive, ShardLeaving},
+		{"remove c: done", stable(two), ShardActive, ShardRemoved},
+	}
+	prev := ShardRemoved
+	for _, s := range steps {
+		if got := StateIn(s.top, "a"); got != s.a {
+			t.Errorf("%s: a is %s, want %s", s.name, got, s.a)
+		}
+		got := StateIn(s.top, "c")
+		if got != s.c {
+			t.Errorf("%s: c is %s, want %s", s.name, got, s.c)
+		}
+		if got != prev && !CanTransition(prev, got) {
+			t.Errorf("%s: c went %s -> %s, which the state machine does not allow", s.name, prev, got)
+		}
+		prev = got
 	}
 }
 

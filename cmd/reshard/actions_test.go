@@ -40,6 +40,7 @@ func TestActionsAgainstWorker(t *testing.T) {
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)
 	}
+	placeByOwner(t, c, 3000) // the first migration registers the keyspace: no row may sit on a non-owner
 	opts := &globalOptions{logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cfg, err := (&configFlags{path: c.config}).load(opts)
 	if err != nil {

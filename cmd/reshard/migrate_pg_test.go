@@ -174,6 +174,7 @@ func TestStartMigration(t *testing.T) {
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)
 	}
+	placeByOwner(t, c, 3000) // the first migration registers the keyspace: no row may sit on a non-owner
 	// No worker runs in this test: workflows stay where they start.
 	t.Cleanup(func() {
 		for _, id := range []string{"reshard-add-one", "reshard-add-three"} {

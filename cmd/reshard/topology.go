@@ -148,7 +148,8 @@ func topoNonNil[T any](s []T) []T {
 }
 
 // shardRows joins the ring's shards with the registry: every shard of the
-// ring, then registered shards the ring gives nothing (joining, or gone).
+// ring, then registered shards the ring gives nothing (joining, or gone),
+// each with its state in t (topology.StateIn), not today's.
 func shardRows(t topology.Topology, reg []topology.Shard) []shardJSON {
 	vn := map[string]int{}
 	for _, v := range t.Ring.VNodes() {
@@ -163,12 +164,14 @@ func shardRows(t topology.Topology, reg []topology.Shard) []shardJSON {
 	for _, name := range t.Ring.Shards() {
 		s, ok := byName[name]
 		if !ok {
-			s = topology.Shard{Name: name, State: "unregistered"}
+			s = topology.Shard{Name: name}
 		}
+		s.State = topology.StateIn(t, name)
 		out = append(out, shardJSON{Shard: s, VNodes: vn[name], Space: share[name]})
 	}
 	for _, s := range reg {
 		if !t.Ring.HasShard(s.Name) {
+			s.State = topology.StateIn(t, s.Name)
 			out = append(out, shardJSON{Shard: s})
 		}
 	}
