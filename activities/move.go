@@ -54,21 +54,17 @@ func (s sides) move(m workflows.MoveRef) cutover.Move {
 	return cutover.Move{ID: m.Spec.ID, From: m.Spec.Source, To: m.Spec.Target, Source: s.src, Target: s.dst, Set: s.dstSet, Ranges: m.Spec.Ranges}
 }
 
-// rings computes the migration's pre-migration ring (topology FromVersion)
-// and target ring (the planner over it).
+// rings reads the migration's pre-migration and target rings from its
+// stored plan.
 func (a *Activities) rings(ctx context.Context, store *topology.Store, m workflows.MoveRef) (old, target *ring.Ring, err error) {
 	if m.FromVersion <= 0 || m.Request == nil {
 		return nil, nil, badInput("move %s: the activity input lacks the migration's plan (from_version, request)", m.Spec.ID)
 	}
-	from, err := store.Load(ctx, m.FromVersion)
-	if err != nil {
-		return nil, nil, fmt.Errorf("load topology v%d: %w", m.FromVersion, err)
-	}
-	target, _, err = planRing(ctx, store, from.Ring, *m.Request)
+	p, err := storedPlan(ctx, store, m.Request.ID, m.FromVersion, *m.Request)
 	if err != nil {
 		return nil, nil, err
 	}
-	return from.Ring, target, nil
+	return p.Before, p.After, nil
 }
 
 // Join is the JOINING phase: fence triggers and TRUNCATE guards on both

@@ -56,12 +56,18 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 	} else if !errors.Is(err, topology.ErrNoKeyspace) {
 		return workflows.PlanResult{}, fmt.Errorf("read the keyspace: %w", err)
 	}
-	_, moves, err := planRing(ctx, store, cur.Ring, req)
+	nr, moves, err := planRing(ctx, store, cur.Ring, req)
 	if err != nil {
 		return workflows.PlanResult{}, err
 	}
 	if len(moves) == 0 {
 		return workflows.PlanResult{}, badInput("the plan moves nothing: the ring already looks like that")
+	}
+	if !req.DryRun {
+		// Computed once, here; every later step reads it.
+		if err := store.SavePlan(ctx, topology.Plan{MigrationID: req.ID, FromVersion: cur.Version, Before: cur.Ring, After: nr, Moves: moves}); err != nil {
+			return workflows.PlanResult{}, badInput("%v", err)
+		}
 	}
 	specs := groupMoves(req.ID, moves)
 	res := workflows.PlanResult{FromVersion: cur.Version, MovedFraction: ring.MovedFraction(moves)}
@@ -150,51 +156,61 @@ func checkRequest(req workflows.MigrationRequest) error {
 	return nil
 }
 
-// planRing computes the migration's new ring from old. It is deterministic
-// for the same ring, request and shard registry, so PublishStable can
-// compute it again instead of carrying a large ring in payloads.
+// planRing computes the migration's new ring from old with the one planner
+// (ring.PlanChange) and the shard registry's weights. Only Plan calls it
+// (and storedPlan, for a migration started before plans were stored): the
+// plan is stored and every later step reads it.
 func planRing(ctx context.Context, store *topology.Store, old *ring.Ring, req workflows.MigrationRequest) (*ring.Ring, []ring.Move, error) {
 	shards, err := store.Shards(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read the shard registry: %w", err)
 	}
-	var specs []ring.Shard
+	var reg []ring.Shard
 	for _, sh := range shards {
-		if old.HasShard(sh.Name) {
-			specs = append(specs, ring.Shard{Name: sh.Name, Weight: sh.Weight, Domain: sh.FailureDomain})
-		}
+		reg = append(reg, ring.Shard{Name: sh.Name, Weight: sh.Weight, Domain: sh.FailureDomain})
 	}
-	if len(specs) > 0 {
-		if old, err = old.WithShards(specs); err != nil {
-			return nil, nil, fmt.Errorf("ring with the registry's weights: %w", err)
-		}
+	c, err := change(req)
+	if err != nil {
+		return nil, nil, err
 	}
-	o := ring.Options{VNodes: req.VNodes}
-	if req.Tokens != "" {
-		alloc, err := ring.ParseAllocation(req.Tokens)
-		if err != nil {
-			return nil, nil, badInput("%v", err)
-		}
-		o.Tokens = alloc
-	}
-	var (
-		nr    *ring.Ring
-		moves []ring.Move
-	)
-	switch req.Kind {
-	case workflows.KindAddNode:
-		nr, moves, err = ring.PlanAddNode(old, ring.Shard{Name: req.Shard}, o)
-	case workflows.KindSplit:
-		nr, moves, err = ring.PlanSplit(old, req.Shard, ring.Shard{Name: req.Into}, o)
-	case workflows.KindRemoveNode:
-		nr, moves, err = ring.PlanRemoveNode(old, req.Shard, o)
-	case workflows.KindMove:
-		nr, moves, err = ring.PlanMove(old, *req.Range, req.To)
-	}
+	nr, moves, err := ring.PlanChange(old, reg, c)
 	if err != nil {
 		return nil, nil, badInput("plan %s: %v", req.Kind, err)
 	}
 	return nr, moves, nil
+}
+
+// change is the request as the planner sees it.
+func change(req workflows.MigrationRequest) (ring.Change, error) {
+	c := ring.Change{Kind: string(req.Kind), Shard: req.Shard, Into: req.Into, Range: req.Range, To: req.To, Opts: ring.Options{VNodes: req.VNodes}}
+	if req.Tokens != "" {
+		alloc, err := ring.ParseAllocation(req.Tokens)
+		if err != nil {
+			return c, badInput("%v", err)
+		}
+		c.Opts.Tokens = alloc
+	}
+	return c, nil
+}
+
+// storedPlan reads the migration's stored plan. A migration started before
+// plans were stored has none: its plan is computed from its FromVersion
+// (the planner is deterministic) and stored, once.
+func storedPlan(ctx context.Context, store *topology.Store, id string, fromVersion int64, req workflows.MigrationRequest) (topology.Plan, error) {
+	p, err := store.LoadPlan(ctx, id)
+	if err == nil || !errors.Is(err, topology.ErrNoPlan) {
+		return p, err
+	}
+	from, err := store.Load(ctx, fromVersion)
+	if err != nil {
+		return p, fmt.Errorf("load topology v%d: %w", fromVersion, err)
+	}
+	nr, moves, err := planRing(ctx, store, from.Ring, req)
+	if err != nil {
+		return p, err
+	}
+	p = topology.Plan{MigrationID: id, FromVersion: fromVersion, Before: from.Ring, After: nr, Moves: moves}
+	return p, store.SavePlan(ctx, p)
 }
 
 // groupMoves makes one MoveSpec per (source, target) pair, in the order the
@@ -293,15 +309,11 @@ func (a *Activities) publishMigrating(ctx context.Context, in workflows.PublishI
 	if err := a.registerTargets(ctx, store, in); err != nil {
 		return 0, err
 	}
-	from, err := store.Load(ctx, in.FromVersion)
-	if err != nil {
-		return 0, fmt.Errorf("load topology v%d: %w", in.FromVersion, err)
-	}
-	nr, _, err := planRing(ctx, store, from.Ring, in.Request)
+	plan, err := storedPlan(ctx, store, in.Request.ID, in.FromVersion, in.Request)
 	if err != nil {
 		return 0, err
 	}
-	r, err := ring.Overlay(from.Ring, nr, nil)
+	r, err := ring.Overlay(plan.Before, plan.After, nil)
 	if err != nil {
 		return 0, fmt.Errorf("overlay ring: %w", err)
 	}
@@ -379,14 +391,11 @@ func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInpu
 		}
 		r := cur.Ring
 		if len(in.RolledBack) == 0 {
-			from, err := store.Load(ctx, in.FromVersion)
-			if err != nil {
-				return 0, fmt.Errorf("load topology v%d: %w", in.FromVersion, err)
-			}
-			nr, _, err := planRing(ctx, store, from.Ring, in.Request)
+			plan, err := storedPlan(ctx, store, in.Request.ID, in.FromVersion, in.Request)
 			if err != nil {
 				return 0, err
 			}
+			nr := plan.After
 			// The planned ring must say what the cutovers made true.
 			for _, v := range cur.Ring.VNodes() {
 				if nr.Owner(v.Token) != v.Shard {

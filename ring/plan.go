@@ -339,3 +339,47 @@ func (r *Ring) adding(extra []VNode) (*Ring, error) {
 	nr.buildIndex()
 	return nr, nil
 }
+
+// Change is what a migration asks of the ring.
+type Change struct {
+	Kind  string // "add-node", "split", "remove-node" or "move"
+	Shard string // the new shard (add-node), the shard split or removed
+	Into  string // split: the new shard taking half of Shard
+	Range *Range // move
+	To    string // move: the target
+	Opts  Options
+}
+
+// PlanChange is the one planner of a migration: the new ring and the moves
+// that change old into it, for the change c, with the shards' registered
+// weights and failure domains (shards the ring does not name are ignored).
+// It is pure: the same inputs always give the same plan, which a migration
+// computes once and stores.
+func PlanChange(old *Ring, registry []Shard, c Change) (*Ring, []Move, error) {
+	var specs []Shard
+	for _, s := range registry {
+		if old.HasShard(s.Name) {
+			specs = append(specs, s)
+		}
+	}
+	if len(specs) > 0 {
+		var err error
+		if old, err = old.WithShards(specs); err != nil {
+			return nil, nil, fmt.Errorf("ring with the registry's weights: %w", err)
+		}
+	}
+	switch c.Kind {
+	case "add-node":
+		return PlanAddNode(old, Shard{Name: c.Shard}, c.Opts)
+	case "split":
+		return PlanSplit(old, c.Shard, Shard{Name: c.Into}, c.Opts)
+	case "remove-node":
+		return PlanRemoveNode(old, c.Shard, c.Opts)
+	case "move":
+		if c.Range == nil {
+			return nil, nil, errors.New("move: no range")
+		}
+		return PlanMove(old, *c.Range, c.To)
+	}
+	return nil, nil, fmt.Errorf("unknown change %q (add-node, split, remove-node, move)", c.Kind)
+}

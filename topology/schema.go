@@ -94,6 +94,17 @@ CREATE TABLE reshard.keyspace_tables (
 	// 3: a shard that owns nothing and that no move names is removed.
 	`ALTER TABLE reshard.shards DROP CONSTRAINT shards_state_check;
 ALTER TABLE reshard.shards ADD CONSTRAINT shards_state_check CHECK (state IN ('active', 'joining', 'leaving', 'removed'));`,
+
+	// 4: plans, computed once when a migration starts and read by every
+	// step after (never planned again).
+	`CREATE TABLE reshard.plans (
+	migration_id text PRIMARY KEY,
+	from_version bigint NOT NULL,
+	ring_before  jsonb NOT NULL,
+	ring_after   jsonb NOT NULL,
+	moves        jsonb NOT NULL,
+	created_at   timestamptz NOT NULL DEFAULT now()
+);`,
 }
 
 // migrateLockKey serializes concurrent Migrate calls (pg_advisory_xact_lock).

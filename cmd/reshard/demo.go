@@ -159,6 +159,16 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 		return err
 	}
 	say("loaded %d rows in %s", rows, time.Since(t0).Round(100*time.Millisecond))
+	spec, err := parseTableSpec([]string{"users:id", "orders:user_id"}, topology.DefaultKeyspace)
+	if err != nil {
+		return err
+	}
+	t0 = time.Now()
+	if _, err := registerKeyspace(ctx, cfg, store, ctl, topology.DefaultKeyspace, spec); err != nil {
+		return err
+	}
+	say("keyspace %s: users and orders registered (every row checked on its owner) and every shard fenced where it owns nothing, in %s",
+		topology.DefaultKeyspace, time.Since(t0).Round(100*time.Millisecond))
 
 	// 4. A worker, in this process.
 	wctx, stopWorker := context.WithCancel(ctx)
@@ -206,8 +216,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	say("%d writers updating and deleting %d users through the router", o.writers, len(keys))
 
 	// 6. add-node.
-	var mf migrationFlags
-	mf.tables = []string{"users:id", "orders:user_id"}
+	var mf migrationFlags // no --table: a migration moves the keyspace's tables
 	mf.vnodes, mf.tokens, mf.grace, mf.cutoverBudget, mf.maxLagBytes, mf.chunkRows = 16, "balanced", o.grace, 2*time.Second, 16<<20, 5000
 	mf.rowsPerSec = o.rowsPerSec
 	mf.onVerifyFail = string(workflows.VerifyFailWait)
@@ -215,7 +224,14 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	if err != nil {
 		return usageError{err}
 	}
-	plan, err := planMigration(cfg, topo, req)
+	if req.Tables, _, err = resolveTables(ctx, store, req.Tables); err != nil {
+		return err
+	}
+	reg, err := registryShards(ctx, store)
+	if err != nil {
+		return err
+	}
+	plan, err := planMigration(cfg, topo, reg, req)
 	if err != nil {
 		return err
 	}

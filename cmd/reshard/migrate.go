@@ -237,9 +237,10 @@ type migrationPlan struct {
 }
 
 // planMigration checks the request against the configuration and the current
-// topology and computes its moves with the ring planners. Errors are bad input
-// naming the fix.
-func planMigration(cfg *clusterConfig, t topology.Topology, req workflows.MigrationRequest) (*migrationPlan, error) {
+// topology and computes its moves with the one planner (ring.PlanChange, as
+// the workflow's Plan does) and the registry's weights reg. Errors are bad
+// input naming the fix.
+func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, req workflows.MigrationRequest) (*migrationPlan, error) {
 	if m := t.Migrating(); len(m) > 0 {
 		id := t.MigrationID
 		if id == "" {
@@ -280,7 +281,6 @@ func planMigration(cfg *clusterConfig, t topology.Topology, req workflows.Migrat
 		if err := configured(req.Shard, "add-node"); err != nil {
 			return nil, err
 		}
-		p.Next, p.Moves, err = ring.PlanAddNode(old, ring.Shard{Name: req.Shard}, o)
 		p.Modulo, p.Ideal = float64(n)/float64(n+1), 1/float64(n+1)
 	case workflows.KindSplit:
 		if err := inRing(req.Shard, "split"); err != nil {
@@ -292,7 +292,6 @@ func planMigration(cfg *clusterConfig, t topology.Topology, req workflows.Migrat
 		if err := configured(req.Into, "--into"); err != nil {
 			return nil, err
 		}
-		p.Next, p.Moves, err = ring.PlanSplit(old, req.Shard, ring.Shard{Name: req.Into}, o)
 		p.Modulo, p.Ideal = float64(n)/float64(n+1), share[req.Shard]/2
 	case workflows.KindRemoveNode:
 		if err := inRing(req.Shard, "remove-node"); err != nil {
@@ -301,16 +300,15 @@ func planMigration(cfg *clusterConfig, t topology.Topology, req workflows.Migrat
 		if n == 1 {
 			return nil, usageError{fmt.Errorf("remove-node %s: it is the only shard; the ring needs at least one", req.Shard)}
 		}
-		p.Next, p.Moves, err = ring.PlanRemoveNode(old, req.Shard, o)
 		p.Modulo, p.Ideal = float64(n-1)/float64(n), share[req.Shard]
 	case workflows.KindMove:
 		if err := configured(req.To, "--to"); err != nil {
 			return nil, err
 		}
-		p.Next, p.Moves, err = ring.PlanMove(old, *req.Range, req.To)
 	default:
 		return nil, usageError{fmt.Errorf("unknown migration kind %q", req.Kind)}
 	}
+	p.Next, p.Moves, err = ring.PlanChange(old, reg, ring.Change{Kind: string(req.Kind), Shard: req.Shard, Into: req.Into, Range: req.Range, To: req.To, Opts: o})
 	if err != nil {
 		return nil, usageError{err}
 	}
@@ -323,6 +321,20 @@ func planMigration(cfg *clusterConfig, t topology.Topology, req workflows.Migrat
 	}
 	p.Pairs = pairMoves(p.Moves)
 	return p, nil
+}
+
+// registryShards are the registered shards' weights and domains, which the
+// planner applies.
+func registryShards(ctx context.Context, store *topology.Store) ([]ring.Shard, error) {
+	shards, err := store.Shards(ctx)
+	if err != nil {
+		return nil, controlErr(err)
+	}
+	var out []ring.Shard
+	for _, sh := range shards {
+		out = append(out, ring.Shard{Name: sh.Name, Weight: sh.Weight, Domain: sh.FailureDomain})
+	}
+	return out, nil
 }
 
 // pairMoves groups moves by (source, target), in order of first appearance
@@ -451,7 +463,11 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 			if req.Tables, register, err = resolveTables(ctx, store, req.Tables); err != nil {
 				return err
 			}
-			p, err := planMigration(cfg, t, req)
+			reg, err := registryShards(ctx, store)
+			if err != nil {
+				return err
+			}
+			p, err := planMigration(cfg, t, reg, req)
 			if err != nil {
 				return err
 			}

@@ -267,7 +267,7 @@ func TestPlanMigrationChecks(t *testing.T) {
 	req := func(kind workflows.Kind, shard string) workflows.MigrationRequest {
 		return workflows.MigrationRequest{ID: "m", Kind: kind, Shard: shard, VNodes: 16, Tokens: "balanced"}
 	}
-	p, err := planMigration(cfg, topo, req(workflows.KindAddNode, "shard5"))
+	p, err := planMigration(cfg, topo, nil, req(workflows.KindAddNode, "shard5"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,12 +293,12 @@ func TestPlanMigrationChecks(t *testing.T) {
 
 	split := req(workflows.KindSplit, "shard2")
 	split.Into = "shard5"
-	if p, err = planMigration(cfg, topo, split); err != nil || len(p.Pairs) != 1 || p.Pairs[0].Source != "shard2" || p.Moved < 0.12 || p.Moved > 0.13 {
+	if p, err = planMigration(cfg, topo, nil, split); err != nil || len(p.Pairs) != 1 || p.Pairs[0].Source != "shard2" || p.Moved < 0.12 || p.Moved > 0.13 {
 		t.Errorf("split shard2: %v, %+v", err, p)
 	}
 	mv := req(workflows.KindMove, "")
 	mv.Range, mv.To = &ring.Range{Lo: 0, Hi: 1 << 40}, "shard2"
-	if p, err = planMigration(cfg, topo, mv); err != nil || p.Ideal != p.Moved || p.Modulo != 0 {
+	if p, err = planMigration(cfg, topo, nil, mv); err != nil || p.Ideal != p.Moved || p.Modulo != 0 {
 		t.Errorf("move: %v, %+v", err, p)
 	}
 
@@ -325,7 +325,7 @@ func TestPlanMigrationChecks(t *testing.T) {
 			return r
 		}(), "not in the configuration"},
 	} {
-		_, err := planMigration(cfg, topo, tc.req)
+		_, err := planMigration(cfg, topo, nil, tc.req)
 		var ue usageError
 		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s: error %v, want a usage error mentioning %q", tc.req.Kind, tc.req.Shard, err, tc.want)
@@ -338,7 +338,7 @@ func TestPlanMigrationChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	busy = busy.WithMigrationID("add-abc")
-	if _, err := planMigration(cfg, busy, req(workflows.KindAddNode, "shard5")); err == nil || !strings.Contains(err.Error(), "migration add-abc") {
+	if _, err := planMigration(cfg, busy, nil, req(workflows.KindAddNode, "shard5")); err == nil || !strings.Contains(err.Error(), "migration add-abc") {
 		t.Errorf("migrating topology: %v", err)
 	}
 }

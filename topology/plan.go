@@ -1,0 +1,83 @@
+package topology
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/reshard/reshard/ring"
+)
+
+// Plan is a migration's plan, computed once (ring.PlanChange) and stored in
+// the control database when the migration starts; every step after reads
+// it instead of planning again.
+type Plan struct {
+	MigrationID string      `json:"migration_id"`
+	FromVersion int64       `json:"from_version"`
+	Before      *ring.Ring  `json:"ring_before"`
+	After       *ring.Ring  `json:"ring_after"`
+	Moves       []ring.Move `json:"moves"`
+}
+
+// ErrNoPlan: no plan is stored for the migration.
+var ErrNoPlan = errors.New("no plan stored for the migration")
+
+// SavePlan stores p. Saving the same plan again is a no-op; a different
+// plan for the same migration is refused (a plan is never replaced).
+func (s *Store) SavePlan(ctx context.Context, p Plan) error {
+	if p.MigrationID == "" || p.Before == nil || p.After == nil {
+		return errors.New("save plan: the migration id and both rings are required")
+	}
+	before, err := json.Marshal(p.Before)
+	if err != nil {
+		return err
+	}
+	after, err := json.Marshal(p.After)
+	if err != nil {
+		return err
+	}
+	moves, err := json.Marshal(p.Moves)
+	if err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO reshard.plans (migration_id, from_version, ring_before, ring_after, moves)
+VALUES ($1, $2, $3, $4, $5) ON CONFLICT (migration_id) DO NOTHING`, p.MigrationID, p.FromVersion, before, after, moves); err != nil {
+		return fmt.Errorf("save the plan of migration %s: %w", p.MigrationID, err)
+	}
+	var same bool
+	if err := s.pool.QueryRow(ctx, `SELECT from_version = $2 AND ring_after = $3::jsonb AND moves = $4::jsonb FROM reshard.plans WHERE migration_id = $1`,
+		p.MigrationID, p.FromVersion, after, moves).Scan(&same); err != nil {
+		return fmt.Errorf("save the plan of migration %s: %w", p.MigrationID, err)
+	}
+	if !same {
+		return fmt.Errorf("save the plan of migration %s: a different plan is stored for it; a migration's plan is never replaced (start a new migration)", p.MigrationID)
+	}
+	return nil
+}
+
+// LoadPlan reads a migration's plan, or ErrNoPlan.
+func (s *Store) LoadPlan(ctx context.Context, migrationID string) (Plan, error) {
+	p := Plan{MigrationID: migrationID, Before: new(ring.Ring), After: new(ring.Ring)}
+	var before, after, moves []byte
+	err := s.pool.QueryRow(ctx, `SELECT from_version, ring_before, ring_after, moves FROM reshard.plans WHERE migration_id = $1`, migrationID).
+		Scan(&p.FromVersion, &before, &after, &moves)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Plan{}, fmt.Errorf("migration %s: %w", migrationID, ErrNoPlan)
+	}
+	if err != nil {
+		return Plan{}, fmt.Errorf("load the plan of migration %s: %w", migrationID, err)
+	}
+	if err := json.Unmarshal(before, p.Before); err != nil {
+		return Plan{}, fmt.Errorf("plan of migration %s: ring before: %w", migrationID, err)
+	}
+	if err := json.Unmarshal(after, p.After); err != nil {
+		return Plan{}, fmt.Errorf("plan of migration %s: ring after: %w", migrationID, err)
+	}
+	if err := json.Unmarshal(moves, &p.Moves); err != nil {
+		return Plan{}, fmt.Errorf("plan of migration %s: moves: %w", migrationID, err)
+	}
+	return p, nil
+}
