@@ -212,7 +212,7 @@ func TestStartMigration(t *testing.T) {
 		t.Errorf("workflow input: %s", input)
 	}
 
-	out, code = c.run(t, "add-node", "shard3", "--table", "users:id", "--id", "add-two")
+	out, code = c.run(t, "add-node", "shard3", "--id", "add-two")
 	if code != 2 || !strings.Contains(out, "migration add-one is running") || !strings.Contains(out, "nothing was started") {
 		t.Errorf("overlapping migration: exit %d\n%s", code, out)
 	}
@@ -226,11 +226,11 @@ func TestStartMigration(t *testing.T) {
 	if err := c.tc.TerminateWorkflow(ctx, "reshard-add-one", "", "test"); err != nil {
 		t.Fatal(err)
 	}
-	out, code = c.run(t, "add-node", "shard3", "--table", "users:id", "--id", "add-one")
+	out, code = c.run(t, "add-node", "shard3", "--id", "add-one")
 	if code != 2 || !strings.Contains(out, "migration id add-one is taken") {
 		t.Errorf("reused id: exit %d\n%s", code, out)
 	}
-	out, code = c.run(t, "add-node", "shard3", "--table", "users:id", "--id", "add-three", "--json")
+	out, code = c.run(t, "add-node", "shard3", "--id", "add-three", "--json")
 	var started struct {
 		ID         string `json:"id"`
 		WorkflowID string `json:"workflow_id"`
