@@ -87,7 +87,7 @@ func (a *Activities) join(ctx context.Context, m workflows.MoveRef) (workflows.J
 	if err != nil {
 		return workflows.JoinResult{}, badInput("move id: %v", err)
 	}
-	fences, err := a.fences(ctx)
+	fences, err := a.fences(ctx, keyspaceOf(m.Request))
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
@@ -440,7 +440,7 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (wo
 	if err != nil {
 		return workflows.CutoverResult{}, err
 	}
-	fences, err := a.fences(ctx)
+	fences, err := a.fences(ctx, keyspaceOf(in.Move.Request))
 	if err != nil {
 		return workflows.CutoverResult{}, err
 	}
@@ -527,7 +527,7 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
-	fences, err := a.fences(ctx)
+	fences, err := a.fences(ctx, keyspaceOf(in.Move.Request))
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
@@ -562,7 +562,7 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error 
 	if err != nil {
 		return err
 	}
-	store, err := a.store(ctx)
+	store, err := a.store(ctx, keyspaceOf(in.Move.Request))
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 	if err := checkRequest(req); err != nil {
 		return workflows.PlanResult{}, err
 	}
-	store, err := a.store(ctx)
+	store, err := a.store(ctx, req.Keyspace)
 	if err != nil {
 		return workflows.PlanResult{}, err
 	}
@@ -49,7 +49,7 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 	}
 	// Every migration moves every table of its keyspace (a cluster set up
 	// before keyspaces has none registered: its tables are the request's).
-	if k, err := store.TheKeyspace(ctx); err == nil {
+	if k, err := store.ResolveKeyspace(ctx, store.Keyspace()); err == nil {
 		if same, diff := topology.SameTables(k.Tables, req.Tables.Tables); !same {
 			return workflows.PlanResult{}, badInput("the migration's tables differ from keyspace %s: it %s; every migration moves every table of its keyspace", k.Name, diff)
 		}
@@ -245,7 +245,8 @@ func moveID(migration string, n int) string {
 	return base + suffix
 }
 
-func (a *Activities) store(ctx context.Context) (*topology.Store, error) {
+// store is the topology store of keyspace ks ("" the default one).
+func (a *Activities) store(ctx context.Context, ks string) (*topology.Store, error) {
 	pool, err := a.pools.control(ctx)
 	if err != nil {
 		return nil, err
@@ -265,12 +266,20 @@ func (a *Activities) store(ctx context.Context) (*topology.Store, error) {
 		}
 		a.controlReady = true
 	}
-	return topology.NewStore(pool), nil
+	return topology.NewStore(pool).In(ks), nil
 }
 
-// fences reads the control database for fence.Reconcile.
-func (a *Activities) fences(ctx context.Context) (fence.Control, error) {
-	store, err := a.store(ctx)
+// keyspaceOf is the keyspace of a move's migration.
+func keyspaceOf(req *workflows.MigrationRequest) string {
+	if req == nil {
+		return ""
+	}
+	return req.Keyspace
+}
+
+// fences reads the control database for fence.Reconcile, for keyspace ks.
+func (a *Activities) fences(ctx context.Context, ks string) (fence.Control, error) {
+	store, err := a.store(ctx, ks)
 	if err != nil {
 		return fence.Control{}, err
 	}
@@ -292,7 +301,7 @@ func (a *Activities) PublishMigrating(ctx context.Context, in workflows.PublishI
 }
 
 func (a *Activities) publishMigrating(ctx context.Context, in workflows.PublishInput) (int64, error) {
-	store, err := a.store(ctx)
+	store, err := a.store(ctx, in.Request.Keyspace)
 	if err != nil {
 		return 0, err
 	}
@@ -301,7 +310,7 @@ func (a *Activities) publishMigrating(ctx context.Context, in workflows.PublishI
 		return 0, fmt.Errorf("read the current topology: %w", err)
 	}
 	if cur.MigrationID == in.Request.ID && cur.Version > in.FromVersion {
-		return cur.Version, store.SyncShardStates(ctx, cur) // published by an earlier attempt
+		return cur.Version, store.SyncShardStates(ctx) // published by an earlier attempt
 	}
 	if cur.Version != in.FromVersion {
 		return 0, badInput("the topology moved from v%d (planned) to v%d (%s): plan the migration again", in.FromVersion, cur.Version, cur.Reason)
@@ -334,7 +343,7 @@ func (a *Activities) publishMigrating(ctx context.Context, in workflows.PublishI
 	if err != nil {
 		return 0, fmt.Errorf("publish migrating topology: %w", err)
 	}
-	return pub.Version, store.SyncShardStates(ctx, pub)
+	return pub.Version, store.SyncShardStates(ctx)
 }
 
 func (a *Activities) registerTargets(ctx context.Context, store *topology.Store, in workflows.PublishInput) error {
@@ -376,7 +385,7 @@ func (a *Activities) PublishStable(ctx context.Context, in workflows.PublishInpu
 }
 
 func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInput) (int64, error) {
-	store, err := a.store(ctx)
+	store, err := a.store(ctx, in.Request.Keyspace)
 	if err != nil {
 		return 0, err
 	}
@@ -387,7 +396,7 @@ func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInpu
 			return 0, fmt.Errorf("read the current topology: %w", err)
 		}
 		if cur.MigrationID == in.Request.ID && cur.Reason == reason {
-			return cur.Version, store.SyncShardStates(ctx, cur)
+			return cur.Version, store.SyncShardStates(ctx)
 		}
 		r := cur.Ring
 		if len(in.RolledBack) == 0 {
@@ -416,6 +425,6 @@ func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInpu
 		if err != nil {
 			return 0, fmt.Errorf("publish stable topology: %w", err)
 		}
-		return pub.Version, store.SyncShardStates(ctx, pub)
+		return pub.Version, store.SyncShardStates(ctx)
 	}
 }

@@ -58,7 +58,8 @@ func Wanted(t topology.Topology, shard string, holds []ring.Range) Want {
 }
 
 // Control reads, in the control database, what Wanted derives from: the
-// current topology (Store) and the holds of cutovers in progress.
+// current topology of one keyspace (Store, scoped to it) and the holds of
+// its cutovers in progress.
 type Control struct {
 	Pool  *pgxpool.Pool
 	Store *topology.Store
@@ -67,11 +68,12 @@ type Control struct {
 const holdSQL = `
 CREATE SCHEMA IF NOT EXISTS reshard;
 CREATE TABLE IF NOT EXISTS reshard.fence_hold (
+	keyspace   text NOT NULL,
 	shard      text NOT NULL,
 	hold       text NOT NULL,
 	ranges     jsonb NOT NULL,
 	created_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (shard, hold)
+	PRIMARY KEY (keyspace, shard, hold)
 );
 `
 
@@ -92,8 +94,8 @@ func (c Control) Hold(ctx context.Context, shard, hold string, ranges []ring.Ran
 	if err != nil {
 		return err
 	}
-	_, err = c.Pool.Exec(ctx, `INSERT INTO reshard.fence_hold (shard, hold, ranges) VALUES ($1, $2, $3)
-ON CONFLICT (shard, hold) DO UPDATE SET ranges = excluded.ranges`, shard, hold, j)
+	_, err = c.Pool.Exec(ctx, `INSERT INTO reshard.fence_hold (keyspace, shard, hold, ranges) VALUES ($1, $2, $3, $4)
+ON CONFLICT (keyspace, shard, hold) DO UPDATE SET ranges = excluded.ranges`, c.Store.Keyspace(), shard, hold, j)
 	if err != nil {
 		return fmt.Errorf("record the fence hold %s on %s: %w", hold, shard, err)
 	}
@@ -103,7 +105,7 @@ ON CONFLICT (shard, hold) DO UPDATE SET ranges = excluded.ranges`, shard, hold, 
 // Release forgets a hold. Idempotent. Reconcile the shard afterwards to lift
 // the fence the hold kept.
 func (c Control) Release(ctx context.Context, shard, hold string) error {
-	if _, err := c.Pool.Exec(ctx, `DELETE FROM reshard.fence_hold WHERE shard = $1 AND hold = $2`, shard, hold); err != nil {
+	if _, err := c.Pool.Exec(ctx, `DELETE FROM reshard.fence_hold WHERE keyspace = $1 AND shard = $2 AND hold = $3`, c.Store.Keyspace(), shard, hold); err != nil {
 		return fmt.Errorf("release the fence hold %s on %s: %w", hold, shard, err)
 	}
 	return nil
@@ -111,7 +113,7 @@ func (c Control) Release(ctx context.Context, shard, hold string) error {
 
 // Holds returns the ranges held on shard by cutovers in progress.
 func (c Control) Holds(ctx context.Context, shard string) ([]ring.Range, error) {
-	rows, err := c.Pool.Query(ctx, `SELECT ranges FROM reshard.fence_hold WHERE shard = $1 ORDER BY hold`, shard)
+	rows, err := c.Pool.Query(ctx, `SELECT ranges FROM reshard.fence_hold WHERE keyspace = $1 AND shard = $2 ORDER BY hold`, c.Store.Keyspace(), shard)
 	if err != nil {
 		return nil, fmt.Errorf("read the fence holds of %s: %w", shard, err)
 	}

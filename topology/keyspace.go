@@ -16,12 +16,9 @@ import (
 
 // A keyspace is what is sharded: a named group of tables that share one
 // shard-key type, registered in the control database with each table's key
-// column (DESIGN.md §1). Every migration moves every table of its keyspace;
-// a table left out would keep rows on shards that no longer own them.
-//
-// This version keeps one ring for the whole cluster, so it allows one
-// keyspace: a second one needs a ring of its own, or migrating one would
-// strand the other's rows.
+// column (DESIGN.md §1). It has its own ring and topology versions (a Store
+// In it). Every migration moves every table of its keyspace; a table left
+// out would keep rows on shards that no longer own them.
 
 // DefaultKeyspace is the name of the keyspace when none is given.
 const DefaultKeyspace = "default"
@@ -86,25 +83,40 @@ ORDER BY k.name, t.schema_name, t.table_name`)
 	return out, nil
 }
 
-// TheKeyspace returns the cluster's keyspace (this version has at most one),
-// or ErrNoKeyspace.
-func (s *Store) TheKeyspace(ctx context.Context) (Keyspace, error) {
+// ResolveKeyspace returns the keyspace named name or, with name "", the
+// cluster's only keyspace. ErrNoKeyspace when there is none (or none named
+// name); an error naming them when name is "" and there are several.
+func (s *Store) ResolveKeyspace(ctx context.Context, name string) (Keyspace, error) {
 	all, err := s.Keyspaces(ctx)
 	if err != nil {
 		return Keyspace{}, err
 	}
-	if len(all) == 0 {
-		return Keyspace{}, ErrNoKeyspace
+	if name == "" {
+		switch len(all) {
+		case 0:
+			return Keyspace{}, ErrNoKeyspace
+		case 1:
+			return all[0], nil
+		}
+		var names []string
+		for _, k := range all {
+			names = append(names, k.Name)
+		}
+		return Keyspace{}, fmt.Errorf("the cluster has %d keyspaces (%s): name one with --keyspace", len(all), strings.Join(names, ", "))
 	}
-	return all[0], nil
+	for _, k := range all {
+		if k.Name == name {
+			return k, nil
+		}
+	}
+	return Keyspace{}, fmt.Errorf("keyspace %s: %w", name, ErrNoKeyspace)
 }
 
 // RegisterTables adds tables to keyspace name, creating it with keyType
 // when it does not exist. Tables already registered with the same key are
 // kept (a retry is harmless); a table registered with another key, in
 // another keyspace, or a key type differing from the keyspace's is refused
-// and nothing is changed. A second keyspace is refused: one ring serves one
-// keyspace. The caller checks the tables on the shards first.
+// and nothing is changed. The caller checks the tables on the shards first.
 func (s *Store) RegisterTables(ctx context.Context, name string, keyType ring.KeyType, tables []tableset.TableSpec) (Keyspace, error) {
 	if !ValidKeyspaceName(name) {
 		return Keyspace{}, fmt.Errorf("keyspace name %q: use lower-case letters, digits and '_', starting with a letter", name)
@@ -116,14 +128,6 @@ func (s *Store) RegisterTables(ctx context.Context, name string, keyType ring.Ke
 		// One registrar at a time: the checks below read what others write.
 		if _, err := tx.Exec(ctx, `LOCK TABLE reshard.keyspaces IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 			return err
-		}
-		var others []string
-		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(name ORDER BY name), '{}') FROM reshard.keyspaces WHERE name <> $1`, name).Scan(&others); err != nil {
-			return err
-		}
-		if len(others) > 0 {
-			return fmt.Errorf("keyspace %s: the cluster already has keyspace %s, and this version keeps one ring for all tables; add the tables to %s (reshard keyspace add-table --keyspace %s)",
-				name, others[0], others[0], others[0])
 		}
 		var have string
 		err := tx.QueryRow(ctx, `SELECT key_type FROM reshard.keyspaces WHERE name = $1`, name).Scan(&have)

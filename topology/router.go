@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -253,9 +252,9 @@ func (r *Router) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		v, err := strconv.ParseInt(n.Payload, 10, 64)
-		if err == nil && v <= r.Version() {
-			continue // already there, or older
+		ks, v, err := parseNotifyPayload(n.Payload)
+		if err == nil && (ks != r.store.keyspace || v <= r.Version()) {
+			continue // another keyspace's; or already there, or older
 		}
 		if err := r.refresh(ctx, "notify"); err != nil {
 			return err

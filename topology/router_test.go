@@ -313,3 +313,46 @@ func TestRouterPolls(t *testing.T) {
 		t.Fatalf("%g versions adopted by polling, want 1", n)
 	}
 }
+
+// Keyspaces have their own versions: publishing in one changes nothing in
+// the other, and a router of one keyspace adopts only its own versions
+// (another keyspace's NOTIFY is skipped, not reloaded).
+func TestKeyspacesHaveTheirOwnVersions(t *testing.T) {
+	s, _ := newControl(t)
+	register(t, s, "a", "b")
+	other := s.In("pay")
+	mustPublish(t, s, 0, mustTopo(t, single("a"), nil, "initial"))
+	mustPublish(t, other, 0, mustTopo(t, single("b"), nil, "initial pay"))
+	m := NewMetrics(prometheus.NewRegistry())
+	r, err := NewRouter(testCtx(t), other, nil, RouterOptions{PollInterval: -1, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitFor(t, func() bool { return counterValue(t, m.stale) >= 1 })
+	mustPublish(t, s, 1, mustTopo(t, single("b"), nil, "default moves to b"))
+	mustPublish(t, s, 2, mustTopo(t, single("a"), nil, "default back to a"))
+	mustPublish(t, other, 1, mustTopo(t, single("a"), nil, "pay moves to a"))
+	waitFor(t, func() bool { return r.Version() == 2 })
+	if shard, v, err := r.Route(int64(7)); err != nil || shard != "a" || v != 2 {
+		t.Fatalf("pay router: Route = %s, v%d, %v; want a at v2", shard, v, err)
+	}
+	if n := counterValue(t, m.refreshes.WithLabelValues("notify")); n != 1 {
+		t.Fatalf("%g versions adopted through NOTIFY by the pay router, want 1 (its own)", n)
+	}
+	def, err := s.Current(testCtx(t))
+	if err != nil || def.Version != 3 || def.Reason != "default back to a" {
+		t.Fatalf("default keyspace: v%d %q %v", def.Version, def.Reason, err)
+	}
+	if h, err := other.History(testCtx(t), 0); err != nil || len(h) != 2 {
+		t.Fatalf("pay history: %d versions, %v; want 2", len(h), err)
+	}
+}

@@ -105,6 +105,26 @@ ALTER TABLE reshard.shards ADD CONSTRAINT shards_state_check CHECK (state IN ('a
 	moves        jsonb NOT NULL,
 	created_at   timestamptz NOT NULL DEFAULT now()
 );`,
+
+	// 5: a topology per keyspace: versions are numbered, appended and
+	// notified per keyspace. Versions from before keyspaces are the
+	// default keyspace's.
+	`ALTER TABLE reshard.topology_versions ADD COLUMN keyspace text NOT NULL DEFAULT 'default';
+ALTER TABLE reshard.topology_versions DROP CONSTRAINT topology_versions_pkey;
+ALTER TABLE reshard.topology_versions ADD PRIMARY KEY (keyspace, version);
+
+CREATE OR REPLACE FUNCTION reshard.topology_versions_next_only() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+	cur bigint;
+BEGIN
+	SELECT coalesce(max(version), 0) INTO cur FROM reshard.topology_versions WHERE keyspace = NEW.keyspace;
+	IF NEW.version <> cur + 1 THEN
+		RAISE EXCEPTION 'reshard.topology_versions: version % of keyspace % inserted, the next one is %', NEW.version, NEW.keyspace, cur + 1
+			USING ERRCODE = 'restrict_violation';
+	END IF;
+	RETURN NEW;
+END $$;`,
 }
 
 // migrateLockKey serializes concurrent Migrate calls (pg_advisory_xact_lock).

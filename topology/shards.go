@@ -239,14 +239,38 @@ func (s *Store) SetShardState(ctx context.Context, name string, to ShardState) e
 }
 
 // SyncShardStates sets the registry's state of every registered shard to
-// its state in t (StateIn), the current version after a publish.
-func (s *Store) SyncShardStates(ctx context.Context, t Topology) error {
+// its state in the current versions of every keyspace (StateIn; a shard
+// serving one keyspace and leaving another is active: the most alive state
+// wins).
+func (s *Store) SyncShardStates(ctx context.Context) error {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT keyspace FROM reshard.topology_versions ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("sync shard states: %w", err)
+	}
+	keyspaces, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("sync shard states: %w", err)
+	}
+	var tops []Topology
+	for _, ks := range keyspaces {
+		t, err := s.In(ks).Current(ctx)
+		if err != nil {
+			return fmt.Errorf("sync shard states: %w", err)
+		}
+		tops = append(tops, t)
+	}
 	shards, err := s.Shards(ctx)
 	if err != nil {
 		return err
 	}
+	rank := map[ShardState]int{ShardRemoved: 0, ShardLeaving: 1, ShardJoining: 2, ShardActive: 3}
 	for _, sh := range shards {
-		want := StateIn(t, sh.Name)
+		want := ShardRemoved
+		for _, t := range tops {
+			if st := StateIn(t, sh.Name); rank[st] > rank[want] {
+				want = st
+			}
+		}
 		if sh.State == want {
 			continue
 		}

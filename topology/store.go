@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,7 +16,8 @@ import (
 	"github.com/reshard/reshard/ring"
 )
 
-// NotifyChannel is the channel Publish notifies, with the new version as payload.
+// NotifyChannel is the channel Publish notifies, with the new version as
+// payload ("keyspace:version" for a keyspace other than DefaultKeyspace).
 const NotifyChannel = "reshard_topology"
 
 // ErrNoTopology: nothing has been published yet.
@@ -38,20 +40,54 @@ func (e *VersionConflictError) Error() string {
 // Is makes errors.Is(err, ErrVersionConflict) true.
 func (e *VersionConflictError) Is(target error) bool { return target == ErrVersionConflict }
 
-// Store reads and writes the topology in the control database. Call Migrate
-// once before using it.
+// Store reads and writes the topology of one keyspace in the control
+// database (versions, ring, ranges are per keyspace; the shard registry,
+// keyspaces and plans are the cluster's). Call Migrate once before using it.
 type Store struct {
-	pool *pgxpool.Pool
+	pool     *pgxpool.Pool
+	keyspace string
 }
 
-// NewStore returns a store over a pool on the control database.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// NewStore returns a store over a pool on the control database, for the
+// keyspace DefaultKeyspace (In gives another).
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool, keyspace: DefaultKeyspace} }
 
-const selectVersion = `SELECT version, ring, ranges, reason, coalesce(migration_id, ''), created_at FROM reshard.topology_versions`
+// In returns a store of the same database for keyspace ks ("" is
+// DefaultKeyspace).
+func (s *Store) In(ks string) *Store {
+	if ks == "" {
+		ks = DefaultKeyspace
+	}
+	return &Store{pool: s.pool, keyspace: ks}
+}
+
+// Keyspace is the keyspace whose topology the store reads and writes.
+func (s *Store) Keyspace() string { return s.keyspace }
+
+// notifyPayload is the NOTIFY payload of a version: the version for the
+// default keyspace (as before keyspaces), "keyspace:version" otherwise.
+func notifyPayload(ks string, version int64) string {
+	if ks == DefaultKeyspace {
+		return strconv.FormatInt(version, 10)
+	}
+	return ks + ":" + strconv.FormatInt(version, 10)
+}
+
+// parseNotifyPayload reads notifyPayload's form.
+func parseNotifyPayload(p string) (ks string, version int64, err error) {
+	ks = DefaultKeyspace
+	if i := strings.LastIndexByte(p, ':'); i >= 0 {
+		ks, p = p[:i], p[i+1:]
+	}
+	version, err = strconv.ParseInt(p, 10, 64)
+	return ks, version, err
+}
+
+const selectVersion = `SELECT version, ring, ranges, reason, coalesce(migration_id, ''), created_at FROM reshard.topology_versions WHERE keyspace = $1`
 
 // Current returns the newest version, or ErrNoTopology.
 func (s *Store) Current(ctx context.Context) (Topology, error) {
-	t, err := s.scanOne(ctx, selectVersion+` ORDER BY version DESC LIMIT 1`)
+	t, err := s.scanOne(ctx, selectVersion+` ORDER BY version DESC LIMIT 1`, s.keyspace)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Topology{}, ErrNoTopology
 	}
@@ -63,7 +99,7 @@ func (s *Store) Current(ctx context.Context) (Topology, error) {
 
 // Load returns one version.
 func (s *Store) Load(ctx context.Context, version int64) (Topology, error) {
-	t, err := s.scanOne(ctx, selectVersion+` WHERE version = $1`, version)
+	t, err := s.scanOne(ctx, selectVersion+` AND version = $2`, s.keyspace, version)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Topology{}, fmt.Errorf("load topology version %d: no such version", version)
 	}
@@ -114,10 +150,10 @@ func (s *Store) History(ctx context.Context, limit int) ([]HistoryEntry, error) 
 	(SELECT count(DISTINCT v->>'shard') FROM jsonb_array_elements(ring->'vnodes') v),
 	jsonb_array_length(ring->'vnodes'),
 	(SELECT count(*) FROM jsonb_array_elements(ranges) r WHERE r->>'state' = 'migrating')
-FROM reshard.topology_versions ORDER BY version DESC`
-	var args []any
+FROM reshard.topology_versions WHERE keyspace = $1 ORDER BY version DESC`
+	args := []any{s.keyspace}
 	if limit > 0 {
-		sql += ` LIMIT $1`
+		sql += ` LIMIT $2`
 		args = append(args, limit)
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)
@@ -172,7 +208,7 @@ func (s *Store) Publish(ctx context.Context, expected int64, next Topology) (Top
 			return err
 		}
 		var have int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM reshard.topology_versions`).Scan(&have); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM reshard.topology_versions WHERE keyspace = $1`, s.keyspace).Scan(&have); err != nil {
 			return err
 		}
 		if have != expected {
@@ -186,11 +222,11 @@ WHERE NOT EXISTS (SELECT 1 FROM reshard.shards s WHERE s.name = n)`, names).Scan
 		if len(missing) > 0 {
 			return fmt.Errorf("shards %v are not registered; register them (RegisterShard) before publishing a topology naming them", missing)
 		}
-		if err := tx.QueryRow(ctx, `INSERT INTO reshard.topology_versions (version, ring, ranges, reason, migration_id)
-VALUES ($1, $2, $3, $4, $5) RETURNING created_at`, next.Version, ringJ, rangeJ, next.Reason, migrationID).Scan(&next.CreatedAt); err != nil {
+		if err := tx.QueryRow(ctx, `INSERT INTO reshard.topology_versions (keyspace, version, ring, ranges, reason, migration_id)
+VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at`, s.keyspace, next.Version, ringJ, rangeJ, next.Reason, migrationID).Scan(&next.CreatedAt); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, strconv.FormatInt(next.Version, 10))
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, notifyPayload(s.keyspace, next.Version))
 		return err
 	})
 	if err != nil {
@@ -209,6 +245,6 @@ VALUES ($1, $2, $3, $4, $5) RETURNING created_at`, next.Version, ringJ, rangeJ, 
 
 func (s *Store) currentVersion(ctx context.Context) (int64, error) {
 	var v int64
-	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM reshard.topology_versions`).Scan(&v)
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM reshard.topology_versions WHERE keyspace = $1`, s.keyspace).Scan(&v)
 	return v, err
 }

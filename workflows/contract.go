@@ -79,7 +79,11 @@ type MigrationRequest struct {
 	Range *ring.Range `json:"range,omitempty"`
 	To    string      `json:"to,omitempty"`
 
-	// Tables is the table set that moves together.
+	// Keyspace names the keyspace whose ring the migration changes ("":
+	// the default keyspace, as before keyspaces).
+	Keyspace string `json:"keyspace,omitempty"`
+	// Tables is the table set that moves together: every table of the
+	// keyspace.
 	Tables tableset.Spec `json:"tables"`
 
 	// Ring allocation for new vnodes.

@@ -16,6 +16,12 @@ import (
 	"github.com/reshard/reshard/topology"
 )
 
+// keyspaceCheck is what topology check found in one keyspace.
+type keyspaceCheck struct {
+	Keyspace string       `json:"keyspace"`
+	Shards   []shardCheck `json:"shards"`
+}
+
 // shardCheck is what topology check found on one shard.
 type shardCheck struct {
 	Shard    string        `json:"shard"`
@@ -27,7 +33,7 @@ type shardCheck struct {
 	Skipped  string        `json:"skipped,omitempty"`
 }
 
-func newTopologyCheckCmd(opts *globalOptions) *cobra.Command {
+func newTopologyCheckCmd(opts *globalOptions, keyspace *string) *cobra.Command {
 	var (
 		cf     configFlags
 		repair bool
@@ -36,7 +42,7 @@ func newTopologyCheckCmd(opts *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check [--repair]",
 		Short: "Compare every shard's fences, guards and rows with what the topology wants",
-		Long: `For every shard of the keyspace (the ring's shards, the ends of migrating
+		Long: `For every keyspace and every shard of it (the ring's shards, the ends of migrating
 ranges, and registered shards that have the tables), compares the fences and
 TRUNCATE guards installed on each registered table with what the current
 topology wants (DESIGN.md §3: fenced exactly where the shard owns nothing,
@@ -63,33 +69,46 @@ never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
 				return err
 			}
 			defer pool.Close()
-			k, err := store.TheKeyspace(ctx)
-			if errors.Is(err, topology.ErrNoKeyspace) {
-				return usageError{err}
-			}
+			all, err := store.Keyspaces(ctx)
 			if err != nil {
 				return controlErr(err)
+			}
+			if len(all) == 0 {
+				return usageError{topology.ErrNoKeyspace}
+			}
+			if *keyspace != "" {
+				k, err := store.ResolveKeyspace(ctx, *keyspace)
+				if err != nil {
+					return usageError{err}
+				}
+				all = []topology.Keyspace{k}
 			}
 			if err := fence.EnsureControl(ctx, pool); err != nil {
 				return err
 			}
-			checks, err := checkShards(ctx, cfg, store, fence.Control{Pool: pool, Store: store}, k, repair)
-			if err != nil {
-				return err
-			}
-			bad := 0
-			for _, c := range checks {
-				if len(c.Strays) > 0 || (len(c.Drift) > 0 && len(c.Repaired) == 0) {
-					bad++
-				}
-			}
 			out := cmd.OutOrStdout()
-			if asJSON {
-				if err := topoWriteJSON(out, checks); err != nil {
+			bad := 0
+			var report []keyspaceCheck
+			for _, k := range all {
+				ks := store.In(k.Name)
+				checks, err := checkShards(ctx, cfg, ks, fence.Control{Pool: pool, Store: ks}, k, repair)
+				if err != nil {
 					return err
 				}
-			} else {
-				printChecks(out, k, checks)
+				for _, c := range checks {
+					if len(c.Strays) > 0 || (len(c.Drift) > 0 && len(c.Repaired) == 0) {
+						bad++
+					}
+				}
+				report = append(report, keyspaceCheck{Keyspace: k.Name, Shards: checks})
+				if !asJSON {
+					printChecks(out, k, checks)
+				}
+			}
+			if asJSON {
+				if err := topoWriteJSON(out, report); err != nil {
+					return err
+				}
 			}
 			if bad > 0 {
 				return fmt.Errorf("%d shard(s) differ from the topology", bad)
@@ -147,10 +166,15 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 			}
 			return nil, err
 		}
-		if c.Want, err = ctl.Want(ctx, n); err != nil {
+		if c.Have, err = fence.Inspect(ctx, pools[n], set); err != nil {
 			return nil, err
 		}
-		if c.Have, err = fence.Inspect(ctx, pools[n], set); err != nil {
+		if !members[n] && !slices.ContainsFunc(c.Have, func(h fence.Have) bool { return h.Trigger }) {
+			c.Skipped = "not in the keyspace: not in its ring, never fenced for it"
+			out = append(out, c)
+			continue
+		}
+		if c.Want, err = ctl.Want(ctx, n); err != nil {
 			return nil, err
 		}
 		for _, d := range fence.Compare(n, c.Want, c.Have) {

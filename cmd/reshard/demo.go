@@ -224,7 +224,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	if err != nil {
 		return usageError{err}
 	}
-	if req.Tables, _, err = resolveTables(ctx, store, req.Tables); err != nil {
+	if req.Keyspace, req.Tables, _, err = migrationKeyspace(ctx, store, topology.DefaultKeyspace, req.Tables); err != nil {
 		return err
 	}
 	reg, err := registryShards(ctx, store)

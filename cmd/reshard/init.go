@@ -78,6 +78,10 @@ failure, 2 bad input.`,
 			if err := topology.Migrate(ctx, pool); err != nil {
 				return err
 			}
+			if !topology.ValidKeyspaceName(keyspace) {
+				return usageError{fmt.Errorf("--keyspace %q: use lower-case letters, digits and '_', starting with a letter", keyspace)}
+			}
+			store = store.In(keyspace)
 			t, published, err := initTopology(ctx, cfg, store, members, ring.Options{VNodes: vnodes, Tokens: alloc})
 			if err != nil {
 				return err
@@ -117,7 +121,7 @@ failure, 2 bad input.`,
 	cmd.Flags().StringVar(&tokens, "tokens", "balanced", "token allocation of the first ring: balanced or hash")
 	cmd.Flags().StringSliceVar(&shards, "shards", nil, "shards of the first ring (default: every configured shard)")
 	cmd.Flags().StringArrayVar(&tables, "table", nil, "a sharded table and its shard-key column, [schema.]table:key (repeatable): registered in the keyspace")
-	cmd.Flags().StringVar(&keyspace, "keyspace", topology.DefaultKeyspace, "the keyspace --table registers in")
+	cmd.Flags().StringVar(&keyspace, "keyspace", topology.DefaultKeyspace, "the keyspace: its first ring (topology v1) and the tables --table registers in it")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -158,10 +162,13 @@ func initTopology(ctx context.Context, cfg *clusterConfig, store *topology.Store
 		if err != nil {
 			return t, false, usageError{fmt.Errorf("shard %s: %w", name, err)}
 		}
+		specs[i] = ring.Shard{Name: name}
+		if _, err := store.Shard(ctx, name); err == nil {
+			continue // registered by another keyspace's init or a migration
+		}
 		if err := store.RegisterShard(ctx, topology.Shard{Name: name, Conn: ref, State: topology.ShardActive}); err != nil {
 			return t, false, err
 		}
-		specs[i] = ring.Shard{Name: name}
 	}
 	r, err := ring.Build(specs, o)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -25,11 +26,10 @@ func newKeyspaceCmd(opts *globalOptions) *cobra.Command {
 		Short: "What is sharded: the registered tables that every migration moves",
 		Long: `A keyspace is a named group of tables sharded by one key type
 (users.id, orders.user_id), registered in the control database with each
-table's key column. Every migration moves every table of the keyspace: a
-table left out would keep rows on shards that no longer own them. Every shard
-of the keyspace is fenced (its writes refused) where it owns nothing.
-
-This version keeps one ring for the cluster, so it has one keyspace.`,
+table's key column, with its own ring and topology versions (reshard init
+--keyspace creates one). Every migration moves every table of its keyspace:
+a table left out would keep rows on shards that no longer own them. Every
+shard of the keyspace is fenced (its writes refused) where it owns nothing.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(newKeyspaceShowCmd(opts), newKeyspaceAddTableCmd(opts))
@@ -131,7 +131,13 @@ with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
 			if err := topology.Migrate(ctx, pool); err != nil {
 				return err
 			}
-			k, err := registerKeyspace(ctx, cfg, store, pool, name, spec)
+			if name == "" { // the only keyspace, or the default one
+				name = topology.DefaultKeyspace
+				if k, err := store.ResolveKeyspace(ctx, ""); err == nil {
+					name = k.Name
+				}
+			}
+			k, err := registerKeyspace(ctx, cfg, store.In(name), pool, name, spec)
 			if err != nil {
 				return err
 			}
@@ -141,7 +147,7 @@ with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cf.register(cmd)
-	cmd.Flags().StringVar(&name, "keyspace", topology.DefaultKeyspace, "the keyspace (created when the cluster has none)")
+	cmd.Flags().StringVar(&name, "keyspace", "", "the keyspace (default: the cluster's only one, or "+topology.DefaultKeyspace+"); its ring must exist (reshard init --keyspace)")
 	return cmd
 }
 
@@ -180,24 +186,20 @@ func keyspaceShards(t topology.Topology) []string {
 	return slices.Compact(names)
 }
 
-// registerKeyspace checks spec on every shard of the current topology, then
-// registers it and reconciles every shard's fences and guards. Nothing is
+// registerKeyspace checks spec on every shard of the keyspace's current
+// topology (store is In the keyspace), then registers it and reconciles
+// every shard's fences and guards. Nothing is
 // registered when a check fails (bad input naming the shard and the fix).
 func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.Store, control *pgxpool.Pool, name string, spec tableset.Spec) (topology.Keyspace, error) {
 	t, err := store.Current(ctx)
 	if errors.Is(err, topology.ErrNoTopology) {
-		return topology.Keyspace{}, usageError{errors.New("the control database holds no topology yet: run reshard init first")}
+		return topology.Keyspace{}, usageError{fmt.Errorf("keyspace %s has no ring yet: run reshard init --keyspace %s --shards ... first", name, name)}
 	}
 	if err != nil {
 		return topology.Keyspace{}, controlErr(err)
 	}
 	if m := t.Migrating(); len(m) > 0 {
 		return topology.Keyspace{}, usageError{fmt.Errorf("topology v%d has %d range(s) migrating (migration %s): a migration moves the tables it started with; register tables after it ends", t.Version, len(m), t.MigrationID)}
-	}
-	if have, err := store.Keyspaces(ctx); err != nil {
-		return topology.Keyspace{}, controlErr(err)
-	} else if len(have) > 0 && have[0].Name != name {
-		return topology.Keyspace{}, usageError{fmt.Errorf("keyspace %s: the cluster's keyspace is %s, and this version keeps one ring for all tables: add the tables with --keyspace %s", name, have[0].Name, have[0].Name)}
 	}
 	pools, closeAll, err := cfg.openShardPools(ctx, keyspaceShards(t))
 	if err != nil {
@@ -262,36 +264,43 @@ func checkTables(ctx context.Context, t topology.Topology, pools map[string]*pgx
 	return kt, nil
 }
 
-// resolveTables gives a migration the keyspace's tables: every migration
-// moves every registered table. given (from --table) may be empty (the
-// registry's tables are taken) or must name exactly the registered tables
-// with their keys; anything else is refused, naming the difference. A
-// cluster with no keyspace yet (set up before keyspaces) takes given and
-// registers it when the migration starts (register).
-func resolveTables(ctx context.Context, store *topology.Store, given tableset.Spec) (spec tableset.Spec, register bool, err error) {
-	k, err := store.TheKeyspace(ctx)
+// migrationKeyspace resolves the keyspace a migration changes (named, or
+// the cluster's only one) and gives the migration its tables: every
+// migration moves every registered table. given (from --table) may be
+// empty (the registry's tables are taken) or must name exactly the
+// registered tables with their keys; anything else is refused, naming the
+// difference. A cluster with no keyspace yet (set up before keyspaces)
+// takes given as the default keyspace and registers it when the migration
+// starts (register).
+func migrationKeyspace(ctx context.Context, store *topology.Store, name string, given tableset.Spec) (ks string, spec tableset.Spec, register bool, err error) {
+	k, err := store.ResolveKeyspace(ctx, name)
 	if errors.Is(err, topology.ErrNoKeyspace) {
+		if name != "" && name != topology.DefaultKeyspace {
+			return "", given, false, usageError{fmt.Errorf("keyspace %s is not registered: create it with reshard init --keyspace %s --shards ... --table t:key", name, name)}
+		}
 		if len(given.Tables) == 0 {
-			return given, false, usageError{errors.New("no keyspace is registered, so reshard does not know which tables are sharded: register them with reshard keyspace add-table users:id orders:user_id (or name them here with --table)")}
+			return "", given, false, usageError{errors.New("no keyspace is registered, so reshard does not know which tables are sharded: register them with reshard keyspace add-table users:id orders:user_id (or name them here with --table)")}
 		}
-		if !topology.ValidKeyspaceName(given.Name) {
-			given.Name = topology.DefaultKeyspace
-		}
-		return given, true, nil
+		given.Name = topology.DefaultKeyspace // the versions from before keyspaces are its
+		return topology.DefaultKeyspace, given, true, nil
 	}
 	if err != nil {
-		return given, false, controlErr(err)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) {
+			return "", given, false, controlErr(err)
+		}
+		return "", given, false, usageError{err}
 	}
 	if len(given.Tables) == 0 {
-		return k.Spec(), false, nil
+		return k.Name, k.Spec(), false, nil
 	}
 	if same, diff := topology.SameTables(k.Tables, given.Tables); !same {
 		var all []string
 		for _, t := range k.Tables {
 			all = append(all, "--table "+topology.TableKey(t))
 		}
-		return given, false, usageError{fmt.Errorf("--table %s: keyspace %s registers %d table(s) and every migration moves all of them (a table left behind keeps rows on shards that no longer own them): leave --table out, or give %s; register a new table with reshard keyspace add-table; nothing was started",
+		return "", given, false, usageError{fmt.Errorf("--table %s: keyspace %s registers %d table(s) and every migration moves all of them (a table left behind keeps rows on shards that no longer own them): leave --table out, or give %s; register a new table with reshard keyspace add-table; nothing was started",
 			diff, k.Name, len(k.Tables), strings.Join(all, " "))}
 	}
-	return k.Spec(), false, nil
+	return k.Name, k.Spec(), false, nil
 }

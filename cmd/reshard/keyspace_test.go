@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -136,5 +137,53 @@ func TestKeyspace(t *testing.T) {
 	}
 	if out, code := c.run(t, "topology", "check", "--repair"); code != 1 || !strings.Contains(out, "misplaced: 1 row(s) of public.invoices") {
 		t.Fatalf("check with a misplaced row: exit %d\n%s", code, out)
+	}
+
+	if _, err := conn.Exec(context.Background(), `DELETE FROM invoices`); err != nil { // under the replica role
+		t.Fatal(err)
+	}
+
+	// A second keyspace, keyed by text, with a ring of its own over three
+	// shards: its versions start at 1, the first keyspace's stay where they are.
+	for _, db := range c.shards {
+		db.Exec(t, `CREATE TABLE accounts (name text PRIMARY KEY, balance int NOT NULL DEFAULT 0)`)
+	}
+	out, code = c.run(t, "init", "--keyspace", "accts", "--shards", "shard1,shard2,shard3", "--table", "accounts:name")
+	if code != 0 || !strings.Contains(out, "published topology v1") || !strings.Contains(out, "keyspace accts (key type text), 1 table(s)") {
+		t.Fatalf("init of a second keyspace: exit %d\n%s", code, out)
+	}
+	store := topology.NewStore(c.control.Pool)
+	ctx := context.Background()
+	def, err := store.Current(ctx)
+	if err != nil || def.Version != 1 || def.Ring.HasShard("shard3") {
+		t.Fatalf("the default keyspace's topology after the second init: v%d %v", def.Version, err)
+	}
+	accts, err := store.In("accts").Current(ctx)
+	if err != nil || accts.Version != 1 || !accts.Ring.HasShard("shard3") {
+		t.Fatalf("keyspace accts: v%d %v", accts.Version, err)
+	}
+	// shard3 owns accounts in accts but nothing in default: fenced for
+	// users there, not for its own accounts.
+	var mine string
+	for i := 0; ; i++ {
+		if n := fmt.Sprintf("acct-%d", i); accts.Ring.Owner(ring.TokenText(n)) == "shard3" {
+			mine = n
+			break
+		}
+	}
+	if _, err := c.shards["shard3"].Pool.Exec(ctx, `INSERT INTO accounts VALUES ($1)`, mine); err != nil {
+		t.Fatalf("insert of an account shard3 owns in accts: %v", err)
+	}
+	out, code = c.run(t, "plan", "add-node", "shard3")
+	if code != 2 || !strings.Contains(out, "--keyspace") {
+		t.Fatalf("a migration naming no keyspace in a cluster of two: exit %d\n%s", code, out)
+	}
+	if out, code := c.run(t, "plan", "remove-node", "shard3", "--keyspace", "accts"); code != 0 || !strings.Contains(out, "keyspace accts, topology v1: 3 shard(s) → 2; tables public.accounts(name)\n") ||
+		!strings.Contains(out, "start it with: reshard remove-node shard3 --keyspace accts") {
+		t.Fatalf("plan remove-node in keyspace accts: exit %d\n%s", code, out)
+	}
+	out, code = c.run(t, "topology", "check")
+	if code != 0 || !strings.Contains(out, "keyspace default") || !strings.Contains(out, "keyspace accts") {
+		t.Fatalf("check of two keyspaces: exit %d\n%s", code, out)
 	}
 }

@@ -27,6 +27,7 @@ import (
 type migrationFlags struct {
 	tables          []string
 	tableSet        string
+	keyspace        string
 	vnodes          int
 	tokens          string
 	rowsPerSec      float64
@@ -47,7 +48,8 @@ type migrationFlags struct {
 func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRun bool) {
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.tables, "table", nil, "[schema.]table:key (repeatable): leave out to move the keyspace's tables; when given, must name every one of them")
-	fl.StringVar(&f.tableSet, "table-set", "", "keyspace name when --table registers the first keyspace (default: "+topology.DefaultKeyspace+")")
+	fl.StringVar(&f.tableSet, "table-set", "", "deprecated, ignored: the keyspace names the tables")
+	fl.StringVar(&f.keyspace, "keyspace", "", "the keyspace whose ring changes (default: the cluster's only keyspace)")
 	fl.IntVar(&f.vnodes, "vnodes", 16, "vnodes of the new shard")
 	fl.StringVar(&f.tokens, "tokens", "balanced", "token allocation of new vnodes: balanced or hash")
 	fl.Float64Var(&f.rowsPerSec, "rows-per-sec", 0, "copy throttle per move, rows per second (0: unlimited)")
@@ -452,16 +454,17 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				return err
 			}
 			defer pool.Close()
+			var register bool
+			if req.Keyspace, req.Tables, register, err = migrationKeyspace(ctx, store, f.keyspace, req.Tables); err != nil {
+				return err
+			}
+			store = store.In(req.Keyspace)
 			t, err := store.Current(ctx)
 			if err != nil {
 				if errors.Is(err, topology.ErrNoTopology) {
-					return usageError{errors.New("the control database holds no topology yet: run reshard init first")}
+					return usageError{fmt.Errorf("keyspace %s has no topology yet: run reshard init --keyspace %s first", req.Keyspace, req.Keyspace)}
 				}
 				return controlErr(err)
-			}
-			var register bool
-			if req.Tables, register, err = resolveTables(ctx, store, req.Tables); err != nil {
-				return err
 			}
 			reg, err := registryShards(ctx, store)
 			if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -173,7 +174,11 @@ func printPlan(out io.Writer, rep planReport) {
 	for _, t := range r.Tables.Tables {
 		tables = append(tables, fmt.Sprintf("%s.%s(%s)", t.Schema, t.Table, t.KeyColumn))
 	}
-	fmt.Fprintf(out, "topology v%d: %d shard(s) → %d; tables %s\n\n", rep.FromVersion, len(rep.ShardsBefore), len(rep.ShardsAfter), strings.Join(tables, ", "))
+	ks := r.Keyspace
+	if ks == "" {
+		ks = topology.DefaultKeyspace
+	}
+	fmt.Fprintf(out, "keyspace %s, topology v%d: %d shard(s) → %d; tables %s\n\n", ks, rep.FromVersion, len(rep.ShardsBefore), len(rep.ShardsAfter), strings.Join(tables, ", "))
 	fmt.Fprintf(out, "moved %.2f%% of the token space", 100*rep.Moved)
 	switch r.Kind {
 	case workflows.KindAddNode:
@@ -274,8 +279,9 @@ func startHint(r workflows.MigrationRequest) string {
 	default:
 		fmt.Fprintf(&b, "%s %s", r.Kind, r.Shard)
 	}
-	for _, t := range r.Tables.Tables {
-		fmt.Fprintf(&b, " --table %s.%s:%s", t.Schema, t.Table, t.KeyColumn)
+	if r.Keyspace != "" && r.Keyspace != topology.DefaultKeyspace {
+		fmt.Fprintf(&b, " --keyspace %s", r.Keyspace)
 	}
+	// The keyspace's tables move: no --table needed.
 	return b.String() + " [same flags]"
 }

@@ -22,7 +22,7 @@ import (
 )
 
 func newTopologyCmd(opts *globalOptions) *cobra.Command {
-	var controlDSN string
+	var controlDSN, keyspace string
 	cmd := &cobra.Command{
 		Use:   "topology",
 		Short: "The versioned topology in the control database: show, history, skew",
@@ -34,13 +34,14 @@ publishes a new version.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.PersistentFlags().StringVar(&controlDSN, "control-dsn", envOr("RESHARD_CONTROL_DSN", ""), "control database (default $RESHARD_CONTROL_DSN)")
-	cmd.AddCommand(newTopologyShowCmd(&controlDSN), newTopologyHistoryCmd(&controlDSN), newTopologySkewCmd(&controlDSN), newTopologyCheckCmd(opts))
+	cmd.PersistentFlags().StringVar(&keyspace, "keyspace", "", "the keyspace (default: "+topology.DefaultKeyspace+"; check: every keyspace)")
+	cmd.AddCommand(newTopologyShowCmd(&controlDSN, &keyspace), newTopologyHistoryCmd(&controlDSN, &keyspace), newTopologySkewCmd(&controlDSN, &keyspace), newTopologyCheckCmd(opts, &keyspace))
 	return cmd
 }
 
 // openControl connects to the control database. Errors never carry the DSN
 // unredacted: it may hold a password.
-func openControl(ctx context.Context, dsn string) (*topology.Store, func(), error) {
+func openControl(ctx context.Context, dsn, keyspace string) (*topology.Store, func(), error) {
 	if dsn == "" {
 		return nil, nil, usageError{errors.New("no control database: pass --control-dsn or set RESHARD_CONTROL_DSN")}
 	}
@@ -57,7 +58,7 @@ func openControl(ctx context.Context, dsn string) (*topology.Store, func(), erro
 		pool.Close()
 		return nil, nil, fmt.Errorf("control database %s: %w", redactDSN(dsn), err)
 	}
-	return topology.NewStore(pool), pool.Close, nil
+	return topology.NewStore(pool).In(keyspace), pool.Close, nil
 }
 
 // controlErr explains a missing schema instead of printing "relation does not exist".
@@ -82,7 +83,7 @@ func loadTopology(ctx context.Context, s *topology.Store, version int64) (topolo
 	return t, controlErr(err)
 }
 
-func newTopologyShowCmd(controlDSN *string) *cobra.Command {
+func newTopologyShowCmd(controlDSN, keyspace *string) *cobra.Command {
 	var (
 		version int64
 		asJSON  bool
@@ -97,7 +98,7 @@ func newTopologyShowCmd(controlDSN *string) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			store, closeFn, err := openControl(ctx, *controlDSN)
+			store, closeFn, err := openControl(ctx, *controlDSN, *keyspace)
 			if err != nil {
 				return err
 			}
@@ -222,7 +223,7 @@ func topoWriteJSON(out io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func newTopologyHistoryCmd(controlDSN *string) *cobra.Command {
+func newTopologyHistoryCmd(controlDSN, keyspace *string) *cobra.Command {
 	var (
 		limit  int
 		asJSON bool
@@ -237,7 +238,7 @@ func newTopologyHistoryCmd(controlDSN *string) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			store, closeFn, err := openControl(ctx, *controlDSN)
+			store, closeFn, err := openControl(ctx, *controlDSN, *keyspace)
 			if err != nil {
 				return err
 			}
@@ -262,7 +263,7 @@ func newTopologyHistoryCmd(controlDSN *string) *cobra.Command {
 	return cmd
 }
 
-func newTopologySkewCmd(controlDSN *string) *cobra.Command {
+func newTopologySkewCmd(controlDSN, keyspace *string) *cobra.Command {
 	var (
 		tables    []string
 		shardDSNs []string
@@ -293,7 +294,7 @@ password comes from the environment (PGPASSWORD, PGPASSFILE, ~/.pgpass).
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute+interval)
 			defer cancel()
-			store, closeFn, err := openControl(ctx, *controlDSN)
+			store, closeFn, err := openControl(ctx, *controlDSN, *keyspace)
 			if err != nil {
 				return err
 			}
@@ -471,6 +472,7 @@ func topoHumanBytes(b int64) string {
 func newRingShowCmd(opts *globalOptions) *cobra.Command {
 	var (
 		controlDSN string
+		keyspace   string
 		version    int64
 		asJSON     bool
 		ranges     bool
@@ -485,7 +487,7 @@ func newRingShowCmd(opts *globalOptions) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			store, closeFn, err := openControl(ctx, controlDSN)
+			store, closeFn, err := openControl(ctx, controlDSN, keyspace)
 			if err != nil {
 				return err
 			}
@@ -528,6 +530,7 @@ func newRingShowCmd(opts *globalOptions) *cobra.Command {
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.Flags().StringVar(&controlDSN, "control-dsn", envOr("RESHARD_CONTROL_DSN", ""), "control database (default $RESHARD_CONTROL_DSN)")
+	cmd.Flags().StringVar(&keyspace, "keyspace", "", "the keyspace whose ring to show (default: "+topology.DefaultKeyspace+")")
 	cmd.Flags().Int64Var(&version, "version", 0, "topology version (default: the current one)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print the ring as JSON, {"vnodes":[{"token":..,"shard":..},...]}`)
 	cmd.Flags().BoolVar(&ranges, "ranges", false, "list every range with its owner and state")
