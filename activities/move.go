@@ -452,8 +452,13 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (wo
 	}
 	h := cutover.CutOver(target, spec.Ranges, spec.Source, spec.Target, fmt.Sprintf("cutover of move %s (%s → %s)", spec.ID, spec.Source, spec.Target))
 	h.MigrationID = in.Move.MigrationID
-	pg := cutover.NewPG(s.move(in.Move), st, fences, h)
-	j := cutover.PGJournal{Pool: control, Move: spec.ID}
+	// This attempt is the move's newest from here: an older one that wakes
+	// up (Temporal retried it here while it was cut off) changes nothing.
+	j, err := cutover.PGJournal{Pool: control, Move: spec.ID}.Claim(ctx)
+	if err != nil {
+		return workflows.CutoverResult{}, err
+	}
+	pg := cutover.NewPG(s.move(in.Move), st, fences, h, j)
 	done, err := cutover.Resume(ctx, pg, j)
 	if err != nil {
 		return workflows.CutoverResult{}, fmt.Errorf("resume cutover of move %s: %w", spec.ID, err)

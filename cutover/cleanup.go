@@ -87,6 +87,10 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	if err := DropWorkRows(ctx, m, o.VerifyRunIDs); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
+	// The move has ended: no hold of any of its attempts is left.
+	if err := o.Fences.ReleaseAll(ctx, HoldName(m.ID)); err != nil {
+		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
+	}
 	if err := ReconcileBoth(ctx, m, o.Fences); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}

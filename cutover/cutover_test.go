@@ -74,9 +74,12 @@ func newCutoverEnv(t *testing.T) *cutoverEnv {
 	return e
 }
 
-func (e *cutoverEnv) actions() *PG {
+func (e *cutoverEnv) actions() *PG { return e.actionsOf(e.journal) }
+
+// actionsOf are the actions of the attempt of journal j.
+func (e *cutoverEnv) actionsOf(j PGJournal) *PG {
 	m := Move{ID: "m1", From: "src", To: "dst", Source: e.src.Pool, Target: e.dst.Pool, Set: e.set, Ranges: e.ranges}
-	p := NewPG(m, nil, e.fences, CutOver(e.target, e.ranges, "src", "dst", "cutover of m1"))
+	p := NewPG(m, nil, e.fences, CutOver(e.target, e.ranges, "src", "dst", "cutover of m1"), j)
 	p.DrainFunc = func(context.Context, string, time.Duration) error { return nil }
 	return p
 }
@@ -193,5 +196,67 @@ func TestDryRunChangesNothing(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("dry run output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestStaleAttemptChangesNothing: attempt 1 fences the source and stalls
+// (its worker cut off); Temporal retries the cutover as attempt 2, which
+// claims the move, undoes attempt 1's fence (the topology is unpublished)
+// and cuts over. Attempt 1 waking up at any point after the claim can
+// neither journal, nor publish, nor lift attempt 2's fences.
+func TestStaleAttemptChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newCutoverEnv(t)
+	moving := keyIn(t, e.src, true)
+	j1, err := e.journal.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1 := e.actionsOf(j1)
+	if err := j1.Record(ctx, StepFenceSource, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := a1.FenceSource(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !topology.IsFenceError(err) {
+		t.Fatalf("attempt 1 fenced the source, yet a write passed: %v", err)
+	}
+
+	j2, err := e.journal.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2 := e.actionsOf(j2)
+	if done, err := Resume(ctx, a2, j2); err != nil || done {
+		t.Fatalf("attempt 2 settling attempt 1: done %v, %v", done, err)
+	}
+	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'y') ON CONFLICT (id) DO UPDATE SET v = 'y'", moving); err != nil {
+		t.Fatalf("the source after attempt 2 undid attempt 1's fence: %v", err)
+	}
+	// Attempt 1 wakes up before attempt 2 runs: it can neither journal nor
+	// publish.
+	if err := j1.Record(ctx, StepPublish, "m"); !errors.Is(err, ErrStale) {
+		t.Fatalf("a journal record by the stale attempt: %v, want ErrStale", err)
+	}
+	if _, err := a1.Publish(ctx); !errors.Is(err, ErrStale) {
+		t.Fatalf("a publish by the stale attempt: %v, want ErrStale", err)
+	}
+	if v := e.version(t); v != 2 {
+		t.Fatalf("topology v%d after the stale publish, want v2", v)
+	}
+	// Attempt 2 cuts over; attempt 1's unfence changes nothing after that.
+	res, err := Run(ctx, a2, j2, Options{Budget: 2 * time.Second})
+	if err != nil || res.Version != 3 {
+		t.Fatalf("attempt 2: %+v %v", res, err)
+	}
+	if err := a1.UnfenceSource(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.src.Pool.Exec(ctx, "UPDATE users SET v = 'stale' WHERE id = $1", moving); !topology.IsFenceError(err) {
+		t.Fatalf("the old owner after a stale attempt's unfence: %v; want the fence error", err)
+	}
+	if _, err := e.dst.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'new owner') ON CONFLICT (id) DO UPDATE SET v = 'new owner'", moving); err != nil {
+		t.Fatalf("the new owner: %v", err)
 	}
 }

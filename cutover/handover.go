@@ -171,6 +171,12 @@ func (h Handover) Apply(cur topology.Topology) (topology.Topology, error) {
 // publishing one (compare-and-set on the current version, retried when
 // another publisher got there first) unless the current one already does.
 func (h Handover) Publish(ctx context.Context, store *topology.Store) (int64, error) {
+	return h.PublishGuarded(ctx, store, nil)
+}
+
+// PublishGuarded is Publish with a precondition checked in the publish's
+// transaction (topology.Guard).
+func (h Handover) PublishGuarded(ctx context.Context, store *topology.Store, guard topology.Guard) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		cur, err := store.Current(ctx)
 		if err != nil {
@@ -183,7 +189,7 @@ func (h Handover) Publish(ctx context.Context, store *topology.Store) (int64, er
 		if err != nil {
 			return 0, fmt.Errorf("topology version after %d: %w", cur.Version, err)
 		}
-		got, err := store.Publish(ctx, cur.Version, next)
+		got, err := store.PublishGuarded(ctx, cur.Version, next, guard)
 		if err == nil {
 			return got.Version, nil
 		}

@@ -9,13 +9,30 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/internal/pgddl"
+	"github.com/reshard/reshard/topology"
 )
 
 // PGJournal keeps the cutover journal of one move in the control database.
+//
+// Attempts: every attempt at a move's cutover (and every rollback or
+// cleanup of the move) first Claims the move, which makes it the newest
+// attempt (Epoch). From then on, an older attempt that wakes up — Temporal
+// retried its activity elsewhere while it was cut off — changes nothing:
+// its journal records fail with ErrStale (the journal is written before
+// every step that acts), its topology publish is refused by Guard in the
+// publish's own transaction, and its fence hold can neither replace nor
+// release a newer one (fence.Control.Hold and Release compare epochs).
 type PGJournal struct {
 	Pool *pgxpool.Pool
 	Move string
+	// Epoch is this attempt's, from Claim; 0 records without checking (a
+	// reader, or code from before attempts were numbered).
+	Epoch int64
 }
+
+// ErrStale: a newer attempt has claimed the move; this one must stop
+// without acting.
+var ErrStale = errors.New("a newer attempt has taken over this move; this attempt stops without acting")
 
 const journalSQL = `
 CREATE SCHEMA IF NOT EXISTS reshard;
@@ -27,6 +44,11 @@ CREATE TABLE IF NOT EXISTS reshard.cutover_journal (
 	at     timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX IF NOT EXISTS cutover_journal_move ON reshard.cutover_journal (move, id);
+ALTER TABLE reshard.cutover_journal ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS reshard.cutover_epoch (
+	move  text PRIMARY KEY,
+	epoch bigint NOT NULL
+);
 `
 
 // EnsureJournal creates the journal table; idempotent and safe to run
@@ -38,9 +60,49 @@ func EnsureJournal(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
+// Claim makes a new attempt at the move, newer than every earlier one, and
+// returns the journal of it.
+func (j PGJournal) Claim(ctx context.Context) (PGJournal, error) {
+	err := j.Pool.QueryRow(ctx, `INSERT INTO reshard.cutover_epoch (move, epoch) VALUES ($1, 1)
+ON CONFLICT (move) DO UPDATE SET epoch = cutover_epoch.epoch + 1 RETURNING epoch`, j.Move).Scan(&j.Epoch)
+	if err != nil {
+		return j, fmt.Errorf("claim move %s: %w", j.Move, err)
+	}
+	return j, nil
+}
+
+// Record journals a step, only while this attempt is the newest (ErrStale
+// otherwise).
 func (j PGJournal) Record(ctx context.Context, step Step, detail string) error {
-	_, err := j.Pool.Exec(ctx, `INSERT INTO reshard.cutover_journal (move, step, detail) VALUES ($1, $2, $3)`, j.Move, string(step), detail)
-	return err
+	tag, err := j.Pool.Exec(ctx, `INSERT INTO reshard.cutover_journal (move, step, detail, epoch)
+SELECT $1, $2, $3, $4::bigint WHERE $4::bigint = 0 OR $4::bigint = (SELECT epoch FROM reshard.cutover_epoch WHERE move = $1)`, j.Move, string(step), detail, j.Epoch)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("journal %s of move %s (attempt %d): %w", step, j.Move, j.Epoch, ErrStale)
+	}
+	return nil
+}
+
+// Guard refuses a topology publish unless this attempt is the move's
+// newest, checked in the publish's transaction; the row lock makes a Claim
+// wait for the publish to commit, so no newer attempt decides the move is
+// unpublished while this one publishes it.
+func (j PGJournal) Guard() topology.Guard {
+	if j.Epoch == 0 {
+		return nil
+	}
+	return func(ctx context.Context, tx pgx.Tx) error {
+		var cur int64
+		if err := tx.QueryRow(ctx, `SELECT epoch FROM reshard.cutover_epoch WHERE move = $1 FOR SHARE`, j.Move).Scan(&cur); err != nil {
+			return fmt.Errorf("check attempt %d of move %s: %w", j.Epoch, j.Move, err)
+		}
+		if cur != j.Epoch {
+			return fmt.Errorf("publish of move %s by attempt %d (the newest is %d): %w", j.Move, j.Epoch, cur, ErrStale)
+		}
+		return nil
+	}
 }
 
 func (j PGJournal) Last(ctx context.Context) (Step, error) {

@@ -45,17 +45,19 @@ func (m Move) check() error {
 // NewPG returns the real Actions of a cutover of m: fences on m's shards, the
 // drain of the running stream s (the forward stream for a cutover, the
 // reverse stream for a rollback's reverse cutover — then pass m.Reversed()),
-// and the handover h published in fences' store; fences are derived from
+// and the handover h published in fences' store, by the attempt of journal
+// j (its Claim: an older attempt publishes nothing); fences are derived from
 // the control database by fence.Reconcile.
-func NewPG(m Move, s cdc.Controller, fences fence.Control, h Handover) *PG {
+func NewPG(m Move, s cdc.Controller, fences fence.Control, h Handover, j PGJournal) *PG {
 	store := fences.Store
+	guard := j.Guard()
 	return &PG{
-		Source: m.Source, Target: m.Target, From: m.From, To: m.To, Set: m.Set, Ranges: m.Ranges, Move: m.ID, Fences: fences,
+		Source: m.Source, Target: m.Target, From: m.From, To: m.To, Set: m.Set, Ranges: m.Ranges, Move: m.ID, Fences: fences, Epoch: j.Epoch,
 		DrainFunc: func(ctx context.Context, marker string, _ time.Duration) error {
 			_, err := s.DrainToMarker(ctx, marker)
 			return err
 		},
-		PublishFunc:   func(ctx context.Context) (int64, error) { return h.Publish(ctx, store) },
+		PublishFunc:   func(ctx context.Context) (int64, error) { return h.PublishGuarded(ctx, store, guard) },
 		PublishedFunc: func(ctx context.Context) (bool, error) { return h.Published(ctx, store) },
 	}
 }

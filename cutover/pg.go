@@ -31,6 +31,9 @@ type PG struct {
 	// unfence steps reconcile (fence.Reconcile is the only code that lifts
 	// a fence).
 	Fences fence.Control
+	// Epoch is the attempt's (PGJournal.Claim): its hold carries it, so an
+	// older attempt can neither replace nor release it.
+	Epoch int64
 	// Exclude are source backend pids of our own that the in-flight wait
 	// ignores (none of them writes application rows).
 	Exclude []int32
@@ -50,11 +53,13 @@ func (p *PG) Gates(ctx context.Context) error {
 	return p.GatesFunc(ctx)
 }
 
-// hold names the cutover's hold on its source.
-func (p *PG) hold() string { return "cutover " + p.Move }
+// HoldName names a move's cutover hold on its source.
+func HoldName(move string) string { return "cutover " + move }
+
+func (p *PG) hold() string { return HoldName(p.Move) }
 
 func (p *PG) FenceSource(ctx context.Context) error {
-	if err := p.Fences.Hold(ctx, p.From, p.hold(), p.Ranges); err != nil {
+	if err := p.Fences.Hold(ctx, p.From, p.hold(), p.Epoch, p.Ranges); err != nil {
 		return err
 	}
 	_, err := fence.Reconcile(ctx, p.Source, p.From, p.Set, p.Fences)
@@ -128,13 +133,13 @@ func (p *PG) UnfenceTarget(ctx context.Context) error {
 	if _, err := fence.Reconcile(ctx, p.Target, p.To, p.Set, p.Fences); err != nil {
 		return err
 	}
-	return p.Fences.Release(ctx, p.From, p.hold())
+	return p.Fences.Release(ctx, p.From, p.hold(), p.Epoch)
 }
 
 // UnfenceSource, on abort: the hold is released and the source, still the
 // owner, reconciled, which lifts the fence.
 func (p *PG) UnfenceSource(ctx context.Context) error {
-	if err := p.Fences.Release(ctx, p.From, p.hold()); err != nil {
+	if err := p.Fences.Release(ctx, p.From, p.hold(), p.Epoch); err != nil {
 		return err
 	}
 	_, err := fence.Reconcile(ctx, p.Source, p.From, p.Set, p.Fences)

@@ -75,6 +75,7 @@ CREATE TABLE IF NOT EXISTS reshard.fence_hold (
 	created_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (keyspace, shard, hold)
 );
+ALTER TABLE reshard.fence_hold ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
 `
 
 // EnsureControl creates the holds table in the control database;
@@ -86,27 +87,47 @@ func EnsureControl(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// Hold records that the cutover named hold fences ranges on shard although
-// the shard still owns them. Record it before fencing, so that a reconcile
-// of the shard by anyone else keeps the fence. Idempotent.
-func (c Control) Hold(ctx context.Context, shard, hold string, ranges []ring.Range) error {
+// ErrStaleHold: a newer attempt holds the ranges; the caller must stop.
+var ErrStaleHold = errors.New("a newer attempt holds these ranges")
+
+// Hold records that the cutover attempt epoch of hold fences ranges on
+// shard although the shard still owns them. Record it before fencing, so
+// that a reconcile of the shard by anyone else keeps the fence. Idempotent;
+// an older attempt than the one recorded changes nothing and gets
+// ErrStaleHold.
+func (c Control) Hold(ctx context.Context, shard, hold string, epoch int64, ranges []ring.Range) error {
 	j, err := json.Marshal(ring.Normalize(ranges))
 	if err != nil {
 		return err
 	}
-	_, err = c.Pool.Exec(ctx, `INSERT INTO reshard.fence_hold (keyspace, shard, hold, ranges) VALUES ($1, $2, $3, $4)
-ON CONFLICT (keyspace, shard, hold) DO UPDATE SET ranges = excluded.ranges`, c.Store.Keyspace(), shard, hold, j)
+	tag, err := c.Pool.Exec(ctx, `INSERT INTO reshard.fence_hold (keyspace, shard, hold, epoch, ranges) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (keyspace, shard, hold) DO UPDATE SET ranges = excluded.ranges, epoch = excluded.epoch WHERE fence_hold.epoch <= excluded.epoch`,
+		c.Store.Keyspace(), shard, hold, epoch, j)
 	if err != nil {
 		return fmt.Errorf("record the fence hold %s on %s: %w", hold, shard, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("fence hold %s on %s by attempt %d: %w", hold, shard, epoch, ErrStaleHold)
 	}
 	return nil
 }
 
-// Release forgets a hold. Idempotent. Reconcile the shard afterwards to lift
+// Release forgets the hold of attempt epoch and of older attempts; a newer
+// attempt's hold stays. Idempotent. Reconcile the shard afterwards to lift
 // the fence the hold kept.
-func (c Control) Release(ctx context.Context, shard, hold string) error {
-	if _, err := c.Pool.Exec(ctx, `DELETE FROM reshard.fence_hold WHERE keyspace = $1 AND shard = $2 AND hold = $3`, c.Store.Keyspace(), shard, hold); err != nil {
+func (c Control) Release(ctx context.Context, shard, hold string, epoch int64) error {
+	if _, err := c.Pool.Exec(ctx, `DELETE FROM reshard.fence_hold WHERE keyspace = $1 AND shard = $2 AND hold = $3 AND epoch <= $4`,
+		c.Store.Keyspace(), shard, hold, epoch); err != nil {
 		return fmt.Errorf("release the fence hold %s on %s: %w", hold, shard, err)
+	}
+	return nil
+}
+
+// ReleaseAll forgets every hold named hold, of any attempt, on any shard:
+// the move it belongs to has ended.
+func (c Control) ReleaseAll(ctx context.Context, hold string) error {
+	if _, err := c.Pool.Exec(ctx, `DELETE FROM reshard.fence_hold WHERE keyspace = $1 AND hold = $2`, c.Store.Keyspace(), hold); err != nil {
+		return fmt.Errorf("release the fence holds %s: %w", hold, err)
 	}
 	return nil
 }

@@ -135,7 +135,7 @@ func TestReconcile(t *testing.T) {
 	}
 
 	// The cutover's hold.
-	if err := ctl.Hold(ctx, "a", "cutover m1", []ring.Range{part}); err != nil {
+	if err := ctl.Hold(ctx, "a", "cutover m1", 1, []ring.Range{part}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Reconcile(ctx, db.Pool, "a", set, ctl); err != nil {
@@ -145,7 +145,7 @@ func TestReconcile(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !topology.IsFenceError(err) {
 		t.Fatalf("write of a held key: %v", err)
 	}
-	if err := ctl.Release(ctx, "a", "cutover m1"); err != nil {
+	if err := ctl.Release(ctx, "a", "cutover m1", 1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Reconcile(ctx, db.Pool, "a", set, ctl); err != nil {
@@ -205,7 +205,7 @@ func TestReconcileNeverUndoesANewerHold(t *testing.T) {
 				}
 			}()
 		}
-		if err := ctl.Hold(ctx, "a", "cutover m1", []ring.Range{part}); err != nil {
+		if err := ctl.Hold(ctx, "a", "cutover m1", 1, []ring.Range{part}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := Reconcile(ctx, db.Pool, "a", set, ctl); err != nil {
@@ -219,7 +219,7 @@ func TestReconcileNeverUndoesANewerHold(t *testing.T) {
 		if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x') ON CONFLICT DO NOTHING", moving); !topology.IsFenceError(err) {
 			t.Fatalf("round %d: a held key written after the racing reconciles: %v", round, err)
 		}
-		if err := ctl.Release(ctx, "a", "cutover m1"); err != nil {
+		if err := ctl.Release(ctx, "a", "cutover m1", 1); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := Reconcile(ctx, db.Pool, "a", set, ctl); err != nil {

@@ -80,9 +80,14 @@ func BeforeCutover(ctx context.Context, m cutover.Move, o Options) error {
 		return err
 	}
 	log := o.Logger.With("move", m.ID, "phase", "ROLLBACK")
-	j := cutover.PGJournal{Pool: o.Control, Move: m.ID}
+	// The rollback is the move's newest attempt: a cutover attempt that
+	// wakes up after this can neither journal nor publish.
+	j, err := cutover.PGJournal{Pool: o.Control, Move: m.ID}.Claim(ctx)
+	if err != nil {
+		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
+	}
 	pg := &cutover.PG{Source: m.Source, Target: m.Target, From: m.From, To: m.To, Set: m.Set, Ranges: m.Ranges, Move: m.ID,
-		Fences:        o.fences(),
+		Fences: o.fences(), Epoch: j.Epoch,
 		PublishedFunc: func(ctx context.Context) (bool, error) { return cutOver(ctx, o.Store, m) }}
 	done, err := cutover.Resume(ctx, pg, j)
 	if err != nil {
@@ -122,6 +127,11 @@ func clean(ctx context.Context, m cutover.Move, o Options, log *slog.Logger) err
 		return fmt.Errorf("rollback of move %s: delete the rows on %s: %w", m.ID, m.To, err)
 	}
 	log.Info("rows deleted on the new owner", "shard", m.To, "rows", n)
+	// The move has ended: no hold of any of its attempts is left (an
+	// attempt that died holding one would keep its shard fenced).
+	if err := o.fences().ReleaseAll(ctx, cutover.HoldName(m.ID)); err != nil {
+		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
+	}
 	if err := cutover.ReconcileBoth(ctx, m, o.fences()); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
@@ -169,7 +179,13 @@ func DuringGrace(ctx context.Context, m cutover.Move, reverse cdc.Options, o Opt
 		return res, err
 	}
 	log := o.Logger.With("move", m.ID, "phase", "ROLLBACK")
-	j := cutover.PGJournal{Pool: o.Control, Move: m.ID + journalSuffix}
+	if _, err := (cutover.PGJournal{Pool: o.Control, Move: m.ID}).Claim(ctx); err != nil { // no forward attempt acts any more
+		return res, fmt.Errorf("rollback of move %s: %w", m.ID, err)
+	}
+	j, err := cutover.PGJournal{Pool: o.Control, Move: m.ID + journalSuffix}.Claim(ctx)
+	if err != nil {
+		return res, fmt.Errorf("rollback of move %s: %w", m.ID, err)
+	}
 	h := giveBack(m, o)
 	rm := m.Reversed()
 	last, err := j.Last(ctx)
@@ -194,13 +210,13 @@ func DuringGrace(ctx context.Context, m cutover.Move, reverse cdc.Options, o Opt
 
 // reverseCutover runs the reverse stream while cutover.Run (or Resume after a
 // crash) hands the ranges back.
-func reverseCutover(ctx context.Context, rm cutover.Move, reverse cdc.Options, o Options, h cutover.Handover, j cutover.Journal, log *slog.Logger) (cutover.Result, error) {
+func reverseCutover(ctx context.Context, rm cutover.Move, reverse cdc.Options, o Options, h cutover.Handover, j cutover.PGJournal, log *slog.Logger) (cutover.Result, error) {
 	var res cutover.Result
 	s, err := cdc.New(reverse)
 	if err != nil {
 		return res, fmt.Errorf("reverse stream: %w", err)
 	}
-	pg := cutover.NewPG(rm, s, o.fences(), h)
+	pg := cutover.NewPG(rm, s, o.fences(), h, j)
 	sctx, stop := context.WithCancel(ctx)
 	g, gctx := errgroup.WithContext(sctx)
 	g.Go(func() error {

@@ -179,6 +179,17 @@ FROM reshard.topology_versions WHERE keyspace = $1 ORDER BY version DESC`
 // hear of it exactly when it is visible. Every shard named by next must be
 // registered. It returns next as stored (Version, CreatedAt set).
 func (s *Store) Publish(ctx context.Context, expected int64, next Topology) (Topology, error) {
+	return s.PublishGuarded(ctx, expected, next, nil)
+}
+
+// Guard is a precondition of a publish, checked inside its transaction
+// after the compare-and-set lock: an error refuses the publish. A cutover
+// uses it to publish only while its attempt is the move's newest.
+type Guard func(ctx context.Context, tx pgx.Tx) error
+
+// PublishGuarded is Publish with a precondition checked in the same
+// transaction (nil: none).
+func (s *Store) PublishGuarded(ctx context.Context, expected int64, next Topology, guard Guard) (Topology, error) {
 	if err := next.validate(); err != nil {
 		return Topology{}, fmt.Errorf("publish topology: %w", err)
 	}
@@ -213,6 +224,11 @@ func (s *Store) Publish(ctx context.Context, expected int64, next Topology) (Top
 		}
 		if have != expected {
 			return &VersionConflictError{Have: have, Want: expected}
+		}
+		if guard != nil {
+			if err := guard(ctx, tx); err != nil {
+				return err
+			}
 		}
 		var missing []string
 		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT n ORDER BY n), '{}') FROM unnest($1::text[]) n

@@ -227,7 +227,7 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 		stopForward()
 		return 0, 0, err
 	}
-	pg := cutover.NewPG(m, fwd, fence.Control{Pool: ctl, Store: store}, cutover.CutOver(next, m.Ranges, m.From, m.To, "cutover "+m.ID))
+	pg := cutover.NewPG(m, fwd, fence.Control{Pool: ctl, Store: store}, cutover.CutOver(next, m.Ranges, m.From, m.To, "cutover "+m.ID), cutover.PGJournal{Pool: ctl, Move: m.ID})
 	res, err := cutover.Run(ctx, pg, cutover.PGJournal{Pool: ctl, Move: m.ID}, cutover.Options{})
 	if serr := stopForward(); err == nil {
 		err = serr

@@ -303,7 +303,7 @@ func Drain(t testing.TB, db *pgtest.DB, s *cdc.Stream) {
 // CutoverActions are the forward cutover's real actions.
 func (e *Env) CutoverActions(t testing.TB) *cutover.PG {
 	t.Helper()
-	return cutover.NewPG(e.Move, e.Fwd, e.Fences, cutover.CutOver(e.New, e.Move.Ranges, "a", "b", "cutover of move "+e.Move.ID))
+	return cutover.NewPG(e.Move, e.Fwd, e.Fences, cutover.CutOver(e.New, e.Move.Ranges, "a", "b", "cutover of move "+e.Move.ID), e.Journal())
 }
 
 // Journal is the forward cutover's journal.
