@@ -71,6 +71,11 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	if !owned(cur.Ring, m.To, m.Ranges) {
 		return res, fmt.Errorf("cleanup of move %s: topology version %d does not give its ranges to %s: the move is not cut over (roll it back instead)", m.ID, cur.Version, m.To)
 	}
+	// The cleanup is the move's newest attempt: an older cutover attempt
+	// that wakes up publishes nothing after it.
+	if _, err := (PGJournal{Pool: o.Fences.Pool, Move: m.ID}).Claim(ctx); err != nil {
+		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
+	}
 	h := Complete(o.Target, m.Ranges, m.From, m.To, "cleanup of move "+m.ID)
 	h.MigrationID = o.MigrationID
 	if res.Version, err = h.Publish(ctx, o.Fences.Store); err != nil {
