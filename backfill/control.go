@@ -51,6 +51,25 @@ func (t *Throttle) Limits() (rowsPerSec, bytesPerSec float64) {
 	return get(t.rows), get(t.bytes)
 }
 
+// ChunkRows is how many rows the next chunk may have: at most chunkRows,
+// and no more than about one second of the throttle's limits (rowBytes is
+// the bytes per row seen so far, 0 before the first chunk). A chunk is read
+// first and waited for after; one larger than a copy slice's worth of
+// throttle would wait past the slice's end, be thrown away, and be read
+// again by the next slice — forever: a copy throttled below chunkRows per
+// slice never progressed.
+func (t *Throttle) ChunkRows(chunkRows int, rowBytes float64) int {
+	rowsPerSec, bytesPerSec := t.Limits()
+	n := float64(chunkRows)
+	if rowsPerSec > 0 {
+		n = math.Min(n, rowsPerSec)
+	}
+	if bytesPerSec > 0 && rowBytes > 0 {
+		n = math.Min(n, bytesPerSec/rowBytes)
+	}
+	return max(1, int(n))
+}
+
 // Wait blocks until rows and bytes may pass, and returns how long it waited.
 func (t *Throttle) Wait(ctx context.Context, rows, bytes int) (time.Duration, error) {
 	start := time.Now()

@@ -355,12 +355,14 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 		nExtra++
 	}
 	var buf bytes.Buffer
+	var rowBytes float64 // bytes per row of the last chunk
 	for {
 		if err := c.waitTurn(ctx); err != nil {
 			return err
 		}
 		buf.Reset()
-		stmt := pagingSettings + chunkSQL(u.table, u.parts, order, pos, c.opts.ChunkRows)
+		n := c.throttle.ChunkRows(c.opts.ChunkRows, rowBytes)
+		stmt := pagingSettings + chunkSQL(u.table, u.parts, order, pos, n)
 		if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
 			_, err := conn.Conn().PgConn().CopyTo(ctx, &buf, stmt)
 			return err
@@ -371,7 +373,10 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 		if err != nil {
 			return fmt.Errorf("copy chunk %s of %s: %w", u.rng, u.table, err)
 		}
-		ch := chunk{chunkData: data, from: pos, pos: pos, final: data.rows < c.opts.ChunkRows}
+		ch := chunk{chunkData: data, from: pos, pos: pos, final: data.rows < n}
+		if data.rows > 0 {
+			rowBytes = float64(len(data.data)) / float64(data.rows)
+		}
 		if data.rows > 0 {
 			ch.pos = position{pk: make([]string, len(u.table.PK))}
 			e := data.extras

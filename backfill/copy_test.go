@@ -628,3 +628,55 @@ func TestConcurrentRunsOfOneMove(t *testing.T) {
 	}
 	f.expectCopied(t)
 }
+
+// TestThrottledCopyProgressesInShortSlices: a copy throttled to fewer rows
+// per slice than its chunk size still advances slice by slice. (A chunk was
+// read whole, then waited for: 500 rows at 100 rows/s waited past every
+// 2-second slice, was thrown away and read again by the next — the copy of
+// a move throttled that way never finished.)
+func TestThrottledCopyProgressesInShortSlices(t *testing.T) {
+	f := newFixture(t, 1500)
+	opts := f.opts("slices")
+	opts.Set.Tables = opts.Set.Tables[:1] // users only
+	opts.Parallel = 1
+	opts.ChunkRows = 500
+	opts.RowsPerSec = 100
+	var last int64
+	for slice := 1; slice <= 3; slice++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+		rows, _, _ := checkpointRows(t, f, "slices")
+		if rows <= last {
+			t.Fatalf("slice %d: the checkpoints hold %d rows, %d before: the throttled copy does not progress", slice, rows, last)
+		}
+		last = rows
+	}
+	if last > 3*2*100+3*10 {
+		t.Fatalf("%d rows copied in three 2 s slices at 100 rows/s", last)
+	}
+}
+
+func TestChunkRowsFollowTheThrottle(t *testing.T) {
+	for _, tc := range []struct {
+		rows, bytes float64
+		chunk       int
+		rowBytes    float64
+		want        int
+	}{
+		{0, 0, 5000, 0, 5000},
+		{100, 0, 5000, 0, 100},
+		{1e6, 0, 5000, 0, 5000},
+		{0, 64 << 10, 5000, 1024, 64},
+		{0, 64 << 10, 5000, 0, 5000}, // no row seen yet
+		{10, 1e9, 5000, 1024, 10},
+		{0.5, 0, 5000, 0, 1},
+	} {
+		if got := NewThrottle(tc.rows, tc.bytes).ChunkRows(tc.chunk, tc.rowBytes); got != tc.want {
+			t.Errorf("ChunkRows(%d, %g) at %g rows/s, %g B/s = %d, want %d", tc.chunk, tc.rowBytes, tc.rows, tc.bytes, got, tc.want)
+		}
+	}
+}
