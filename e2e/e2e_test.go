@@ -250,9 +250,12 @@ func (c *cluster) workerLogs() string {
 // startWriters writes through the topology router (upserts and deletes of
 // existing and new users) until stopWriters, recording every acknowledged
 // write in the ledger.
-func (c *cluster) startWriters() {
+func (c *cluster) startWriters() { c.startWritersWith(nil) }
+
+// startWritersWith is startWriters with the router's metrics in m.
+func (c *cluster) startWritersWith(m *topology.Metrics) {
 	ctx, cancel := context.WithCancel(context.Background())
-	router, err := topology.NewRouter(ctx, c.store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+	router, err := topology.NewRouter(ctx, c.store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond, Metrics: m})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -1072,4 +1075,25 @@ func TestCollisionStopsTheMoveUntilResumed(t *testing.T) {
 	if u := c.dbs[shard(5)].QueryInt64(t, `SELECT user_id FROM payments WHERE id = $1`, moving+1_000_000_000); u != staying {
 		t.Fatalf("shard5's own payment, renumbered: user %d, want %d", u, staying)
 	}
+}
+
+// wall logs the wall time of a scenario (go test -v shows it per test too).
+func wall(t *testing.T) {
+	start := time.Now()
+	t.Cleanup(func() { t.Logf("wall time of %s: %s", t.Name(), time.Since(start).Round(time.Second)) })
+}
+
+// update sends an operator Update to the migration and returns its answer.
+func (c *cluster) update(id, name string, args ...any) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID: name + "-" + fmt.Sprint(time.Now().UnixNano()), WorkflowID: id,
+		UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var msg string
+	if err == nil {
+		err = h.Get(ctx, &msg)
+	}
+	return msg, err
 }

@@ -51,12 +51,6 @@ func doneState(t *testing.T, st workflows.MigrationState) {
 	}
 }
 
-// wall logs the wall time of a scenario (go test -v shows it per test too).
-func wall(t *testing.T) {
-	start := time.Now()
-	t.Cleanup(func() { t.Logf("wall time of %s: %s", t.Name(), time.Since(start).Round(time.Second)) })
-}
-
 // moveState asks a Move child for its own state: it changes on every copy
 // slice, where the parent hears of copy progress only every ~10 s.
 func (c *cluster) moveState(migrationID, moveID string) (workflows.MoveState, bool) {
@@ -97,21 +91,6 @@ func (c *cluster) waitFor(run client.WorkflowRun, deadline time.Time, what strin
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// update sends an operator Update to the migration and returns its answer.
-func (c *cluster) update(id, name string, args ...any) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		UpdateID: name + "-" + fmt.Sprint(time.Now().UnixNano()), WorkflowID: id,
-		UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	var msg string
-	if err == nil {
-		err = h.Get(ctx, &msg)
-	}
-	return msg, err
 }
 
 // rowsIn counts the users and orders of a shard whose keys fall in ranges.

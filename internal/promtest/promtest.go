@@ -8,7 +8,8 @@ import (
 )
 
 // Counter is the value of the counter name of reg that has a label with the
-// value label (0 when there is none).
+// value label, or, with label "", of the counter without labels (0 when
+// there is none).
 func Counter(t testing.TB, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -20,6 +21,9 @@ func Counter(t testing.TB, reg *prometheus.Registry, name, label string) float64
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" && len(m.GetLabel()) == 0 {
+				return m.GetCounter().GetValue()
+			}
 			for _, l := range m.GetLabel() {
 				if l.GetValue() == label {
 					return m.GetCounter().GetValue()
