@@ -121,7 +121,8 @@ func newLife(t *testing.T, users, accounts int) *life {
 }
 
 // startAcctsWriter updates balances of the first 200 accounts through a
-// router of keyspace accts, remembering each acknowledged balance.
+// router of keyspace accts (text keys: the router takes the key type from
+// the keyspace registry), remembering each acknowledged balance.
 func (c *life) startAcctsWriter() {
 	ctx, cancel := context.WithCancel(context.Background())
 	r, err := topology.NewRouter(ctx, c.store.In("accts"), c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
@@ -469,6 +470,9 @@ func clusterLife(t *testing.T, users, accounts int, long bool) {
 	c.stopAcctsWriter()
 	if c.stats.Failed.Load() != 0 {
 		t.Errorf("%d user writes failed (last: %v)", c.stats.Failed.Load(), *c.stats.LastErr.Load())
+	}
+	if c.acctsN == 0 {
+		t.Error("the accounts writer acknowledged nothing")
 	}
 	c.check(lifeStep{name: "end"})
 }

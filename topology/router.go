@@ -39,7 +39,8 @@ type Token int64
 // RouterOptions configure a Router. Zero values take the defaults.
 type RouterOptions struct {
 	// KeyType is the type of the table set's shard key; it decides how Route
-	// and Do hash a key. Default ring.KeyInt.
+	// and Do hash a key. Default: the key type of the store's keyspace in
+	// the registry, ring.KeyInt when the keyspace is not registered.
 	KeyType ring.KeyType
 	// PollInterval: how often Run reloads the topology even without NOTIFY
 	// (a missed notification, a proxy that drops them). Default 5s; negative
@@ -111,6 +112,15 @@ type Router struct {
 // application's connection pools by shard name (the router never closes
 // them). Call Run to follow topology changes.
 func NewRouter(ctx context.Context, store *Store, pools map[string]*pgxpool.Pool, opts RouterOptions) (*Router, error) {
+	if opts.KeyType == "" {
+		k, err := store.ResolveKeyspace(ctx, store.keyspace)
+		switch {
+		case err == nil:
+			opts.KeyType = k.KeyType
+		case !errors.Is(err, ErrNoKeyspace):
+			return nil, fmt.Errorf("router: %w", err)
+		}
+	}
 	opts.defaults()
 	if _, err := ring.ParseKeyType(string(opts.KeyType)); err != nil {
 		return nil, fmt.Errorf("router: %w", err)
