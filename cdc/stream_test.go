@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -223,6 +224,12 @@ func assertConverged(t *testing.T, e *env, targetOwned map[string][]string) {
 // writer runs random application writes on the source until stopped:
 // inserts, updates that leave a TOASTed payload unchanged, payload updates,
 // deletes, and key moves in and out of the ranges (the payload unchanged).
+//
+// stop does not cancel the statement in flight: it ends once that statement
+// has. A cancelled Exec returns at once (pgx drops the connection and sends a
+// cancel request that lands later), and the server may still commit the
+// statement after the marker the test then drains to, so the test would
+// report a row the stream "lost".
 type writer struct {
 	stop func()
 	done chan struct{}
@@ -231,13 +238,13 @@ type writer struct {
 }
 
 func startWriter(t *testing.T, db *pgtest.DB, orders bool, seed uint64) *writer {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &writer{stop: cancel, done: make(chan struct{})}
+	var stopped atomic.Bool
+	w := &writer{stop: func() { stopped.Store(true) }, done: make(chan struct{})}
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	go func() {
 		defer close(w.done)
 		next := int64(100_000 + seed*1_000_000)
-		for ctx.Err() == nil {
+		for !stopped.Load() {
 			id := rnd.Int64N(2000) + 1
 			var sql string
 			var args []any
@@ -268,10 +275,8 @@ func startWriter(t *testing.T, db *pgtest.DB, orders bool, seed uint64) *writer 
 					sql, args = "DELETE FROM orders WHERE id = $1", []any{oid} // DELETE without the key
 				}
 			}
-			if _, err := db.Pool.Exec(ctx, sql, args...); err != nil {
-				if ctx.Err() == nil {
-					w.err = err
-				}
+			if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+				w.err = err
 				return
 			}
 			w.n++
@@ -289,6 +294,48 @@ func (w *writer) finish(t *testing.T) {
 		t.Fatalf("writer: %v", w.err)
 	}
 	t.Logf("writer made %d writes", w.n)
+}
+
+// TestWriterFinishWaitsForItsLastWrite: once finish returns, no statement of
+// the writer may still run on the source, or it could commit after the marker
+// a test then drains to. The writer's statement here waits on a table lock
+// that is released only after finish was called.
+func TestWriterFinishWaitsForItsLastWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := pgtest.NewDB(t, 0)
+	db.Exec(t, schemaSQL)
+	db.Exec(t, "INSERT INTO users SELECT g, 'u'||g, g, 'p' FROM generate_series(1, 2000) g")
+	tx, err := db.Conn(t).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "LOCK TABLE users IN EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	w := startWriter(t, db, false, 5)
+	for db.QueryInt64(t, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the writer never waited for the lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var releasing atomic.Bool
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		releasing.Store(true)
+		released <- tx.Commit(ctx)
+	}()
+	w.finish(t)
+	running := db.QueryInt64(t, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' AND query ~* '^\\s*(insert|update|delete)'")
+	if !releasing.Load() || running > 0 {
+		t.Errorf("finish returned before the writer's statement ended (lock released: %v; writer statements still running: %d)", releasing.Load(), running)
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
 }
 
 func seedSource(t *testing.T, e *env) {
