@@ -52,9 +52,10 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./ring/...
 	bash bench/run.sh -out docs/benchmarks.md
 
-# The fault-injection and bad-input suites (e2e/faults_test.go,
-# e2e/badinput_test.go, build tag e2e) with the rest of e2e: whole
-# migrations through the worker binary under live writes. About 20 minutes
+# The fault-injection and bad-input suites and the whole cluster-life
+# scenario (e2e/faults_test.go, e2e/badinput_test.go,
+# e2e/lifecycle_long_test.go, build tag e2e) with the rest of e2e: whole
+# migrations through the worker binary under live writes. About 30 minutes
 # on 2 cores; needs PostgreSQL 15 binaries and the temporal CLI.
 e2e: tools
-	PATH="$$PATH:$(GOBIN_DIR)" $(GO) test -tags e2e -count=1 -timeout 40m -v ./e2e/
+	PATH="$$PATH:$(GOBIN_DIR)" $(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e/
