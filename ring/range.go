@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // MinToken and MaxToken bound the token space, a circle of int64.
@@ -229,9 +227,9 @@ func ParseKeyType(s string) (KeyType, error) {
 // built-in hash PostgreSQL hash partitioning uses, with seed 0. The column name
 // is quoted; qualifier, when not empty, is a table alias to prefix it with.
 func TokenSQL(kt KeyType, qualifier, column string) string {
-	col := pgx.Identifier{column}.Sanitize()
+	col := quoteIdent(column)
 	if qualifier != "" {
-		col = pgx.Identifier{qualifier, column}.Sanitize()
+		col = quoteIdent(qualifier) + "." + quoteIdent(column)
 	}
 	switch kt {
 	case KeyText:
@@ -263,4 +261,11 @@ func Subtract(r Range, cut []Range) []Range {
 		out = next
 	}
 	return out
+}
+
+// quoteIdent quotes an SQL identifier as pgx.Identifier.Sanitize does
+// (double quotes doubled, NUL bytes dropped); ring imports nothing outside
+// the standard library.
+func quoteIdent(s string) string {
+	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, "\x00", ""), `"`, `""`) + `"`
 }

@@ -15,21 +15,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
 )
 
-// Spec is what a user configures: the tables of a set and each one's key column.
-type Spec struct {
-	Name   string      `json:"name" yaml:"name"`
-	Tables []TableSpec `json:"tables" yaml:"tables"`
-}
+// Spec is what a user configures: the tables of a set and each one's key
+// column (the plain values live in package keyspace).
+type Spec = keyspace.Spec
 
 // TableSpec names one table and its shard-key column.
-type TableSpec struct {
-	Schema    string `json:"schema,omitempty" yaml:"schema,omitempty"` // default "public"
-	Table     string `json:"table" yaml:"table"`
-	KeyColumn string `json:"key" yaml:"key"`
-}
+type TableSpec = keyspace.TableSpec
 
 // Column is one live column of a table, in attribute order.
 type Column struct {

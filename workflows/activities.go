@@ -3,7 +3,7 @@ package workflows
 import (
 	"time"
 
-	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/keyspace"
 )
 
 // Activity names and their inputs and outputs: the contract between these
@@ -72,7 +72,7 @@ type PublishInput struct {
 type MoveRef struct {
 	MigrationID string        `json:"migration_id"`
 	Spec        MoveSpec      `json:"spec"`
-	Tables      tableset.Spec `json:"tables"`
+	Tables      keyspace.Spec `json:"tables"`
 	// FromVersion and Request let the activities compute the rings of the
 	// migration (the pre-migration ring: topology FromVersion; the target
 	// ring: the planner over it) instead of carrying them in payloads.

@@ -3,8 +3,8 @@ package workflows
 import (
 	"time"
 
+	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/tableset"
 )
 
 // The names below are the contract between the workflows, the worker and the
@@ -84,7 +84,7 @@ type MigrationRequest struct {
 	Keyspace string `json:"keyspace,omitempty"`
 	// Tables is the table set that moves together: every table of the
 	// keyspace.
-	Tables tableset.Spec `json:"tables"`
+	Tables keyspace.Spec `json:"tables"`
 
 	// Ring allocation for new vnodes.
 	VNodes int    `json:"vnodes,omitempty"`

@@ -263,7 +263,7 @@ func (m *moveRun) to(ctx workflow.Context, next Phase) error {
 	if n := len(m.state.Timings); n > 0 && m.state.Timings[n-1].End.IsZero() {
 		m.state.Timings[n-1].End = now
 		workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"phase": string(m.state.Phase)}).
-			Timer(phaseTimer).Record(now.Sub(m.state.Timings[n-1].Start))
+			Timer(PhaseTimer).Record(now.Sub(m.state.Timings[n-1].Start))
 	}
 	if !next.Terminal() {
 		m.state.Timings = append(m.state.Timings, PhaseTiming{Phase: next, Start: now})

@@ -12,7 +12,6 @@ import (
 
 	"github.com/reshard/reshard/activities"
 	"github.com/reshard/reshard/topology"
-	"github.com/reshard/reshard/workflows"
 )
 
 // descRecorder is a Registerer that keeps the collectors registered with it.
@@ -38,7 +37,7 @@ func TestGrafanaDashboardUsesRegisteredMetrics(t *testing.T) {
 	rec := &descRecorder{}
 	activities.NewMetrics(rec)
 	topology.NewMetrics(rec)
-	workflows.NewMetricsHandler(rec)
+	newPhaseMetricsHandler(rec)
 	labels := map[string][]string{} // metric → variable labels
 	for _, c := range rec.cs {
 		ch := make(chan *prometheus.Desc, 16)

@@ -63,7 +63,7 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, lis
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	tc, err := client.DialContext(dctx, client.Options{
 		HostPort: cfg.Temporal.Address, Namespace: cfg.Temporal.Namespace,
-		Logger: sdklog.NewStructuredLogger(log), MetricsHandler: workflows.NewMetricsHandler(reg),
+		Logger: sdklog.NewStructuredLogger(log), MetricsHandler: newPhaseMetricsHandler(reg),
 	})
 	cancel()
 	if err != nil {
