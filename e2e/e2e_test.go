@@ -88,6 +88,8 @@ type cluster struct {
 	exited   chan struct{} // closed when worker has exited
 	listen   string        // the worker's /metrics and /healthz address
 	nWorkers int
+	// writerStarts counts startWriters calls on this cluster.
+	writerStarts int
 }
 
 func shard(i int) string { return "shard" + strconv.Itoa(i) }
@@ -260,17 +262,28 @@ func (c *cluster) startWritersWith(m *topology.Metrics) {
 		c.t.Fatal(err)
 	}
 	go func() { _ = router.Run(ctx) }()
-	c.ledger = ledger.New()
+	// Started again (writers paused for a check), they go on with the same
+	// ledger, writing values never written before.
+	first := c.ledger == nil
+	if first {
+		c.ledger = ledger.New()
+	}
 	var keys []int64
 	for k := int64(1); k <= 400; k++ {
 		keys = append(keys, k) // existing users
-		c.ledger.Ack(k, ledger.Value{V: "v0-" + strconv.FormatInt(k, 10)})
+		if first {
+			c.ledger.Ack(k, ledger.Value{V: "v0-" + strconv.FormatInt(k, 10)})
+		}
 	}
 	for k := int64(1_000_001); k <= 1_000_400; k++ {
 		keys = append(keys, k) // new users
-		c.ledger.Ack(k, ledger.Value{Deleted: true})
+		if first {
+			c.ledger.Ack(k, ledger.Value{Deleted: true})
+		}
 	}
-	c.stats = ledger.Write(ctx, router, c.ledger, ledger.WriterOptions{Table: usersTable, Keys: keys, Workers: 4, Pause: 5 * time.Millisecond, Seed: 7})
+	c.writerStarts++
+	c.stats = ledger.Write(ctx, router, c.ledger, ledger.WriterOptions{Table: usersTable, Keys: keys, Workers: 4, Pause: 5 * time.Millisecond,
+		Seed: 7 + uint64(c.writerStarts), Prefix: fmt.Sprintf("s%d-", c.writerStarts)})
 	c.stopW = cancel
 }
 

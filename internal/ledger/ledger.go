@@ -184,6 +184,9 @@ type WriterOptions struct {
 	// Pause between two writes of one worker (default 1ms).
 	Pause time.Duration
 	Seed  uint64
+	// Prefix starts every value written, so that writers started again on
+	// the same ledger write values none wrote before.
+	Prefix string
 }
 
 // Stats count the writers' outcomes.
@@ -238,7 +241,7 @@ func writer(ctx context.Context, r *topology.Router, l *Ledger, o WriterOptions,
 	del := "DELETE FROM " + o.Table.ident() + " WHERE " + pgx.Identifier{o.Table.Key}.Sanitize() + " = $1"
 	for seq := 0; ctx.Err() == nil; seq++ {
 		k := keys[rnd.IntN(len(keys))]
-		v := Value{V: fmt.Sprintf("w%d-%d", w, seq)}
+		v := Value{V: fmt.Sprintf("%sw%d-%d", o.Prefix, w, seq)}
 		if o.DeleteEvery > 0 && rnd.IntN(o.DeleteEvery) == 0 {
 			v = Value{Deleted: true}
 		}
