@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/fence"
@@ -58,62 +59,53 @@ never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
   reshard topology check --repair --json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := cf.load(opts)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
-			defer cancel()
-			store, pool, err := cfg.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			all, err := store.Keyspaces(ctx)
-			if err != nil {
-				return controlErr(err)
-			}
-			if len(all) == 0 {
-				return usageError{topology.ErrNoKeyspace}
-			}
-			if *keyspace != "" {
-				k, err := store.ResolveKeyspace(ctx, *keyspace)
+			return withControl(cmd, opts, &cf, 10*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+				all, err := store.Keyspaces(ctx)
 				if err != nil {
-					return usageError{err}
+					return controlErr(err)
 				}
-				all = []topology.Keyspace{k}
-			}
-			if err := fence.EnsureControl(ctx, pool); err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			bad := 0
-			var report []keyspaceCheck
-			for _, k := range all {
-				ks := store.In(k.Name)
-				checks, err := checkShards(ctx, cfg, ks, fence.Control{Pool: pool, Store: ks}, k, repair)
-				if err != nil {
+				if len(all) == 0 {
+					return usageError{topology.ErrNoKeyspace}
+				}
+				if *keyspace != "" {
+					k, err := store.ResolveKeyspace(ctx, *keyspace)
+					if err != nil {
+						return usageError{err}
+					}
+					all = []topology.Keyspace{k}
+				}
+				if err := fence.EnsureControl(ctx, pool); err != nil {
 					return err
 				}
-				for _, c := range checks {
-					if len(c.Strays) > 0 || (len(c.Drift) > 0 && len(c.Repaired) == 0) {
-						bad++
+				out := cmd.OutOrStdout()
+				bad := 0
+				var report []keyspaceCheck
+				for _, k := range all {
+					ks := store.In(k.Name)
+					checks, err := checkShards(ctx, cfg, ks, fence.Control{Pool: pool, Store: ks}, k, repair)
+					if err != nil {
+						return err
+					}
+					for _, c := range checks {
+						if len(c.Strays) > 0 || (len(c.Drift) > 0 && len(c.Repaired) == 0) {
+							bad++
+						}
+					}
+					report = append(report, keyspaceCheck{Keyspace: k.Name, Shards: checks})
+					if !asJSON {
+						printChecks(out, k, checks)
 					}
 				}
-				report = append(report, keyspaceCheck{Keyspace: k.Name, Shards: checks})
-				if !asJSON {
-					printChecks(out, k, checks)
+				if asJSON {
+					if err := topoWriteJSON(out, report); err != nil {
+						return err
+					}
 				}
-			}
-			if asJSON {
-				if err := topoWriteJSON(out, report); err != nil {
-					return err
+				if bad > 0 {
+					return fmt.Errorf("%d shard(s) differ from the topology", bad)
 				}
-			}
-			if bad > 0 {
-				return fmt.Errorf("%d shard(s) differ from the topology", bad)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })

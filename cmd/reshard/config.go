@@ -203,6 +203,24 @@ func authFailed(err error) bool {
 	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "28")
 }
 
+// withControl loads the configuration, connects to the control database
+// and runs f with both, within timeout.
+func withControl(cmd *cobra.Command, opts *globalOptions, cf *configFlags, timeout time.Duration,
+	f func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error) error {
+	cfg, err := cf.load(opts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	store, pool, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return f(ctx, cfg, store, pool)
+}
+
 // openStore connects to the control database.
 func (c *clusterConfig) openStore(ctx context.Context) (*topology.Store, *pgxpool.Pool, error) {
 	p, err := c.connect(ctx, "the control database", c.Control)

@@ -47,32 +47,23 @@ func newKeyspaceShowCmd(opts *globalOptions) *cobra.Command {
 		Example: `  reshard keyspace show --json`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := cf.load(opts)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			store, pool, err := cfg.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			all, err := store.Keyspaces(ctx)
-			if err != nil {
-				return controlErr(err)
-			}
-			if asJSON {
-				return topoWriteJSON(cmd.OutOrStdout(), topoNonNil(all))
-			}
-			if len(all) == 0 {
-				fmt.Fprintln(cmd.OutOrStdout(), "no keyspace registered: reshard init --table t:key (or reshard keyspace add-table t:key)")
+			return withControl(cmd, opts, &cf, time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+				all, err := store.Keyspaces(ctx)
+				if err != nil {
+					return controlErr(err)
+				}
+				if asJSON {
+					return topoWriteJSON(cmd.OutOrStdout(), topoNonNil(all))
+				}
+				if len(all) == 0 {
+					fmt.Fprintln(cmd.OutOrStdout(), "no keyspace registered: reshard init --table t:key (or reshard keyspace add-table t:key)")
+					return nil
+				}
+				for _, k := range all {
+					printKeyspace(cmd.OutOrStdout(), k)
+				}
 				return nil
-			}
-			for _, k := range all {
-				printKeyspace(cmd.OutOrStdout(), k)
-			}
-			return nil
+			})
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -117,32 +108,23 @@ with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
 			if err != nil {
 				return usageError{err}
 			}
-			cfg, err := cf.load(opts)
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute)
-			defer cancel()
-			store, pool, err := cfg.openStore(ctx)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			if err := topology.Migrate(ctx, pool); err != nil {
-				return err
-			}
-			if name == "" { // the only keyspace, or the default one
-				name = topology.DefaultKeyspace
-				if k, err := store.ResolveKeyspace(ctx, ""); err == nil {
-					name = k.Name
+			return withControl(cmd, opts, &cf, 10*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+				if err := topology.Migrate(ctx, pool); err != nil {
+					return err
 				}
-			}
-			k, err := registerKeyspace(ctx, cfg, store.In(name), pool, name, spec)
-			if err != nil {
-				return err
-			}
-			printKeyspace(cmd.OutOrStdout(), k)
-			return nil
+				if name == "" { // the only keyspace, or the default one
+					name = topology.DefaultKeyspace
+					if k, err := store.ResolveKeyspace(ctx, ""); err == nil {
+						name = k.Name
+					}
+				}
+				k, err := registerKeyspace(ctx, cfg, store.In(name), pool, name, spec)
+				if err != nil {
+					return err
+				}
+				printKeyspace(cmd.OutOrStdout(), k)
+				return nil
+			})
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
