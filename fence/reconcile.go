@@ -281,29 +281,47 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, shard string, set tables
 	if len(set.Tables) == 0 {
 		return ch, fmt.Errorf("reconcile fences of %s: the table set %q has no tables", shard, set.Name)
 	}
-	have, err := Inspect(ctx, pool, set)
-	if err != nil {
-		return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
+	// A cutover's unfence step reconciles inside the write pause: few round
+	// trips, each statement for every table at once.
+	names := make([]string, len(set.Tables))
+	for i, t := range set.Tables {
+		names[i] = t.Quoted()
 	}
-	for _, h := range have {
-		if !h.Trigger {
-			if err := InstallTriggers(ctx, pool, set, false); err != nil {
-				return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
-			}
-			ch.Installed = true
-			break
+	var registry bool
+	var triggers int
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL,
+	(SELECT count(*) FROM pg_trigger WHERE tgname = 'reshard_fence' AND tgrelid = ANY($1::text[]::regclass[]))`, names).Scan(&registry, &triggers); err != nil {
+		return ch, fmt.Errorf("reconcile fences of %s: look up the fence triggers: %w", shard, err)
+	}
+	if !registry || triggers < len(set.Tables) {
+		if err := InstallTriggers(ctx, pool, set, false); err != nil {
+			return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
 		}
+		ch.Installed = true
 	}
-	err = withLockRetry(ctx, func() error {
+	err := withLockRetry(ctx, func() error {
 		c2 := Change{Installed: ch.Installed}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(int(lockTimeout.Milliseconds()))+"ms'"); err != nil {
 				return err
 			}
-			for _, t := range set.Tables {
-				if _, err := tx.Exec(ctx, "SELECT 1 FROM reshard.fence WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass FOR UPDATE"); err != nil {
-					return fmt.Errorf("lock the fence of %s: %w", t, err)
-				}
+			// The registry rows, locked in the set's order (Fence locks
+			// them in the same order).
+			rows, err := tx.Query(ctx, `SELECT tbl::oid FROM reshard.fence WHERE tbl = ANY($1::text[]::regclass[])
+ORDER BY array_position($1::text[]::regclass[], tbl) FOR UPDATE`, names)
+			if err != nil {
+				return fmt.Errorf("lock the fences: %w", err)
+			}
+			oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+			if err != nil {
+				return fmt.Errorf("lock the fences: %w", err)
+			}
+			if len(oids) != len(set.Tables) {
+				return fmt.Errorf("%d of the set's %d tables have a fence registry row: install the triggers (InstallTriggers)", len(oids), len(set.Tables))
+			}
+			byOID := map[uint32]tableset.Table{}
+			for i, o := range oids {
+				byOID[o] = set.Tables[i]
 			}
 			want, err := c.Want(ctx, shard)
 			if err != nil {
@@ -314,29 +332,50 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, shard string, set tables
 			if len(want.Ranges) == 0 {
 				mr = "'{}'::int8multirange"
 			}
-			for _, t := range set.Tables {
-				tag, err := tx.Exec(ctx, "UPDATE reshard.fence SET ranges = "+mr+", epoch = greatest(epoch, "+strconv.FormatInt(want.Version, 10)+
-					") WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass AND ranges <> "+mr)
-				if err != nil {
-					return fmt.Errorf("fence %s: %w", t, err)
+			rows, err = tx.Query(ctx, `UPDATE reshard.fence SET ranges = `+mr+`, epoch = greatest(epoch, $2)
+WHERE tbl = ANY($1::oid[]::regclass[]) AND ranges <> `+mr+` RETURNING tbl::oid, ranges::text, epoch`, oids, want.Version)
+			if err != nil {
+				return fmt.Errorf("fence: %w", err)
+			}
+			type refence struct {
+				oid    uint32
+				ranges string
+				epoch  int64
+			}
+			changed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (refence, error) {
+				var f refence
+				err := r.Scan(&f.oid, &f.ranges, &f.epoch)
+				return f, err
+			})
+			if err != nil {
+				return fmt.Errorf("fence: %w", err)
+			}
+			// The new fence compiled into each trigger, committed with the
+			// registry row (see fenceFunctionSQL for when sessions use it).
+			for _, f := range changed {
+				t := byOID[f.oid]
+				if _, err := tx.Exec(ctx, fenceFunctionSQL(t, f.ranges, f.epoch)); err != nil {
+					return fmt.Errorf("compile the fence of %s: %w", t, err)
 				}
-				if tag.RowsAffected() > 0 {
-					if err := compileFence(ctx, tx, t); err != nil {
-						return err
-					}
-					c2.Refenced = append(c2.Refenced, t.String())
-				}
-				var guarded bool
-				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'reshard_no_truncate')`, t.Quoted()).Scan(&guarded); err != nil {
-					return err
-				}
+				c2.Refenced = append(c2.Refenced, t.String())
+			}
+			rows, err = tx.Query(ctx, `SELECT tgrelid::oid FROM pg_trigger WHERE tgname = 'reshard_no_truncate' AND tgrelid = ANY($1::oid[])`, oids)
+			if err != nil {
+				return err
+			}
+			guarded, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+			if err != nil {
+				return err
+			}
+			for _, o := range oids {
+				t, has := byOID[o], slices.Contains(guarded, o)
 				switch {
-				case want.Guard && !guarded:
+				case want.Guard && !has:
 					if _, err := tx.Exec(ctx, "CREATE OR REPLACE TRIGGER reshard_no_truncate BEFORE TRUNCATE ON "+t.Quoted()+" FOR EACH STATEMENT EXECUTE FUNCTION reshard.refuse_truncate()"); err != nil {
 						return fmt.Errorf("TRUNCATE guard on %s: %w", t, err)
 					}
 					c2.GuardsOn = append(c2.GuardsOn, t.String())
-				case !want.Guard && guarded:
+				case !want.Guard && has:
 					if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS reshard_no_truncate ON "+t.Quoted()); err != nil {
 						return fmt.Errorf("lift the TRUNCATE guard of %s: %w", t, err)
 					}
