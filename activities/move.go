@@ -360,7 +360,8 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 	var chunks atomic.Int64
 	rep, err := verify.Run(ctx, s.src, s.dst, verify.Options{
 		RunID: in.RunID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, RowsPerSecond: in.RowsPerSec, Holder: st,
-		Metrics: a.metrics.Verify, Logger: a.log.With("move", in.Move.Spec.ID),
+		ChunkRows: verifyChunkRows(in.Move.Request),
+		Metrics:   a.metrics.Verify, Logger: a.log.With("move", in.Move.Spec.ID),
 		Progress: func(verify.ChunkReport) { heartbeat(ctx, map[string]int64{"chunks": chunks.Add(1)}) },
 	})
 	if err != nil {
@@ -380,6 +381,14 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 			workflows.ErrTypeVerification, nil, sum)
 	}
 	return sum, nil
+}
+
+// verifyChunkRows is the migration's verify chunk size.
+func verifyChunkRows(req *workflows.MigrationRequest) int {
+	if req == nil {
+		return workflows.DefaultVerifyChunkRows
+	}
+	return req.WithDefaults().VerifyChunkRows
 }
 
 // PrepareReverse creates the GRACE reverse stream's publication and slot on
@@ -472,7 +481,7 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (wo
 	}
 	budget := in.Budget
 	if budget <= 0 {
-		budget = 2 * time.Second
+		budget = workflows.DefaultCutoverBudget
 	}
 	res, err := cutover.Run(ctx, pg, j, cutover.Options{Budget: budget})
 	if err != nil {

@@ -101,7 +101,9 @@ type MigrationRequest struct {
 	// still reads as unset.
 	GracePeriod   *time.Duration `json:"grace_period,omitempty"`
 	CutoverBudget time.Duration  `json:"cutover_budget,omitempty"` // write-pause budget, default 2s
-	MaxLagBytes   int64          `json:"max_lag_bytes,omitempty"`  // cutover gate
+	MaxLagBytes   int64          `json:"max_lag_bytes,omitempty"`  // CDC_CATCH_UP → VERIFY gate
+	// VerifyChunkRows is the target number of moving rows per verify chunk.
+	VerifyChunkRows int `json:"verify_chunk_rows,omitempty"`
 
 	// DryRun stops after PLAN: the workflow returns the plan and its
 	// estimates and changes nothing.

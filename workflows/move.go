@@ -320,20 +320,7 @@ func (m *moveRun) opts(ctx workflow.Context, summary string, startToClose time.D
 	})
 }
 
-func heartbeatTimeout(r MigrationRequest) time.Duration {
-	if r.HeartbeatTimeout > 0 {
-		return r.HeartbeatTimeout
-	}
-	return 30 * time.Second
-}
-
-func or[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
+func heartbeatTimeout(r MigrationRequest) time.Duration { return r.WithDefaults().HeartbeatTimeout }
 
 func (m *moveRun) plan(ctx workflow.Context) error {
 	actx := m.opts(ctx, "preflight "+m.in.Spec.Source+" → "+m.in.Spec.Target, 5*time.Minute, 5)
@@ -373,7 +360,7 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 			(m.in.MaxSlicesPerRun > 0 && m.slices >= m.in.MaxSlicesPerRun)) {
 			return errContinueAsNew
 		}
-		slice := or(m.in.Request.CopySlice, 20*time.Second)
+		slice := m.in.Request.WithDefaults().CopySlice
 		in := CopySliceInput{Move: m.ref, ChunkRows: m.in.Request.ChunkRows, Throttle: m.throttle, MaxTime: slice}
 		var p CopyProgress
 		actx := m.opts(ctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
@@ -495,8 +482,8 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 }
 
 func (m *moveRun) catchUp(ctx workflow.Context) error {
-	maxLag := or(m.in.Request.MaxLagBytes, 8<<20)
-	poll := or(m.in.Request.PollInterval, 5*time.Second)
+	r := m.in.Request.WithDefaults()
+	maxLag, poll := r.MaxLagBytes, r.PollInterval
 	for {
 		if m.rollbackAsked {
 			return m.to(ctx, PhaseRollingBack)
@@ -576,7 +563,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	}
 	m.state.Attempts++
 	var res CutoverResult
-	in := CutoverInput{Move: m.ref, Budget: or(m.in.Request.CutoverBudget, 2*time.Second)}
+	in := CutoverInput{Move: m.ref, Budget: m.in.Request.WithDefaults().CutoverBudget}
 	err := m.inSession(ctx, ActivityCutover, fmt.Sprintf("cutover attempt %d", m.state.Attempts), 10*time.Minute, in, &res)
 	var appErr *temporal.ApplicationError
 	if err != nil && errors.As(err, &appErr) && appErr.Type() == ErrTypeCutoverAborted {
@@ -584,7 +571,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 		if err := m.to(ctx, PhaseCDCCatchUp); err != nil {
 			return err
 		}
-		return workflow.Sleep(ctx, or(m.in.Request.CutoverBackoff, 30*time.Second))
+		return workflow.Sleep(ctx, m.in.Request.WithDefaults().CutoverBackoff)
 	}
 	if err != nil {
 		return err
@@ -694,7 +681,7 @@ func (m *moveRun) rollback(ctx workflow.Context) error {
 	// A move that reached GRACE is cut over: its rollback is the reverse
 	// cutover, over the reverse stream.
 	if n := len(m.state.Timings); n >= 2 && m.state.Timings[n-2].Phase == PhaseGrace {
-		in.Grace, in.ReverseL0, in.Budget = true, m.reverseL0, or(m.in.Request.CutoverBudget, 2*time.Second)
+		in.Grace, in.ReverseL0, in.Budget = true, m.reverseL0, m.in.Request.WithDefaults().CutoverBudget
 		summary = "roll back: reverse cutover, delete rows on the new owner"
 	}
 	actx := m.opts(ctx, summary, 24*time.Hour, 0)

@@ -217,7 +217,8 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 
 	// 6. add-node.
 	var mf migrationFlags // no --table: a migration moves the keyspace's tables
-	mf.vnodes, mf.tokens, mf.grace, mf.cutoverBudget, mf.maxLagBytes, mf.chunkRows = 16, "balanced", o.grace, 2*time.Second, 16<<20, 5000
+	mf.vnodes, mf.tokens, mf.grace, mf.cutoverBudget, mf.maxLagBytes = workflows.DefaultVNodes, workflows.DefaultTokens, o.grace, workflows.DefaultCutoverBudget, workflows.DefaultMaxLagBytes
+	mf.chunkRows, mf.verifyChunkRows = workflows.DefaultCopyChunkRows, workflows.DefaultVerifyChunkRows
 	mf.rowsPerSec = o.rowsPerSec
 	mf.onVerifyFail = string(workflows.VerifyFailWait)
 	req, err := buildRequest(workflows.KindAddNode, []string{newShard}, mf)

@@ -33,6 +33,7 @@ type migrationFlags struct {
 	rowsPerSec      float64
 	bytesPerSec     float64
 	chunkRows       int
+	verifyChunkRows int
 	requireApproval bool
 	onVerifyFail    string
 	grace           time.Duration
@@ -50,16 +51,19 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	fl.StringArrayVar(&f.tables, "table", nil, "[schema.]table:key (repeatable): leave out to move the keyspace's tables; when given, must name every one of them")
 	fl.StringVar(&f.tableSet, "table-set", "", "deprecated, ignored: the keyspace names the tables")
 	fl.StringVar(&f.keyspace, "keyspace", "", "the keyspace whose ring changes (default: the cluster's only keyspace)")
-	fl.IntVar(&f.vnodes, "vnodes", 16, "vnodes of the new shard")
-	fl.StringVar(&f.tokens, "tokens", "balanced", "token allocation of new vnodes: balanced or hash")
+	fl.IntVar(&f.vnodes, "vnodes", workflows.DefaultVNodes, "vnodes of the new shard")
+	fl.StringVar(&f.tokens, "tokens", workflows.DefaultTokens, "token allocation of new vnodes: balanced or hash")
 	fl.Float64Var(&f.rowsPerSec, "rows-per-sec", 0, "copy throttle per move, rows per second (0: unlimited)")
 	fl.Float64Var(&f.bytesPerSec, "bytes-per-sec", 0, "copy throttle per move, bytes per second (0: unlimited)")
-	fl.IntVar(&f.chunkRows, "chunk-rows", 5000, "rows per copy chunk")
+	fl.IntVar(&f.chunkRows, "copy-chunk-rows", workflows.DefaultCopyChunkRows, "rows per copy chunk (at most one second of the throttle)")
+	fl.IntVar(&f.chunkRows, "chunk-rows", workflows.DefaultCopyChunkRows, "rows per copy chunk")
+	_ = fl.MarkDeprecated("chunk-rows", "use --copy-chunk-rows")
+	fl.IntVar(&f.verifyChunkRows, "verify-chunk-rows", workflows.DefaultVerifyChunkRows, "moving rows per verify chunk")
 	fl.BoolVar(&f.requireApproval, "require-approval", false, "wait for reshard approve before each cutover")
 	fl.StringVar(&f.onVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
 	fl.DurationVar(&f.grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
-	fl.DurationVar(&f.cutoverBudget, "cutover-budget", 2*time.Second, "write-pause budget of a cutover; over it the cutover aborts and retries")
-	fl.Int64Var(&f.maxLagBytes, "max-lag-bytes", 16<<20, "cutover gate: CDC lag at most this many bytes")
+	fl.DurationVar(&f.cutoverBudget, "cutover-budget", workflows.DefaultCutoverBudget, "write-pause budget of a cutover; over it the cutover aborts and retries")
+	fl.Int64Var(&f.maxLagBytes, "max-lag-bytes", workflows.DefaultMaxLagBytes, "CDC catch-up gate: a move verifies (and then cuts over) once its CDC lag is at most this many bytes")
 	if !dryRun {
 		fl.StringVar(&f.id, "id", "", "migration id: lower-case letters, digits, '-' (default: generated)")
 	}
@@ -125,42 +129,34 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 		}
 		req.Tables = spec
 	}
-	if f.vnodes < 1 || f.vnodes > 4096 {
-		return req, fmt.Errorf("--vnodes %d: want 1 to 4096", f.vnodes)
+	// Zero is no value for these flags (in a request it means the default).
+	for _, z := range []struct {
+		flag string
+		v    int
+	}{{"--vnodes", f.vnodes}, {"--copy-chunk-rows", f.chunkRows}, {"--verify-chunk-rows", f.verifyChunkRows}} {
+		if z.v < 1 {
+			return req, fmt.Errorf("%s %d: want 1 or more", z.flag, z.v)
+		}
 	}
-	req.VNodes = f.vnodes
 	alloc, err := ring.ParseAllocation(f.tokens)
 	if err != nil {
 		return req, fmt.Errorf("--tokens: %w", err)
 	}
-	req.Tokens = string(alloc)
-	if f.rowsPerSec < 0 || f.bytesPerSec < 0 {
-		return req, errors.New("--rows-per-sec and --bytes-per-sec: want 0 (unlimited) or more")
-	}
+	req.VNodes, req.Tokens = f.vnodes, string(alloc)
 	req.Throttle = workflows.Throttle{RowsPerSec: f.rowsPerSec, BytesPerSec: f.bytesPerSec}
-	if f.chunkRows < 1 {
-		return req, fmt.Errorf("--chunk-rows %d: want 1 or more", f.chunkRows)
-	}
-	req.ChunkRows = f.chunkRows
+	req.ChunkRows, req.VerifyChunkRows = f.chunkRows, f.verifyChunkRows
 	req.RequireApproval = f.requireApproval
-	switch v := workflows.OnVerifyFail(f.onVerifyFail); v {
-	case workflows.VerifyFailWait, workflows.VerifyFailRollback:
-		req.OnVerifyFail = v
-	default:
-		return req, fmt.Errorf("--on-verify-fail %q: want wait or rollback", f.onVerifyFail)
-	}
-	if f.grace < 0 {
-		return req, fmt.Errorf("--grace %s: want 0 (clean up right after cutover, no rollback) or more", f.grace)
-	}
+	req.OnVerifyFail = workflows.OnVerifyFail(f.onVerifyFail)
 	req.GracePeriod = new(f.grace)
-	if f.cutoverBudget < 100*time.Millisecond {
-		return req, fmt.Errorf("--cutover-budget %s: want 100ms or more", f.cutoverBudget)
-	}
 	req.CutoverBudget = f.cutoverBudget
-	if f.maxLagBytes < 0 {
-		return req, fmt.Errorf("--max-lag-bytes %d: want 0 or more", f.maxLagBytes)
+	if f.cutoverBudget == 0 {
+		return req, errors.New("--cutover-budget 0s: want 100ms or more")
 	}
 	req.MaxLagBytes = f.maxLagBytes
+	// The one validation of a migration's settings (the workflow's too).
+	if err := req.Validate(); err != nil {
+		return req, err
+	}
 	if req.ID == "" {
 		req.ID = newMigrationID(kind)
 	} else if !idPattern.MatchString(req.ID) {

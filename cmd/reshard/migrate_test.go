@@ -21,7 +21,7 @@ import (
 )
 
 func defaultMigrationFlags() migrationFlags {
-	return migrationFlags{tables: []string{"users:id", "app.orders:user_id"}, vnodes: 16, tokens: "balanced", chunkRows: 5000,
+	return migrationFlags{tables: []string{"users:id", "app.orders:user_id"}, vnodes: 16, tokens: "balanced", chunkRows: 5000, verifyChunkRows: 50000,
 		onVerifyFail: "wait", grace: workflows.DefaultGracePeriod, cutoverBudget: 2 * time.Second, maxLagBytes: 16 << 20}
 }
 
@@ -40,7 +40,7 @@ func TestBuildRequest(t *testing.T) {
 		Tables: tableset.Spec{Name: "users", Tables: []tableset.TableSpec{
 			{Schema: "public", Table: "users", KeyColumn: "id"}, {Schema: "app", Table: "orders", KeyColumn: "user_id"}}},
 		VNodes: 16, Tokens: "balanced", Throttle: workflows.Throttle{RowsPerSec: 1000, BytesPerSec: 1 << 20}, ChunkRows: 5000,
-		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20}
+		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20, VerifyChunkRows: 50000}
 	if req.GracePeriod == nil || *req.GracePeriod != workflows.DefaultGracePeriod {
 		t.Errorf("grace period %v, want %s", req.GracePeriod, workflows.DefaultGracePeriod)
 	}
@@ -126,7 +126,8 @@ func TestBuildRequestBadInput(t *testing.T) {
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.vnodes = 0 }, "--vnodes"},
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tokens = "random" }, "--tokens"},
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.rowsPerSec = -1 }, "--rows-per-sec"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.chunkRows = 0 }, "--chunk-rows"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.chunkRows = 0 }, "--copy-chunk-rows"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.verifyChunkRows = -1 }, "--verify-chunk-rows"},
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.onVerifyFail = "ignore" }, "--on-verify-fail"},
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.grace = -time.Second }, "--grace"},
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.cutoverBudget = time.Millisecond }, "--cutover-budget"},

@@ -12,6 +12,7 @@ import (
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
+	"github.com/reshard/reshard/workflows"
 )
 
 // errMismatch is returned after the report when rows differ: exit code 1.
@@ -98,7 +99,7 @@ Exit status: 0 equal, 1 rows differ (or the comparison failed), 2 bad input.`,
 	f.StringArrayVar(&ranges, "range", nil, "token range lo:hi, lo exclusive, hi inclusive (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&runID, "run-id", "", "record progress on the target under this id and resume it")
-	f.IntVar(&chunkRows, "chunk-rows", 50_000, "rows per chunk")
+	f.IntVar(&chunkRows, "chunk-rows", workflows.DefaultVerifyChunkRows, "moving rows per verify chunk (the --verify-chunk-rows of a migration)")
 	f.IntVar(&bisectRows, "bisect-rows", 1000, "compare row by row below this many rows")
 	f.IntVar(&parallel, "parallel", 2, "chunks compared at once (one connection per side each)")
 	f.Float64Var(&rowsPerSec, "rows-per-sec", 0, "throttle: rows read per second and side (0: unthrottled)")

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/reshard/reshard/workflows"
+)
+
+// Every migration setting has one default: the CLI flag's default, the
+// workflow's for a request that leaves it unset (WithDefaults), and the
+// Settings table of docs/operations.md say the same.
+func TestKnobsAgree(t *testing.T) {
+	wf := workflows.MigrationRequest{}.WithDefaults()
+	knobs := map[string]string{ // flag → the workflow's default, as the flag prints it
+		"vnodes":            fmt.Sprint(wf.VNodes),
+		"tokens":            wf.Tokens,
+		"rows-per-sec":      fmt.Sprint(wf.Throttle.RowsPerSec),
+		"bytes-per-sec":     fmt.Sprint(wf.Throttle.BytesPerSec),
+		"copy-chunk-rows":   fmt.Sprint(wf.ChunkRows),
+		"verify-chunk-rows": fmt.Sprint(wf.VerifyChunkRows),
+		"max-lag-bytes":     fmt.Sprint(wf.MaxLagBytes),
+		"cutover-budget":    wf.CutoverBudget.String(),
+		"require-approval":  fmt.Sprint(wf.RequireApproval),
+		"on-verify-fail":    string(wf.OnVerifyFail),
+		"grace":             wf.Grace().String(),
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []workflows.Kind{workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode, workflows.KindMove} {
+		for _, dry := range []bool{false, true} {
+			cmd := newMigrationCmd(&globalOptions{}, kind, dry)
+			for flag, want := range knobs {
+				f := cmd.Flags().Lookup(flag)
+				if f == nil {
+					t.Errorf("%s (plan %v) has no --%s", kind, dry, flag)
+					continue
+				}
+				if f.DefValue != want {
+					t.Errorf("%s --%s defaults to %s, the workflow to %s", kind, flag, f.DefValue, want)
+				}
+			}
+		}
+	}
+	for flag, want := range knobs {
+		row := regexp.MustCompile("(?m)^\\| `--" + regexp.QuoteMeta(flag) + "` \\| ([^|]+) \\|").FindSubmatch(doc)
+		if row == nil {
+			t.Errorf("docs/operations.md has no Settings row for --%s", flag)
+			continue
+		}
+		if got := strings.TrimSpace(string(row[1])); got != want {
+			t.Errorf("docs/operations.md: --%s defaults to %s, the workflow to %s", flag, got, want)
+		}
+	}
+}

@@ -1,0 +1,85 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+)
+
+// The defaults of a migration's settings, each written once. The CLI's flag
+// defaults, the workflows (WithDefaults) and docs/operations.md ("Settings")
+// use these; a test reads all three.
+const (
+	DefaultVNodes          = 16
+	DefaultTokens          = "balanced"
+	DefaultCopyChunkRows   = 5000
+	DefaultVerifyChunkRows = 50_000
+	// DefaultMaxLagBytes gates CDC_CATCH_UP → VERIFY: the move verifies once
+	// its CDC lag is at most this.
+	DefaultMaxLagBytes      int64 = 8 << 20
+	DefaultCutoverBudget          = 2 * time.Second
+	DefaultCopySlice              = 20 * time.Second
+	DefaultHeartbeatTimeout       = 30 * time.Second
+	DefaultPollInterval           = 5 * time.Second
+	DefaultCutoverBackoff         = 30 * time.Second
+)
+
+// WithDefaults is the request with every unset setting at its default.
+// GracePeriod stays as it is: nil means DefaultGracePeriod (Grace), 0 means
+// none.
+func (r MigrationRequest) WithDefaults() MigrationRequest {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&r.VNodes, DefaultVNodes)
+	def(&r.ChunkRows, DefaultCopyChunkRows)
+	def(&r.VerifyChunkRows, DefaultVerifyChunkRows)
+	if r.Tokens == "" {
+		r.Tokens = DefaultTokens
+	}
+	if r.MaxLagBytes == 0 {
+		r.MaxLagBytes = DefaultMaxLagBytes
+	}
+	if r.OnVerifyFail == "" {
+		r.OnVerifyFail = VerifyFailWait
+	}
+	defD(&r.CutoverBudget, DefaultCutoverBudget)
+	defD(&r.CopySlice, DefaultCopySlice)
+	defD(&r.HeartbeatTimeout, DefaultHeartbeatTimeout)
+	defD(&r.PollInterval, DefaultPollInterval)
+	defD(&r.CutoverBackoff, DefaultCutoverBackoff)
+	return r
+}
+
+// Validate checks the settings (zero means the default); errors name the
+// CLI flag that sets the value.
+func (r MigrationRequest) Validate() error {
+	switch {
+	case r.VNodes < 0 || r.VNodes > 4096:
+		return fmt.Errorf("--vnodes %d: want 1 to 4096", r.VNodes)
+	case r.Throttle.RowsPerSec < 0 || r.Throttle.BytesPerSec < 0:
+		return fmt.Errorf("--rows-per-sec and --bytes-per-sec: want 0 (unlimited) or more")
+	case r.ChunkRows < 0:
+		return fmt.Errorf("--copy-chunk-rows %d: want 1 or more", r.ChunkRows)
+	case r.VerifyChunkRows < 0:
+		return fmt.Errorf("--verify-chunk-rows %d: want 1 or more", r.VerifyChunkRows)
+	case r.MaxLagBytes < 0:
+		return fmt.Errorf("--max-lag-bytes %d: want 0 or more", r.MaxLagBytes)
+	case r.GracePeriod != nil && *r.GracePeriod < 0:
+		return fmt.Errorf("--grace %s: want 0 (clean up right after cutover, no rollback) or more", *r.GracePeriod)
+	case r.CutoverBudget != 0 && r.CutoverBudget < 100*time.Millisecond:
+		return fmt.Errorf("--cutover-budget %s: want 100ms or more", r.CutoverBudget)
+	}
+	switch r.OnVerifyFail {
+	case "", VerifyFailWait, VerifyFailRollback:
+	default:
+		return fmt.Errorf("--on-verify-fail %q: want wait or rollback", r.OnVerifyFail)
+	}
+	return nil
+}
