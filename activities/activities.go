@@ -5,17 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
@@ -229,43 +228,10 @@ func classify(err error) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeCollision, nil)
 	case errors.As(err, &schema):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeSchemaChange, nil)
-	case cdc.IsRetryable(err), backfill.Retryable(err), ddlRace(err):
+	case cdc.IsRetryable(err), backfill.Retryable(err), pgerr.DDLRace(err):
 		return temporal.NewApplicationErrorWithCause(err.Error(), "Retryable", err)
-	case sqlClassFatal(err):
+	case pgerr.FatalInput(err):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeBadInput, nil)
 	}
 	return err
-}
-
-// ddlRace reports the errors of two sessions creating the same object at
-// once (CREATE ... IF NOT EXISTS is not safe against a concurrent creator):
-// a unique violation on a system catalog, or the object already existing.
-// Moves into the same target set up their work tables concurrently; the
-// retry finds the object there.
-func ddlRace(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case "23505":
-		return strings.HasPrefix(pgErr.ConstraintName, "pg_")
-	case "42P07", "42710": // duplicate_table, duplicate_object
-		return true
-	}
-	return false
-}
-
-// sqlClassFatal reports SQL errors of classes 22 (data), 23 (integrity) and
-// 42 (syntax, undefined object, privilege): retrying them changes nothing.
-func sqlClassFatal(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
-		return false
-	}
-	switch pgErr.Code[:2] {
-	case "22", "23", "42":
-		return true
-	}
-	return false
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -577,8 +578,8 @@ func (w *writer) collision(ctx context.Context, tx pgx.Tx, wrote int64, rows int
 	return ce
 }
 
-// Retryable reports whether err may go away by itself: a lost connection
-// (class 08, admin shutdown), a serialization failure or a deadlock.
+// Retryable reports whether err may go away by itself (pgerr.Retryable), or
+// a chunk's checkpoint moved under it; a collision never does.
 func Retryable(err error) bool {
 	var ce *CollisionError
 	if errors.As(err, &ce) {
@@ -587,28 +588,5 @@ func Retryable(err error) bool {
 	if errors.Is(err, errCheckpointMoved) {
 		return true
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case strings.HasPrefix(pgErr.Code, "08"), pgErr.Code == "40001", pgErr.Code == "40P01",
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03":
-			return true
-		}
-		return false
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return false
-	}
-	// Not a server error: the connection broke (EOF, reset, closed).
-	return pgconn.SafeToRetry(err) || isConnError(err)
-}
-
-func isConnError(err error) bool {
-	var ne interface{ Timeout() bool }
-	if errors.As(err, &ne) {
-		return true
-	}
-	s := err.Error()
-	return strings.Contains(s, "conn closed") || strings.Contains(s, "EOF") || strings.Contains(s, "connection reset") ||
-		strings.Contains(s, "broken pipe") || strings.Contains(s, "unexpected EOF")
+	return pgerr.Retryable(err)
 }

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/reshard/reshard/internal/pgerr"
 )
 
 // CollisionError: a change would overwrite a target row whose key lies
@@ -78,36 +76,7 @@ func IsRetryable(err error) bool {
 	if errors.As(err, &conn) {
 		return true
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return retryableSQLState(pgErr.Code)
-	}
-	return isConnLoss(err)
-}
-
-func retryableSQLState(code string) bool {
-	switch {
-	case strings.HasPrefix(code, "08"), // connection exception
-		strings.HasPrefix(code, "53"),    // insufficient resources
-		code == "40001", code == "40P01", // serialization failure, deadlock
-		code == "57P01", code == "57P02", code == "57P03", // admin shutdown, crash shutdown, cannot connect now
-		code == "55006": // object in use: origin or slot still held by a dying session
-		return true
-	}
-	return false
-}
-
-// isConnLoss reports an error of the connection itself rather than of a
-// statement.
-func isConnLoss(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return retryableSQLState(pgErr.Code)
-	}
-	var netErr net.Error
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
-		errors.As(err, &netErr) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
-		strings.Contains(err.Error(), "conn closed") || strings.Contains(err.Error(), "conn busy")
+	return pgerr.Retryable(err)
 }
 
 // wrapOp names what was being done and marks connection loss as retryable.
@@ -121,7 +90,7 @@ func wrapOp(op string, err error) error {
 	if errors.As(err, &ce) || errors.As(err, &se) || errors.As(err, &conn) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if isConnLoss(err) {
+	if pgerr.ConnectionLost(err) {
 		return &ConnError{Op: op, Err: err}
 	}
 	return fmt.Errorf("%s: %w", op, err)

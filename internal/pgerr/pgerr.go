@@ -1,0 +1,103 @@
+// Package pgerr is the one vocabulary of PostgreSQL and connection errors:
+// one predicate per behaviour (as pgconn.SafeToRetry is), used by every
+// package that talks to a server and by the activities' classification.
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// RetryableSQLState reports a server error that goes away by itself:
+// connection exceptions (class 08), insufficient resources (53), a
+// serialization failure or a deadlock (40001, 40P01), an administrator or
+// crash shutdown or a server starting up (57P01-57P03), and an object in use
+// (55006: a replication slot or origin still held by a session that is
+// ending).
+func RetryableSQLState(code string) bool {
+	switch {
+	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"),
+		code == "40001", code == "40P01",
+		code == "57P01", code == "57P02", code == "57P03",
+		code == "55006":
+		return true
+	}
+	return false
+}
+
+// ConnectionLost reports an error of the connection itself rather than of
+// a statement: end of stream, reset, closed or timed-out connections, and
+// the retryable server states above.
+func ConnectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return RetryableSQLState(pgErr.Code)
+	}
+	var netErr net.Error
+	var timeout interface{ Timeout() bool }
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.As(err, &netErr) || errors.As(err, &timeout) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	s := err.Error()
+	for _, m := range []string{"conn closed", "conn busy", "connection reset", "broken pipe", "unexpected EOF"} {
+		if strings.Contains(s, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// Retryable reports whether err may go away by itself: a retryable server
+// state or a lost connection. A cancelled or expired context is not: the
+// caller stopped.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return RetryableSQLState(pgErr.Code)
+	}
+	return ConnectionLost(err)
+}
+
+// FatalInput reports SQL errors of classes 22 (data), 23 (integrity) and 42
+// (syntax, undefined object, privilege): retrying them changes nothing.
+func FatalInput(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "42":
+		return true
+	}
+	return false
+}
+
+// DDLRace reports the errors of two sessions creating the same object at
+// once (CREATE ... IF NOT EXISTS is not safe against a concurrent creator):
+// a unique violation on a system catalog, or the object already existing.
+// A retry finds the object there.
+func DDLRace(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "23505":
+		return strings.HasPrefix(pgErr.ConstraintName, "pg_")
+	case "42P07", "42710": // duplicate_table, duplicate_object
+		return true
+	}
+	return false
+}

@@ -1,0 +1,53 @@
+package pgerr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+func pg(code string) error { return fmt.Errorf("exec: %w", &pgconn.PgError{Code: code}) }
+
+func TestPredicates(t *testing.T) {
+	for _, tc := range []struct {
+		name                            string
+		err                             error
+		retryable, lost, fatal, ddlRace bool
+	}{
+		{"nil", nil, false, false, false, false},
+		{"connection failure", pg("08006"), true, true, false, false},
+		{"out of memory", pg("53200"), true, true, false, false},
+		{"serialization failure", pg("40001"), true, true, false, false},
+		{"deadlock", pg("40P01"), true, true, false, false},
+		{"admin shutdown", pg("57P01"), true, true, false, false},
+		{"slot in use", pg("55006"), true, true, false, false},
+		{"lock timeout", pg("55P03"), false, false, false, false},
+		{"bad data", pg("22P02"), false, false, true, false},
+		{"unique violation", pg("23505"), false, false, true, false},
+		{"catalog unique violation", fmt.Errorf("x: %w", &pgconn.PgError{Code: "23505", ConstraintName: "pg_namespace_nspname_index"}), false, false, true, true},
+		{"duplicate table", pg("42P07"), false, false, true, true},
+		{"undefined table", pg("42P01"), false, false, true, false},
+		{"EOF", fmt.Errorf("read: %w", io.EOF), true, true, false, false},
+		{"closed", errors.New("conn closed"), true, true, false, false},
+		{"cancelled", fmt.Errorf("copy: %w", context.Canceled), false, false, false, false},
+		{"deadline", context.DeadlineExceeded, false, true, false, false}, // a timeout of the connection, but the caller stopped
+		{"plain", errors.New("no such shard"), false, false, false, false},
+	} {
+		if got := Retryable(tc.err); got != tc.retryable {
+			t.Errorf("%s: Retryable = %v", tc.name, got)
+		}
+		if got := ConnectionLost(tc.err); got != tc.lost {
+			t.Errorf("%s: ConnectionLost = %v", tc.name, got)
+		}
+		if got := FatalInput(tc.err); got != tc.fatal {
+			t.Errorf("%s: FatalInput = %v", tc.name, got)
+		}
+		if got := DDLRace(tc.err); got != tc.ddlRace {
+			t.Errorf("%s: DDLRace = %v", tc.name, got)
+		}
+	}
+}
