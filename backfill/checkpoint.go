@@ -92,7 +92,7 @@ func DropCheckpoints(ctx context.Context, target *pgxpool.Pool, move string) err
 func loadCheckpoint(ctx context.Context, target *pgxpool.Pool, move string, u unit) (Checkpoint, error) {
 	c, err := scanCheckpoint(target.QueryRow(ctx, `SELECT `+checkpointCols+` FROM reshard.copy_checkpoint
 		WHERE move = $1 AND table_name = $2 AND range_lo = $3 AND range_hi = $4`, move, u.table.String(), u.rng.Lo, u.rng.Hi))
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Checkpoint{}, nil
 	}
 	if err != nil {

@@ -240,7 +240,7 @@ func (c *copier) runUnit(ctx context.Context, u unit) error {
 		if err == nil || ctx.Err() != nil || attempt >= c.opts.Retries || !Retryable(err) {
 			return err
 		}
-		log.Warn("unit failed, resuming from its checkpoint", "attempt", attempt+1, "err", err)
+		log.Warn("unit failed, resuming from its checkpoint", "attempt", attempt+1, "error", err)
 		c.mu.Lock()
 		c.stats.Retries++
 		c.mu.Unlock()
@@ -562,7 +562,7 @@ func (w *writer) collision(ctx context.Context, tx pgx.Tx, wrote int64, rows int
 		shardKey string
 	)
 	err := tx.QueryRow(ctx, collisionSQL(t, w.c.moving)).Scan(&key, &shardKey)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("copy chunk %s of %s: the upsert wrote %d of %d rows but no colliding row was found", w.u.rng, t, wrote, rows)
 	}
 	if err != nil {

@@ -564,7 +564,7 @@ func upTemporal(ctx context.Context, t Temporal, log *slog.Logger) (Temporal, er
 	// tried once more (on our recorded ports, with new ones of its own).
 	started, _, err := StartTemporal(ctx, t)
 	if err != nil && ctx.Err() == nil && PortFree(t.Port) && PortFree(t.UIPort) {
-		log.Warn("temporal dev server did not start; trying once more", "err", err)
+		log.Warn("temporal dev server did not start; trying once more", "error", err)
 		started, _, err = StartTemporal(ctx, t)
 	}
 	if err != nil {

@@ -2,6 +2,7 @@ package tableset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -81,7 +82,7 @@ func CreateTokenIndex(ctx context.Context, pool *pgxpool.Pool, t Table) error {
 		SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
 		WHERE i.indrelid = $1::regclass AND c.relname = $2`, t.Quoted(), TokenIndexName(t)).Scan(&valid)
 	switch {
-	case err == pgx.ErrNoRows:
+	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return fmt.Errorf("create token index of %s: %w", t, err)
 	case !valid:

@@ -10,6 +10,7 @@ package tableset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -157,7 +158,7 @@ func introspectTable(ctx context.Context, q Querier, ts TableSpec, where string)
 		SELECT c.oid, c.relreplident::text
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, t.Schema, t.Name).Scan(&relid, &t.ReplicaIdentity)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Table{}, &Problem{Check: CheckTable, Shard: where, Table: t.String(),
 			Problem: fmt.Sprintf("table %s does not exist on %s", t, where),
 			Fix:     "create it there with the same schema as the other shards"}
@@ -231,7 +232,7 @@ func baseType(s string) string {
 
 func indexColumns(ctx context.Context, q Querier, findIndex string, relid uint32) ([]string, error) {
 	var idx uint32
-	if err := q.QueryRow(ctx, findIndex, relid).Scan(&idx); err == pgx.ErrNoRows {
+	if err := q.QueryRow(ctx, findIndex, relid).Scan(&idx); errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	} else if err != nil {
 		return nil, err

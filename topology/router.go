@@ -216,7 +216,7 @@ func (r *Router) poll(ctx context.Context) {
 			return
 		case <-tick.C:
 			if err := r.refresh(ctx, "poll"); err != nil && ctx.Err() == nil {
-				r.opts.Logger.Warn("topology poll failed", "err", err)
+				r.opts.Logger.Warn("topology poll failed", "error", err)
 			}
 		}
 	}
@@ -229,7 +229,7 @@ func (r *Router) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		r.opts.Logger.Warn("topology listener lost, reconnecting", "err", err, "backoff", backoff)
+		r.opts.Logger.Warn("topology listener lost, reconnecting", "error", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return
