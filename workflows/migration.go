@@ -237,9 +237,6 @@ func movesTable(moves []MoveState) string {
 		if m.Verify != nil {
 			if m.Verify.Passed {
 				v = fmt.Sprintf("passed (%d rows)", m.Verify.Rows)
-				if m.Verify.ReusedRows > 0 {
-					v = fmt.Sprintf("passed (%d rows, %d more from an interrupted attempt)", m.Verify.Rows, m.Verify.ReusedRows)
-				}
 			} else {
 				v = fmt.Sprintf("**FAILED** (%d rows differ)", m.Verify.Mismatches)
 			}

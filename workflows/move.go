@@ -568,12 +568,6 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	var appErr *temporal.ApplicationError
 	if err != nil && errors.As(err, &appErr) && appErr.Type() == ErrTypeCutoverAborted {
 		m.state.Error = appErr.Error()
-		// The next verify is a new run: it compares every row again, at a
-		// new LSN, instead of accepting the chunks of the verify before the
-		// abort (which reported "passed" having compared nothing).
-		if workflow.GetVersion(ctx, "verify-after-abort-new-run", workflow.DefaultVersion, 1) >= 1 {
-			m.verifyRuns++
-		}
 		if err := m.to(ctx, PhaseCDCCatchUp); err != nil {
 			return err
 		}

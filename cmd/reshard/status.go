@@ -223,9 +223,6 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 	if m.Verify != nil {
 		if m.Verify.Passed {
 			v.Verify = fmt.Sprintf("passed (%d rows)", m.Verify.Rows)
-			if m.Verify.ReusedRows > 0 {
-				v.Verify = fmt.Sprintf("passed (%d rows, %d more from an interrupted attempt)", m.Verify.Rows, m.Verify.ReusedRows)
-			}
 		} else {
 			v.Verify = fmt.Sprintf("FAILED: %d mismatch(es)", m.Verify.Mismatches)
 			if len(m.Verify.Samples) > 0 {
