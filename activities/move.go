@@ -367,7 +367,7 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 	if err != nil {
 		return workflows.VerifySummary{}, fmt.Errorf("verify move %s: %w", in.Move.Spec.ID, err)
 	}
-	sum := workflows.VerifySummary{Passed: rep.OK(), Rows: rep.Rows, Mismatches: rep.Mismatches(), RowsPerSec: rep.RowsPerSecond}
+	sum := workflows.VerifySummary{Passed: rep.OK(), Rows: rep.Rows, ReusedRows: rep.ReusedRows, Mismatches: rep.Mismatches(), RowsPerSec: rep.RowsPerSecond}
 	for _, t := range rep.Tables {
 		for _, mm := range t.AllKeys() {
 			if len(sum.Samples) < 20 {

@@ -39,9 +39,13 @@ type Report struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Rows is the number of rows compared in this attempt (not counting
 	// chunks accepted from an earlier attempt); RowsPerSecond is its rate.
-	Rows          int64         `json:"rows"`
-	RowsPerSecond float64       `json:"rows_per_second"`
-	Tables        []TableReport `json:"tables"`
+	Rows          int64   `json:"rows"`
+	RowsPerSecond float64 `json:"rows_per_second"`
+	// ReusedRows are the rows of chunks accepted from an earlier attempt of
+	// the run (verified at an earlier LSN, see each chunk's), not compared
+	// again.
+	ReusedRows int64         `json:"reused_rows,omitempty"`
+	Tables     []TableReport `json:"tables"`
 }
 
 // TableReport is one table: totals per moving range and every chunk.

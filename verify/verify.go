@@ -143,7 +143,9 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 	for i := range rep.Tables {
 		summarize(&rep.Tables[i], qs[i].ranges)
 		for _, c := range rep.Tables[i].Chunks {
-			if !c.Resumed {
+			if c.Resumed {
+				rep.ReusedRows += c.Rows
+			} else {
 				rep.Rows += c.Rows
 			}
 		}

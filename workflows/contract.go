@@ -157,8 +157,12 @@ type PhaseTiming struct {
 
 // VerifySummary is the outcome of the last verify of a move.
 type VerifySummary struct {
-	Passed     bool     `json:"passed"`
-	Rows       int64    `json:"rows"`
+	Passed bool  `json:"passed"`
+	Rows   int64 `json:"rows"` // compared by this verify
+	// ReusedRows were accepted from an earlier attempt of the same verify
+	// run (a worker died in it, or a cutover aborted after it), verified
+	// then at an earlier LSN and not compared again.
+	ReusedRows int64    `json:"reused_rows,omitempty"`
 	Mismatches int64    `json:"mismatches"`
 	Samples    []string `json:"samples,omitempty"` // "missing users id=42"
 	RowsPerSec float64  `json:"rows_per_sec"`

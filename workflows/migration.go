@@ -237,6 +237,9 @@ func movesTable(moves []MoveState) string {
 		if m.Verify != nil {
 			if m.Verify.Passed {
 				v = fmt.Sprintf("passed (%d rows)", m.Verify.Rows)
+				if m.Verify.ReusedRows > 0 {
+					v = fmt.Sprintf("passed (%d rows compared, %d reused from an earlier verify of this run)", m.Verify.Rows, m.Verify.ReusedRows)
+				}
 			} else {
 				v = fmt.Sprintf("**FAILED** (%d rows differ)", m.Verify.Mismatches)
 			}

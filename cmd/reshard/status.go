@@ -223,6 +223,9 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 	if m.Verify != nil {
 		if m.Verify.Passed {
 			v.Verify = fmt.Sprintf("passed (%d rows)", m.Verify.Rows)
+			if m.Verify.ReusedRows > 0 {
+				v.Verify = fmt.Sprintf("passed (%d rows compared, %d reused from an earlier verify of this run)", m.Verify.Rows, m.Verify.ReusedRows)
+			}
 		} else {
 			v.Verify = fmt.Sprintf("FAILED: %d mismatch(es)", m.Verify.Mismatches)
 			if len(m.Verify.Samples) > 0 {
