@@ -353,7 +353,11 @@ func TestCopyResumesAfterKilledConnections(t *testing.T) {
 	}
 	f.src.Pool.Reset()
 	f.dst.Pool.Reset()
-	if st.Resumed == 0 || st.Retries == 0 || st.Rows != want-before {
+	// A chunk whose commit landed but whose answer was lost to the kill is
+	// not counted by this run (its retry finds it in the checkpoint): the
+	// count may fall short by a chunk per retry, never exceed what was left.
+	// The checkpoints and the rows (below) are the exact record.
+	if st.Resumed == 0 || st.Retries == 0 || st.Rows > want-before || st.Rows < want-before-int64(st.Retries*opts.ChunkRows) {
 		t.Fatalf("rerun: %+v; %d rows were committed before, %d to copy", st, before, want)
 	}
 	if rows, done, total := checkpointRows(t, f, "kill"); rows != want || done != total {
