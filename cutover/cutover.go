@@ -160,7 +160,7 @@ func abort(ctx context.Context, a Actions, j Journal, cause error) error {
 	// Unfencing must happen even if ctx was cancelled.
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	if err := a.UnfenceSource(uctx); err != nil {
+	if err := unfenceSource(ctx, a); err != nil {
 		return fmt.Errorf("%w; and unfencing the source failed (resume the cutover to undo it): %v", cause, err)
 	}
 	if err := j.Record(uctx, StepAbort, cause.Error()); err != nil {
@@ -194,8 +194,40 @@ func Resume(ctx context.Context, a Actions, j Journal) (done bool, err error) {
 		}
 		return true, j.Record(ctx, StepDone, "resumed")
 	}
-	if err := a.UnfenceSource(ctx); err != nil {
+	if err := unfenceSource(ctx, a); err != nil {
 		return false, fmt.Errorf("undo cutover before publish: %w", err)
 	}
 	return false, j.Record(ctx, StepAbort, "resumed after a crash before publish")
+}
+
+// How an abort unfences a source it may not reach: the application's writes
+// to the moving ranges are refused until it does, so it tries again at once
+// and often (UnfenceTry bounds one try: a connection cut off by a network
+// partition hangs instead of failing) until it succeeds or UnfenceFor has
+// passed. Writes are then refused for the budget plus the time the source is
+// unreachable plus one try at most, instead of waiting for the activity's
+// retries.
+var (
+	UnfenceFor = 5 * time.Minute
+	UnfenceTry = 2 * time.Second
+)
+
+func unfenceSource(ctx context.Context, a Actions) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), UnfenceFor)
+	defer cancel()
+	wait := 50 * time.Millisecond
+	for {
+		tctx, tcancel := context.WithTimeout(ctx, UnfenceTry)
+		err := a.UnfenceSource(tctx)
+		tcancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("for %s: %w", UnfenceFor, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
 }

@@ -260,3 +260,65 @@ func TestStaleAttemptChangesNothing(t *testing.T) {
 		t.Fatalf("the new owner: %v", err)
 	}
 }
+
+// unreachableSource is a source that cannot be reached for a while (crashed,
+// or cut off by the network) as far as unfencing it goes.
+type unreachableSource struct {
+	*PG
+	until time.Time
+	tries int
+}
+
+func (u *unreachableSource) UnfenceSource(ctx context.Context) error {
+	u.tries++
+	if time.Now().Before(u.until) {
+		return errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	}
+	return u.PG.UnfenceSource(ctx)
+}
+
+// A source that crashes inside the write pause ends the CDC stream (the
+// drain fails) and cannot be unfenced at once: the abort keeps trying, and
+// unfences it within a moment of its coming back instead of leaving it to the
+// activity's retries. The journal then reports the whole pause.
+func TestAbortUnfencesSourceAsSoonAsItIsBack(t *testing.T) {
+	ctx := context.Background()
+	e := newCutoverEnv(t)
+	moving := keyIn(t, e.src, true)
+	p := e.actions()
+	p.DrainFunc = func(context.Context, string, time.Duration) error {
+		return errors.New("the CDC stream ended: unexpected EOF")
+	}
+	const down = 1500 * time.Millisecond
+	u := &unreachableSource{PG: p, until: time.Now().Add(down)}
+	start := time.Now()
+	_, err := Run(ctx, u, e.journal, Options{Budget: 2 * time.Second})
+	took := time.Since(start)
+	if !errors.Is(err, ErrAborted) {
+		t.Fatalf("cutover whose drain failed: %v", err)
+	}
+	if u.tries < 2 || took < down || took > down+time.Second {
+		t.Fatalf("abort tried to unfence %d times and returned after %s; want it to keep trying and return within 1s of the source's return (%s)", u.tries, took, down)
+	}
+	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); err != nil {
+		t.Fatalf("source still fenced after abort: %v", err)
+	}
+	ps, err := e.journal.Pauses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Fenced != 1 || ps.Open || ps.Total < down || ps.Total > took+time.Second || ps.Longest != ps.Total {
+		t.Fatalf("pauses from the journal %+v; the attempt took %s", ps, took)
+	}
+	// A second, successful attempt adds its own pause.
+	if _, err := Run(ctx, e.actions(), e.journal, Options{Budget: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	ps2, err := e.journal.Pauses(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps2.Fenced != 2 || ps2.Total <= ps.Total || ps2.Longest != ps.Longest {
+		t.Fatalf("pauses after a second attempt %+v (after the first %+v)", ps2, ps)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -118,19 +119,33 @@ func (j PGJournal) Last(ctx context.Context) (Step, error) {
 type Entry struct {
 	Step   Step
 	Detail string
+	At     time.Time // when it was recorded (the control database's clock)
 }
 
 // History returns the journal of the move, oldest first.
 func (j PGJournal) History(ctx context.Context) ([]Entry, error) {
-	rows, err := j.Pool.Query(ctx, `SELECT step, detail FROM reshard.cutover_journal WHERE move = $1 ORDER BY id`, j.Move)
+	rows, err := j.Pool.Query(ctx, `SELECT step, detail, at FROM reshard.cutover_journal WHERE move = $1 ORDER BY id`, j.Move)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Entry, error) {
 		var e Entry
 		var s string
-		err := r.Scan(&s, &e.Detail)
+		err := r.Scan(&s, &e.Detail, &e.At)
 		e.Step = Step(s)
 		return e, err
 	})
+}
+
+// Pauses reads the move's write pauses from its journal (Pauses of History).
+func (j PGJournal) Pauses(ctx context.Context) (PauseSummary, error) {
+	h, err := j.History(ctx)
+	if err != nil {
+		return PauseSummary{}, fmt.Errorf("read the cutover journal of move %s: %w", j.Move, err)
+	}
+	var now time.Time
+	if err := j.Pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+		return PauseSummary{}, fmt.Errorf("read the control database's clock: %w", err)
+	}
+	return Pauses(h, now), nil
 }
