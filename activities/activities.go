@@ -42,8 +42,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Verify:   verify.NewMetrics(reg),
 		writePause: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "reshard_cutover_write_pause_seconds",
-			Help:    "Write pause of completed cutovers (fence to unfence).",
-			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10},
+			Help:    "Write pause of each cutover attempt, aborted ones included (fence to unfence, from the move's journal).",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300},
 		}),
 		bytesRemaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "reshard_migration_bytes_remaining",
@@ -126,11 +126,18 @@ func (a *Activities) dropStream(move string, s *cdc.Stream) {
 	}
 }
 
+// streamWait is how long a phase activity waits for the move's stream to
+// run in its worker (the session's CDC activity may start a moment after
+// it); past it, the stream has ended and the workflow must restart it.
+const streamWait = 30 * time.Second
+
 // stream waits (heartbeating) for the move's forward stream to run in this
-// process: the CDC activity of the session may start a moment after the
-// phase activity that needs it.
-func (a *Activities) stream(ctx context.Context, move string) (*cdc.Stream, error) {
-	deadline := time.Now().Add(60 * time.Second)
+// process, at most wait: the CDC activity of the session may start a moment
+// after the phase activity that needs it. Past wait it returns a
+// non-retryable ErrTypeNoStream: the stream ended, and the workflow restarts
+// it before it runs the activity again.
+func (a *Activities) stream(ctx context.Context, move string, wait time.Duration) (*cdc.Stream, error) {
+	deadline := time.Now().Add(wait)
 	for {
 		a.mu.Lock()
 		s := a.streams[move]
@@ -139,8 +146,9 @@ func (a *Activities) stream(ctx context.Context, move string) (*cdc.Stream, erro
 			return s, nil
 		}
 		if time.Now().After(deadline) {
-			// Retryable: the session's CDC activity may be restarting.
-			return nil, fmt.Errorf("the CDC stream of move %s is not running in this worker's session", move)
+			return nil, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("the CDC stream of move %s is not running in this worker's session (waited %s); the workflow restarts it", move, wait),
+				workflows.ErrTypeNoStream, nil)
 		}
 		heartbeat(ctx, "waiting for the CDC stream")
 		select {

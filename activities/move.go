@@ -314,7 +314,7 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 // CDCStatus reports the forward stream's lag: the source's current WAL
 // position minus what the applier has committed.
 func (a *Activities) CDCStatus(ctx context.Context, m workflows.MoveRef) (workflows.CDCStatus, error) {
-	st, err := a.stream(ctx, m.Spec.ID)
+	st, err := a.stream(ctx, m.Spec.ID, streamWait)
 	if err != nil {
 		return workflows.CDCStatus{}, classify(err)
 	}
@@ -349,7 +349,7 @@ func (a *Activities) Verify(ctx context.Context, in workflows.VerifyInput) (work
 }
 
 func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (workflows.VerifySummary, error) {
-	st, err := a.stream(ctx, in.Move.Spec.ID)
+	st, err := a.stream(ctx, in.Move.Spec.ID, streamWait)
 	if err != nil {
 		return workflows.VerifySummary{}, err
 	}
@@ -426,38 +426,38 @@ func (a *Activities) prepareReverse(ctx context.Context, m workflows.MoveRef) (w
 // after a backoff.
 func (a *Activities) Cutover(ctx context.Context, in workflows.CutoverInput) (workflows.CutoverResult, error) {
 	defer keepBeating(ctx, time.Second, func() any { return "cutover" })()
-	r, err := a.cutover(ctx, in)
+	r, paused, err := a.cutover(ctx, in)
+	if paused > 0 { // every attempt's pause, aborted or failed ones included
+		a.metrics.writePause.Observe(paused.Seconds())
+	}
 	switch {
 	case err == nil:
 		a.metrics.cutovers.WithLabelValues("done").Inc()
-		a.metrics.writePause.Observe(r.WritePause.Seconds())
 	case errors.Is(err, cutover.ErrAborted):
 		a.metrics.cutovers.WithLabelValues("aborted").Inc()
-		return r, temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeCutoverAborted, nil)
+		return r, temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeCutoverAborted, nil, r)
 	default:
 		a.metrics.cutovers.WithLabelValues("error").Inc()
 	}
 	return r, classify(err)
 }
 
-func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (workflows.CutoverResult, error) {
-	st, err := a.stream(ctx, in.Move.Spec.ID)
-	if err != nil {
-		return workflows.CutoverResult{}, err
-	}
+// cutover also returns the write pause this activity added to the move's
+// (an earlier attempt's it settled included).
+func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (res workflows.CutoverResult, paused time.Duration, err error) {
 	s, err := a.sides(ctx, in.Move)
 	if err != nil {
-		return workflows.CutoverResult{}, err
+		return workflows.CutoverResult{}, 0, err
 	}
 	fences, err := a.fences(ctx, keyspaceOf(in.Move.Request))
 	if err != nil {
-		return workflows.CutoverResult{}, err
+		return workflows.CutoverResult{}, 0, err
 	}
 	store, control := fences.Store, fences.Pool
 	spec := in.Move.Spec
 	_, target, err := a.rings(ctx, store, in.Move)
 	if err != nil {
-		return workflows.CutoverResult{}, err
+		return workflows.CutoverResult{}, 0, err
 	}
 	h := cutover.CutOver(target, spec.Ranges, spec.Source, spec.Target, fmt.Sprintf("cutover of move %s (%s → %s)", spec.ID, spec.Source, spec.Target))
 	h.MigrationID = in.Move.MigrationID
@@ -465,29 +465,49 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (wo
 	// up (Temporal retried it here while it was cut off) changes nothing.
 	j, err := cutover.PGJournal{Pool: control, Move: spec.ID}.Claim(ctx)
 	if err != nil {
-		return workflows.CutoverResult{}, err
+		return workflows.CutoverResult{}, 0, err
 	}
-	pg := cutover.NewPG(s.move(in.Move), st, fences, h, j)
-	done, err := cutover.Resume(ctx, pg, j)
+	// Whatever happens, the result says what every attempt so far cost the
+	// application (aborted attempts return it with their error).
+	before, err := j.Pauses(ctx)
 	if err != nil {
-		return workflows.CutoverResult{}, fmt.Errorf("resume cutover of move %s: %w", spec.ID, err)
+		return workflows.CutoverResult{}, 0, err
+	}
+	defer func() {
+		if p, perr := j.Pauses(context.WithoutCancel(ctx)); perr == nil {
+			res.Pauses = workflows.WritePauses{Total: p.Total, Longest: p.Longest, Attempts: p.Fenced}
+			paused = p.Total - before.Total
+		}
+	}()
+	// Settle an earlier attempt first (a source it left fenced is unfenced as
+	// soon as it can be reached); that needs no stream, so it does not wait
+	// for one that may have ended with the attempt.
+	done, err := cutover.Resume(ctx, cutover.NewPG(s.move(in.Move), nil, fences, h, j), j)
+	if err != nil {
+		return res, 0, fmt.Errorf("resume cutover of move %s: %w", spec.ID, err)
 	}
 	if done {
 		cur, err := store.Current(ctx)
 		if err != nil {
-			return workflows.CutoverResult{}, fmt.Errorf("read the current topology: %w", err)
+			return res, 0, fmt.Errorf("read the current topology: %w", err)
 		}
-		return workflows.CutoverResult{Version: cur.Version}, nil
+		res.Version = cur.Version
+		return res, 0, nil
+	}
+	st, err := a.stream(ctx, spec.ID, streamWait)
+	if err != nil {
+		return res, 0, err
 	}
 	budget := in.Budget
 	if budget <= 0 {
 		budget = workflows.DefaultCutoverBudget
 	}
-	res, err := cutover.Run(ctx, pg, j, cutover.Options{Budget: budget})
+	r, err := cutover.Run(ctx, cutover.NewPG(s.move(in.Move), st, fences, h, j), j, cutover.Options{Budget: budget})
 	if err != nil {
-		return workflows.CutoverResult{}, fmt.Errorf("cutover of move %s: %w", spec.ID, err)
+		return res, 0, fmt.Errorf("cutover of move %s: %w", spec.ID, err)
 	}
-	return workflows.CutoverResult{WritePause: res.WritePause, Version: res.Version}, nil
+	res.WritePause, res.Version = r.WritePause, r.Version
+	return res, 0, nil
 }
 
 // StopForward drops the forward stream's slot and publication on the source

@@ -47,19 +47,23 @@ func (m Move) check() error {
 // reverse stream for a rollback's reverse cutover — then pass m.Reversed()),
 // and the handover h published in fences' store, by the attempt of journal
 // j (its Claim: an older attempt publishes nothing); fences are derived from
-// the control database by fence.Reconcile.
+// the control database by fence.Reconcile. With s nil the actions can settle
+// an earlier attempt (Resume) but not drain.
 func NewPG(m Move, s cdc.Controller, fences fence.Control, h Handover, j PGJournal) *PG {
 	store := fences.Store
 	guard := j.Guard()
-	return &PG{
+	p := &PG{
 		Source: m.Source, Target: m.Target, From: m.From, To: m.To, Set: m.Set, Ranges: m.Ranges, Move: m.ID, Fences: fences, Epoch: j.Epoch,
-		DrainFunc: func(ctx context.Context, marker string, _ time.Duration) error {
-			_, err := s.DrainToMarker(ctx, marker)
-			return err
-		},
 		PublishFunc:   func(ctx context.Context) (int64, error) { return h.PublishGuarded(ctx, store, guard) },
 		PublishedFunc: func(ctx context.Context) (bool, error) { return h.Published(ctx, store) },
 	}
+	if s != nil {
+		p.DrainFunc = func(ctx context.Context, marker string, _ time.Duration) error {
+			_, err := s.DrainToMarker(ctx, marker)
+			return err
+		}
+	}
+	return p
 }
 
 // PrepareReverse creates the GRACE reverse stream's publication and slot on

@@ -43,6 +43,12 @@ const (
 	ErrTypeBadInput     = "BadInput"
 	ErrTypeCollision    = "Collision"
 	ErrTypeSchemaChange = "SchemaChange"
+	// ErrTypeNoStream: a phase activity needs the move's CDC stream in its
+	// worker and the stream is not running there (it ended: its source
+	// crashed, say). The workflow restarts the stream and runs the activity
+	// again at once, instead of letting the activity's retries wait for a
+	// stream that will not come back by itself.
+	ErrTypeNoStream = "NoStream"
 )
 
 // PlanResult is the plan of a migration: the moves, grouped by (source,
@@ -144,10 +150,24 @@ type CutoverInput struct {
 	Budget time.Duration `json:"budget"`
 }
 
-// CutoverResult is a completed cutover.
+// CutoverResult is a completed cutover; an aborted attempt returns it as
+// the details of its ErrTypeCutoverAborted error (Pauses only).
 type CutoverResult struct {
+	// WritePause is the pause of the attempt that succeeded.
 	WritePause time.Duration `json:"write_pause"`
 	Version    int64         `json:"version"`
+	// Pauses counts every attempt of the move so far (from its journal).
+	Pauses WritePauses `json:"pauses"`
+}
+
+// WritePauses is what a move's cutover attempts have cost the application:
+// every interval during which its ranges were fenced on the source and not
+// yet writable on the target, aborted attempts included.
+type WritePauses struct {
+	Total   time.Duration `json:"total"`
+	Longest time.Duration `json:"longest"`
+	// Attempts that fenced the source.
+	Attempts int `json:"fenced_attempts"`
 }
 
 // CleanupResult is what CLEANUP (or a rollback) deleted.

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/reshard/reshard/keyspace"
@@ -178,10 +179,13 @@ type MoveState struct {
 	CopyDone    bool           `json:"copy_done"`
 	LagBytes    int64          `json:"lag_bytes"`
 	Verify      *VerifySummary `json:"verify,omitempty"`
-	WritePause  time.Duration  `json:"write_pause"`
-	Attempts    int            `json:"cutover_attempts"`
-	Timings     []PhaseTiming  `json:"timings"`
-	Error       string         `json:"error,omitempty"`
+	// WritePause is the pause of the cutover attempt that succeeded;
+	// Pauses sums every attempt's, aborted ones included.
+	WritePause time.Duration `json:"write_pause"`
+	Pauses     WritePauses   `json:"write_pauses"`
+	Attempts   int           `json:"cutover_attempts"`
+	Timings    []PhaseTiming `json:"timings"`
+	Error      string        `json:"error,omitempty"`
 	// Stopped: an error no retry fixes stopped the move in its phase (Error
 	// says which and what to do); resume runs the phase again, rollback
 	// undoes the move.
@@ -191,6 +195,24 @@ type MoveState struct {
 	// activities of the move being retried and their last failure (a shard
 	// down, a password changed), which the workflow itself cannot see.
 	Retrying string `json:"retrying,omitempty"`
+}
+
+// PauseText is how a move's write pause is shown everywhere (status, the
+// Temporal UI's details, the demo): the sum over its cutover attempts, with
+// their number and the longest when there was more than one; "" when no
+// attempt fenced anything yet.
+func (m MoveState) PauseText() string {
+	r := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
+	p := m.Pauses
+	switch {
+	case p.Attempts == 0 && m.WritePause > 0: // a move from before pauses were summed
+		return r(m.WritePause)
+	case p.Attempts == 0:
+		return ""
+	case p.Attempts == 1:
+		return r(p.Total)
+	}
+	return fmt.Sprintf("%s over %d attempts (longest %s)", r(p.Total), p.Attempts, r(p.Longest))
 }
 
 // MigrationState is the progress of a migration (the Migration workflow's

@@ -244,9 +244,9 @@ func movesTable(moves []MoveState) string {
 				v = fmt.Sprintf("**FAILED** (%d rows differ)", m.Verify.Mismatches)
 			}
 		}
-		wp := "—"
-		if m.WritePause > 0 {
-			wp = m.WritePause.Round(time.Millisecond).String()
+		wp := m.PauseText()
+		if wp == "" {
+			wp = "—"
 		}
 		phase := string(m.Phase)
 		if m.Paused {

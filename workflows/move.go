@@ -85,6 +85,10 @@ type moveRun struct {
 	cdcCancel workflow.CancelFunc
 	cdcFut    workflow.Future
 	cdcStarts int
+	// cdcStartedAt is when the stream was last started, cdcFailures how
+	// many times in a row it ended within cdcHealthyAfter of its start.
+	cdcStartedAt time.Time
+	cdcFailures  int
 }
 
 // Move drives one move through its phases.
@@ -406,9 +410,23 @@ func (m *moveRun) ensureCDC(ctx workflow.Context) error {
 	}
 	m.stopCDC(ctx)
 	if m.cdcStarts > 0 {
-		// Do not spin against a dead or refusing server.
-		if err := workflow.Sleep(ctx, min(time.Duration(m.cdcStarts)*2*time.Second, 30*time.Second)); err != nil {
-			return err
+		delay := min(time.Duration(m.cdcStarts)*2*time.Second, 30*time.Second)
+		if workflow.GetVersion(ctx, "cdc-restart-at-once", workflow.DefaultVersion, 1) >= 1 {
+			// A stream that ran a while before it ended (its source
+			// restarted, its worker died) is restarted at once: a cutover
+			// may be waiting for it. Only a stream that keeps failing
+			// right after its start backs off, not to spin against a dead
+			// or refusing server.
+			if workflow.Now(ctx).Sub(m.cdcStartedAt) >= cdcHealthyAfter {
+				m.cdcFailures = 0
+			}
+			delay = min(time.Duration(m.cdcFailures)*2*time.Second, 30*time.Second)
+			m.cdcFailures++
+		}
+		if delay > 0 {
+			if err := workflow.Sleep(ctx, delay); err != nil {
+				return err
+			}
 		}
 	}
 	hb := heartbeatTimeout(m.in.Request)
@@ -430,8 +448,13 @@ func (m *moveRun) ensureCDC(ctx workflow.Context) error {
 	})
 	m.cdcFut = workflow.ExecuteActivity(actx, ActivityRunCDC, CDCInput{Move: m.ref, L0: m.l0})
 	m.cdcStarts++
+	m.cdcStartedAt = workflow.Now(ctx)
 	return nil
 }
+
+// cdcHealthyAfter: a stream that ran this long before it ended was healthy;
+// the next one starts without a backoff.
+const cdcHealthyAfter = 30 * time.Second
 
 func (m *moveRun) sessionBroken() bool {
 	if m.cdcFut != nil && m.cdcFut.IsReady() {
@@ -471,7 +494,9 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 		if err == nil {
 			return nil
 		}
-		if m.sessionBroken() || errors.Is(err, workflow.ErrSessionFailed) {
+		var appErr *temporal.ApplicationError
+		noStream := errors.As(err, &appErr) && appErr.Type() == ErrTypeNoStream
+		if m.sessionBroken() || errors.Is(err, workflow.ErrSessionFailed) || noStream {
 			if attempt < 50 {
 				workflow.GetLogger(ctx).Warn("session lost; retrying in a new one", "move", m.in.Spec.ID, "activity", name, "error", err)
 				continue
@@ -568,6 +593,10 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	var appErr *temporal.ApplicationError
 	if err != nil && errors.As(err, &appErr) && appErr.Type() == ErrTypeCutoverAborted {
 		m.state.Error = appErr.Error()
+		var aborted CutoverResult
+		if appErr.HasDetails() && appErr.Details(&aborted) == nil {
+			m.state.Pauses = aborted.Pauses
+		}
 		if err := m.to(ctx, PhaseCDCCatchUp); err != nil {
 			return err
 		}
@@ -578,6 +607,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	}
 	m.state.Error = ""
 	m.state.WritePause = res.WritePause
+	m.state.Pauses = res.Pauses
 	m.stopCDC(ctx)
 	sactx := m.opts(ctx, "drop the forward slot", 10*time.Minute, 0)
 	if err := workflow.ExecuteActivity(sactx, ActivityStopForward, m.ref).Get(ctx, nil); err != nil {

@@ -623,3 +623,39 @@ func TestThrottleReachesTheNextSlice(t *testing.T) {
 		t.Fatalf("last slice ran with %+v", in.Throttle)
 	}
 }
+
+// A cutover activity that finds no stream in its worker is run again at once
+// (not counted as an attempt); an aborted attempt's pauses reach the state
+// at once, and the final state has every attempt's.
+func TestCutoverPausesAcrossAttempts(t *testing.T) {
+	env, f := newEnv(t)
+	aborted := WritePauses{Total: 247 * time.Second, Longest: 247 * time.Second, Attempts: 1}
+	var seen *MoveState
+	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
+		switch n {
+		case 1:
+			return CutoverResult{}, temporal.NewNonRetryableApplicationError("no stream", ErrTypeNoStream, nil)
+		case 2:
+			return CutoverResult{}, temporal.NewNonRetryableApplicationError("drain failed", ErrTypeCutoverAborted, nil, CutoverResult{Pauses: aborted})
+		}
+		return CutoverResult{WritePause: 30 * time.Millisecond, Pauses: WritePauses{Total: aborted.Total + 30*time.Millisecond, Longest: aborted.Longest, Attempts: 2}}, nil
+	}
+	f.verify = func(in VerifyInput, n int) (VerifySummary, error) {
+		if n == 2 { // the verify after the aborted attempt
+			var st MoveState
+			if v, err := env.QueryWorkflow(QueryState); err == nil && v.Get(&st) == nil {
+				seen = &st
+			}
+		}
+		return VerifySummary{Passed: true, Rows: 200}, nil
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	if seen == nil || seen.Pauses != aborted {
+		t.Fatalf("state after the aborted attempt: %+v", seen)
+	}
+	want := WritePauses{Total: aborted.Total + 30*time.Millisecond, Longest: aborted.Longest, Attempts: 2}
+	if st.Phase != PhaseDone || st.Attempts != 2 || st.WritePause != 30*time.Millisecond || st.Pauses != want || f.count(ActivityCutover+"/t_m1") != 3 {
+		t.Fatalf("move %s after %d attempts (%d activity runs): pause %s, pauses %+v", st.Phase, st.Attempts, f.count(ActivityCutover+"/t_m1"), st.WritePause, st.Pauses)
+	}
+}

@@ -363,8 +363,8 @@ func (s demoSummary) print(out io.Writer) {
 		} else {
 			verified += m.Verify.Rows
 		}
-		if m.WritePause > 0 {
-			pauses = append(pauses, m.WritePause)
+		if p := max(m.Pauses.Total, m.WritePause); p > 0 {
+			pauses = append(pauses, p) // every attempt's pause, aborted ones included
 		}
 		for _, t := range m.Timings {
 			if !t.End.IsZero() {
@@ -413,7 +413,7 @@ func (s demoSummary) print(out io.Writer) {
 		fmt.Fprintf(w, "write pause\tp50 %s, p99 %s, max %s over %d cutovers\n", pct(pauses, 0.50), pct(pauses, 0.99), pauses[len(pauses)-1].Round(time.Millisecond), len(pauses))
 	}
 	for _, m := range st.Moves {
-		fmt.Fprintf(w, "  %s → %s\t%s, %d rows copied, write pause %s\n", m.Spec.Source, m.Spec.Target, m.Phase, m.RowsCopied, m.WritePause.Round(time.Millisecond))
+		fmt.Fprintf(w, "  %s → %s\t%s, %d rows copied, write pause %s\n", m.Spec.Source, m.Spec.Target, m.Phase, m.RowsCopied, m.PauseText())
 	}
 	verdict := "FAILED"
 	if verifyOK {

@@ -387,7 +387,8 @@ func TestStatusView(t *testing.T) {
 			{Spec: workflows.MoveSpec{Source: "shard2", Target: "shard5", EstRows: 800}, Phase: workflows.PhaseVerify, RowsCopied: 800, CopyDone: true, LagBytes: 2048,
 				Verify: &workflows.VerifySummary{Passed: false, Mismatches: 2, Samples: []string{"missing users id=42"}}},
 			{Spec: workflows.MoveSpec{Source: "shard3", Target: "shard5", EstRows: 10}, Phase: workflows.PhaseGrace, RowsCopied: 10, CopyDone: true,
-				Verify: &workflows.VerifySummary{Passed: true, Rows: 10}, WritePause: 412 * time.Millisecond, Attempts: 2, Paused: true},
+				Verify: &workflows.VerifySummary{Passed: true, Rows: 10}, WritePause: 412 * time.Millisecond, Attempts: 2, Paused: true,
+				Pauses: workflows.WritePauses{Total: 2412 * time.Millisecond, Longest: 2 * time.Second, Attempts: 2}},
 		},
 	}
 	var b strings.Builder
@@ -398,7 +399,7 @@ func TestStatusView(t *testing.T) {
 		"add-node shard5  throttle 100 rows/s",
 		"shard1 → shard5", "[=====               ]  25%", "250/1000 rows", "30s", // 25 rows/s so far, 750 left
 		"FAILED: 2 mismatch(es) e.g. missing users id=42", "2.0 KiB",
-		"GRACE (paused)", "passed (10 rows)", "412ms (2 attempts)",
+		"GRACE (paused)", "passed (10 rows)", "2.412s over 2 attempts (longest 2s)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)

@@ -233,12 +233,9 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 			}
 		}
 	}
-	v.Pause = "-"
-	if m.WritePause > 0 {
-		v.Pause = m.WritePause.Round(time.Millisecond).String()
-		if m.Attempts > 1 {
-			v.Pause += fmt.Sprintf(" (%d attempts)", m.Attempts)
-		}
+	v.Pause = m.PauseText()
+	if v.Pause == "" {
+		v.Pause = "-"
 	}
 	return v
 }
