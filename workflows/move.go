@@ -495,7 +495,16 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 			return nil
 		}
 		var appErr *temporal.ApplicationError
-		noStream := errors.As(err, &appErr) && appErr.Type() == ErrTypeNoStream
+		isApp := errors.As(err, &appErr)
+		noStream := isApp && appErr.Type() == ErrTypeNoStream
+		// An activity that ran and gave its verdict (an aborted cutover, a
+		// failed verify) is not run again because the stream ended
+		// meanwhile: the caller acts on the verdict, and the stream is
+		// restarted by the next activity that needs it.
+		if isApp && appErr.NonRetryable() && !noStream &&
+			workflow.GetVersion(ctx, "session-keeps-verdict", workflow.DefaultVersion, 1) >= 1 {
+			return err
+		}
 		if m.sessionBroken() || errors.Is(err, workflow.ErrSessionFailed) || noStream {
 			if attempt < 50 {
 				workflow.GetLogger(ctx).Warn("session lost; retrying in a new one", "move", m.in.Spec.ID, "activity", name, "error", err)

@@ -1,0 +1,170 @@
+//go:build e2e
+
+package e2e
+
+// Availability under infrastructure faults (issue #17): how long writes to a
+// move's ranges are refused when the source crashes inside the cutover's
+// write pause, measured by a probe writing through the router, against the
+// goal: the cutover budget + the time the source is unreachable + 2 s.
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// probe writes one key through the router every 20 ms and remembers when
+// writes failed.
+type probe struct {
+	mu     sync.Mutex
+	lastOK time.Time
+	// windows are the intervals from the last success before a failure to
+	// the first success after it.
+	windows  []time.Duration
+	failing  bool
+	failures int
+	lastErr  error
+}
+
+func (c *cluster) startProbe(ctx context.Context, key int64) *probe {
+	r, err := topology.NewRouter(ctx, c.store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { _ = r.Run(ctx) }()
+	p := &probe{lastOK: time.Now()}
+	go func() {
+		for ctx.Err() == nil {
+			wctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := r.Do(wctx, key, func(ctx context.Context, pool *pgxpool.Pool) error {
+				_, err := pool.Exec(ctx, `UPDATE users SET balance = balance + 1 WHERE id = $1`, key)
+				return err
+			})
+			cancel()
+			now := time.Now()
+			p.mu.Lock()
+			switch {
+			case ctx.Err() != nil:
+			case err == nil && p.failing:
+				p.windows = append(p.windows, now.Sub(p.lastOK))
+				p.failing, p.lastOK = false, now
+			case err == nil:
+				p.lastOK = now
+			default:
+				p.failing, p.lastErr = true, err
+				p.failures++
+			}
+			p.mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return p
+}
+
+func (p *probe) longest() (time.Duration, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var l time.Duration
+	for _, w := range p.windows {
+		l = max(l, w)
+	}
+	return l, p.failures
+}
+
+// TestFaultSourceCrashInsideCutover crashes a move's source while its
+// cutover has it fenced (a transaction left open keeps the cutover in its
+// in-flight wait, so the crash lands inside the write pause), and starts it
+// again 10 s later. The attempt aborts; its source must be unfenced as soon
+// as it is back (not after the activity's retries and a stream that is
+// gone), the next attempt cuts over, status reports every attempt's pause,
+// and nothing acknowledged is lost.
+func TestFaultSourceCrashInsideCutover(t *testing.T) {
+	wall(t)
+	c := newCluster(t, 5_000)
+	victimShard := shard(2)
+	c.durable(victimShard)
+	c.startWorker()
+	c.startWriters()
+	req := c.request("f_srccrash")
+	req.RequireApproval = true // the blocker below must not hold back verify's slot
+	budget := req.WithDefaults().CutoverBudget
+	run := c.start(req)
+	deadline := time.Now().Add(6 * time.Minute)
+	var mv workflows.MoveSpec
+	c.waitFor(run, deadline, "the move out of "+victimShard+" waiting in CUTOVER", func(st workflows.MigrationState) bool {
+		for _, m := range st.Moves {
+			if m.Spec.Source == victimShard && m.Phase == workflows.PhaseCutover {
+				mv = m.Spec
+				return true
+			}
+		}
+		return false
+	})
+	key := int64(401)
+	for !ring.ContainsAny(mv.Ranges, ring.TokenInt64(key)) {
+		key++
+	}
+	pctx, stopProbe := context.WithCancel(context.Background())
+	defer stopProbe()
+	p := c.startProbe(pctx, key)
+
+	blocker := c.dbs[victimShard].Conn(t)
+	if _, err := blocker.Exec(context.Background(), `BEGIN; SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	c.approve(run.GetID())
+	for c.ctl.QueryInt64(t, `SELECT count(*) FROM reshard.fence_hold WHERE shard = $1`, victimShard) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cutover never fenced %s: %s", victimShard, c.describe(run.GetID()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the reconcile that fences commits right after the hold
+	crashed := time.Now()
+	restart := c.crashServer(victimShard)
+	time.Sleep(10 * time.Second)
+	restart()
+	unreachable := time.Since(crashed)
+	t.Logf("%s unreachable for %s", victimShard, unreachable.Round(time.Millisecond))
+
+	st := c.wait(run, time.Until(deadline)+time.Minute)
+	stopProbe()
+	c.stopWriters()
+	window, failures := p.longest()
+	goal := budget + unreachable + 2*time.Second
+	t.Logf("writes to a key of move %s refused for %s at most (%d failed writes; last error %v); goal ≤ %s (budget %s + unreachable %s + 2s)",
+		mv.ID, window.Round(time.Millisecond), failures, p.lastErr, goal.Round(time.Millisecond), budget, unreachable.Round(time.Millisecond))
+	for _, m := range st.Moves {
+		if m.Spec.ID == mv.ID {
+			t.Logf("status of move %s: write pause %s, %d cutover attempts", m.Spec.ID, m.PauseText(), m.Attempts)
+			if m.Attempts < 2 || m.Pauses.Attempts != m.Attempts || m.Pauses.Total < m.Pauses.Longest || m.Pauses.Longest < 5*time.Second {
+				t.Errorf("move %s reports pauses %+v; want ≥2 fenced attempts (as many as the move's %d attempts: an aborted attempt is not run again as if its session were lost), the aborted one lasting about as long as the crash", m.Spec.ID, m.Pauses, m.Attempts)
+			}
+		}
+	}
+	if window == 0 {
+		t.Fatalf("the probe never saw a refused write: the crash did not land where the test wants it")
+	}
+	if window > goal {
+		t.Errorf("writes refused for %s, over the goal %s\n%s", window.Round(time.Millisecond), goal.Round(time.Millisecond), c.workerLogs())
+	}
+	if out, err := os.ReadFile(filepath.Join(c.dir, "worker1.log")); err == nil {
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.Contains(l, mv.ID) && (strings.Contains(l, "utover") || strings.Contains(l, "abort") || strings.Contains(l, "stream")) {
+				t.Log(l)
+			}
+		}
+	}
+	checkState(t, st, false)
+	c.checkData(st)
+}
