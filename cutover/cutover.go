@@ -81,6 +81,10 @@ type Result struct {
 // return; the source was unfenced and the cutover can be retried.
 var ErrAborted = errors.New("cutover aborted before publish; the source owns the ranges again and the cutover can be retried")
 
+// budgetSlack is how far past the budget a step before publish may run
+// before its context ends it.
+const budgetSlack = 500 * time.Millisecond
+
 // Run executes one cutover attempt: gates → fence source → wait in-flight →
 // marker → drain → publish → unfence target. Before publish, any failure or an
 // exhausted budget aborts (unfence source) and returns an error wrapping
@@ -111,19 +115,27 @@ func Run(ctx context.Context, a Actions, j Journal, opts Options) (Result, error
 	if err := j.Record(ctx, StepFenceSource, ""); err != nil {
 		return res, fmt.Errorf("journal cutover start: %w", err)
 	}
-	if err := timed(StepFenceSource, func() error { return a.FenceSource(ctx) }); err != nil {
+	// The steps before publish run under the budget (plus a little slack,
+	// so that a step that measures the budget itself reports why it ran
+	// out): a source that stops answering (a network partition hangs a
+	// connection instead of failing it) must not hold the fence longer.
+	fctx, cancel := context.WithTimeout(ctx, opts.Budget+budgetSlack)
+	defer cancel()
+	if err := timed(StepFenceSource, func() error { return a.FenceSource(fctx) }); err != nil {
 		return res, abort(ctx, a, j, err)
 	}
 	fenced := now()
 	remaining := func() time.Duration { return opts.Budget - now().Sub(fenced) }
-	if err := timed(StepWaitInFlight, func() error { return a.WaitInFlight(ctx, remaining()) }); err != nil {
+	pctx, pcancel := context.WithTimeout(ctx, opts.Budget+budgetSlack)
+	defer pcancel()
+	if err := timed(StepWaitInFlight, func() error { return a.WaitInFlight(pctx, remaining()) }); err != nil {
 		return res, abort(ctx, a, j, err)
 	}
 	var marker string
-	if err := timed(StepMarker, func() (err error) { marker, err = a.EmitMarker(ctx); return err }); err != nil {
+	if err := timed(StepMarker, func() (err error) { marker, err = a.EmitMarker(pctx); return err }); err != nil {
 		return res, abort(ctx, a, j, err)
 	}
-	if err := timed(StepDrain, func() error { return a.Drain(ctx, marker, remaining()) }); err != nil {
+	if err := timed(StepDrain, func() error { return a.Drain(pctx, marker, remaining()) }); err != nil {
 		return res, abort(ctx, a, j, err)
 	}
 	if remaining() <= 0 {

@@ -9,6 +9,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,7 +18,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.yaml.in/yaml/v3"
 
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/netfault"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -164,6 +168,122 @@ func TestFaultSourceCrashInsideCutover(t *testing.T) {
 				t.Log(l)
 			}
 		}
+	}
+	checkState(t, st, false)
+	c.checkData(st)
+}
+
+// proxyWorkerTo routes the worker's connections to a shard (plain and
+// replication) through a proxy that can cut them; the application's stay
+// direct. Call it before startWorker.
+func (c *cluster) proxyWorkerTo(name string) *netfault.Proxy {
+	c.t.Helper()
+	db := c.dbs[name]
+	p, err := netfault.Listen(fmt.Sprintf("127.0.0.1:%d", db.Server.Port))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(p.Close)
+	b, err := os.ReadFile(c.config)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var wc devenv.WorkerConfig
+	if err := yaml.Unmarshal(b, &wc); err != nil {
+		c.t.Fatal(err)
+	}
+	from := fmt.Sprintf("127.0.0.1:%d/", db.Server.Port)
+	if !strings.Contains(wc.Shards[name], from) {
+		c.t.Fatalf("the worker's DSN of %s does not name %s", name, from)
+	}
+	wc.Shards[name] = strings.Replace(wc.Shards[name], from, p.Addr()+"/", 1)
+	if b, err = yaml.Marshal(wc); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.WriteFile(c.config, b, 0o600); err != nil {
+		c.t.Fatal(err)
+	}
+	return p
+}
+
+// TestFaultWorkerCutOffFromSourceInCutover cuts the network between the
+// worker and a move's source for 20 s from the moment its cutover fences the
+// source (the application still reaches the source). The attempt cannot
+// finish; its source must be unfenced as soon as the worker reaches it
+// again, so writes are refused for at most the budget + 20 s + 2 s.
+func TestFaultWorkerCutOffFromSourceInCutover(t *testing.T) {
+	wall(t)
+	c := newCluster(t, 5_000)
+	victimShard := shard(3)
+	proxy := c.proxyWorkerTo(victimShard)
+	c.startWorker()
+	c.startWriters()
+	req := c.request("f_partition")
+	req.RequireApproval = true
+	budget := req.WithDefaults().CutoverBudget
+	run := c.start(req)
+	deadline := time.Now().Add(6 * time.Minute)
+	var mv workflows.MoveSpec
+	c.waitFor(run, deadline, "the move out of "+victimShard+" waiting in CUTOVER", func(st workflows.MigrationState) bool {
+		for _, m := range st.Moves {
+			if m.Spec.Source == victimShard && m.Phase == workflows.PhaseCutover {
+				mv = m.Spec
+				return true
+			}
+		}
+		return false
+	})
+	key := int64(401)
+	for !ring.ContainsAny(mv.Ranges, ring.TokenInt64(key)) {
+		key++
+	}
+	pctx, stopProbe := context.WithCancel(context.Background())
+	defer stopProbe()
+	p := c.startProbe(pctx, key)
+	// A transaction left open keeps the cutover in its in-flight wait, so
+	// that the cut lands inside the write pause.
+	blocker := c.dbs[victimShard].Conn(t)
+	if _, err := blocker.Exec(context.Background(), `BEGIN; SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	c.approve(run.GetID())
+	for c.ctl.QueryInt64(t, `SELECT count(*) FROM reshard.fence_hold WHERE shard = $1`, victimShard) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cutover never fenced %s: %s", victimShard, c.describe(run.GetID()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	proxy.Cut()
+	cut := time.Now()
+	if _, err := blocker.Exec(context.Background(), `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	const partition = 20 * time.Second
+	time.Sleep(partition)
+	proxy.Heal()
+	t.Logf("worker cut off from %s for %s", victimShard, time.Since(cut).Round(time.Millisecond))
+
+	st := c.wait(run, time.Until(deadline)+time.Minute)
+	stopProbe()
+	c.stopWriters()
+	window, failures := p.longest()
+	goal := budget + partition + 2*time.Second
+	t.Logf("writes to a key of move %s refused for %s at most (%d failed writes; last error %v); goal ≤ %s (budget %s + partition %s + 2s)",
+		mv.ID, window.Round(time.Millisecond), failures, p.lastErr, goal, budget, partition)
+	for _, m := range st.Moves {
+		if m.Spec.ID == mv.ID {
+			t.Logf("status of move %s: write pause %s, %d cutover attempts", m.Spec.ID, m.PauseText(), m.Attempts)
+			if m.Attempts < 2 || m.Pauses.Attempts != m.Attempts || m.Pauses.Longest < partition/2 {
+				t.Errorf("move %s reports pauses %+v over %d attempts; want the aborted attempt's pause (about the partition) counted", m.Spec.ID, m.Pauses, m.Attempts)
+			}
+		}
+	}
+	if window == 0 {
+		t.Fatalf("the probe never saw a refused write: the cut did not land where the test wants it")
+	}
+	if window > goal {
+		t.Errorf("writes refused for %s, over the goal %s\n%s", window.Round(time.Millisecond), goal, c.workerLogs())
 	}
 	checkState(t, st, false)
 	c.checkData(st)
