@@ -367,7 +367,8 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 	if err != nil {
 		return workflows.VerifySummary{}, fmt.Errorf("verify move %s: %w", in.Move.Spec.ID, err)
 	}
-	sum := workflows.VerifySummary{Passed: rep.OK(), Rows: rep.Rows, ReusedRows: rep.ReusedRows, Mismatches: rep.Mismatches(), RowsPerSec: rep.RowsPerSecond}
+	sum := workflows.VerifySummary{Passed: rep.OK(), Rows: rep.Rows, ReusedRows: rep.ReusedRows, ReusedLSN: rep.ReusedLSN, ReusedAt: rep.ReusedAt,
+		Mismatches: rep.Mismatches(), RowsPerSec: rep.RowsPerSecond, Problem: rep.Problem}
 	for _, t := range rep.Tables {
 		for _, mm := range t.AllKeys() {
 			if len(sum.Samples) < 20 {
@@ -376,9 +377,11 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 		}
 	}
 	if !sum.Passed {
-		return sum, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("verify of move %s found %d differing rows at LSN %s (e.g. %v)", in.Move.Spec.ID, sum.Mismatches, rep.LSN, sum.Samples),
-			workflows.ErrTypeVerification, nil, sum)
+		msg := fmt.Sprintf("verify of move %s found %d differing rows at LSN %s (e.g. %v)", in.Move.Spec.ID, sum.Mismatches, rep.LSN, sum.Samples)
+		if sum.Problem != "" {
+			msg = fmt.Sprintf("verify of move %s %s", in.Move.Spec.ID, sum.Problem)
+		}
+		return sum, temporal.NewNonRetryableApplicationError(msg, workflows.ErrTypeVerification, nil, sum)
 	}
 	return sum, nil
 }

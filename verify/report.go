@@ -44,8 +44,15 @@ type Report struct {
 	// ReusedRows are the rows of chunks accepted from an earlier attempt of
 	// the run (verified at an earlier LSN, see each chunk's), not compared
 	// again.
-	ReusedRows int64         `json:"reused_rows,omitempty"`
-	Tables     []TableReport `json:"tables"`
+	ReusedRows int64 `json:"reused_rows,omitempty"`
+	// ReusedLSN and ReusedAt are the oldest of the reused chunks: the
+	// position and the time that part of the verdict dates from.
+	ReusedLSN string        `json:"reused_lsn,omitempty"`
+	ReusedAt  time.Time     `json:"reused_at,omitzero"`
+	Tables    []TableReport `json:"tables"`
+	// Problem, when set, is why the verify cannot pass although no row
+	// differs (it compared nothing while the source has rows to compare).
+	Problem string `json:"problem,omitempty"`
 }
 
 // TableReport is one table: totals per moving range and every chunk.
@@ -102,7 +109,7 @@ func (r *Report) Mismatches() int64 {
 }
 
 // OK reports whether source and target agree on every moving row.
-func (r *Report) OK() bool { return r.Mismatches() == 0 }
+func (r *Report) OK() bool { return r.Mismatches() == 0 && r.Problem == "" }
 
 // AllKeys lists the sampled differing rows of a table, chunk by chunk.
 func (t TableReport) AllKeys() []Mismatch {

@@ -145,6 +145,9 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 		for _, c := range rep.Tables[i].Chunks {
 			if c.Resumed {
 				rep.ReusedRows += c.Rows
+				if rep.ReusedAt.IsZero() || c.VerifiedAt.Before(rep.ReusedAt) {
+					rep.ReusedAt, rep.ReusedLSN = c.VerifiedAt, c.LSN
+				}
 			} else {
 				rep.Rows += c.Rows
 			}
@@ -152,6 +155,20 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 	}
 	if s := rep.Duration.Seconds(); s > 0 {
 		rep.RowsPerSecond = float64(rep.Rows) / s
+	}
+	if rep.Rows+rep.ReusedRows == 0 {
+		// Comparing nothing proves nothing: a plan made while the ranges
+		// were empty, resumed after rows arrived, must not pass.
+		for _, q := range qs {
+			var any bool
+			if err := src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+q.from+` WHERE `+q.pred+`)`).Scan(&any); err != nil {
+				return nil, fmt.Errorf("verify: check that %s has no row in the ranges on the source: %w", q.t, err)
+			}
+			if any {
+				rep.Problem = fmt.Sprintf("compared no row, but %s has rows in the moving ranges on the source: verify again with a new run", q.t)
+				break
+			}
+		}
 	}
 	return rep, nil
 }

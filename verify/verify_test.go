@@ -377,3 +377,34 @@ func TestHolderSeesBothSidesAtTheSlotLSN(t *testing.T) {
 		t.Fatalf("after the writes: %v, %d mismatches, want 900001 missing and 900002 extra", err, rep.Mismatches())
 	}
 }
+
+// A verify run planned while the ranges were empty, resumed after rows
+// arrived on the source, compares nothing: it must not pass.
+func TestNothingComparedDoesNotPass(t *testing.T) {
+	ctx := context.Background()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, usersSrc)
+	dst.Exec(t, usersSrc)
+	ranges := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	opts := Options{RunID: "empty-then-not", Set: introspect(t, src, usersSpec), Ranges: ranges}
+	rep, err := Run(ctx, src.Pool, dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Rows != 0 {
+		t.Fatalf("verify of two empty tables: ok %v, %d rows, problem %q", rep.OK(), rep.Rows, rep.Problem)
+	}
+	src.Exec(t, usersFill, 1, 100)
+	dst.Exec(t, usersFill, 1, 100)
+	rep, err = Run(ctx, src.Pool, dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("resumed verify: %d rows compared, %d reused, problem %q", rep.Rows, rep.ReusedRows, rep.Problem)
+	if rep.Rows+rep.ReusedRows == 0 && (rep.OK() || !strings.Contains(rep.Problem, "compared no row")) {
+		t.Fatalf("a resumed verify that compared nothing of 100 source rows passed: ok %v, problem %q", rep.OK(), rep.Problem)
+	}
+	if rep.Rows+rep.ReusedRows > 0 && rep.Rows+rep.ReusedRows != 100 {
+		t.Fatalf("compared %d + %d reused rows of 100", rep.Rows, rep.ReusedRows)
+	}
+}

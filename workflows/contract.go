@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/reshard/reshard/keyspace"
@@ -163,10 +164,36 @@ type VerifySummary struct {
 	// ReusedRows were accepted from an earlier attempt of the same verify
 	// run (a worker died in it, or a cutover aborted after it), verified
 	// then at an earlier LSN and not compared again.
-	ReusedRows int64    `json:"reused_rows,omitempty"`
-	Mismatches int64    `json:"mismatches"`
-	Samples    []string `json:"samples,omitempty"` // "missing users id=42"
-	RowsPerSec float64  `json:"rows_per_sec"`
+	ReusedRows int64 `json:"reused_rows,omitempty"`
+	// ReusedLSN and ReusedAt: the oldest reused chunk's position and time.
+	ReusedLSN  string    `json:"reused_lsn,omitempty"`
+	ReusedAt   time.Time `json:"reused_at,omitzero"`
+	Mismatches int64     `json:"mismatches"`
+	Samples    []string  `json:"samples,omitempty"` // "missing users id=42"
+	RowsPerSec float64   `json:"rows_per_sec"`
+	// Problem: why it failed although no row differs (it compared nothing
+	// of a non-empty range).
+	Problem string `json:"problem,omitempty"`
+}
+
+// Text is how a verify result is shown everywhere (status, the Temporal
+// UI's details): what was compared, what was reused from an earlier attempt
+// and how old that is, or why it failed.
+func (v VerifySummary) Text(now time.Time) string {
+	switch {
+	case !v.Passed && v.Problem != "":
+		return "FAILED: " + v.Problem
+	case !v.Passed:
+		s := fmt.Sprintf("FAILED: %d mismatch(es)", v.Mismatches)
+		if len(v.Samples) > 0 {
+			s += " e.g. " + strings.Join(v.Samples[:min(3, len(v.Samples))], "; ")
+		}
+		return s
+	case v.ReusedRows > 0:
+		return fmt.Sprintf("passed (%d rows compared, %d reused from an earlier attempt at LSN %s, %s ago)",
+			v.Rows, v.ReusedRows, v.ReusedLSN, now.Sub(v.ReusedAt).Round(time.Second))
+	}
+	return fmt.Sprintf("passed (%d rows)", v.Rows)
 }
 
 // MoveState is the progress of one move (the Move workflow's state query).

@@ -218,7 +218,7 @@ func (r *migrationRun) details(ctx workflow.Context) {
 		b.WriteString("**paused**\n\n")
 	}
 	if len(r.state.Moves) > 0 {
-		b.WriteString(movesTable(r.state.Moves))
+		b.WriteString(movesTable(r.state.Moves, workflow.Now(ctx)))
 	}
 	if r.state.Error != "" {
 		fmt.Fprintf(&b, "\n**error:** %s\n", r.state.Error)
@@ -228,21 +228,14 @@ func (r *migrationRun) details(ctx workflow.Context) {
 
 // movesTable renders moves as the markdown table of the UI's current
 // details.
-func movesTable(moves []MoveState) string {
+func movesTable(moves []MoveState, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("| move | source → target | ranges | phase | rows copied / est. | lag | verify | write pause |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|\n")
 	for _, m := range moves {
 		v := "—"
 		if m.Verify != nil {
-			if m.Verify.Passed {
-				v = fmt.Sprintf("passed (%d rows)", m.Verify.Rows)
-				if m.Verify.ReusedRows > 0 {
-					v = fmt.Sprintf("passed (%d rows compared, %d reused from an earlier verify of this run)", m.Verify.Rows, m.Verify.ReusedRows)
-				}
-			} else {
-				v = fmt.Sprintf("**FAILED** (%d rows differ)", m.Verify.Mismatches)
-			}
+			v = m.Verify.Text(now)
 		}
 		wp := m.PauseText()
 		if wp == "" {

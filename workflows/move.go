@@ -309,7 +309,7 @@ func (m *moveRun) notify(ctx workflow.Context, force bool) {
 }
 
 func (m *moveRun) details(ctx workflow.Context) {
-	workflow.SetCurrentDetails(ctx, "### move "+m.in.Spec.ID+"\n\n"+movesTable([]MoveState{m.state}))
+	workflow.SetCurrentDetails(ctx, "### move "+m.in.Spec.ID+"\n\n"+movesTable([]MoveState{m.state}, workflow.Now(ctx)))
 }
 
 // opts are the activity options of a phase; long activities heartbeat.

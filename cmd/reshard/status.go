@@ -221,17 +221,7 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 	v.ETA = copyETA(m, throttle, now)
 	v.Verify = "-"
 	if m.Verify != nil {
-		if m.Verify.Passed {
-			v.Verify = fmt.Sprintf("passed (%d rows)", m.Verify.Rows)
-			if m.Verify.ReusedRows > 0 {
-				v.Verify = fmt.Sprintf("passed (%d rows compared, %d reused from an earlier verify of this run)", m.Verify.Rows, m.Verify.ReusedRows)
-			}
-		} else {
-			v.Verify = fmt.Sprintf("FAILED: %d mismatch(es)", m.Verify.Mismatches)
-			if len(m.Verify.Samples) > 0 {
-				v.Verify += " e.g. " + strings.Join(m.Verify.Samples[:min(3, len(m.Verify.Samples))], "; ")
-			}
-		}
+		v.Verify = m.Verify.Text(now)
 	}
 	v.Pause = m.PauseText()
 	if v.Pause == "" {

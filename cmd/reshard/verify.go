@@ -85,6 +85,9 @@ Exit status: 0 equal, 1 rows differ (or the comparison failed), 2 bad input.`,
 			} else if err := rep.Table(out); err != nil {
 				return err
 			}
+			if rep.Problem != "" {
+				return fmt.Errorf("%w: %s", errMismatch, rep.Problem)
+			}
 			if !rep.OK() {
 				return fmt.Errorf("%w: %d rows", errMismatch, rep.Mismatches())
 			}
