@@ -322,3 +322,26 @@ func TestAbortUnfencesSourceAsSoonAsItIsBack(t *testing.T) {
 		t.Fatalf("pauses after a second attempt %+v (after the first %+v)", ps2, ps)
 	}
 }
+
+// OpenPause: what the worker's gauge reshard_cutover_open_write_pause_seconds
+// reports, from the journal.
+func TestOpenPause(t *testing.T) {
+	ctx := context.Background()
+	e := newCutoverEnv(t)
+	if d, err := OpenPause(ctx, e.ctl.Pool); err != nil || d != 0 {
+		t.Fatalf("no cutover yet: %s %v", d, err)
+	}
+	if err := e.journal.Record(ctx, StepFenceSource, ""); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if d, err := OpenPause(ctx, e.ctl.Pool); err != nil || d < 100*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("fenced 100ms ago: %s %v", d, err)
+	}
+	if err := e.journal.Record(ctx, StepAbort, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := OpenPause(ctx, e.ctl.Pool); err != nil || d != 0 {
+		t.Fatalf("after the abort: %s %v", d, err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/internal/pgddl"
@@ -148,4 +149,27 @@ func (j PGJournal) Pauses(ctx context.Context) (PauseSummary, error) {
 		return PauseSummary{}, fmt.Errorf("read the control database's clock: %w", err)
 	}
 	return Pauses(h, now), nil
+}
+
+// OpenPause is the longest write pause open right now over every move of
+// the control database: the time since the last fence-source record of each
+// move whose journal ends neither in done nor in abort (a cutover in its
+// write pause, or one that crashed there and is not settled yet). Zero when
+// none is open or no cutover ever ran.
+func OpenPause(ctx context.Context, pool *pgxpool.Pool) (time.Duration, error) {
+	var d time.Duration
+	err := pool.QueryRow(ctx, `
+SELECT coalesce(max(clock_timestamp() - f.at), interval '0')
+FROM (SELECT DISTINCT ON (move) move, step FROM reshard.cutover_journal ORDER BY move, id DESC) last
+CROSS JOIN LATERAL (SELECT at FROM reshard.cutover_journal j
+	WHERE j.move = last.move AND j.step = $1 ORDER BY id DESC LIMIT 1) f
+WHERE last.step NOT IN ($2, $3)`, string(StepFenceSource), string(StepDone), string(StepAbort)).Scan(&d)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // no journal yet
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read the open write pauses: %w", err)
+	}
+	return d, nil
 }

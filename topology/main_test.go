@@ -88,6 +88,15 @@ func counterValue(t *testing.T, c prometheus.Metric) float64 {
 	return m.Gauge.GetValue()
 }
 
+func histogramCount(t *testing.T, h prometheus.Metric) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.Histogram.GetSampleCount()
+}
+
 // keyWithToken finds an integer key whose token satisfies want.
 func keyWithToken(t *testing.T, want func(int64) bool) int64 {
 	t.Helper()

@@ -2,6 +2,7 @@ package topology
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -11,6 +12,8 @@ import (
 type Metrics struct {
 	requests      *prometheus.CounterVec // by ring_version
 	fenceRetries  prometheus.Counter
+	fenceWaits    prometheus.Histogram
+	fencedOuts    prometheus.Counter
 	fallbackReads prometheus.Counter
 	version       prometheus.Gauge
 	refreshes     *prometheus.CounterVec // by source: initial, listen, notify, poll, fence, manual
@@ -30,6 +33,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "reshard_router_fence_retries_total",
 			Help: "Requests retried after a shard refused them with the fence error (SQLSTATE " + FenceSQLState + ").",
 		}),
+		fenceWaits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "reshard_router_fence_wait_seconds",
+			Help:    "Time requests that met a fence spent waiting for it to lift (retrying), whether they then succeeded or gave up.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30},
+		}),
+		fencedOuts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reshard_router_fenced_total",
+			Help: "Requests that gave up on a fence after MaxFenceWait or their deadline (the application got a FencedError).",
+		}),
 		fallbackReads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "reshard_router_fallback_reads_total",
 			Help: "Reads that found nothing on the new owner of a migrating range and were answered by the old owner.",
@@ -48,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.fenceRetries, m.fallbackReads, m.version, m.refreshes, m.stale)
+		reg.MustRegister(m.requests, m.fenceRetries, m.fenceWaits, m.fencedOuts, m.fallbackReads, m.version, m.refreshes, m.stale)
 	}
 	return m
 }
@@ -85,6 +97,18 @@ func (m *Metrics) staleOffer() {
 func (m *Metrics) fenceRetry() {
 	if m != nil {
 		m.fenceRetries.Inc()
+	}
+}
+
+func (m *Metrics) fenceWait(d time.Duration) {
+	if m != nil {
+		m.fenceWaits.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) fencedOut() {
+	if m != nil {
+		m.fencedOuts.Inc()
 	}
 }
 

@@ -32,6 +32,35 @@ func IsFenceError(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == FenceSQLState
 }
 
+// ErrFenced: a write (or read) stayed refused by the fence of its range for
+// as long as the router may wait (RouterOptions.MaxFenceWait, or the
+// caller's deadline). The errors Do returns then are *FencedError, which
+// matches it with errors.Is.
+var ErrFenced = errors.New("range fenced")
+
+// FencedError is what Do and Read return when a fence outlasted the wait
+// they were allowed: nothing was written. The range is in a cutover's write
+// pause that is taking long (its source may be unreachable) or a cutover is
+// stuck; the application may fail the request, queue it, or try again later.
+// It unwraps to the shard's fence error (IsFenceError) and matches ErrFenced.
+type FencedError struct {
+	Shard   string
+	Token   int64
+	Version int64         // the topology version of the last try
+	Waited  time.Duration // from the first fence error to giving up
+	Tries   int
+	Err     error // the last fence error
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("shard %s still fenced for token %d after %d tries over %s (topology version %d); a cutover is in its write pause or stuck: %v",
+		e.Shard, e.Token, e.Tries, e.Waited.Round(time.Millisecond), e.Version, e.Err)
+}
+
+func (e *FencedError) Unwrap() error { return e.Err }
+
+func (e *FencedError) Is(target error) bool { return target == ErrFenced }
+
 // Token is a key already turned into its token; Route and Do accept it in
 // place of a key.
 type Token int64
@@ -46,11 +75,19 @@ type RouterOptions struct {
 	// (a missed notification, a proxy that drops them). Default 5s; negative
 	// disables polling.
 	PollInterval time.Duration
-	// FenceRetries bounds the retries of one Do after fence errors. Default 8.
+	// MaxFenceWait bounds how long one Do (or Read) waits for the fence of
+	// its range to lift, retrying, before it returns a *FencedError; the
+	// caller's context deadline bounds it too, whichever comes first. A
+	// cutover's write pause lasts tens of milliseconds and at most its
+	// budget (--cutover-budget, 2s by default) plus the time its source is
+	// unreachable: set it above the budget. Default 5s.
+	MaxFenceWait time.Duration
+	// FenceRetries, when positive, also bounds the number of retries.
+	// Default 0: MaxFenceWait alone bounds them.
 	FenceRetries int
 	// FenceBackoff is the first pause between fence retries when the
 	// topology has not changed yet (the write pause of a cutover); it doubles
-	// up to MaxFenceBackoff. Defaults 10ms and 500ms, about 1.6s in all.
+	// up to MaxFenceBackoff. Defaults 10ms and 250ms.
 	FenceBackoff, MaxFenceBackoff time.Duration
 	// ReadFallback: Read of a key in a range that is migrating and already
 	// cut over (served by its new owner, the old owner still kept current by
@@ -73,14 +110,14 @@ func (o *RouterOptions) defaults() {
 	if o.PollInterval == 0 {
 		o.PollInterval = 5 * time.Second
 	}
-	if o.FenceRetries == 0 {
-		o.FenceRetries = 8
+	if o.MaxFenceWait == 0 {
+		o.MaxFenceWait = 5 * time.Second
 	}
 	if o.FenceBackoff == 0 {
 		o.FenceBackoff = 10 * time.Millisecond
 	}
 	if o.MaxFenceBackoff == 0 {
-		o.MaxFenceBackoff = 500 * time.Millisecond
+		o.MaxFenceBackoff = 250 * time.Millisecond
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -377,6 +414,12 @@ func (r *Router) Read(ctx context.Context, key any, fn func(ctx context.Context,
 
 func (r *Router) do(ctx context.Context, tok int64, fn func(context.Context, *pgxpool.Pool) error, read bool) error {
 	backoff := r.opts.FenceBackoff
+	var fencedSince time.Time // the first fence error of this call
+	defer func() {
+		if !fencedSince.IsZero() {
+			r.opts.Metrics.fenceWait(time.Since(fencedSince))
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		s := r.cur.Load()
 		shard := s.topo.Ring.Owner(tok)
@@ -399,8 +442,16 @@ func (r *Router) do(ctx context.Context, tok int64, fn func(context.Context, *pg
 		if !IsFenceError(err) {
 			return err
 		}
-		if attempt >= r.opts.FenceRetries {
-			return fmt.Errorf("shard %s still fenced for token %d after %d retries (topology version %d); is a cutover stuck?: %w", shard, tok, attempt, s.topo.Version, err)
+		now := time.Now()
+		if fencedSince.IsZero() {
+			fencedSince = now
+		}
+		giveUp := func() error {
+			r.opts.Metrics.fencedOut()
+			return &FencedError{Shard: shard, Token: tok, Version: s.topo.Version, Waited: now.Sub(fencedSince), Tries: attempt + 1, Err: err}
+		}
+		if (r.opts.FenceRetries > 0 && attempt >= r.opts.FenceRetries) || now.Sub(fencedSince) >= r.opts.MaxFenceWait {
+			return giveUp()
 		}
 		r.opts.Metrics.fenceRetry()
 		if rerr := r.refreshAfterFence(ctx, s.topo.Version); rerr != nil {
@@ -409,10 +460,14 @@ func (r *Router) do(ctx context.Context, tok int64, fn func(context.Context, *pg
 		if r.Version() > s.topo.Version {
 			continue // a newer topology: retry at once on the owner it names
 		}
+		wait := min(backoff, r.opts.MaxFenceWait-time.Since(fencedSince))
+		if d, ok := ctx.Deadline(); ok && time.Until(d) < wait {
+			return giveUp() // the caller's deadline comes before the next try
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting to retry fenced write on shard %s: %w", shard, ctx.Err())
-		case <-time.After(backoff):
+		case <-time.After(max(wait, 0)):
 		}
 		backoff = min(2*backoff, r.opts.MaxFenceBackoff)
 	}

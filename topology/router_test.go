@@ -227,8 +227,35 @@ func TestDoGivesUpWhenFenceStays(t *testing.T) {
 		calls++
 		return put(5, "x")(ctx, p)
 	})
-	if !IsFenceError(err) || !strings.Contains(err.Error(), "still fenced") || calls != 4 {
-		t.Fatalf("err %v after %d calls; want the fence error after 1+3 calls", err, calls)
+	var fe *FencedError
+	if !IsFenceError(err) || !errors.Is(err, ErrFenced) || !errors.As(err, &fe) || fe.Tries != 4 || !strings.Contains(err.Error(), "still fenced") || calls != 4 {
+		t.Fatalf("err %v after %d calls; want a FencedError after 1+3 calls", err, calls)
+	}
+
+	// Bounded by time: MaxFenceWait, or the caller's deadline when sooner;
+	// the wait is measured.
+	m := NewMetrics(prometheus.NewRegistry())
+	rw, err := NewRouter(testCtx(t), s, pools(shards), RouterOptions{PollInterval: -1, MaxFenceWait: 300 * time.Millisecond, Metrics: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = rw.Do(testCtx(t), int64(5), put(5, "x"))
+	if took := time.Since(start); !errors.As(err, &fe) || took < 300*time.Millisecond || took > time.Second || fe.Waited < 300*time.Millisecond {
+		t.Fatalf("MaxFenceWait 300ms: %v after %s", err, took)
+	}
+	dctx, cancel := context.WithTimeout(testCtx(t), 100*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	err = rw.Do(dctx, int64(5), put(5, "x"))
+	if took := time.Since(start); !errors.Is(err, ErrFenced) || took > 150*time.Millisecond {
+		t.Fatalf("deadline 100ms: %v after %s; want a FencedError before the deadline", err, took)
+	}
+	if n := histogramCount(t, m.fenceWaits); n != 2 {
+		t.Errorf("fence waits observed %d, want 2", n)
+	}
+	if v := counterValue(t, m.fencedOuts); v != 2 {
+		t.Errorf("fenced-out requests %g, want 2", v)
 	}
 	// A shard the application has no pool for is an error naming it.
 	mustPublish(t, s, 1, mustTopo(t, single("a"), nil, "same"))

@@ -30,12 +30,14 @@ var (
 	exprBy     = regexp.MustCompile(`by \(([^)]*)\)`)
 )
 
-// Every metric and label the dashboard queries is one the worker (activities
-// with backfill, cdc, verify; the workflows' phase histogram) or the router
-// registers.
-func TestGrafanaDashboardUsesRegisteredMetrics(t *testing.T) {
+// registeredMetrics names every metric the worker (activities with
+// backfill, cdc, verify; the control database's gauges; the workflows' phase
+// histogram) or the router registers, with its variable labels.
+func registeredMetrics(t *testing.T) map[string][]string {
+	t.Helper()
 	rec := &descRecorder{}
 	activities.NewMetrics(rec)
+	rec.MustRegister((&activities.Activities{}).ControlCollector())
 	topology.NewMetrics(rec)
 	newPhaseMetricsHandler(rec)
 	labels := map[string][]string{} // metric → variable labels
@@ -57,6 +59,24 @@ func TestGrafanaDashboardUsesRegisteredMetrics(t *testing.T) {
 	if len(labels) < 20 {
 		t.Fatalf("found only %d metrics: %v", len(labels), labels)
 	}
+	return labels
+}
+
+// baseMetric strips a histogram's series suffix from name, when the result
+// is a known metric.
+func baseMetric(labels map[string][]string, name string) string {
+	for _, suf := range []string{"_bucket", "_sum", "_count"} {
+		if _, ok := labels[name]; !ok {
+			name = strings.TrimSuffix(name, suf)
+		}
+	}
+	return name
+}
+
+// Every metric and label the dashboard queries is one the worker or the
+// router registers, and every one they register is on a panel.
+func TestGrafanaDashboardUsesRegisteredMetrics(t *testing.T) {
+	labels := registeredMetrics(t)
 	b, err := os.ReadFile("../../docs/grafana/reshard.json")
 	if err != nil {
 		t.Fatal(err)
@@ -77,12 +97,7 @@ func TestGrafanaDashboardUsesRegisteredMetrics(t *testing.T) {
 		for _, tg := range p.Targets {
 			var allowed []string
 			for _, m := range exprMetric.FindAllString(tg.Expr, -1) {
-				base := m
-				for _, suf := range []string{"_bucket", "_sum", "_count"} {
-					if _, ok := labels[base]; !ok {
-						base = strings.TrimSuffix(base, suf)
-					}
-				}
+				base := baseMetric(labels, m)
 				ls, ok := labels[base]
 				if !ok {
 					t.Errorf("panel %q queries %s, which nothing registers", p.Title, m)

@@ -58,6 +58,7 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, lis
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	acts := activities.New(&activities.Resolver{Control: cfg.Control, Shards: cfg.Shards, Password: cfg.password}, log, activities.NewMetrics(reg))
+	reg.MustRegister(acts.ControlCollector())
 	defer acts.Close()
 
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
