@@ -288,3 +288,78 @@ func TestFaultWorkerCutOffFromSourceInCutover(t *testing.T) {
 	checkState(t, st, false)
 	c.checkData(st)
 }
+
+// TestFaultControlDBDownInCutover crashes the control database (on a server
+// of its own) while a cutover has its source fenced, and starts it again 10 s
+// later. The attempt can neither publish nor release its hold: the source
+// stays fenced until the control database is back, then is unfenced at once
+// (fences are derived from the control database), and the move completes.
+func TestFaultControlDBDownInCutover(t *testing.T) {
+	wall(t)
+	c := newClusterOn(t, 5_000, 5)
+	c.durableDB(c.ctl)
+	victimShard := shard(4)
+	c.startWorker()
+	c.startWriters()
+	req := c.request("f_ctldown")
+	req.RequireApproval = true
+	budget := req.WithDefaults().CutoverBudget
+	run := c.start(req)
+	deadline := time.Now().Add(6 * time.Minute)
+	var mv workflows.MoveSpec
+	c.waitFor(run, deadline, "the move out of "+victimShard+" waiting in CUTOVER", func(st workflows.MigrationState) bool {
+		for _, m := range st.Moves {
+			if m.Spec.Source == victimShard && m.Phase == workflows.PhaseCutover {
+				mv = m.Spec
+				return true
+			}
+		}
+		return false
+	})
+	key := int64(401)
+	for !ring.ContainsAny(mv.Ranges, ring.TokenInt64(key)) {
+		key++
+	}
+	pctx, stopProbe := context.WithCancel(context.Background())
+	defer stopProbe()
+	p := c.startProbe(pctx, key)
+	blocker := c.dbs[victimShard].Conn(t)
+	if _, err := blocker.Exec(context.Background(), `BEGIN; SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	c.approve(run.GetID())
+	for c.ctl.QueryInt64(t, `SELECT count(*) FROM reshard.fence_hold WHERE shard = $1`, victimShard) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cutover never fenced %s: %s", victimShard, c.describe(run.GetID()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	crashed := time.Now()
+	restart := c.crashServerOf("control", c.ctl)
+	if _, err := blocker.Exec(context.Background(), `COMMIT`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	restart()
+	down := time.Since(crashed)
+	t.Logf("control database down for %s", down.Round(time.Millisecond))
+
+	st := c.wait(run, time.Until(deadline)+time.Minute)
+	stopProbe()
+	c.stopWriters()
+	window, failures := p.longest()
+	goal := budget + down + 2*time.Second
+	t.Logf("writes to a key of move %s refused for %s at most (%d failed writes; last error %v); goal ≤ %s (budget %s + control DB down %s + 2s)",
+		mv.ID, window.Round(time.Millisecond), failures, p.lastErr, goal.Round(time.Millisecond), budget, down.Round(time.Millisecond))
+	for _, m := range st.Moves {
+		if m.Spec.ID == mv.ID {
+			t.Logf("status of move %s: write pause %s, %d cutover attempts", m.Spec.ID, m.PauseText(), m.Attempts)
+		}
+	}
+	if window > goal {
+		t.Errorf("writes refused for %s, over the goal %s\n%s", window.Round(time.Millisecond), goal.Round(time.Millisecond), c.workerLogs())
+	}
+	checkState(t, st, false)
+	c.checkData(st)
+}

@@ -94,12 +94,17 @@ type cluster struct {
 
 func shard(i int) string { return "shard" + strconv.Itoa(i) }
 
-func newCluster(t *testing.T, users int) *cluster {
+func newCluster(t *testing.T, users int) *cluster { return newClusterOn(t, users, 0) }
+
+// newClusterOn is newCluster with the control database on server ctlServer
+// (0 shares shard1's server; 5 or more gives it one of its own, which a test
+// can stop without stopping a shard).
+func newClusterOn(t *testing.T, users, ctlServer int) *cluster {
 	t.Helper()
 	ctx := context.Background()
 	tmp := pgtest.Temporal(t)
 	c := &cluster{t: t, dbs: map[string]*pgtest.DB{}, pools: map[string]*pgxpool.Pool{}, users: users, dir: pgtest.TempDir(t, "e2e")}
-	c.ctl = pgtest.NewDB(t, 0)
+	c.ctl = pgtest.NewDB(t, ctlServer)
 	for i := 1; i <= 5; i++ {
 		db := pgtest.NewDB(t, i-1)
 		db.Exec(t, schema)

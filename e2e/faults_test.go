@@ -106,7 +106,12 @@ func (c *cluster) rowsIn(name string, rs []ring.Range) int64 {
 // them lost). Call it before the writers start; undone at the end.
 func (c *cluster) durable(name string) {
 	c.t.Helper()
-	db := c.dbs[name]
+	c.durableDB(c.dbs[name])
+}
+
+// durableDB is durable for any database's server.
+func (c *cluster) durableDB(db *pgtest.DB) {
+	c.t.Helper()
 	db.Exec(c.t, `ALTER SYSTEM SET synchronous_commit = on`)
 	db.Exec(c.t, `SELECT pg_reload_conf()`)
 	c.t.Cleanup(func() {
@@ -121,8 +126,15 @@ func (c *cluster) durable(name string) {
 // it again after down; the server is back even if the test fails meanwhile.
 func (c *cluster) crashServer(name string) (restart func()) {
 	c.t.Helper()
+	return c.crashServerOf(name, c.dbs[name])
+}
+
+// crashServerOf is crashServer for the server of any database (the control
+// database's, say).
+func (c *cluster) crashServerOf(name string, db *pgtest.DB) (restart func()) {
+	c.t.Helper()
 	pg := pgtest.PG(c.t)
-	s := *c.dbs[name].Server
+	s := *db.Server
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := pg.Kill(ctx, s); err != nil {

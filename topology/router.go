@@ -455,7 +455,10 @@ func (r *Router) do(ctx context.Context, tok int64, fn func(context.Context, *pg
 		}
 		r.opts.Metrics.fenceRetry()
 		if rerr := r.refreshAfterFence(ctx, s.topo.Version); rerr != nil {
-			return fmt.Errorf("reload topology after fence error on shard %s: %w (fence error: %w)", shard, rerr, err)
+			// The control database may be down for a moment: the fence may
+			// still lift (an aborted cutover unfences its source), so wait
+			// and try again with the topology held, within MaxFenceWait.
+			r.opts.Logger.Warn("reload topology after a fence error failed; retrying with the topology held", "shard", shard, "version", s.topo.Version, "error", rerr)
 		}
 		if r.Version() > s.topo.Version {
 			continue // a newer topology: retry at once on the owner it names
