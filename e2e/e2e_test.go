@@ -101,8 +101,14 @@ func newCluster(t *testing.T, users int) *cluster { return newClusterOn(t, users
 // can stop without stopping a shard).
 func newClusterOn(t *testing.T, users, ctlServer int) *cluster {
 	t.Helper()
+	return newClusterWith(t, users, ctlServer, pgtest.Temporal(t))
+}
+
+// newClusterWith is newClusterOn with the Temporal server tmp (one a test
+// can kill and start again).
+func newClusterWith(t *testing.T, users, ctlServer int, tmp devenv.Temporal) *cluster {
+	t.Helper()
 	ctx := context.Background()
-	tmp := pgtest.Temporal(t)
 	c := &cluster{t: t, dbs: map[string]*pgtest.DB{}, pools: map[string]*pgxpool.Pool{}, users: users, dir: pgtest.TempDir(t, "e2e")}
 	c.ctl = pgtest.NewDB(t, ctlServer)
 	for i := 1; i <= 5; i++ {
