@@ -52,10 +52,11 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./ring/...
 	bash bench/run.sh -out docs/benchmarks.md
 
-# The fault-injection and bad-input suites and the whole cluster-life
-# scenario (e2e/faults_test.go, e2e/badinput_test.go,
-# e2e/lifecycle_long_test.go, build tag e2e) with the rest of e2e: whole
-# migrations through the worker binary under live writes. About 30 minutes
-# on 2 cores; needs PostgreSQL 15 binaries and the temporal CLI.
+# The fault-injection, availability and bad-input suites and the whole
+# cluster-life scenario (e2e/faults_test.go, e2e/availability_test.go,
+# e2e/temporalkill_test.go, e2e/badinput_test.go, e2e/lifecycle_long_test.go,
+# build tag e2e) with the rest of e2e: whole migrations through the worker
+# binary under live writes. About 40 minutes on 2 cores; needs PostgreSQL 15
+# binaries and the temporal CLI.
 e2e: tools
 	PATH="$$PATH:$(GOBIN_DIR)" $(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e/
