@@ -223,8 +223,6 @@ func classify(err error) error {
 		return err
 	}
 	var bad *badInputError
-	var bcol *backfill.CollisionError
-	var ccol *cdc.CollisionError
 	var schema *cdc.SchemaChangeError
 	var problem *tableset.Problem
 	switch {
@@ -232,7 +230,7 @@ func classify(err error) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeBadInput, nil)
 	case errors.As(err, &problem):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypePreflight, nil)
-	case errors.As(err, &bcol), errors.As(err, &ccol):
+	case pgerr.Collision(err):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeCollision, nil)
 	case errors.As(err, &schema):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeSchemaChange, nil)

@@ -27,7 +27,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"bad input", badInput("shard %q unknown", "x"), false, workflows.ErrTypeBadInput},
 		{"preflight problem", fmt.Errorf("preflight: %w", &tableset.Problem{Check: "table", Shard: "source shard1", Problem: "no table", Fix: "create it"}), false, workflows.ErrTypePreflight},
-		{"copy collision", fmt.Errorf("copy: %w", &backfill.CollisionError{Table: "users", KeyText: "id=1"}), false, workflows.ErrTypeCollision},
+		{"copy collision", fmt.Errorf("copy: %w", &backfill.CollisionError{Table: "users", Key: "id=1"}), false, workflows.ErrTypeCollision},
 		{"cdc collision", &cdc.CollisionError{Table: "public.users", Key: "id=1"}, false, workflows.ErrTypeCollision},
 		{"schema change", &cdc.SchemaChangeError{Table: "public.users", OnlySource: []string{"x"}}, false, workflows.ErrTypeSchemaChange},
 		{"connection lost", &cdc.ConnError{Op: "receive", Err: io.ErrUnexpectedEOF}, true, "Retryable"},

@@ -92,22 +92,9 @@ type Stats struct {
 	Elapsed             time.Duration
 }
 
-// CollisionError is a primary-key collision between shards: a source row in
-// the moving ranges has the primary key of a target row outside them (per-shard
-// sequences). The target row is never overwritten; the move stops.
-type CollisionError struct {
-	Table   string
-	Key     map[string]string // primary key column → value of the target row
-	KeyText string            // "id=42"
-	// TargetShardKey is the shard key of the target's row.
-	TargetShardKey string
-}
-
-func (e *CollisionError) Error() string {
-	return fmt.Sprintf("primary-key collision in %s: the target already has a row with %s (shard key %s) outside the moving ranges, "+
-		"so it belongs to the target; reshard will not overwrite it: give one of the two rows another key (per-shard sequences must not overlap; where a shard is fenced, make the change with SET session_replication_role = replica) and resume",
-		e.Table, e.KeyText, e.TargetShardKey)
-}
+// CollisionError is pgerr's: a source row collides with a row the target
+// owns (see there).
+type CollisionError = pgerr.CollisionError
 
 // unit is one table's rows of one or more ranges, copied in one pass with
 // its own checkpoint, which rng names.
@@ -568,21 +555,17 @@ func (w *writer) collision(ctx context.Context, tx pgx.Tx, wrote int64, rows int
 	if err != nil {
 		return fmt.Errorf("copy chunk %s of %s: find the colliding row: %w", w.u.rng, t, err)
 	}
-	ce := &CollisionError{Table: t.String(), Key: map[string]string{}, TargetShardKey: shardKey}
 	parts := make([]string, len(t.PK))
 	for i, c := range t.PK {
-		ce.Key[c] = key[i]
 		parts[i] = c + "=" + key[i]
 	}
-	ce.KeyText = strings.Join(parts, ", ")
-	return ce
+	return &CollisionError{Table: t.String(), Key: strings.Join(parts, ", "), TargetShardKey: shardKey}
 }
 
 // Retryable reports whether err may go away by itself (pgerr.Retryable), or
 // a chunk's checkpoint moved under it; a collision never does.
 func Retryable(err error) bool {
-	var ce *CollisionError
-	if errors.As(err, &ce) {
+	if pgerr.Collision(err) {
 		return false
 	}
 	if errors.Is(err, errCheckpointMoved) {

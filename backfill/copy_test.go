@@ -379,7 +379,7 @@ func TestCopyStopsOnCollision(t *testing.T) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("copy returned %v, want a collision", err)
 	}
-	if ce.Table != "public.orders" || ce.Key["id"] != "7" || !strings.Contains(err.Error(), "id=7") || Retryable(err) {
+	if ce.Table != "public.orders" || ce.Key != "id=7" || !strings.Contains(err.Error(), "id=7") || Retryable(err) {
 		t.Fatalf("collision %+v: %v", ce, err)
 	}
 	var uid int64

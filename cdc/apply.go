@@ -549,7 +549,7 @@ func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row
 		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-				return &CollisionError{Table: p.t.String(), Key: p.describeKey(newPK) + " (" + pgErr.Detail + ")"}
+				return &CollisionError{Table: p.t.String(), Key: p.describeKey(newPK), Detail: pgErr.Detail}
 			}
 			return wrapOp("apply update of "+p.t.String()+" (unchanged TOAST columns kept)", err)
 		}

@@ -9,19 +9,10 @@ import (
 	"github.com/reshard/reshard/internal/pgerr"
 )
 
-// CollisionError: a change would overwrite a target row whose key lies
-// outside the moving ranges — a primary-key collision between shards
-// (DESIGN.md §4.4). The row is left intact and the stream stops; not
-// retryable.
-type CollisionError struct {
-	Table string // schema.table
-	Key   string // the primary key, as column=value pairs
-}
+// CollisionError is pgerr's: a change would overwrite a row the target
+// owns (see there).
+type CollisionError = pgerr.CollisionError
 
-func (e *CollisionError) Error() string {
-	return fmt.Sprintf("primary-key collision on %s: the target already holds %s for a key outside the moving ranges (a row the target owns); "+
-		"it was not overwritten and the move is stopped: resolve the duplicate key (per-shard sequences?) before retrying", e.Table, e.Key)
-}
 
 // SchemaChangeError: the source announced a table shape (Relation message)
 // that no longer matches the target: DDL happened during the move. Not

@@ -60,7 +60,7 @@ func ConnectionLost(err error) bool {
 // state or a lost connection. A cancelled or expired context is not: the
 // caller stopped.
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || Collision(err) {
 		return false
 	}
 	var pgErr *pgconn.PgError
@@ -100,4 +100,40 @@ func DDLRace(err error) bool {
 		return true
 	}
 	return false
+}
+
+// CollisionError is a primary-key collision between shards: a row of the
+// moving ranges (copied or changed on the source) has the primary key of a
+// row the target holds outside them, a row the target owns. reshard never
+// overwrites it; the move stops until the operator gives one of the two rows
+// another key. Copy (backfill) and catch-up (cdc) report it alike.
+type CollisionError struct {
+	Table string // schema.table
+	Key   string // the primary key, as column=value pairs: "id=42"
+	// TargetShardKey is the shard key of the target's row, when known.
+	TargetShardKey string
+	// Detail is the server's detail, when the collision surfaced as a
+	// unique violation.
+	Detail string
+}
+
+func (e *CollisionError) Error() string {
+	whose := ""
+	if e.TargetShardKey != "" {
+		whose = " (shard key " + e.TargetShardKey + ")"
+	}
+	detail := ""
+	if e.Detail != "" {
+		detail = " [" + e.Detail + "]"
+	}
+	return "primary-key collision in " + e.Table + ": the target already has a row with " + e.Key + whose + detail +
+		" outside the moving ranges, so it belongs to the target; reshard will not overwrite it and the move is stopped: " +
+		"give one of the two rows another key (per-shard sequences must not overlap; where a shard is fenced, make the change with " +
+		"SET session_replication_role = replica) and resume"
+}
+
+// Collision reports a primary-key collision between shards: never retryable.
+func Collision(err error) bool {
+	var ce *CollisionError
+	return errors.As(err, &ce)
 }
