@@ -133,7 +133,7 @@ func TestCutoverOverBudgetAbortsAndUnfencesSource(t *testing.T) {
 	}
 	defer long.Exec(ctx, "ROLLBACK")
 	_, err := Run(ctx, e.actions(), e.journal, Options{Budget: 300 * time.Millisecond})
-	var obe *OverBudgetError
+	var obe *fence.OverBudgetError
 	if !errors.Is(err, ErrAborted) || !errors.As(err, &obe) {
 		t.Fatalf("cutover with a long transaction open: %v", err)
 	}

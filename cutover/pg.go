@@ -67,11 +67,11 @@ func (p *PG) FenceSource(ctx context.Context) error {
 }
 
 func (p *PG) WaitInFlight(ctx context.Context, budget time.Duration) error {
-	horizon, err := FenceHorizon(ctx, p.Source)
+	horizon, err := fence.HorizonNow(ctx, p.Source)
 	if err != nil {
 		return err
 	}
-	return WaitInFlight(ctx, p.Source, horizon, p.Exclude, budget)
+	return fence.WaitInFlight(ctx, p.Source, horizon, p.Exclude, budget)
 }
 
 func (p *PG) EmitMarker(ctx context.Context) (string, error) {

@@ -219,7 +219,7 @@ func TestRepeatableReadOpenedBeforeFence(t *testing.T) {
 		t.Fatalf("write after the fence of a transaction that wrote before it: %v", err)
 	}
 	err := <-cut
-	var ob *cutover.OverBudgetError
+	var ob *fence.OverBudgetError
 	if !errors.Is(err, cutover.ErrAborted) || !errors.As(err, &ob) {
 		t.Fatalf("cutover with a transaction open past the budget: %v; want an abort over budget", err)
 	}

@@ -87,7 +87,7 @@ func fenceRaise(fenced, epoch string) string {
 // write matching no row, in the same transaction). Such a transaction is
 // waited for by the cutover: it has an xid or a snapshot older than the
 // fence horizon, or, READ COMMITTED with no xid, it holds that lock (see
-// FenceHorizon). A REPEATABLE READ transaction that only read the table
+// HorizonNow). A REPEATABLE READ transaction that only read the table
 // before the fence is now refused when it writes a fenced key (it must take
 // ROW EXCLUSIVE, so it sees the new body): stricter than a table read under
 // its old snapshot, which let it pass.
@@ -249,7 +249,7 @@ func multirange(rs []ring.Range) string {
 // at topology epoch epoch, in one transaction: from its commit on, an
 // application write of a key in those ranges is refused, except a prepared
 // statement's in a transaction that held a write lock on the table since
-// before the commit (FenceHorizon and WaitInFlight wait those out).
+// before the commit (HorizonNow and WaitInFlight wait those out).
 // Idempotent.
 //
 // Fence only adds: lifting a fence is Reconcile's alone.

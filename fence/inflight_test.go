@@ -1,4 +1,4 @@
-package cutover
+package fence
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
@@ -31,7 +30,7 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
-	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	rr := db.Conn(t)
@@ -43,10 +42,10 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := tokenOf(t, db, 7)
-	if err := fence.Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
+	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
 		t.Fatal(err)
 	}
-	horizon, err := FenceHorizon(ctx, db.Pool)
+	horizon, err := HorizonNow(ctx, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +95,7 @@ func TestWaitInFlightCatchesLockHoldersFromBeforeFence(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
-	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	tok := tokenOf(t, db, 7)
@@ -120,15 +119,15 @@ func TestWaitInFlightCatchesLockHoldersFromBeforeFence(t *testing.T) {
 			if _, err := c.Exec(ctx, updateV, tc.before, "before fence"); err != nil {
 				t.Fatal(err)
 			}
-			if err := fence.Fence(ctx, db.Pool, set, fenced, 1); err != nil {
+			if err := Fence(ctx, db.Pool, set, fenced, 1); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() {
-				if err := fence.Clear(ctx, db.Pool, set); err != nil {
+				if err := Clear(ctx, db.Pool, set); err != nil {
 					t.Error(err)
 				}
 			})
-			horizon, err := FenceHorizon(ctx, db.Pool)
+			horizon, err := HorizonNow(ctx, db.Pool)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +173,7 @@ func TestFenceSeenByLaterStatements(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users VALUES (7, 'a'), (8, 'b')")
-	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	auto, inTx := db.Conn(t), db.Conn(t)
@@ -190,7 +189,7 @@ func TestFenceSeenByLaterStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := tokenOf(t, db, 7)
-	if err := fence.Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 3); err != nil {
+	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 3); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := auto.Exec(ctx, updateV, int64(7), "after fence"); !topology.IsFenceError(err) {
@@ -214,7 +213,7 @@ func TestWaitInFlightCatchesPreparedTransaction(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users VALUES (7, 'a')")
-	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	c := db.Conn(t)
@@ -224,10 +223,10 @@ func TestWaitInFlightCatchesPreparedTransaction(t *testing.T) {
 	}
 	t.Cleanup(func() { _, _ = db.Pool.Exec(context.Background(), "ROLLBACK PREPARED '"+gid+"'") })
 	tok := tokenOf(t, db, 7)
-	if err := fence.Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
+	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
 		t.Fatal(err)
 	}
-	horizon, err := FenceHorizon(ctx, db.Pool)
+	horizon, err := HorizonNow(ctx, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +273,7 @@ func TestInFlightCountsBackgroundWorkers(t *testing.T) {
 	set := usersSet(t, db)
 	db.Exec(t, "INSERT INTO users SELECT g, 'x' FROM generate_series(1, 2000) g")
 	db.Exec(t, "ANALYZE users")
-	if err := fence.InstallTriggers(ctx, db.Pool, set, false); err != nil {
+	if err := InstallTriggers(ctx, db.Pool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	leader := db.Conn(t)
@@ -295,10 +294,10 @@ func TestInFlightCountsBackgroundWorkers(t *testing.T) {
 	})
 	workers := workersOf(t, db, lpid)
 	tok := tokenOf(t, db, 7)
-	if err := fence.Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
+	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 1); err != nil {
 		t.Fatal(err)
 	}
-	horizon, err := FenceHorizon(ctx, db.Pool)
+	horizon, err := HorizonNow(ctx, db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +355,7 @@ func TestInFlightIgnoresLogicalReplicationWorkers(t *testing.T) {
 		}
 	}
 	sub.Exec(t, "SELECT pg_current_xact_id()") // the horizon passes the worker's xmin
-	horizon, err := FenceHorizon(ctx, sub.Pool)
+	horizon, err := HorizonNow(ctx, sub.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}

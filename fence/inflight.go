@@ -1,4 +1,4 @@
-package cutover
+package fence
 
 import (
 	"context"
@@ -89,9 +89,9 @@ type Horizon struct {
 	Lockers []string
 }
 
-// FenceHorizon returns the horizon of a fence: take it right after the fence
+// HorizonNow returns the horizon of a fence: take it right after the fence
 // committed.
-func FenceHorizon(ctx context.Context, pool *pgxpool.Pool) (Horizon, error) {
+func HorizonNow(ctx context.Context, pool *pgxpool.Pool) (Horizon, error) {
 	var h Horizon
 	// xid8 → xid by its low 32 bits: backend_xid and backend_xmin are
 	// 32-bit xids, and age() compares them modulo wraparound. The lock
