@@ -13,7 +13,6 @@ import (
 // owns (see there).
 type CollisionError = pgerr.CollisionError
 
-
 // SchemaChangeError: the source announced a table shape (Relation message)
 // that no longer matches the target: DDL happened during the move. Not
 // retryable until the schemas match again.
