@@ -353,6 +353,13 @@ func TestContractSettled(t *testing.T) {
 			t.Fatalf("after %q: settled %v, keyspace settled %v, move %s; want only %s settled", topo.Reason, got, all(), moveState(), low)
 		}
 	}
+	running, err := s.RunningMoves(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(running) != 1 || running[0].From != "a" || running[0].To != "b" || len(running[0].Ranges) != 1 || running[0].Ranges[0] != moving {
+		t.Fatalf("running moves before the end: %+v", running)
+	}
 	// The rows are deleted from a: the cleanup records the end.
 	end := MoveEnd{MigrationID: "m1", MoveID: "m1-1", From: "a", To: "b", Ranges: []ring.Range{moving}, Outcome: MoveCleanedUp}
 	for range 2 { // a retried cleanup records it again: no-op
@@ -362,6 +369,9 @@ func TestContractSettled(t *testing.T) {
 	}
 	if got := settled(); !got[low] || !got[moving] || !all() || moveState() != "cleaned_up" {
 		t.Fatalf("after the move's end: settled %v, keyspace %v, move %s", got, all(), moveState())
+	}
+	if running, err := s.RunningMoves(ctx); err != nil || len(running) != 0 {
+		t.Fatalf("running moves after the end: %+v %v", running, err)
 	}
 	if err := s.RecordMoveEnd(ctx, MoveEnd{MigrationID: "m1", From: "a", To: "b", Outcome: "done"}); err == nil {
 		t.Fatal("an unknown outcome was recorded")

@@ -53,3 +53,38 @@ VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (migration_id, from_shard, to_sh
 	}
 	return nil
 }
+
+// RunningMove is a move of a started migration of the store's keyspace that
+// has not ended: both of its shards may hold rows of its ranges.
+type RunningMove struct {
+	MigrationID string
+	From, To    string
+	Ranges      []ring.Range
+}
+
+// RunningMoves lists the moves of the keyspace that have not ended
+// (reshard.moves, state running).
+func (s *Store) RunningMoves(ctx context.Context) ([]RunningMove, error) {
+	rows, err := s.pool.Query(ctx, `SELECT migration_id, from_shard, to_shard, ranges FROM reshard.moves
+WHERE keyspace = $1 AND state = 'running' ORDER BY migration_id, from_shard, to_shard`, s.keyspace)
+	if err != nil {
+		return nil, fmt.Errorf("read the running moves of keyspace %s: %w", s.keyspace, err)
+	}
+	defer rows.Close()
+	var out []RunningMove
+	for rows.Next() {
+		var m RunningMove
+		var rs []byte
+		if err := rows.Scan(&m.MigrationID, &m.From, &m.To, &rs); err != nil {
+			return nil, fmt.Errorf("read the running moves of keyspace %s: %w", s.keyspace, err)
+		}
+		if err := json.Unmarshal(rs, &m.Ranges); err != nil {
+			return nil, fmt.Errorf("running move %s→%s of migration %s: ranges: %w", m.From, m.To, m.MigrationID, err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the running moves of keyspace %s: %w", s.keyspace, err)
+	}
+	return out, nil
+}
