@@ -264,6 +264,9 @@ func TestPythonRouterThroughAddNode(t *testing.T) {
 	if cleaned != int64(len(st.Moves)) || !settled {
 		t.Fatalf("reshard.moves: %d of %d moves cleaned up, keyspace settled: %v", cleaned, len(st.Moves), settled)
 	}
+	if out, code := c.cli("check", "placement"); code != 0 {
+		t.Fatalf("reshard check placement after the add-node: exit %d\n%s", code, out)
+	}
 }
 
 func lastLine(s string) string {
