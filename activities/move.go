@@ -581,6 +581,11 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 	if err != nil {
 		return workflows.CleanupResult{}, fmt.Errorf("cleanup of move %s: %w", in.Move.Spec.ID, err)
 	}
+	// Only now are the moved rows gone from the old owner (the ranges were
+	// published stable before): the fact SQL readers wait for.
+	if err := fences.Store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveCleanedUp)); err != nil {
+		return workflows.CleanupResult{}, err
+	}
 	return workflows.CleanupResult{RowsDeleted: res.Deleted}, nil
 }
 
@@ -620,7 +625,7 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error 
 		if err := rollback.BeforeCutover(ctx, mv, o); err != nil {
 			return fmt.Errorf("rollback of move %s: %w", in.Move.Spec.ID, err)
 		}
-		return nil
+		return store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
 	}
 	rev, err := a.reverseOptions(in.Move, s, in.ReverseL0)
 	if err != nil {
@@ -631,5 +636,12 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error 
 		// activity's retry policy, after its backoff.
 		return fmt.Errorf("rollback of move %s during GRACE: %w", in.Move.Spec.ID, err)
 	}
-	return nil
+	return store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
+}
+
+// moveEnd describes the end of a move for the control database
+// (reshard.move_ends).
+func moveEnd(m workflows.MoveRef, outcome topology.MoveOutcome) topology.MoveEnd {
+	return topology.MoveEnd{MigrationID: m.MigrationID, MoveID: m.Spec.ID, From: m.Spec.Source, To: m.Spec.Target,
+		Ranges: m.Spec.Ranges, Outcome: outcome}
 }

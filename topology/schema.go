@@ -125,7 +125,147 @@ BEGIN
 	END IF;
 	RETURN NEW;
 END $$;`,
+
+	// 6: the routing contract in SQL (docs/contract.md) and the end of
+	// every move. A range is published stable on its new owner before the
+	// old owner's rows are deleted, so the topology alone cannot say when
+	// a move is over: move_ends records it (cleanup: rows gone from the old
+	// owner; rollback: the copy gone from the target). Moves of migrations
+	// that ended before this step (their "migration <id> (<kind>) ends"
+	// version published) are recorded as 'ended'.
+	contractSQL,
 }
+
+// contractSQL is schema step 6. Tokens are PostgreSQL's own immutable hash
+// functions with seed 0, the ones ring ports to Go bit for bit; text keys
+// are hashed under "C" (their bytes), as ring.TokenText does, whatever the
+// argument's collation.
+const contractSQL = `CREATE TABLE reshard.move_ends (
+	keyspace     text NOT NULL,
+	migration_id text NOT NULL,
+	-- A move is the ranges of one migration going from one shard to another.
+	from_shard   text NOT NULL,
+	to_shard     text NOT NULL,
+	move_id      text NOT NULL,
+	ranges       jsonb NOT NULL, -- [{"lo":..,"hi":..}], (lo, hi] as in the topology
+	outcome      text NOT NULL CHECK (outcome IN ('cleaned_up', 'rolled_back', 'ended')),
+	ended_at     timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (migration_id, from_shard, to_shard)
+);
+
+INSERT INTO reshard.move_ends (keyspace, migration_id, from_shard, to_shard, move_id, ranges, outcome)
+SELECT v.keyspace, p.migration_id, m->>'from', m->>'to', '',
+	jsonb_agg(jsonb_build_object('lo', (m->>'lo')::bigint, 'hi', (m->>'hi')::bigint) ORDER BY (m->>'lo')::bigint), 'ended'
+FROM reshard.plans p
+JOIN LATERAL (SELECT t.keyspace FROM reshard.topology_versions t
+	WHERE t.migration_id = p.migration_id
+	  AND t.reason LIKE 'migration ' || replace(replace(replace(p.migration_id, '\', '\\'), '%', '\%'), '_', '\_') || ' (%) ends'
+	LIMIT 1) v ON true
+CROSS JOIN LATERAL jsonb_array_elements(p.moves) m
+GROUP BY v.keyspace, p.migration_id, m->>'from', m->>'to';
+
+CREATE FUNCTION reshard.token(key bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT hashint8extended($1, 0)';
+CREATE FUNCTION reshard.token(key integer) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT hashint8extended($1::bigint, 0)';
+CREATE FUNCTION reshard.token(key smallint) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT hashint8extended($1::bigint, 0)';
+CREATE FUNCTION reshard.token(key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT hashtextextended($1 COLLATE "C", 0)';
+CREATE FUNCTION reshard.token(key uuid) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS 'SELECT uuid_hash_extended($1, 0)';
+
+-- The token of a key in PostgreSQL text form, by its keyspace's key type
+-- (ring.TokenOf): one spelling for every key type.
+CREATE FUNCTION reshard.token_of(keyspace text, key text) RETURNS bigint
+LANGUAGE plpgsql STABLE STRICT AS $fn$
+DECLARE
+	kt text;
+BEGIN
+	SELECT k.key_type INTO kt FROM reshard.keyspaces k WHERE k.name = $1;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'keyspace % is not registered', $1
+			USING ERRCODE = 'no_data_found', HINT = 'SELECT name FROM reshard.keyspaces lists the keyspaces';
+	END IF;
+	CASE kt
+	WHEN 'bigint' THEN RETURN hashint8extended($2::bigint, 0);
+	WHEN 'text' THEN RETURN hashtextextended($2 COLLATE "C", 0);
+	WHEN 'uuid' THEN RETURN uuid_hash_extended($2::uuid, 0);
+	END CASE;
+END $fn$;
+
+-- The newest version of a keyspace; an error naming it when none is published.
+CREATE FUNCTION reshard.current_topology(keyspace text)
+RETURNS TABLE (version bigint, ring jsonb, ranges jsonb, reason text, migration_id text, created_at timestamptz)
+LANGUAGE plpgsql STABLE STRICT AS $fn$
+BEGIN
+	RETURN QUERY SELECT t.version, t.ring, t.ranges, t.reason, t.migration_id, t.created_at
+		FROM reshard.topology_versions t WHERE t.keyspace = $1 ORDER BY t.version DESC LIMIT 1;
+	IF NOT FOUND THEN
+		RAISE EXCEPTION 'keyspace %: no topology published', $1
+			USING ERRCODE = 'no_data_found', HINT = 'the keyspace is created by reshard init; SELECT DISTINCT keyspace FROM reshard.topology_versions lists those with a topology';
+	END IF;
+END $fn$;
+
+-- The shard serving token in the keyspace's newest version: the range
+-- (lo, hi] holding it, the range starting at MinInt64 including MinInt64.
+CREATE FUNCTION reshard.owner(keyspace text, token bigint) RETURNS text
+LANGUAGE plpgsql STABLE STRICT AS $fn$
+DECLARE
+	o text;
+BEGIN
+	SELECT e->>'owner' INTO o
+	FROM reshard.current_topology($1) c, jsonb_array_elements(c.ranges) e
+	WHERE $2 <= (e->'range'->>'hi')::bigint
+	  AND ($2 > (e->'range'->>'lo')::bigint OR (e->'range'->>'lo')::bigint = -9223372036854775808)
+	LIMIT 1;
+	IF o IS NULL THEN
+		RAISE EXCEPTION 'keyspace %: no range of the current topology holds token %', $1, $2
+			USING ERRCODE = 'data_corrupted';
+	END IF;
+	RETURN o;
+END $fn$;
+
+-- Every move of a started migration (one that published a version) and
+-- whether it has ended: 'running' until its cleanup deleted the moved rows
+-- from the old owner (or its rollback the copy from the target).
+CREATE VIEW reshard.moves AS
+SELECT v.keyspace, p.migration_id, m->>'from' AS from_shard, m->>'to' AS to_shard,
+	jsonb_agg(jsonb_build_object('lo', (m->>'lo')::bigint, 'hi', (m->>'hi')::bigint) ORDER BY (m->>'lo')::bigint) AS ranges,
+	coalesce(e.outcome, 'running') AS state, e.ended_at
+FROM reshard.plans p
+JOIN LATERAL (SELECT t.keyspace FROM reshard.topology_versions t WHERE t.migration_id = p.migration_id LIMIT 1) v ON true
+CROSS JOIN LATERAL jsonb_array_elements(p.moves) m
+LEFT JOIN reshard.move_ends e ON e.migration_id = p.migration_id AND e.from_shard = m->>'from' AND e.to_shard = m->>'to'
+GROUP BY v.keyspace, p.migration_id, m->>'from', m->>'to', e.outcome, e.ended_at;
+
+-- Every range of every keyspace's newest version. settled: the range is
+-- stable and no running move touches it, so its rows are on its owner
+-- only (a move's rows leave the old owner after the stable publish).
+CREATE VIEW reshard.current_ranges AS
+WITH cur AS (
+	SELECT DISTINCT ON (t.keyspace) t.keyspace, t.version, t.ranges
+	FROM reshard.topology_versions t ORDER BY t.keyspace, t.version DESC
+), running AS (
+	SELECT m.keyspace, (r->>'lo')::bigint AS lo, (r->>'hi')::bigint AS hi
+	FROM reshard.moves m, jsonb_array_elements(m.ranges) r WHERE m.state = 'running'
+)
+SELECT cur.keyspace, cur.version, x.lo, x.hi, x.owner, x.state, x.from_shard, x.to_shard,
+	x.state = 'stable' AND NOT EXISTS (
+		SELECT 1 FROM running r WHERE r.keyspace = cur.keyspace AND r.lo < x.hi AND x.lo < r.hi) AS settled
+FROM cur, LATERAL (
+	SELECT (e->'range'->>'lo')::bigint AS lo, (e->'range'->>'hi')::bigint AS hi, e->>'owner' AS owner,
+		e->>'state' AS state, e->>'from' AS from_shard, e->>'to' AS to_shard
+	FROM jsonb_array_elements(cur.ranges) e) x;
+
+-- Whether every range of the keyspace is settled: no migration of it has a
+-- move still running, and none of its ranges is migrating.
+CREATE FUNCTION reshard.settled(keyspace text) RETURNS boolean
+LANGUAGE plpgsql STABLE STRICT AS $fn$
+BEGIN
+	PERFORM FROM reshard.current_topology($1); -- the error naming a keyspace without topology
+	RETURN (SELECT bool_and(r.settled) FROM reshard.current_ranges r WHERE r.keyspace = $1);
+END $fn$;`
 
 // migrateLockKey serializes concurrent Migrate calls (pg_advisory_xact_lock).
 const migrateLockKey = 0x7265736861726401 // "reshard\x01"
@@ -133,6 +273,12 @@ const migrateLockKey = 0x7265736861726401 // "reshard\x01"
 // Migrate creates or upgrades the topology schema in the control database.
 // It is idempotent and safe to run concurrently from several processes.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	return migrateTo(ctx, pool, len(migrations))
+}
+
+// migrateTo applies the steps up to step last (tests build older schemas
+// with it).
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, last int) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLockKey)); err != nil {
 			return fmt.Errorf("migrate topology schema: lock: %w", err)
@@ -151,7 +297,7 @@ CREATE TABLE IF NOT EXISTS reshard.topology_schema (
 		if done > len(migrations) {
 			return fmt.Errorf("migrate topology schema: the control database is at step %d, this binary knows %d; upgrade reshard", done, len(migrations))
 		}
-		for i := done; i < len(migrations); i++ {
+		for i := done; i < last; i++ {
 			if _, err := tx.Exec(ctx, migrations[i]); err != nil {
 				return fmt.Errorf("migrate topology schema: step %d: %w", i+1, err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -49,7 +50,8 @@ TRUNCATE guards installed on each registered table with what the current
 topology wants (DESIGN.md §3: fenced exactly where the shard owns nothing,
 plus the ranges a cutover in progress holds on its source; guarded while a
 live move uses the shard), and counts rows the shard holds in ranges it does
-not own (outside migrating ranges of its own moves).
+not own (outside the ranges of its own moves that have not ended: a move's
+two shards both hold its rows until its cleanup, reshard.moves).
 
 --repair reconciles the fences and guards of every drifting shard (the same
 reconciler cutover, cleanup and rollback use); misplaced rows are reported,
@@ -76,6 +78,10 @@ never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
 				}
 				if err := fence.EnsureControl(ctx, pool); err != nil {
 					return err
+				}
+				// Schema step 6 (reshard.moves) says which moves still run.
+				if err := topology.Migrate(ctx, pool); err != nil {
+					return controlErr(err)
 				}
 				out := cmd.OutOrStdout()
 				bad := 0
@@ -123,6 +129,10 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 		return nil, controlErr(err)
 	}
 	reg, err := store.Shards(ctx)
+	if err != nil {
+		return nil, controlErr(err)
+	}
+	running, err := store.RunningMoves(ctx)
 	if err != nil {
 		return nil, controlErr(err)
 	}
@@ -182,12 +192,30 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 				c.Repaired = append(c.Repaired, "fence triggers installed")
 			}
 		}
-		if c.Strays, err = fence.Strays(ctx, pools[n], set, fence.StraySpace(t, n)); err != nil {
+		if c.Strays, err = fence.Strays(ctx, pools[n], set, strayOutsideMoves(fence.StraySpace(t, n), n, running)); err != nil {
 			return nil, err
 		}
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// strayOutsideMoves takes out of space the ranges of running moves from or
+// to shard: a move's two shards both hold its rows until it ends, even once
+// its ranges are published stable (cleanup deletes the old owner's rows
+// after that publish).
+func strayOutsideMoves(space []ring.Range, shard string, running []topology.RunningMove) []ring.Range {
+	for _, m := range running {
+		if m.From != shard && m.To != shard {
+			continue
+		}
+		var left []ring.Range
+		for _, r := range space {
+			left = append(left, ring.Subtract(r, m.Ranges)...)
+		}
+		space = left
+	}
+	return ring.Normalize(space)
 }
 
 func printChecks(out io.Writer, k topology.Keyspace, checks []shardCheck) {

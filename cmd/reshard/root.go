@@ -61,6 +61,7 @@ func newRootCmd() *cobra.Command {
 		newVerifyCmd(opts),
 		newRingCmd(opts),
 		newTopologyCmd(opts),
+		newCheckCmd(opts),
 		newInitCmd(opts),
 		newKeyspaceCmd(opts),
 		newPlanCmd(opts),
