@@ -121,3 +121,16 @@ func TestGroupMovesOnePerPair(t *testing.T) {
 		t.Fatalf("long ids %q %q: %v", long[0].ID, long[1].ID, err)
 	}
 }
+
+// A live chunk-size change (reshard throttle --copy-chunk-rows) wins over
+// the migration's setting; 0 keeps the setting.
+func TestCopyChunkRows(t *testing.T) {
+	in := workflows.CopySliceInput{ChunkRows: 5000}
+	if got := copyChunkRows(in); got != 5000 {
+		t.Errorf("no live change: %d", got)
+	}
+	in.Throttle.ChunkRows = 777
+	if got := copyChunkRows(in); got != 777 {
+		t.Errorf("live change: %d", got)
+	}
+}

@@ -157,7 +157,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 		return map[string]int64{"slice_rows": rows.Load(), "slice_bytes": bytes.Load()}
 	})
 	stats, err := backfill.Copy(sctx, s.src, s.dst, backfill.Options{
-		Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: in.ChunkRows,
+		Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in),
 		RowsPerSec: in.Throttle.RowsPerSec, BytesPerSec: in.Throttle.BytesPerSec,
 		Progress: func(p backfill.Progress) { rows.Store(p.Rows); bytes.Store(p.Bytes) },
 		Logger:   a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
@@ -384,6 +384,15 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 		return sum, temporal.NewNonRetryableApplicationError(msg, workflows.ErrTypeVerification, nil, sum)
 	}
 	return sum, nil
+}
+
+// copyChunkRows is the copy chunk size of a slice: the operator's live
+// change (reshard throttle --copy-chunk-rows) over the migration's setting.
+func copyChunkRows(in workflows.CopySliceInput) int {
+	if in.Throttle.ChunkRows > 0 {
+		return in.Throttle.ChunkRows
+	}
+	return in.ChunkRows
 }
 
 // verifyChunkRows is the migration's verify chunk size.

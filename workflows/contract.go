@@ -54,6 +54,9 @@ const (
 type Throttle struct {
 	RowsPerSec  float64 `json:"rows_per_sec"`
 	BytesPerSec float64 `json:"bytes_per_sec"`
+	// ChunkRows, when positive, replaces the migration's copy chunk size
+	// (MigrationRequest.ChunkRows) from the next chunk on; 0 keeps it.
+	ChunkRows int `json:"chunk_rows,omitempty"`
 }
 
 // OnVerifyFail says what a failed verify does: wait for an operator's

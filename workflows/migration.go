@@ -428,7 +428,11 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 		func(ctx workflow.Context, t Throttle) (string, error) {
 			r.throttle = t
 			n, err := r.relay(ctx, MoveControl{Op: UpdateThrottle, Throttle: &t}, live)
-			return fmt.Sprintf("throttle %.0f rows/s, %.0f bytes/s (0 = unlimited) for %d moves", t.RowsPerSec, t.BytesPerSec, n), err
+			msg := fmt.Sprintf("throttle %.0f rows/s, %.0f bytes/s (0 = unlimited)", t.RowsPerSec, t.BytesPerSec)
+			if t.ChunkRows > 0 {
+				msg += fmt.Sprintf(", copy chunks of %d rows", t.ChunkRows)
+			}
+			return fmt.Sprintf("%s for %d moves", msg, n), err
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, t Throttle) error {
 			if err := terminal(); err != nil {
@@ -436,6 +440,9 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 			}
 			if t.RowsPerSec < 0 || t.BytesPerSec < 0 {
 				return errors.New("throttle limits must be >= 0 (0 = unlimited)")
+			}
+			if t.ChunkRows < 0 {
+				return errors.New("copy chunk rows must be >= 0 (0 = the migration's --copy-chunk-rows)")
 			}
 			return nil
 		}})

@@ -609,7 +609,7 @@ func TestThrottleReachesTheNextSlice(t *testing.T) {
 	var done, badDone bool
 	env.RegisterDelayedCallback(func() {
 		update(env, UpdateThrottle, &bad, &badDone, Throttle{RowsPerSec: -1})
-		update(env, UpdateThrottle, &err, &done, Throttle{RowsPerSec: 123, BytesPerSec: 4567})
+		update(env, UpdateThrottle, &err, &done, Throttle{RowsPerSec: 123, BytesPerSec: 4567, ChunkRows: 777})
 	}, 90*time.Second)
 	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
 	st := result[MigrationState](t, env)
@@ -619,7 +619,7 @@ func TestThrottleReachesTheNextSlice(t *testing.T) {
 	if !badDone || bad == nil || !strings.Contains(bad.Error(), ">= 0") {
 		t.Fatalf("negative throttle: %v %v", badDone, bad)
 	}
-	if in := f.last[ActivityCopySlice+"/t_m1"].(CopySliceInput); in.Throttle.RowsPerSec != 123 || in.Throttle.BytesPerSec != 4567 {
+	if in := f.last[ActivityCopySlice+"/t_m1"].(CopySliceInput); in.Throttle.RowsPerSec != 123 || in.Throttle.BytesPerSec != 4567 || in.Throttle.ChunkRows != 777 {
 		t.Fatalf("last slice ran with %+v", in.Throttle)
 	}
 }

@@ -86,14 +86,16 @@ func newThrottleCmd(opts *globalOptions) *cobra.Command {
 	var (
 		f           actionFlags
 		rows, bytes float64
+		chunk       int
 	)
 	cmd := &cobra.Command{
-		Use:   "throttle <id> [--rows-per-sec N] [--bytes-per-sec N]",
+		Use:   "throttle <id> [--rows-per-sec N] [--bytes-per-sec N] [--copy-chunk-rows N]",
 		Short: "Change the copy throttle of a running migration (0: unlimited)",
-		Long:  "Change the copy and verify throttle of every move of a running migration; 0 means unlimited.\n\n" + actionExitCodes,
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Long: "Change the copy and verify throttle of every move of a running migration; 0 means unlimited. " +
+			"--copy-chunk-rows changes the copy's chunk size from the next chunk on (0: the migration's own).\n\n" + actionExitCodes,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := throttleArg(cmd.Flags().Changed("rows-per-sec"), cmd.Flags().Changed("bytes-per-sec"), rows, bytes)
+			t, err := throttleArg(cmd.Flags().Changed("rows-per-sec"), cmd.Flags().Changed("bytes-per-sec"), cmd.Flags().Changed("copy-chunk-rows"), rows, bytes, chunk)
 			if err != nil {
 				return usageError{err}
 			}
@@ -104,17 +106,18 @@ func newThrottleCmd(opts *globalOptions) *cobra.Command {
 	f.register(cmd)
 	cmd.Flags().Float64Var(&rows, "rows-per-sec", 0, "rows per second per move (0: unlimited)")
 	cmd.Flags().Float64Var(&bytes, "bytes-per-sec", 0, "bytes per second per move (0: unlimited)")
+	cmd.Flags().IntVar(&chunk, "copy-chunk-rows", 0, "rows per copy chunk from the next chunk on (0: the migration's --copy-chunk-rows)")
 	return cmd
 }
 
-func throttleArg(rowsSet, bytesSet bool, rows, bytes float64) (workflows.Throttle, error) {
-	if !rowsSet && !bytesSet {
-		return workflows.Throttle{}, errors.New("give --rows-per-sec and/or --bytes-per-sec (0: unlimited)")
+func throttleArg(rowsSet, bytesSet, chunkSet bool, rows, bytes float64, chunk int) (workflows.Throttle, error) {
+	if !rowsSet && !bytesSet && !chunkSet {
+		return workflows.Throttle{}, errors.New("give --rows-per-sec, --bytes-per-sec and/or --copy-chunk-rows (0: unlimited)")
 	}
-	if rows < 0 || bytes < 0 {
-		return workflows.Throttle{}, errors.New("--rows-per-sec and --bytes-per-sec: want 0 (unlimited) or more")
+	if rows < 0 || bytes < 0 || chunk < 0 {
+		return workflows.Throttle{}, errors.New("--rows-per-sec, --bytes-per-sec and --copy-chunk-rows: want 0 or more")
 	}
-	return workflows.Throttle{RowsPerSec: rows, BytesPerSec: bytes}, nil
+	return workflows.Throttle{RowsPerSec: rows, BytesPerSec: bytes, ChunkRows: chunk}, nil
 }
 
 // updateID is deterministic in (verb, migration, request id): a retried CLI
