@@ -505,6 +505,8 @@ CDC_CATCH_UP → VERIFY → CUTOVER → GRACE → CLEANUP. Use reshard plan ` + 
 first for a dry run with preflight checks and estimates.
 
 A migration is refused while another one runs, and an --id is never reused.
+With no reshard worker polling the task queue it starts all the same, with a
+warning on stderr: it waits and begins when a worker runs.
 Exit codes: 0 started, 1 failure, 2 bad input or refused (nothing started).`
 	}
 	return cmd
@@ -524,6 +526,13 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 	if len(running) > 0 {
 		return usageError{fmt.Errorf("migration %s is running (workflow %s): one migration at a time; wait for it (reshard status %s) or roll it back; nothing was started",
 			migrationIDOf(running[0]), running[0], migrationIDOf(running[0]))}
+	}
+	// A migration started with no worker waits, and begins whenever one
+	// starts: say so now rather than leave "started" unexplained.
+	if polls, err := workerPolls(ctx, tc); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v; the migration starts only once a worker runs it\n", err)
+	} else if !polls {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s; the migration waits and begins only when one runs\n", noWorker(cfg))
 	}
 	req := p.Request
 	wfID := workflows.MigrationWorkflowID(req.ID)
