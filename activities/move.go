@@ -302,6 +302,7 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	})
 	err = g.Wait()
 	stop()
+	a.metrics.streamStopped(opts.Move)
 	if ctx.Err() != nil {
 		return ctx.Err() // cancelled by the workflow: the phase it served is over
 	}
@@ -558,6 +559,7 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 	if err != nil {
 		return workflows.CleanupResult{}, fmt.Errorf("cleanup of move %s: %w", in.Move.Spec.ID, err)
 	}
+	a.metrics.moveEnded(in.Move.Spec.ID)
 	return workflows.CleanupResult{RowsDeleted: res.Deleted}, nil
 }
 
@@ -568,6 +570,9 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 // then the new owner cleaned). The workflow has stopped the streams.
 func (a *Activities) Rollback(ctx context.Context, in workflows.EndInput) (workflows.CleanupResult, error) {
 	err := a.rollback(ctx, in)
+	if err == nil {
+		a.metrics.moveEnded(in.Move.Spec.ID)
+	}
 	return workflows.CleanupResult{}, classify(err)
 }
 
