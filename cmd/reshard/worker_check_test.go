@@ -152,7 +152,9 @@ func TestStartWarnsWithoutWorker(t *testing.T) {
 	}
 	placeByOwner(t, c, 300)
 	out, code := c.run(t, "add-node", "shard3", "--table", "users:id", "--table", "orders:user_id", "--id", "nowk-add")
-	t.Cleanup(func() { _ = c.tc.TerminateWorkflow(context.Background(), workflows.MigrationWorkflowID("nowk-add"), "", "test ends") })
+	t.Cleanup(func() {
+		_ = c.tc.TerminateWorkflow(context.Background(), workflows.MigrationWorkflowID("nowk-add"), "", "test ends")
+	})
 	if code != 0 || !strings.Contains(out, "started migration nowk-add") ||
 		!strings.Contains(out, "warning: no reshard worker polls task queue \"reshard\"") || !strings.Contains(out, "waits and begins only when one runs") {
 		t.Errorf("add-node with no worker: exit %d\n%s", code, out)
