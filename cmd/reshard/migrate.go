@@ -71,7 +71,7 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	case workflows.KindSplit:
 		fl.StringVar(&f.into, "into", "", "the new shard that takes half of the split shard's ranges (required)")
 	case workflows.KindMove:
-		fl.StringVar(&f.rng, "range", "", "token range lo:hi to move (lo exclusive, hi inclusive; required)")
+		fl.StringVar(&f.rng, "range", "", "token range to move, lo:hi or (lo,hi] as status and ring show print it (lo exclusive, hi inclusive; required)")
 		fl.StringVar(&f.to, "to", "", "shard receiving the range (required)")
 	}
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")

@@ -99,7 +99,7 @@ Exit status: 0 equal, 1 rows differ (or the comparison failed), 2 bad input.`,
 	f.StringVar(&srcDSN, "source-dsn", "", "source database (default $RESHARD_SOURCE_DSN)")
 	f.StringVar(&dstDSN, "target-dsn", "", "target database (default $RESHARD_TARGET_DSN)")
 	f.StringArrayVar(&tables, "table", nil, "table and shard-key column, [schema.]table:key (repeatable; all share one key type)")
-	f.StringArrayVar(&ranges, "range", nil, "token range lo:hi, lo exclusive, hi inclusive (repeatable)")
+	f.StringArrayVar(&ranges, "range", nil, "token range lo:hi or (lo,hi] as the CLI prints it, lo exclusive, hi inclusive (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&runID, "run-id", "", "record progress on the target under this id and resume it")
 	f.IntVar(&chunkRows, "chunk-rows", workflows.DefaultVerifyChunkRows, "moving rows per verify chunk (the --verify-chunk-rows of a migration)")
