@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -42,7 +43,9 @@ var actions = []action{
 	{"reverify", workflows.UpdateReverify, "Verify again after a failed verify", ""},
 }
 
-const actionExitCodes = `Before sending, the command asks Temporal whether a reshard worker polls the
+const actionExitCodes = `<id> is the migration id or its workflow id, reshard-<id>.
+
+Before sending, the command asks Temporal whether a reshard worker polls the
 task queue; with none it refuses and sends nothing (exit 1).
 
 Exit codes: 0 done, 1 failure (Temporal unreachable, no worker polling: nothing
@@ -176,6 +179,7 @@ func freshRequestID() string {
 
 // sendAction sends one Update and waits for its outcome.
 func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, update, id string, args []any) error {
+	id = migrationIDArg(id)
 	if !idPattern.MatchString(id) {
 		return usageError{fmt.Errorf("migration id %q: want lower-case letters, digits and '-' (reshard list shows them)", id)}
 	}
@@ -232,7 +236,7 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	}
 	var rej rejectedError
 	if errors.As(err, &rej) {
-		return err
+		return rejectedAs(rej, verb, update)
 	}
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
@@ -270,6 +274,16 @@ func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) 
 		return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, statusText(st), verb)}
 	}
 	return nil
+}
+
+// rejectedAs names the verb the operator typed where the workflow's reason
+// names its Update ("approve-cutover is accepted when ..." is the reason
+// approve gives).
+func rejectedAs(rej rejectedError, verb, update string) rejectedError {
+	if update != verb {
+		rej.reason = strings.ReplaceAll(rej.reason, update, verb)
+	}
+	return rej
 }
 
 // runUpdate sends the Update and waits until it completed; the workflow's

@@ -161,6 +161,8 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 		req.ID = newMigrationID(kind)
 	} else if !idPattern.MatchString(req.ID) {
 		return req, fmt.Errorf("--id %q: want lower-case letters, digits and '-', starting with a letter or digit, at most 40", req.ID)
+	} else if migrationIDArg(req.ID) != req.ID {
+		return req, fmt.Errorf("--id %q: an id may not start with %q, the prefix of workflow ids (commands take either form): drop it", req.ID, workflows.MigrationWorkflowID(""))
 	}
 	return req, nil
 }
@@ -590,6 +592,13 @@ func runningMigrations(ctx context.Context, tc client.Client) ([]string, error) 
 		ids = append(ids, r.WorkflowID)
 	}
 	return ids, nil
+}
+
+// migrationIDArg is the migration id of an argument that is either a
+// migration id or its workflow id (reshard-<id>, as the Temporal UI and
+// status print it): every command that takes an id takes both.
+func migrationIDArg(s string) string {
+	return strings.TrimPrefix(s, workflows.MigrationWorkflowID(""))
 }
 
 // migrationIDOf strips the workflow id prefix of MigrationWorkflowID.

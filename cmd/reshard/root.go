@@ -83,6 +83,7 @@ func newRootCmd() *cobra.Command {
 		newWorkerCmd(opts),
 		newDemoCmd(opts),
 	)
+	addExamples(root, nil)
 	return root
 }
 
