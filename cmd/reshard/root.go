@@ -84,6 +84,7 @@ func newRootCmd() *cobra.Command {
 		newDemoCmd(opts),
 	)
 	addExamples(root, nil)
+	addCompletions(root, opts, nil)
 	return root
 }
 
