@@ -31,12 +31,21 @@ type Metrics struct {
 	bytesRemaining *prometheus.GaugeVec
 	eta            *prometheus.GaugeVec
 	cutovers       *prometheus.CounterVec
+
+	series *moveSeries // every vector registered, for moveEnded
 }
 
 // NewMetrics registers the activity metrics and those of the packages the
 // activities drive.
+//
+// Series labelled with a move id are deleted when the move ends in this
+// worker (moveEnded), so that the number of series stays bounded by the
+// moves running, not the moves ever run.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
+	series := &moveSeries{Registerer: reg}
+	reg = series
 	m := &Metrics{
+		series:   series,
 		Backfill: backfill.NewMetrics(reg),
 		CDC:      cdc.NewMetrics(reg),
 		Verify:   verify.NewMetrics(reg),

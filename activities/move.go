@@ -302,6 +302,7 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	})
 	err = g.Wait()
 	stop()
+	a.metrics.streamStopped(opts.Move)
 	if ctx.Err() != nil {
 		return ctx.Err() // cancelled by the workflow: the phase it served is over
 	}
@@ -595,6 +596,7 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 	if err := fences.Store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveCleanedUp)); err != nil {
 		return workflows.CleanupResult{}, err
 	}
+	a.metrics.moveEnded(in.Move.Spec.ID)
 	return workflows.CleanupResult{RowsDeleted: res.Deleted}, nil
 }
 
@@ -605,6 +607,9 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 // then the new owner cleaned). The workflow has stopped the streams.
 func (a *Activities) Rollback(ctx context.Context, in workflows.EndInput) (workflows.CleanupResult, error) {
 	err := a.rollback(ctx, in)
+	if err == nil {
+		a.metrics.moveEnded(in.Move.Spec.ID)
+	}
 	return workflows.CleanupResult{}, classify(err)
 }
 

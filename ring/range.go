@@ -57,11 +57,25 @@ func (r Range) String() string {
 	return open + strconv.FormatInt(r.Lo, 10) + "," + strconv.FormatInt(r.Hi, 10) + "]"
 }
 
-// ParseRange reads "lo:hi" (lo exclusive, hi inclusive, as Range).
+// ParseRange reads a range as the CLI takes it, "lo:hi", or as String
+// prints it, "(lo,hi]" ("[lo,hi]" only with lo = MinToken): lo exclusive,
+// hi inclusive, as Range.
 func ParseRange(s string) (Range, error) {
-	lo, hi, ok := strings.Cut(s, ":")
+	const want = "want lo:hi or (lo,hi] (lo exclusive, hi inclusive, int64 tokens)"
+	t := strings.TrimSpace(s)
+	var lo, hi string
+	var ok, closedLo bool
+	if strings.HasPrefix(t, "(") || strings.HasPrefix(t, "[") {
+		if !strings.HasSuffix(t, "]") {
+			return Range{}, fmt.Errorf("range %q: the upper bound is inclusive: end it with ']'; %s", s, want)
+		}
+		closedLo = t[0] == '['
+		lo, hi, ok = strings.Cut(t[1:len(t)-1], ",")
+	} else {
+		lo, hi, ok = strings.Cut(t, ":")
+	}
 	if !ok {
-		return Range{}, fmt.Errorf("range %q: want lo:hi (lo exclusive, hi inclusive, int64 tokens)", s)
+		return Range{}, fmt.Errorf("range %q: %s", s, want)
 	}
 	l, err := strconv.ParseInt(strings.TrimSpace(lo), 10, 64)
 	if err != nil {
@@ -70,6 +84,9 @@ func ParseRange(s string) (Range, error) {
 	h, err := strconv.ParseInt(strings.TrimSpace(hi), 10, 64)
 	if err != nil {
 		return Range{}, fmt.Errorf("range %q: upper bound: %w (tokens are int64, %d to %d)", s, err, MinToken, MaxToken)
+	}
+	if closedLo && l != MinToken {
+		return Range{}, fmt.Errorf("range %q: the lower bound is exclusive: write (%d,%d] (only a range from %d includes its lower bound)", s, l, h, MinToken)
 	}
 	r := Range{Lo: l, Hi: h}
 	if !r.Valid() {

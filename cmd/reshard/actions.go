@@ -7,9 +7,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -41,10 +43,55 @@ var actions = []action{
 	{"reverify", workflows.UpdateReverify, "Verify again after a failed verify", ""},
 }
 
-const actionExitCodes = `Exit codes: 0 done, 1 failure (Temporal unreachable, no worker answered within
---timeout: retry with the same --request-id, it is applied at most once),
-2 bad input (unknown migration), 3 rejected by the workflow (the reason is
-printed: the action makes no sense in the current phase).`
+const actionExitCodes = `<id> is the migration id or its workflow id, reshard-<id>.
+
+Before sending, the command asks Temporal whether a reshard worker polls the
+task queue; with none it refuses and sends nothing (exit 1).
+
+Exit codes: 0 done, 1 failure (Temporal unreachable, no worker polling: nothing
+was sent), 2 bad input (unknown migration), 3 rejected by the workflow (the
+reason is printed: the action makes no sense in the current phase), 4 sent but
+not answered within --timeout: the request is pending in Temporal and is
+applied (or rejected) when a worker runs the workflow; retrying with the same
+--request-id is the same request, applied at most once.`
+
+// pendingError is an action Temporal holds but no worker answered within
+// --timeout: it is applied when a worker runs the workflow. Exit code 4.
+type pendingError struct{ msg string }
+
+func (e pendingError) Error() string { return e.msg }
+
+// ExitCode is read by exitCode in root.go.
+func (pendingError) ExitCode() int { return 4 }
+
+// pollerFresh is how recently a poller must have polled to count as a
+// running worker: a worker's long poll lasts about a minute, and Temporal
+// lists a poller for minutes after it stopped.
+const pollerFresh = 2 * time.Minute
+
+// workerPolls says whether a worker polled the workflow task queue within
+// pollerFresh (Temporal's DescribeTaskQueue). Workflow tasks are what apply
+// an Update, so that is the queue asked.
+func workerPolls(ctx context.Context, tc client.Client) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := tc.DescribeTaskQueue(ctx, workflows.TaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
+	if err != nil {
+		return false, fmt.Errorf("ask Temporal which workers poll task queue %q: %w", workflows.TaskQueue, err)
+	}
+	for _, p := range resp.GetPollers() {
+		if t := p.GetLastAccessTime(); t != nil && time.Since(t.AsTime()) < pollerFresh {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// noWorker says that no worker polls and how to start one.
+func noWorker(cfg *clusterConfig) string {
+	return fmt.Sprintf("no reshard worker polls task queue %q of namespace %s at %s: start one (reshard worker --config %s)",
+		workflows.TaskQueue, cfg.Temporal.Namespace, cfg.Temporal.Address, cfg.Path)
+}
 
 // actionFlags are shared by every operator verb.
 type actionFlags struct {
@@ -135,6 +182,7 @@ func freshRequestID() string {
 
 // sendAction sends one Update and waits for its outcome.
 func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, update, id string, args []any) error {
+	id = migrationIDArg(id)
 	if !idPattern.MatchString(id) {
 		return usageError{fmt.Errorf("migration id %q: want lower-case letters, digits and '-' (reshard list shows them)", id)}
 	}
@@ -156,6 +204,19 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	}
 	defer tc.Close()
 	wfID := workflows.MigrationWorkflowID(id)
+	// Temporal holds an Update until a worker runs the workflow, however
+	// long that takes: sent with no worker, it would be applied at some
+	// later moment nobody chose. Refuse instead, sending nothing.
+	polls, err := workerPolls(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if !polls {
+		if err := workflowGone(ctx, tc, id, wfID, verb); err != nil {
+			return err
+		}
+		return fmt.Errorf("%s %s: %s; nothing was sent", verb, id, noWorker(cfg))
+	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	uid := updateID(verb, id, reqID)
@@ -178,14 +239,12 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	}
 	var rej rejectedError
 	if errors.As(err, &rej) {
-		return err
+		return rejectedAs(rej, verb, update)
 	}
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		dctx, dcancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-		defer dcancel()
-		if d, derr := tc.DescribeWorkflowExecution(dctx, wfID, ""); derr == nil {
-			return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, statusText(d.GetWorkflowExecutionInfo().GetStatus()), verb)}
+		if err := workflowGone(cmd.Context(), tc, id, wfID, verb); err != nil {
+			return err
 		}
 		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", id, wfID)}
 	}
@@ -193,10 +252,41 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	// fires: that is the same "no answer".
 	var noAnswer *client.WorkflowUpdateServiceTimeoutOrCanceledError
 	if ctx.Err() != nil || errors.As(err, &noAnswer) && cmd.Context().Err() == nil {
-		return fmt.Errorf("%s %s: no answer within %s (is reshard worker running on task queue %q?); retry with --request-id %s so it is applied at most once",
-			verb, id, f.timeout, workflows.TaskQueue, reqID)
+		return pendingError{fmt.Sprintf("%s %s: pending, not applied yet: the request was sent and Temporal holds it, but no worker answered within %s. "+
+			"It is applied (or rejected by the workflow's checks) when a worker runs the workflow; check that reshard worker runs on task queue %q "+
+			"and watch reshard status %s. A retry with --request-id %s is the same request, applied at most once",
+			verb, id, f.timeout, workflows.TaskQueue, id, reqID)}
 	}
 	return fmt.Errorf("%s %s: %w (retry with --request-id %s)", verb, id, err, reqID)
+}
+
+// workflowGone is the error for a migration whose workflow does not exist
+// or has ended (nil while it runs or when Temporal cannot tell).
+func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", id, wfID)}
+	case err != nil:
+		return nil
+	}
+	if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, statusText(st), verb)}
+	}
+	return nil
+}
+
+// rejectedAs names the verb the operator typed where the workflow's reason
+// names its Update ("approve-cutover is accepted when ..." is the reason
+// approve gives).
+func rejectedAs(rej rejectedError, verb, update string) rejectedError {
+	if update != verb {
+		rej.reason = strings.ReplaceAll(rej.reason, update, verb)
+	}
+	return rej
 }
 
 // runUpdate sends the Update and waits until it completed; the workflow's

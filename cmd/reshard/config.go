@@ -43,12 +43,15 @@ type configFlags struct {
 }
 
 func (f *configFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.path, "config", envOr("RESHARD_CONFIG", ""), "cluster configuration (default <state-dir>/reshard.yaml, written by reshard dev up; $RESHARD_CONFIG)")
+	cmd.Flags().StringVar(&f.path, "config", "", "cluster configuration (default <state-dir>/reshard.yaml, written by reshard dev up; $RESHARD_CONFIG)")
 }
+
+// file is --config, else $RESHARD_CONFIG ("": the state directory's).
+func (f *configFlags) file() string { return flagOrEnv(f.path, "RESHARD_CONFIG") }
 
 // load reads and validates the configuration before anything runs.
 func (f *configFlags) load(opts *globalOptions) (*clusterConfig, error) {
-	path := f.path
+	path := f.file()
 	if path == "" {
 		path = filepath.Join(opts.stateDir, devenv.ConfigFile)
 	}

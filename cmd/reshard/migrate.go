@@ -71,7 +71,7 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	case workflows.KindSplit:
 		fl.StringVar(&f.into, "into", "", "the new shard that takes half of the split shard's ranges (required)")
 	case workflows.KindMove:
-		fl.StringVar(&f.rng, "range", "", "token range lo:hi to move (lo exclusive, hi inclusive; required)")
+		fl.StringVar(&f.rng, "range", "", "token range to move, lo:hi or (lo,hi] as status and ring show print it (lo exclusive, hi inclusive; required)")
 		fl.StringVar(&f.to, "to", "", "shard receiving the range (required)")
 	}
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
@@ -161,6 +161,8 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 		req.ID = newMigrationID(kind)
 	} else if !idPattern.MatchString(req.ID) {
 		return req, fmt.Errorf("--id %q: want lower-case letters, digits and '-', starting with a letter or digit, at most 40", req.ID)
+	} else if migrationIDArg(req.ID) != req.ID {
+		return req, fmt.Errorf("--id %q: an id may not start with %q, the prefix of workflow ids (commands take either form): drop it", req.ID, workflows.MigrationWorkflowID(""))
 	}
 	return req, nil
 }
@@ -505,6 +507,8 @@ CDC_CATCH_UP → VERIFY → CUTOVER → GRACE → CLEANUP. Use reshard plan ` + 
 first for a dry run with preflight checks and estimates.
 
 A migration is refused while another one runs, and an --id is never reused.
+With no reshard worker polling the task queue it starts all the same, with a
+warning on stderr: it waits and begins when a worker runs.
 Exit codes: 0 started, 1 failure, 2 bad input or refused (nothing started).`
 	}
 	return cmd
@@ -524,6 +528,13 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 	if len(running) > 0 {
 		return usageError{fmt.Errorf("migration %s is running (workflow %s): one migration at a time; wait for it (reshard status %s) or roll it back; nothing was started",
 			migrationIDOf(running[0]), running[0], migrationIDOf(running[0]))}
+	}
+	// A migration started with no worker waits, and begins whenever one
+	// starts: say so now rather than leave "started" unexplained.
+	if polls, err := workerPolls(ctx, tc); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v; the migration starts only once a worker runs it\n", err)
+	} else if !polls {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s; the migration waits and begins only when one runs\n", noWorker(cfg))
 	}
 	req := p.Request
 	wfID := workflows.MigrationWorkflowID(req.ID)
@@ -581,6 +592,13 @@ func runningMigrations(ctx context.Context, tc client.Client) ([]string, error) 
 		ids = append(ids, r.WorkflowID)
 	}
 	return ids, nil
+}
+
+// migrationIDArg is the migration id of an argument that is either a
+// migration id or its workflow id (reshard-<id>, as the Temporal UI and
+// status print it): every command that takes an id takes both.
+func migrationIDArg(s string) string {
+	return strings.TrimPrefix(s, workflows.MigrationWorkflowID(""))
 }
 
 // migrationIDOf strips the workflow id prefix of MigrationWorkflowID.

@@ -242,7 +242,7 @@ a range crossing the wrap is two moves, (x, MaxInt64] and [MinInt64, y].`,
 	f.StringVar(&split, "split", "", "split this shard in two")
 	f.StringVar(&into, "into", "", "name of the shard a --split creates (default <shard>-2)")
 	f.StringVar(&remove, "remove", "", "remove this shard")
-	f.StringVar(&mv, "move", "", "move the range lo:hi (lo exclusive, hi inclusive) --to a shard")
+	f.StringVar(&mv, "move", "", "move the range lo:hi or (lo,hi] (lo exclusive, hi inclusive) --to a shard")
 	f.StringVar(&to, "to", "", "the shard receiving a --move")
 	f.BoolVar(&asJSON, "json", false, `print {"moves":[{"lo","hi","from","to"},...]}`)
 	return cmd

@@ -50,10 +50,16 @@ func newRootCmd() *cobra.Command {
 				return usageError{err}
 			}
 			opts.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+			if f := cmd.Flag("state-dir"); f != nil && !f.Changed && os.Getenv("RESHARD_STATE_DIR") != "" {
+				opts.stateDir = os.Getenv("RESHARD_STATE_DIR")
+			}
 			return nil
 		},
 	}
-	root.PersistentFlags().StringVar(&opts.stateDir, "state-dir", envOr("RESHARD_STATE_DIR", ".reshard/dev"), "state directory of the local dev cluster")
+	// No flag takes its default from the environment: --help prints
+	// defaults, and the environment may hold secrets. It is read when the
+	// command runs.
+	root.PersistentFlags().StringVar(&opts.stateDir, "state-dir", ".reshard/dev", "state directory of the local dev cluster ($RESHARD_STATE_DIR)")
 	root.PersistentFlags().StringVar(&opts.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(
 		// one line per verb: newXCmd(opts)
@@ -78,12 +84,17 @@ func newRootCmd() *cobra.Command {
 		newWorkerCmd(opts),
 		newDemoCmd(opts),
 	)
+	addExamples(root, nil)
+	addCompletions(root, opts, nil)
 	return root
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
+// flagOrEnv is a flag's value, or the environment variable key when the
+// flag is empty: for flags that may hold a secret, whose default must not
+// come from the environment (--help prints defaults).
+func flagOrEnv(v, key string) string {
+	if v != "" {
 		return v
 	}
-	return def
+	return os.Getenv(key)
 }

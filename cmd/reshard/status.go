@@ -61,7 +61,7 @@ migration failed while watched), 2 bad input (unknown id).`,
 			defer tc.Close()
 			var id string
 			if len(args) == 1 {
-				id = args[0]
+				id = migrationIDArg(args[0]) // a workflow id (reshard-<id>) too
 			} else if id, err = newestRunning(ctx, tc); err != nil {
 				return err
 			}

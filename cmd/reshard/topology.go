@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"text/tabwriter"
@@ -22,7 +23,10 @@ import (
 )
 
 func newTopologyCmd(opts *globalOptions) *cobra.Command {
-	var controlDSN, keyspace string
+	var (
+		controlDSN, keyspace string
+		cf                   configFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "topology",
 		Short: "The versioned topology in the control database: show, history, skew",
@@ -33,17 +37,53 @@ from one shard to another). Routers follow it; only a move's cutover
 publishes a new version.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	cmd.PersistentFlags().StringVar(&controlDSN, "control-dsn", envOr("RESHARD_CONTROL_DSN", ""), "control database (default $RESHARD_CONTROL_DSN)")
+	cmd.PersistentFlags().StringVar(&controlDSN, "control-dsn", "", controlDSNHelp)
 	cmd.PersistentFlags().StringVar(&keyspace, "keyspace", "", "the keyspace (default: "+topology.DefaultKeyspace+"; check: every keyspace)")
-	cmd.AddCommand(newTopologyShowCmd(&controlDSN, &keyspace), newTopologyHistoryCmd(&controlDSN, &keyspace), newTopologySkewCmd(&controlDSN, &keyspace), newTopologyCheckCmd(opts, &keyspace))
+	ctl := controlFlags{opts: opts, dsn: &controlDSN, cf: &cf}
+	show, history, skew := newTopologyShowCmd(ctl, &keyspace), newTopologyHistoryCmd(ctl, &keyspace), newTopologySkewCmd(ctl, &keyspace)
+	for _, c := range []*cobra.Command{show, history, skew} {
+		cf.register(c) // the same *configFlags: one of them runs
+	}
+	cmd.AddCommand(show, history, skew, newTopologyCheckCmd(opts, &keyspace))
 	return cmd
+}
+
+const controlDSNHelp = "control database DSN (default: $RESHARD_CONTROL_DSN, else the control of reshard.yaml, as every command reads it)"
+
+// controlFlags say where the control database is: --control-dsn, else
+// $RESHARD_CONTROL_DSN (read when the command runs, never as a flag default
+// that --help would print), else the configuration file, with its password
+// sources, as every other command reads it.
+type controlFlags struct {
+	opts *globalOptions
+	dsn  *string
+	cf   *configFlags
+}
+
+// open connects to the control database and returns the store of keyspace.
+func (c controlFlags) open(ctx context.Context, keyspace string) (*topology.Store, func(), error) {
+	if dsn := *c.dsn; dsn != "" || c.cf.file() == "" && os.Getenv("RESHARD_CONTROL_DSN") != "" {
+		if dsn == "" {
+			dsn = os.Getenv("RESHARD_CONTROL_DSN")
+		}
+		return openControl(ctx, dsn, keyspace)
+	}
+	cfg, err := c.cf.load(c.opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, pool, err := cfg.openStore(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return store.In(keyspace), pool.Close, nil
 }
 
 // openControl connects to the control database. Errors never carry the DSN
 // unredacted: it may hold a password.
 func openControl(ctx context.Context, dsn, keyspace string) (*topology.Store, func(), error) {
 	if dsn == "" {
-		return nil, nil, usageError{errors.New("no control database: pass --control-dsn or set RESHARD_CONTROL_DSN")}
+		return nil, nil, usageError{errors.New("no control database: pass --config FILE or --control-dsn, or set RESHARD_CONTROL_DSN")}
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -83,7 +123,7 @@ func loadTopology(ctx context.Context, s *topology.Store, version int64) (topolo
 	return t, controlErr(err)
 }
 
-func newTopologyShowCmd(controlDSN, keyspace *string) *cobra.Command {
+func newTopologyShowCmd(ctl controlFlags, keyspace *string) *cobra.Command {
 	var (
 		version int64
 		asJSON  bool
@@ -98,7 +138,7 @@ func newTopologyShowCmd(controlDSN, keyspace *string) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			store, closeFn, err := openControl(ctx, *controlDSN, *keyspace)
+			store, closeFn, err := ctl.open(ctx, *keyspace)
 			if err != nil {
 				return err
 			}
@@ -223,7 +263,7 @@ func topoWriteJSON(out io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-func newTopologyHistoryCmd(controlDSN, keyspace *string) *cobra.Command {
+func newTopologyHistoryCmd(ctl controlFlags, keyspace *string) *cobra.Command {
 	var (
 		limit  int
 		asJSON bool
@@ -238,7 +278,7 @@ func newTopologyHistoryCmd(controlDSN, keyspace *string) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			store, closeFn, err := openControl(ctx, *controlDSN, *keyspace)
+			store, closeFn, err := ctl.open(ctx, *keyspace)
 			if err != nil {
 				return err
 			}
@@ -263,7 +303,7 @@ func newTopologyHistoryCmd(controlDSN, keyspace *string) *cobra.Command {
 	return cmd
 }
 
-func newTopologySkewCmd(controlDSN, keyspace *string) *cobra.Command {
+func newTopologySkewCmd(ctl controlFlags, keyspace *string) *cobra.Command {
 	var (
 		tables    []string
 		shardDSNs []string
@@ -294,7 +334,7 @@ password comes from the environment (PGPASSWORD, PGPASSFILE, ~/.pgpass).
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute+interval)
 			defer cancel()
-			store, closeFn, err := openControl(ctx, *controlDSN, *keyspace)
+			store, closeFn, err := ctl.open(ctx, *keyspace)
 			if err != nil {
 				return err
 			}
@@ -472,6 +512,7 @@ func topoHumanBytes(b int64) string {
 func newRingShowCmd(opts *globalOptions) *cobra.Command {
 	var (
 		controlDSN string
+		cf         configFlags
 		keyspace   string
 		version    int64
 		asJSON     bool
@@ -487,7 +528,7 @@ func newRingShowCmd(opts *globalOptions) *cobra.Command {
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 			defer cancel()
-			store, closeFn, err := openControl(ctx, controlDSN, keyspace)
+			store, closeFn, err := controlFlags{opts: opts, dsn: &controlDSN, cf: &cf}.open(ctx, keyspace)
 			if err != nil {
 				return err
 			}
@@ -529,7 +570,8 @@ func newRingShowCmd(opts *globalOptions) *cobra.Command {
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	cmd.Flags().StringVar(&controlDSN, "control-dsn", envOr("RESHARD_CONTROL_DSN", ""), "control database (default $RESHARD_CONTROL_DSN)")
+	cmd.Flags().StringVar(&controlDSN, "control-dsn", "", controlDSNHelp)
+	cf.register(cmd)
 	cmd.Flags().StringVar(&keyspace, "keyspace", "", "the keyspace whose ring to show (default: "+topology.DefaultKeyspace+")")
 	cmd.Flags().Int64Var(&version, "version", 0, "topology version (default: the current one)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print the ring as JSON, {"vnodes":[{"token":..,"shard":..},...]}`)

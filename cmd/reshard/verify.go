@@ -46,6 +46,7 @@ Exit status: 0 equal, 1 rows differ (or the comparison failed), 2 bad input.`,
     --table users:id --table orders:user_id --range -9223372036854775808:0`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			srcDSN, dstDSN := flagOrEnv(srcDSN, "RESHARD_SOURCE_DSN"), flagOrEnv(dstDSN, "RESHARD_TARGET_DSN")
 			spec, rs, err := parseVerifyInput(srcDSN, dstDSN, tables, ranges)
 			if err != nil {
 				return usageError{err}
@@ -96,10 +97,12 @@ Exit status: 0 equal, 1 rows differ (or the comparison failed), 2 bad input.`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f := cmd.Flags()
-	f.StringVar(&srcDSN, "source-dsn", envOr("RESHARD_SOURCE_DSN", ""), "source database (default $RESHARD_SOURCE_DSN)")
-	f.StringVar(&dstDSN, "target-dsn", envOr("RESHARD_TARGET_DSN", ""), "target database (default $RESHARD_TARGET_DSN)")
+	// The environment is read when the command runs, not as the flag's
+	// default: a default is printed by --help, and a DSN may hold a password.
+	f.StringVar(&srcDSN, "source-dsn", "", "source database (default $RESHARD_SOURCE_DSN)")
+	f.StringVar(&dstDSN, "target-dsn", "", "target database (default $RESHARD_TARGET_DSN)")
 	f.StringArrayVar(&tables, "table", nil, "table and shard-key column, [schema.]table:key (repeatable; all share one key type)")
-	f.StringArrayVar(&ranges, "range", nil, "token range lo:hi, lo exclusive, hi inclusive (repeatable)")
+	f.StringArrayVar(&ranges, "range", nil, "token range lo:hi or (lo,hi] as the CLI prints it, lo exclusive, hi inclusive (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&runID, "run-id", "", "record progress on the target under this id and resume it")
 	f.IntVar(&chunkRows, "chunk-rows", workflows.DefaultVerifyChunkRows, "moving rows per verify chunk (the --verify-chunk-rows of a migration)")

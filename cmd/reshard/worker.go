@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -36,7 +38,9 @@ func newWorkerCmd(opts *globalOptions) *cobra.Command {
 Temporal namespace, runs the Migration and Move workflows and their activities
 (shard names are resolved to DSNs from the configuration; passwords come from
 $` + PasswordEnvVar + `, password_env or password_file), and serves Prometheus metrics on
-/metrics and a health check on /healthz.`,
+/metrics and health checks: /livez (the worker runs), /healthz and /readyz
+(the worker runs and the control database and Temporal answer; 503 naming
+what fails).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load(opts)
@@ -49,8 +53,37 @@ $` + PasswordEnvVar + `, password_env or password_file), and serves Prometheus m
 		},
 	}
 	cf.register(cmd)
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "address of the /metrics and /healthz HTTP endpoint")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "address of the /metrics, /livez, /healthz and /readyz HTTP endpoint")
 	return cmd
+}
+
+// healthChecks probes what a worker needs: its worker loop, the control
+// database and the Temporal frontend, each within two seconds. The lines
+// name each check ("control database: ok" or its error, never a password).
+func healthChecks(ctx context.Context, running bool, control *pgxpool.Pool, tc client.Client) ([]string, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ok := true
+	line := func(what string, err error) string {
+		if err != nil {
+			ok = false
+			return what + ": " + err.Error()
+		}
+		return what + ": ok"
+	}
+	var lines []string
+	if running {
+		lines = append(lines, line("worker", nil))
+	} else {
+		lines = append(lines, line("worker", errors.New("not running")))
+	}
+	lines = append(lines, line("control database", control.Ping(ctx)))
+	_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
+	lines = append(lines, line("temporal", err))
+	if ok {
+		lines = append([]string{"ok"}, lines...)
+	}
+	return lines, ok
 }
 
 func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, listen string) error {
@@ -86,15 +119,40 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, lis
 		return usageError{fmt.Errorf("--listen %s: %w", listen, err)}
 	}
 	var running atomic.Bool
+	// The health check's own pool: one connection, opened on first use, so
+	// a probe never waits behind the activities' work.
+	hcfg, err := cfg.connConfig(cfg.Control)
+	if err != nil {
+		return usageError{fmt.Errorf("control: %w", err)}
+	}
+	hcfg.MaxConns = 1
+	control, err := pgxpool.NewWithConfig(ctx, hcfg)
+	if err != nil {
+		return fmt.Errorf("control database pool: %w", err)
+	}
+	defer control.Close()
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
+	// /livez: the process runs its worker (restart it if not). /healthz and
+	// /readyz: it can also do its work, the control database and Temporal
+	// answering; each failing dependency is named.
+	mux.HandleFunc("/livez", func(rw http.ResponseWriter, _ *http.Request) {
 		if !running.Load() {
 			http.Error(rw, "worker not running", http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(rw, "ok")
 	})
+	health := func(rw http.ResponseWriter, r *http.Request) {
+		lines, ok := healthChecks(r.Context(), running.Load(), control, tc)
+		if !ok {
+			rw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			rw.WriteHeader(http.StatusServiceUnavailable)
+		}
+		fmt.Fprint(rw, strings.Join(lines, "\n")+"\n")
+	}
+	mux.HandleFunc("/healthz", health)
+	mux.HandleFunc("/readyz", health)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- srv.Serve(ln) }()

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/workflows"
+)
+
+// Every command's --help has examples, and each example line is the
+// command itself with flags it has (main had examples on 7 commands).
+func TestEveryCommandHasExamples(t *testing.T) {
+	for _, p := range commandPaths(newRootCmd(), nil) {
+		name := strings.TrimSpace("reshard " + strings.Join(p, " "))
+		root := newRootCmd()
+		c, _, err := root.Find(p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if strings.TrimSpace(c.Example) == "" {
+			t.Errorf("%s: no example in --help", name)
+			continue
+		}
+		for _, line := range strings.Split(c.Example, "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "--") {
+				continue // a comment, or the continuation of a long line
+			}
+			if strings.HasSuffix(line, `\`) {
+				line = strings.TrimSuffix(line, `\`)
+			}
+			first, _, _ := strings.Cut(line, "&&")
+			args, err := splitWords(first)
+			if err != nil || len(args) == 0 || args[0] != "reshard" {
+				t.Errorf("%s: example %q does not run reshard", name, line)
+				continue
+			}
+			ec, rest, err := newRootCmd().Find(args[1:])
+			if err != nil {
+				t.Errorf("%s: example %q: %v", name, line, err)
+				continue
+			}
+			if err := ec.ParseFlags(rest); err != nil {
+				t.Errorf("%s: example %q: %v", name, line, err)
+			}
+		}
+	}
+}
+
+// splitWords splits a shell line into words; single quotes group (the
+// examples use no other quoting).
+func splitWords(s string) ([]string, error) {
+	var (
+		words  []string
+		cur    strings.Builder
+		inWord bool
+		quoted bool
+	)
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			quoted, inWord = !quoted, true
+		case (r == ' ' || r == '\t') && !quoted:
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		default:
+			cur.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quoted {
+		return nil, errors.New("unterminated quote")
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// --range of move takes a range as status and ring show print it.
+func TestMoveRangeAsPrinted(t *testing.T) {
+	want := ring.Range{Lo: -4611686018427387904, Hi: 0}
+	for _, in := range []string{"-4611686018427387904:0", want.String()} {
+		f := migrationFlags{rng: in, to: "shard3", vnodes: 16, tokens: "balanced", chunkRows: 1000, verifyChunkRows: 1000,
+			onVerifyFail: string(workflows.VerifyFailWait), cutoverBudget: workflows.DefaultCutoverBudget}
+		req, err := buildRequest(workflows.KindMove, nil, f)
+		if err != nil || req.Range == nil || *req.Range != want {
+			t.Errorf("move --range %s: %v, %+v", in, err, req.Range)
+		}
+	}
+}
+
+// approve's refusals name approve, not the Update it sends.
+func TestApproveRejectionNamesTheVerb(t *testing.T) {
+	// The reason as the Migration workflow's validator words it.
+	wfErr := temporal.NewApplicationError(workflows.UpdateApprove+" is accepted when a move has passed VERIFY or waits in CUTOVER; move m1 is in SNAPSHOT_COPY", "")
+	var rej rejectedError
+	if !errors.As(asRejection(wfErr), &rej) {
+		t.Fatal("the workflow's refusal is not a rejection")
+	}
+	got := rejectedAs(rej, "approve", workflows.UpdateApprove).Error()
+	if strings.Contains(got, "approve-cutover") || !strings.HasPrefix(got, "rejected: approve is accepted when") {
+		t.Errorf("approve's refusal: %q", got)
+	}
+}
+
+// status and the operator actions take the workflow id (reshard-<id>, as
+// the UI and status print it) as well as the migration id; main looked for
+// workflow reshard-reshard-<id> and said there is no such migration.
+func TestWorkflowIDsAccepted(t *testing.T) {
+	t.Cleanup(pgtest.Shutdown)
+	config, tc := temporalOnlyConfig(t)
+	const id = "ids-one"
+	wfID := workflows.MigrationWorkflowID(id)
+	if _, err := tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wfID, TaskQueue: workflows.TaskQueue},
+		workflows.MigrationWorkflow, workflows.MigrationRequest{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.TerminateWorkflow(context.Background(), wfID, "", "test ends") })
+	for _, arg := range []string{id, wfID} {
+		// No worker runs: the query times out on the right workflow.
+		out, code := run(t, "status", arg, "--config", config, "--timeout", "1s")
+		if code != 1 || !strings.Contains(out, "no worker answered the state query of "+wfID+" ") {
+			t.Errorf("status %s: exit %d\n%s", arg, code, out)
+		}
+		out, code = run(t, "pause", arg, "--config", config, "--timeout", "2s")
+		if code != 1 || !strings.Contains(out, "pause "+id+": no reshard worker polls") {
+			t.Errorf("pause %s: exit %d\n%s", arg, code, out)
+		}
+	}
+	f := migrationFlags{id: "reshard-x", vnodes: 16, tokens: "balanced", chunkRows: 1000, verifyChunkRows: 1000,
+		onVerifyFail: string(workflows.VerifyFailWait), cutoverBudget: workflows.DefaultCutoverBudget}
+	if _, err := buildRequest(workflows.KindAddNode, []string{"shard5"}, f); err == nil || !strings.Contains(err.Error(), "may not start with \"reshard-\"") {
+		t.Errorf("--id reshard-x: %v", err)
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/workflows"
+)
+
+// temporalOnlyConfig writes a reshard.yaml whose databases are never
+// reached (the operator actions only speak to Temporal) and dials Temporal.
+func temporalOnlyConfig(t *testing.T) (string, client.Client) {
+	t.Helper()
+	tt := pgtest.Temporal(t)
+	wc := devenv.WorkerConfig{
+		Control:  "postgres://reshard@127.0.0.1:1/control?sslmode=disable",
+		Shards:   map[string]string{"shard1": "postgres://reshard@127.0.0.1:1/shard1?sslmode=disable"},
+		Temporal: devenv.TemporalConfig{Address: tt.Address(), Namespace: devenv.Namespace},
+	}
+	b, err := yaml.Marshal(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "reshard.yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := client.Dial(client.Options{HostPort: tt.Address(), Namespace: devenv.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	return path, tc
+}
+
+// updateAdmitted says whether Temporal holds the Update (admitted, waiting
+// for a worker) or has never heard of it.
+func updateAdmitted(t *testing.T, tc client.Client, wfID, uid string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := tc.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{WorkflowID: wfID, UpdateID: uid}).Get(ctx, nil)
+	var (
+		nf      *serviceerror.NotFound
+		waiting *client.WorkflowUpdateServiceTimeoutOrCanceledError
+	)
+	switch {
+	case errors.As(err, &nf):
+		return false
+	case err == nil, ctx.Err() != nil, errors.As(err, &waiting):
+		return true // applied, or waiting for a worker
+	default:
+		t.Fatalf("poll update %s: %v", uid, err)
+		return false
+	}
+}
+
+// With no worker polling, an operator action is refused and nothing is sent
+// (today's main sent it, and Temporal applied it whenever a worker started);
+// with a worker polling that does not answer, the action says it is pending
+// (exit 4) and Temporal holds it.
+func TestActionsRefusedWithoutWorker(t *testing.T) {
+	t.Cleanup(pgtest.Shutdown)
+	config, tc := temporalOnlyConfig(t)
+	ctx := context.Background()
+	const id = "nowk"
+	wfID := workflows.MigrationWorkflowID(id)
+	if _, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: wfID, TaskQueue: workflows.TaskQueue},
+		workflows.MigrationWorkflow, workflows.MigrationRequest{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tc.TerminateWorkflow(context.Background(), wfID, "", "test ends") })
+
+	verbs := [][]string{{"pause"}, {"resume"}, {"approve"}, {"rollback"}, {"complete"}, {"reverify"}, {"throttle", "--rows-per-sec", "10"}}
+	for _, v := range verbs {
+		args := append([]string{v[0], id, "--config", config, "--request-id", "r1", "--timeout", "3s"}, v[1:]...)
+		out, code := run(t, args...)
+		if code != 1 || !strings.Contains(out, "no reshard worker polls task queue \"reshard\"") ||
+			!strings.Contains(out, "start one (reshard worker --config "+config+")") || !strings.Contains(out, "nothing was sent") {
+			t.Errorf("%s with no worker: exit %d\n%s", v[0], code, out)
+		}
+		if updateAdmitted(t, tc, wfID, updateID(v[0], id, "r1")) {
+			t.Errorf("%s with no worker: the update reached Temporal; it would be applied whenever a worker starts", v[0])
+		}
+	}
+	// An unknown migration is still bad input, not "no worker".
+	if out, code := run(t, "pause", "nosuch", "--config", config, "--timeout", "3s"); code != 2 || !strings.Contains(out, "no migration nosuch") {
+		t.Errorf("pause of an unknown migration with no worker: exit %d\n%s", code, out)
+	}
+
+	// A poller that takes workflow tasks and never answers: a worker that
+	// is there but slow (or stuck).
+	pctx, stopPoller := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for pctx.Err() == nil {
+			lctx, cancel := context.WithTimeout(pctx, 70*time.Second) // a long poll, as the SDK's
+			_, _ = tc.WorkflowService().PollWorkflowTaskQueue(lctx, &workflowservice.PollWorkflowTaskQueueRequest{
+				Namespace: devenv.Namespace, Identity: "test-silent-poller",
+				TaskQueue: &taskqueuepb.TaskQueue{Name: workflows.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+			})
+			cancel()
+		}
+	}()
+	t.Cleanup(func() { stopPoller(); <-polled })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := workerPolls(ctx, tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the test poller is not listed by DescribeTaskQueue after 30s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	out, code := run(t, "pause", id, "--config", config, "--request-id", "r2", "--timeout", "2s")
+	if code != 4 || !strings.Contains(out, "pause nowk: pending, not applied yet") || !strings.Contains(out, "applied (or rejected by the workflow's checks) when a worker runs the workflow") ||
+		!strings.Contains(out, "--request-id r2") {
+		t.Errorf("pause with a silent worker: exit %d\n%s", code, out)
+	}
+	if !updateAdmitted(t, tc, wfID, updateID("pause", id, "r2")) {
+		t.Errorf("pause reported pending, but Temporal does not hold the update")
+	}
+}
+
+// add-node with no worker polling starts the migration (it begins when a
+// worker runs) and says so on stderr; today's main said nothing.
+func TestStartWarnsWithoutWorker(t *testing.T) {
+	t.Cleanup(pgtest.Shutdown)
+	c := newTestCluster(t, true)
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	placeByOwner(t, c, 300)
+	out, code := c.run(t, "add-node", "shard3", "--table", "users:id", "--table", "orders:user_id", "--id", "nowk-add")
+	t.Cleanup(func() {
+		_ = c.tc.TerminateWorkflow(context.Background(), workflows.MigrationWorkflowID("nowk-add"), "", "test ends")
+	})
+	if code != 0 || !strings.Contains(out, "started migration nowk-add") ||
+		!strings.Contains(out, "warning: no reshard worker polls task queue \"reshard\"") || !strings.Contains(out, "waits and begins only when one runs") {
+		t.Errorf("add-node with no worker: exit %d\n%s", code, out)
+	}
+}
