@@ -9,4 +9,10 @@
 // The forward CDC stream of a move is process-local: RunCDC registers it in
 // the Activities value, where Verify, CDCStatus and Cutover — scheduled in the
 // same Temporal session, hence on the same worker — find it.
+//
+// Layout: activities.go registers the activities, classifies errors and
+// keeps the process-local streams; plan.go is PLAN and the publishes;
+// move.go one adapter per phase activity; resolver.go turns shard names into
+// pools; series.go and controlmetrics.go are the worker's metrics (move
+// series deleted when a move ends; the control database's gauges).
 package activities

@@ -16,4 +16,9 @@
 // Chunks travel as binary COPY streams that are never decoded: straight into
 // the table while no row of the chunk exists on the target, else through a
 // temporary staging table and an upsert guarded by the moving-range predicate.
+//
+// Layout: copy.go runs a copy (workers, chunks, the collision check);
+// copybin.go moves a chunk as binary COPY; checkpoint.go keeps progress in
+// the chunk's transaction; control.go is the live throttle and pause;
+// delete.go deletes moved rows at CLEANUP; sql.go builds the statements.
 package backfill

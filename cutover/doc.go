@@ -5,4 +5,10 @@
 // Invariants: the time from fence to unfence is the write pause, measured and
 // bounded by a budget; over budget the cutover aborts by unfencing the source;
 // publishing the topology is the point of no return.
+//
+// Layout: cutover.go is the step sequence (Run, Resume) behind Actions;
+// pg.go and move.go the real actions, dryrun.go the printed ones;
+// journal.go the journal and attempts (Claim, Guard), pause.go the write
+// pauses derived from it; handover.go the topology changes of a move;
+// cleanup.go CLEANUP. The fences and the in-flight wait are package fence's.
 package cutover

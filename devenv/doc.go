@@ -6,4 +6,8 @@
 // Invariants: every server listens on loopback only; `up` is idempotent and
 // restarts what crashed; processes it starts outlive the command that started
 // them and are stopped only by Down; passwords never appear in what it prints.
+//
+// Layout: postgres.go drives initdb/pg_ctl for one server; temporal.go
+// finds and runs the Temporal dev server; cluster.go is `reshard dev`: the
+// state file, up, status and down of a whole local cluster.
 package devenv

@@ -16,4 +16,12 @@
 // weight/(total weight) of the space ± 0.01 and leaves every shard within
 // 5 % of its weighted share; a split moves exactly the split fraction of one
 // shard; a remove moves exactly the removed shard's share.
+//
+// Layout: token.go is the token function of each key type (the same as
+// PostgreSQL's hash functions, tested on its vectors); ring.go the ring and
+// its owners; range.go ranges, predicates and their text forms; alloc.go
+// chooses vnode tokens by weight, placement.go replicas across domains;
+// plan.go turns a change (add, split, remove) into moves, PlanChange being
+// the one planner; overlay.go is the ring of a migration in progress;
+// simulate.go compares hashing algorithms.
 package ring

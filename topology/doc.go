@@ -15,4 +15,12 @@
 // The router routes without locks from an immutable snapshot. When a shard
 // refuses a write with the fence error (SQLSTATE RSF01, DESIGN.md §3), Do
 // reloads the topology and retries on the owner it names.
+//
+// Layout: topology.go is the value (ranges, states, versions) and its
+// rules; store.go reads and publishes versions with compare-and-set and
+// NOTIFY; schema.go is the control database's schema, in numbered steps
+// (the routing contract in SQL among them, docs/contract.md); keyspace.go,
+// shards.go, plan.go and moveend.go are the registry, shard states, stored
+// plans and move ends; router.go and metrics.go are the application's
+// router; skew.go counts rows per owner.
 package topology

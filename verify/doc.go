@@ -9,4 +9,9 @@
 // ranges, planned once per run and open at both ends, so together they cover
 // every moving row whenever it was written; a row's checksum is over its text
 // with the source's columns by name, independent of physical column order.
+//
+// Layout: verify.go runs a verify (plan, compare, summarize); plan.go plans
+// chunks and records them on the target for resumption; snapshot.go takes
+// both sides' snapshots at one LSN; sql.go builds the checksum statements;
+// report.go is the report and its renderings; metrics.go its metrics.
 package verify

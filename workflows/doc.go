@@ -28,4 +28,11 @@
 //     its progress reports to the parent back off to ~50 per phase.
 //   - Changes to the commands a recorded history made need workflow.GetVersion;
 //     TestReplayRecordedHistories replays testdata/histories.
+//
+// Layout: contract.go holds the types every side shares (requests, states,
+// updates, search attributes) and how a state is shown (PauseText,
+// VerifySummary.Text); knobs.go every default and its validation;
+// activities.go the activity names, inputs and error types; migration.go the
+// parent workflow (plan, publish, children, operator updates); move.go the
+// Move workflow, one method per phase; phase.go the phases and their order.
 package workflows

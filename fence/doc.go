@@ -1,0 +1,15 @@
+// Package fence keeps writes off a shard's token ranges it does not own: a
+// trigger per table refuses them with SQLSTATE RSF01 (the router's cue to
+// reload the topology and retry), a TRUNCATE guard protects a table whose
+// ranges are moving, and the in-flight wait tells when every transaction
+// that may have passed a fence before it committed has ended.
+//
+// Invariant: a shard's fences are derived from the control database by one
+// function. Wanted(topology, shard, holds) is the token space the shard does
+// not own plus the ranges cutovers hold on it; Reconcile installs exactly
+// that, and is the only code that lifts a fence.
+//
+// Layout: fence.go is the mechanism (trigger, compiled ranges, guard);
+// reconcile.go the derivation, the holds and Reconcile; inflight.go the
+// in-flight wait; strays.go counts rows on a shard that does not own them.
+package fence
