@@ -219,12 +219,53 @@ type MoveState struct {
 	// Stopped: an error no retry fixes stopped the move in its phase (Error
 	// says which and what to do); resume runs the phase again, rollback
 	// undoes the move.
-	Stopped   bool      `json:"stopped,omitempty"`
+	Stopped bool `json:"stopped,omitempty"`
+	// Waiting names the operator action the move waits for, if any:
+	// WaitApproval (CUTOVER before its first attempt, with
+	// --require-approval) or WaitVerdict (a failed verify: reverify or
+	// rollback).
+	Waiting string `json:"waiting,omitempty"`
+	// GraceUntil is when GRACE ends by itself (zero outside GRACE).
+	GraceUntil time.Time `json:"grace_until,omitzero"`
 	UpdatedAt time.Time `json:"updated_at"`
 	// Retrying is filled by reshard status, not by the workflow: the
 	// activities of the move being retried and their last failure (a shard
 	// down, a password changed), which the workflow itself cannot see.
 	Retrying string `json:"retrying,omitempty"`
+}
+
+// What a move waits for (MoveState.Waiting).
+const (
+	WaitApproval = "approval"
+	WaitVerdict  = "verdict"
+)
+
+// PhaseText is how a move's phase is shown everywhere (status, --json, the
+// Temporal UI's details): the phase and what it is doing or waiting for —
+// paused, waiting for approval (not counted as cutover work: nothing is
+// fenced meanwhile), waiting for a verdict on a failed verify, GRACE until
+// when.
+func (m MoveState) PhaseText() string {
+	s := string(m.Phase)
+	var sub []string
+	if m.Paused {
+		sub = append(sub, "paused")
+	}
+	switch m.Waiting {
+	case WaitApproval:
+		sub = append(sub, "waiting for approval: reshard approve")
+	case WaitVerdict:
+		sub = append(sub, "waiting for reshard reverify or rollback")
+	}
+	if m.Phase == PhaseGrace && !m.GraceUntil.IsZero() {
+		// No countdown: the text stays the same while nothing changes
+		// (status --watch prints a line per change).
+		sub = append(sub, fmt.Sprintf("until %s; reshard complete ends it now", m.GraceUntil.UTC().Format(time.RFC3339)))
+	}
+	if len(sub) > 0 {
+		s += " (" + strings.Join(sub, "; ") + ")"
+	}
+	return s
 }
 
 // PauseText is how a move's write pause is shown everywhere (status, the
@@ -258,4 +299,16 @@ type MigrationState struct {
 	// Retrying: as MoveState.Retrying, for the migration's own activities
 	// (plan, topology publication).
 	Retrying string `json:"retrying,omitempty"`
+	// Throttle is the throttle in force when an operator changed it
+	// (reshard throttle); nil: the request's.
+	Throttle *Throttle `json:"throttle,omitempty"`
+}
+
+// ThrottleNow is the throttle in force: the operator's last change, else
+// the request's.
+func (s MigrationState) ThrottleNow() Throttle {
+	if s.Throttle != nil {
+		return *s.Throttle
+	}
+	return s.Request.Throttle
 }

@@ -241,10 +241,7 @@ func movesTable(moves []MoveState, now time.Time) string {
 		if wp == "" {
 			wp = "—"
 		}
-		phase := string(m.Phase)
-		if m.Paused {
-			phase += " (paused)"
-		}
+		phase := m.PhaseText()
 		fmt.Fprintf(&b, "| %s | %s → %s | %d | %s | %d / %d | %d B | %s | %s |\n",
 			m.Spec.ID, m.Spec.Source, m.Spec.Target, len(m.Spec.Ranges), phase, m.RowsCopied, m.Spec.EstRows, m.LagBytes, v, wp)
 	}
@@ -427,6 +424,7 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateThrottle,
 		func(ctx workflow.Context, t Throttle) (string, error) {
 			r.throttle = t
+			r.state.Throttle = &t
 			n, err := r.relay(ctx, MoveControl{Op: UpdateThrottle, Throttle: &t}, live)
 			msg := fmt.Sprintf("throttle %.0f rows/s, %.0f bytes/s (0 = unlimited)", t.RowsPerSec, t.BytesPerSec)
 			if t.ChunkRows > 0 {

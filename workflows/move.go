@@ -89,6 +89,9 @@ type moveRun struct {
 	// many times in a row it ended within cdcHealthyAfter of its start.
 	cdcStartedAt time.Time
 	cdcFailures  int
+	// approvalWait is how long CUTOVER waited for approve (kept out of the
+	// phase's duration metric).
+	approvalWait time.Duration
 }
 
 // Move drives one move through its phases.
@@ -266,8 +269,17 @@ func (m *moveRun) to(ctx workflow.Context, next Phase) error {
 	now := workflow.Now(ctx)
 	if n := len(m.state.Timings); n > 0 && m.state.Timings[n-1].End.IsZero() {
 		m.state.Timings[n-1].End = now
+		d := now.Sub(m.state.Timings[n-1].Start)
+		if m.state.Phase == PhaseCutover && m.approvalWait > 0 {
+			// The wait for an operator's approval is not cutover work:
+			// it is recorded under its own label.
+			workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"phase": PhaseAwaitingApproval}).
+				Timer(PhaseTimer).Record(m.approvalWait)
+			d -= m.approvalWait
+			m.approvalWait = 0
+		}
 		workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"phase": string(m.state.Phase)}).
-			Timer(PhaseTimer).Record(now.Sub(m.state.Timings[n-1].Start))
+			Timer(PhaseTimer).Record(d)
 	}
 	if !next.Terminal() {
 		m.state.Timings = append(m.state.Timings, PhaseTiming{Phase: next, Start: now})
@@ -557,6 +569,9 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 		}
 		sum.Passed = false
 		m.state.Verify = &sum
+		if m.in.Request.OnVerifyFail != VerifyFailRollback {
+			m.state.Waiting = WaitVerdict
+		}
 		m.details(ctx)
 		m.notify(ctx, true)
 		if m.in.Request.OnVerifyFail == VerifyFailRollback {
@@ -566,6 +581,7 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 		if err := workflow.Await(ctx, func() bool { return m.rollbackAsked || m.verify }); err != nil {
 			return err
 		}
+		m.state.Waiting = ""
 		if m.rollbackAsked {
 			return m.to(ctx, PhaseRollingBack)
 		}
@@ -578,15 +594,25 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 	}
 	sum.Passed = true
 	m.state.Verify = &sum
+	if m.in.Request.RequireApproval && !m.approved {
+		m.state.Waiting = WaitApproval
+	}
 	return m.to(ctx, PhaseCutover)
 }
 
 func (m *moveRun) cutover(ctx workflow.Context) error {
 	if m.in.Request.RequireApproval && !m.approved {
+		start := workflow.Now(ctx)
+		if m.state.Waiting != WaitApproval {
+			m.state.Waiting = WaitApproval
+			m.details(ctx)
+		}
 		if err := m.awaitApproval(ctx); err != nil {
 			return err
 		}
+		m.approvalWait += workflow.Now(ctx).Sub(start)
 	}
+	m.state.Waiting = ""
 	if m.rollbackAsked {
 		return m.to(ctx, PhaseRollingBack)
 	}
@@ -623,6 +649,9 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 		return err
 	}
 	m.reverseL0 = rev.L0
+	if g := m.in.Request.Grace(); g > 0 {
+		m.state.GraceUntil = workflow.Now(ctx).Add(g)
+	}
 	return m.to(ctx, PhaseGrace)
 }
 
@@ -688,6 +717,7 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 // endGrace goes on to CLEANUP, or to ROLLING_BACK if an operator asked for
 // a rollback and not for completion.
 func (m *moveRun) endGrace(ctx workflow.Context) error {
+	m.state.GraceUntil = time.Time{}
 	if m.rollbackAsked && !m.completeAsked {
 		return m.to(ctx, PhaseRollingBack)
 	}

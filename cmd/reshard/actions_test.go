@@ -135,15 +135,16 @@ func TestActionsAgainstWorker(t *testing.T) {
 		t.Fatalf("rollback: exit %d\n%s", code, out)
 	}
 	out, code = runFor(t, 3*time.Minute, "status", "--config", c.config, "act-one", "--watch", "--interval", "500ms")
-	if code != 0 || !strings.Contains(out, "migration act-one ended: "+string(workflows.PhaseRolledBack)) {
+	// A migration that ended rolled back is not success: exit 1.
+	if code != 1 || !strings.Contains(out, "migration act-one ended: "+string(workflows.PhaseRolledBack)) || !strings.Contains(out, "was rolled back") {
 		t.Errorf("status --watch through the rollback: exit %d\n%s", code, out)
 	}
 	// ROLLING_BACK may pass between two polls of the watch; the moves'
 	// timings keep it.
 	out, code = c.run(t, "status", "act-one", "--json")
 	st = statusJSON{}
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.State.Moves) != 2 {
-		t.Fatalf("status after the rollback: exit %d\n%s", code, out)
+	if code != 1 || json.NewDecoder(strings.NewReader(out)).Decode(&st) != nil || len(st.State.Moves) != 2 {
+		t.Fatalf("status after the rollback: exit %d (want 1: rolled back)\n%s", code, out)
 	}
 	for _, m := range st.State.Moves {
 		var phases []string

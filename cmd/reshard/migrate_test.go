@@ -381,6 +381,7 @@ func TestStatusView(t *testing.T) {
 		Request:     workflows.MigrationRequest{Kind: workflows.KindAddNode, Shard: "shard5", Throttle: workflows.Throttle{RowsPerSec: 100}},
 		Phase:       workflows.PhaseSnapshotCopy,
 		FromVersion: 1, Version: 2, MovedFraction: 0.2,
+		Throttle: &workflows.Throttle{RowsPerSec: 25}, // changed live by reshard throttle
 		Moves: []workflows.MoveState{
 			{Spec: workflows.MoveSpec{Source: "shard1", Target: "shard5", EstRows: 1000}, Phase: workflows.PhaseSnapshotCopy, RowsCopied: 250,
 				Timings: []workflows.PhaseTiming{{Phase: workflows.PhaseSnapshotCopy, Start: start}}, UpdatedAt: start.Add(10 * time.Second)},
@@ -388,7 +389,10 @@ func TestStatusView(t *testing.T) {
 				Verify: &workflows.VerifySummary{Passed: false, Mismatches: 2, Samples: []string{"missing users id=42"}}},
 			{Spec: workflows.MoveSpec{Source: "shard3", Target: "shard5", EstRows: 10}, Phase: workflows.PhaseGrace, RowsCopied: 10, CopyDone: true,
 				Verify: &workflows.VerifySummary{Passed: true, Rows: 10}, WritePause: 412 * time.Millisecond, Attempts: 2, Paused: true,
-				Pauses: workflows.WritePauses{Total: 2412 * time.Millisecond, Longest: 2 * time.Second, Attempts: 2}},
+				Pauses: workflows.WritePauses{Total: 2412 * time.Millisecond, Longest: 2 * time.Second, Attempts: 2},
+				GraceUntil: start.Add(10*time.Second + 5*time.Minute)},
+			{Spec: workflows.MoveSpec{Source: "shard4", Target: "shard5", EstRows: 10}, Phase: workflows.PhaseCutover, RowsCopied: 10, CopyDone: true,
+				Verify: &workflows.VerifySummary{Passed: true, Rows: 10}, Waiting: workflows.WaitApproval},
 		},
 	}
 	var b strings.Builder
@@ -396,10 +400,11 @@ func TestStatusView(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"migration add-x  SNAPSHOT_COPY  topology v1 → v2  moving 20.00%",
-		"add-node shard5  throttle 100 rows/s",
+		"add-node shard5  throttle 25 rows/s",
 		"shard1 → shard5", "[=====               ]  25%", "250/1000 rows", "30s", // 25 rows/s so far, 750 left
 		"FAILED: 2 mismatch(es) e.g. missing users id=42", "2.0 KiB",
-		"GRACE (paused)", "passed (10 rows)", "2.412s over 2 attempts (longest 2s)",
+		"GRACE (paused; until 2026-01-01T10:05:10Z; reshard complete ends it now)", "passed (10 rows)", "2.412s over 2 attempts (longest 2s)",
+		"CUTOVER (waiting for approval: reshard approve)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
@@ -412,7 +417,7 @@ func TestStatusView(t *testing.T) {
 	first := strings.Count(w.String(), "\n")
 	st.Moves[0].RowsCopied = 500
 	printChanges(&w, st, last, start)
-	if first != 4 || strings.Count(w.String(), "\n") != 5 || !strings.Contains(w.String(), "500/1000 rows") {
+	if first != 5 || strings.Count(w.String(), "\n") != 6 || !strings.Contains(w.String(), "500/1000 rows") {
 		t.Errorf("watch lines (first %d):\n%s", first, w.String())
 	}
 	if got := copyETA(workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}}, workflows.Throttle{RowsPerSec: 100}, start); got != "10s" {

@@ -43,7 +43,7 @@ write pause of its cutover. Without an id: the newest running migration.
 terminal, a line per change otherwise.
 
 Exit codes: 0 ok, 1 failure (no worker answered, Temporal unreachable, the
-migration failed while watched), 2 bad input (unknown id).`,
+migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if interval < 100*time.Millisecond {
@@ -73,10 +73,13 @@ migration failed while watched), 2 bad input (unknown id).`,
 					return err
 				}
 				if asJSON {
-					return topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: cfg.uiLink(wfID), State: st})
+					if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: cfg.uiLink(wfID), State: st}); err != nil {
+						return err
+					}
+				} else {
+					printMigrationStatus(out, id, cfg.uiLink(wfID), st, time.Now())
 				}
-				printMigrationStatus(out, id, cfg.uiLink(wfID), st, time.Now())
-				return nil
+				return endedBadly(id, st)
 			}
 			return watchStatus(ctx, out, tc, id, cfg.uiLink(wfID), interval, timeout, asJSON)
 		},
@@ -88,6 +91,19 @@ migration failed while watched), 2 bad input (unknown id).`,
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "refresh interval of --watch")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for a worker to answer")
 	return cmd
+}
+
+// endedBadly is status's verdict on a migration that ended without doing
+// its job: FAILED or ROLLED_BACK exit 1, so that a script (or an operator
+// who reads only the exit code) is not told all is well.
+func endedBadly(id string, st workflows.MigrationState) error {
+	switch st.Phase {
+	case workflows.PhaseFailed:
+		return fmt.Errorf("migration %s failed: %s", id, st.Error)
+	case workflows.PhaseRolledBack:
+		return fmt.Errorf("migration %s was rolled back: every move undone, the topology is the one before it", id)
+	}
+	return nil
 }
 
 type statusJSON struct {
@@ -200,12 +216,9 @@ type moveView struct {
 }
 
 func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time) moveView {
-	v := moveView{Name: m.Spec.Source + " → " + m.Spec.Target, Phase: string(m.Phase), Copied: m.RowsCopied, Est: m.Spec.EstRows}
+	v := moveView{Name: m.Spec.Source + " → " + m.Spec.Target, Phase: m.PhaseText(), Copied: m.RowsCopied, Est: m.Spec.EstRows}
 	if m.CopyDone && m.RowsCopied > 0 {
 		v.Est = m.RowsCopied // the estimate was only an estimate: a finished copy is 100%
-	}
-	if m.Paused {
-		v.Phase += " (paused)"
 	}
 	if m.Error != "" {
 		v.Phase += ": " + m.Error
@@ -235,6 +248,9 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 func copyETA(m workflows.MoveState, t workflows.Throttle, now time.Time) string {
 	if m.CopyDone || m.Phase.Terminal() {
 		return "-"
+	}
+	if m.Paused {
+		return "paused"
 	}
 	left := m.Spec.EstRows - m.RowsCopied
 	if left <= 0 {
@@ -281,7 +297,7 @@ func printMigrationStatus(out io.Writer, id, link string, st workflows.Migration
 	}
 	fmt.Fprintln(out)
 	if r.Kind != "" {
-		fmt.Fprintf(out, "%s  throttle %s\n", requestText(r), throttleText(r.Throttle))
+		fmt.Fprintf(out, "%s  throttle %s\n", requestText(r), throttleText(st.ThrottleNow()))
 	}
 	if link != "" {
 		fmt.Fprintf(out, "ui %s\n", link)
@@ -300,7 +316,7 @@ func printMigrationStatus(out io.Writer, id, link string, st workflows.Migration
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "MOVE\tPHASE\tCOPY\tROWS\tLAG\tETA\tVERIFY\tWRITE PAUSE")
 	for _, m := range st.Moves {
-		v := viewMove(m, r.Throttle, now)
+		v := viewMove(m, st.ThrottleNow(), now)
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Phase, textBar(v.Copied, v.Est, 20), v.Rows, v.Lag, v.ETA, v.Verify, v.Pause)
 	}
 	w.Flush()
@@ -362,10 +378,7 @@ func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link 
 			if !asJSON {
 				fmt.Fprintf(out, "migration %s ended: %s\n", id, st.Phase)
 			}
-			if st.Phase == workflows.PhaseFailed {
-				return fmt.Errorf("migration %s failed: %s", id, st.Error)
-			}
-			return nil
+			return endedBadly(id, st)
 		}
 		select {
 		case <-ctx.Done():
