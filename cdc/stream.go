@@ -60,6 +60,11 @@ type Options struct {
 	// operations are written (not committed) once this many accumulate
 	// (default 2000), so a 1M-row source transaction streams through.
 	FlushRows int
+	// StageMinRows: a table's flush of at least this many row operations is
+	// staged on the target by binary COPY and applied by one statement per
+	// kind; a smaller one is sent as text[] parameters (default
+	// DefaultStageMinRows; measured by cmd/reshard-bench).
+	StageMinRows int
 	// StatusInterval is how often the acknowledged position is sent while
 	// nothing else prompts it (default 2s; wal_sender_timeout is 60s).
 	StatusInterval time.Duration
@@ -82,6 +87,9 @@ func (o *Options) defaults() error {
 	}
 	if o.FlushRows <= 0 {
 		o.FlushRows = 2000
+	}
+	if o.StageMinRows <= 0 {
+		o.StageMinRows = DefaultStageMinRows
 	}
 	if o.StatusInterval <= 0 {
 		o.StatusInterval = 2 * time.Second
@@ -132,6 +140,7 @@ type Stream struct {
 	mChanges  map[ChangeKind]prometheus.Counter
 	mFiltered prometheus.Counter
 	mBatches  prometheus.Counter
+	mFlushes  [2]prometheus.Counter // array, staged
 	mLagBytes prometheus.Gauge
 	mLagSecs  prometheus.Gauge
 	mRetained prometheus.Gauge
@@ -162,8 +171,8 @@ func New(opts Options) (*Stream, error) {
 	}
 	s := &Stream{opts: opts, byRel: map[string]*tablePlan{}, changed: make(chan struct{}), markers: map[string]pglogrepl.LSN{},
 		log: opts.Logger.With("move", opts.Move, "slot", opts.Slot)}
-	for _, t := range opts.Set.Tables {
-		p, err := newTablePlan(t, opts.Ranges)
+	for i, t := range opts.Set.Tables {
+		p, err := newTablePlan(t, opts.Ranges, i)
 		if err != nil {
 			return nil, err
 		}
@@ -177,6 +186,7 @@ func New(opts Options) (*Stream, error) {
 	}
 	s.mFiltered = m.filtered.WithLabelValues(opts.Move)
 	s.mBatches = m.batches.WithLabelValues(opts.Move)
+	s.mFlushes = [2]prometheus.Counter{m.flushes.WithLabelValues(opts.Move, "array"), m.flushes.WithLabelValues(opts.Move, "staged")}
 	s.mLagBytes = m.lagBytes.WithLabelValues(opts.Move)
 	s.mLagSecs = m.lagSecs.WithLabelValues(opts.Move)
 	s.mRetained = m.retained.WithLabelValues(opts.Move)
@@ -574,10 +584,15 @@ func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
 	if err != nil {
 		return 0, wrapOp("connect to the target", err)
 	}
-	r.tg = &target{conn: conn, plans: r.s.plans, pending: map[*tablePlan]*pendingTable{}, fetch: r.fetch}
+	r.tg = &target{conn: conn, plans: r.s.plans, pending: map[*tablePlan]*pendingTable{}, fetch: r.fetch,
+		stageMin: r.o.StageMinRows, staged: map[*tablePlan]bool{}, mFlushes: r.s.mFlushes}
 	// replica: the fence triggers do not fire for the applier (DESIGN.md §3).
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		return 0, wrapOp("set session_replication_role on the target", err)
+	}
+	// Before the origin is set up: nothing but applied batches commits under it.
+	if err := createStages(ctx, conn, r.s.plans); err != nil {
+		return 0, err
 	}
 	// The position acknowledged to the source must be durable (DESIGN.md §4):
 	// on a target running with synchronous_commit = off a COMMIT returns
@@ -852,12 +867,27 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 		}
 		r.counted(c.Kind)
 		if hasUnchanged(newRow) {
-			return r.tg.partial(ctx, p, oldPK, newRow)
+			// Unchanged TOAST values carried over from the key's image
+			// pending in this batch; without one, only the sent columns
+			// are set.
+			prev := r.tg.pendingRow(p, oldPK)
+			if prev == nil {
+				return r.tg.partial(ctx, p, oldPK, newRow)
+			}
+			merged := make([]Col, len(newRow))
+			for i, c := range newRow {
+				if c.Kind == ColUnchanged {
+					c = prev[i]
+				}
+				merged[i] = c
+			}
+			newRow = merged
 		}
-		if pkMapKey(oldPK) != pkMapKey(newPK) {
+		samePK := pkMapKey(oldPK) == pkMapKey(newPK)
+		if !samePK {
 			r.tg.add(p, &pendingOp{pk: oldPK})
 		}
-		r.tg.add(p, &pendingOp{pk: newPK, row: newRow, upsert: true})
+		r.tg.add(p, &pendingOp{pk: newPK, row: newRow, upsert: true, update: c.Kind == Update && samePK && (oldIn || !oldKnown)})
 	case oldKnown && !oldIn && c.Kind != Insert:
 		r.s.mFiltered.Inc() // never was in the ranges
 	case c.Kind == Insert:
@@ -891,11 +921,12 @@ func (r *runner) commitBatch(ctx context.Context) error {
 		if _, err := r.tg.tx.Exec(ctx, `SELECT pg_replication_origin_xact_setup($1, $2)`, r.lastEnd.String(), r.lastCommitTime); err != nil {
 			return wrapOp("record applied position in replication origin "+r.o.Origin, err)
 		}
-		if err := r.tg.tx.Commit(ctx); err != nil {
-			r.tg.tx = nil
+		err := r.tg.tx.Commit(ctx)
+		r.tg.tx = nil
+		clear(r.tg.staged)
+		if err != nil {
 			return wrapOp("commit target transaction", err)
 		}
-		r.tg.tx = nil
 		r.tg.written = 0
 		r.s.mBatches.Inc()
 	}
