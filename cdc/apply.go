@@ -280,9 +280,9 @@ type target struct {
 	// stageMin: a table's flush of at least this many operations takes the
 	// staged path (stage.go), a smaller one the text[] path.
 	stageMin int
-	// staged: the table's stage holds rows written in the open transaction
+	// staged: rows the table's stage received in the open transaction
 	// (the stages are emptied at every commit, and a rollback undoes them).
-	staged   map[*tablePlan]bool
+	staged   map[*tablePlan]int
 	copyBuf  copyBuf
 	mFlushes [2]prometheus.Counter // array, staged
 	fetch    func(ctx context.Context, p *tablePlan, pk []string) ([]Col, bool, error)

@@ -40,6 +40,7 @@ type stageSQL struct {
 	create   string
 	copy     string // COPY into the stage
 	truncate string
+	clear    string // DELETE of every stage row
 	delete   string // the target rows of the stage's 'D' keys
 	update   string // the stage's 'U' rows, by UPDATE
 	upsert   string // the stage's 'I' rows, by INSERT ... ON CONFLICT DO UPDATE
@@ -89,6 +90,7 @@ func (p *tablePlan) buildStageSQL(n int) {
 	st.create = "CREATE TEMP TABLE IF NOT EXISTS " + st.name + " (k \"char\" NOT NULL, " + strings.Join(defs, ", ") + ") ON COMMIT DELETE ROWS"
 	st.copy = "COPY " + st.name + " FROM STDIN (FORMAT binary)"
 	st.truncate = "TRUNCATE " + st.name
+	st.clear = "DELETE FROM " + st.name
 	st.delete = "DELETE FROM " + tq + " USING " + st.name + " AS s WHERE s.k = 'D' AND " + strings.Join(join, " AND ") + " AND " + p.pred
 	if p.updatable {
 		st.update = "UPDATE " + tq + " SET " + strings.Join(set, ", ") + " FROM " + st.name + " AS s WHERE s.k = 'U' AND " +
@@ -186,11 +188,19 @@ func (tg *target) flushStaged(ctx context.Context, p *tablePlan, pt *pendingTabl
 	if err := tg.await(ctx); err != nil {
 		return err
 	}
+	// Rows of an earlier flush of this transaction go first. A DELETE is
+	// cheap (a TRUNCATE in a transaction cost 0.9 ms here, a DELETE of a
+	// small stage 0.04 ms) but leaves dead rows that every later scan of the
+	// stage reads until the commit: past stageTruncateRows of them, TRUNCATE.
 	sql := p.stage.copy
-	if tg.staged[p] { // rows of an earlier flush of this transaction
+	switch n := tg.staged[p]; {
+	case n >= stageTruncateRows:
 		sql = p.stage.truncate + "; " + sql
+		tg.staged[p] = 0
+	case n > 0:
+		sql = p.stage.clear + "; " + sql
 	}
-	tg.staged[p] = true
+	tg.staged[p] += nDel + nUpd + nIns
 	if _, err := tg.conn.PgConn().CopyFrom(ctx, bytes.NewReader(w.finish()), sql); err != nil {
 		return wrapOp(fmt.Sprintf("stage %d rows of %s on the target", nDel+nUpd+nIns, p.t), err)
 	}
@@ -253,6 +263,10 @@ func collisionFrom(p *tablePlan, res *pgconn.Result) error {
 	}
 	return &CollisionError{Table: p.t.String(), Key: p.describeKey(strs)}
 }
+
+// stageTruncateRows: once a stage has held this many rows in one
+// transaction, it is emptied by TRUNCATE rather than DELETE.
+const stageTruncateRows = 20000
 
 // DefaultStageMinRows is StageMinRows' default: below it the staged path's
 // extra round trip (the COPY) and statements cost more than the text[]

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -272,4 +273,55 @@ func counterValue(c prometheus.Counter) float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// TestCatchUpBatches: a backlog of small source transactions is applied in
+// batches bounded by CatchUpBatchDelay, not BatchDelay, and converges; with
+// CatchUpBatchDelay no longer than BatchDelay it takes many more batches.
+// Two slots see the same backlog, one per setting.
+func TestCatchUpBatches(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, "catchup", usersOnly...)
+	seedSource(t, e)
+	owned := seedTargetOwned(t, e)
+	e.createSlot(t)
+	off, err := NamesFor("catchup_off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := pgconn.Connect(ctx, e.src.ReplicationDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	offL0, _, err := CreateSlot(ctx, rc, off.Slot)
+	rc.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.copyRanges(t)
+	e.src.Exec(t, `DO $$ BEGIN FOR i IN 1..3000 LOOP
+		UPDATE users SET balance = balance + 1 WHERE id = i % 500 + 1; COMMIT;
+	END LOOP; END $$`)
+	batches := map[string]float64{}
+	for _, c := range []struct {
+		name    string
+		catchUp time.Duration
+	}{{"catch-up", time.Minute}, {"off", time.Millisecond}} {
+		o := e.options()
+		o.BatchDelay, o.CatchUpBatchDelay, o.BatchChanges = time.Millisecond, c.catchUp, 1<<30
+		if c.name == "off" {
+			o.Move, o.Slot, o.Origin, o.StartLSN = "off", off.Slot, off.Origin, offL0
+		}
+		s, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		applyToMarker(t, e, s)
+		assertConverged(t, e, owned)
+		batches[c.name] = counterValue(s.mBatches)
+	}
+	t.Logf("batches: %v", batches)
+	if batches["catch-up"] > 3 || batches["off"] < 10 {
+		t.Errorf("batches for a backlog of 3000 transactions: %v with catch-up batching, %v without; want <= 3 and >= 10", batches["catch-up"], batches["off"])
+	}
 }

@@ -56,6 +56,15 @@ type Options struct {
 	// transaction is never split.
 	BatchChanges int
 	BatchDelay   time.Duration
+	// CatchUpBatchDelay replaces BatchDelay while the stream catches up: when
+	// the last source transaction arrived more than BatchDelay after its
+	// commit, the batch stays open until BatchChanges or this long (default
+	// 5 × BatchDelay), until the stream goes idle. Bigger batches then keep
+	// only the last image of more hot keys and commit less often; the applied
+	// position still moves at least this often. (A clock on the applier
+	// ahead of the source's by more than BatchDelay only makes batches stay
+	// open this long.)
+	CatchUpBatchDelay time.Duration
 	// FlushRows bounds the memory of an open target transaction: pending
 	// operations are written (not committed) once this many accumulate
 	// (default 2000), so a 1M-row source transaction streams through.
@@ -85,6 +94,10 @@ func (o *Options) defaults() error {
 	if o.BatchDelay <= 0 {
 		o.BatchDelay = 100 * time.Millisecond
 	}
+	if o.CatchUpBatchDelay <= 0 {
+		o.CatchUpBatchDelay = 5 * o.BatchDelay
+	}
+	o.CatchUpBatchDelay = max(o.CatchUpBatchDelay, o.BatchDelay)
 	if o.FlushRows <= 0 {
 		o.FlushRows = 2000
 	}
@@ -371,6 +384,9 @@ type runner struct {
 	batchTxns      int
 	batchChanges   int
 	batchStart     time.Time
+	// behind: the last source transaction arrived more than BatchDelay after
+	// its commit, and no wait for a message has timed out since.
+	behind         bool
 	lastEnd        pglogrepl.LSN // end LSN of the last source transaction received
 	lastCommit     pglogrepl.LSN // commit LSN of the last source transaction received
 	lastCommitTime time.Time
@@ -443,7 +459,7 @@ func (r *runner) run(ctx context.Context) error {
 			continue
 		}
 		now := time.Now()
-		if r.batchTxns > 0 && !r.inTxn && now.Sub(r.batchStart) >= r.o.BatchDelay {
+		if r.batchTxns > 0 && !r.inTxn && now.Sub(r.batchStart) >= r.batchDelay() {
 			if err := r.commitBatch(ctx); err != nil {
 				return err
 			}
@@ -463,6 +479,9 @@ func (r *runner) run(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				r.behind = false // nothing more to read: caught up
 			}
 			if pgconn.Timeout(err) || errors.Is(err, errWoken) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				continue // deadline or wake-up
@@ -541,7 +560,7 @@ func (r *runner) restart(ctx context.Context) error {
 func (r *runner) receive(ctx context.Context) (pgproto3.BackendMessage, error) {
 	deadline := r.nextStatus
 	if r.batchTxns > 0 && !r.inTxn {
-		if d := r.batchStart.Add(r.o.BatchDelay); d.Before(deadline) {
+		if d := r.batchStart.Add(r.batchDelay()); d.Before(deadline) {
 			deadline = d
 		}
 	}
@@ -585,7 +604,7 @@ func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
 		return 0, wrapOp("connect to the target", err)
 	}
 	r.tg = &target{conn: conn, plans: r.s.plans, pending: map[*tablePlan]*pendingTable{}, fetch: r.fetch,
-		stageMin: r.o.StageMinRows, staged: map[*tablePlan]bool{}, mFlushes: r.s.mFlushes}
+		stageMin: r.o.StageMinRows, staged: map[*tablePlan]int{}, mFlushes: r.s.mFlushes}
 	// replica: the fence triggers do not fire for the applier (DESIGN.md §3).
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		return 0, wrapOp("set session_replication_role on the target", err)
@@ -807,7 +826,9 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		r.lastHeartbeat = time.Now()
 		r.lastEnd, r.lastCommit, r.lastCommitTime = m.EndLSN, m.CommitLSN, m.CommitTime
 		r.batchTxns++
-		if len(r.txnMarkers) > 0 || r.batchChanges >= r.o.BatchChanges || time.Since(r.batchStart) >= r.o.BatchDelay {
+		now := time.Now()
+		r.behind = now.Sub(m.CommitTime) > r.o.BatchDelay
+		if len(r.txnMarkers) > 0 || r.batchChanges >= r.o.BatchChanges || now.Sub(r.batchStart) >= r.batchDelay() {
 			return r.commitBatch(ctx)
 		}
 	case *Truncate:
@@ -816,6 +837,14 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		return fmt.Errorf("slot %s sent a streamed transaction, which this stream does not request", r.o.Slot)
 	}
 	return nil
+}
+
+// batchDelay is how long the open batch may stay open.
+func (r *runner) batchDelay() time.Duration {
+	if r.behind {
+		return r.o.CatchUpBatchDelay
+	}
+	return r.o.BatchDelay
 }
 
 // MarkerPrefix is the prefix of reshard's pg_logical_emit_message markers.
