@@ -250,7 +250,7 @@ func (e *env) peekRate(ctx context.Context, names cdc.Names, n int) (float64, ti
 
 // stageFlushSizes are the flush sizes at which stageThreshold compares the
 // staged path with the text[] path.
-var stageFlushSizes = []int{4, 32, 256, 2000}
+var stageFlushSizes = []int{16, 256, 1000, 2000}
 
 // runCDCStage measures where the staged path starts to pay: the same
 // backlog applied with every flush FlushRows operations, by one path or the
