@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/reshard/reshard/cdc"
@@ -309,7 +310,7 @@ func runCDCStage(ctx context.Context, e *env, r *report) error {
 }
 
 // targetUpsertCeiling is the rate of the applier's own write, alone: the
-// same upsert from text arrays of 2000 rows (cdc's FlushRows), over rows
+// same upsert from text arrays of 2000 rows (cdc's former FlushRows), over rows
 // 1..n of the target, with the arrays built beforehand.
 func (e *env) targetUpsertCeiling(ctx context.Context, n int) (float64, error) {
 	conn, err := e.dstPool.Acquire(ctx)
@@ -445,6 +446,8 @@ func perChange(d time.Duration, n int) float64 { return float64(d.Microseconds()
 // applyUntilMarker runs a stream until it has applied the transaction
 // carrying marker, and reports the time and the CPU each process spent.
 func applyUntilMarker(ctx context.Context, opts cdc.Options, marker string, e *env) (applyResult, error) {
+	reg := prometheus.NewRegistry()
+	opts.Metrics = cdc.NewMetrics(reg)
 	s, err := cdc.New(opts)
 	if err != nil {
 		return applyResult{}, err
@@ -476,6 +479,7 @@ func applyUntilMarker(ctx context.Context, opts cdc.Options, marker string, e *e
 				}
 			}
 		}
+		parts = append(parts, applyCounts(reg))
 		res.cpu = strings.Join(parts, ", ")
 	}
 	cancel()
@@ -486,6 +490,31 @@ func applyUntilMarker(ctx context.Context, opts cdc.Options, marker string, e *e
 		return res, fmt.Errorf("apply to marker %s: %w", marker, err)
 	}
 	return res, nil
+}
+
+// applyCounts says how many target transactions and flushes an apply made.
+func applyCounts(reg *prometheus.Registry) string {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return "counts unknown: " + err.Error()
+	}
+	var batches float64
+	flushes := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "reshard_cdc_apply_batches_total":
+				batches += m.GetCounter().GetValue()
+			case "reshard_cdc_apply_flushes_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "path" {
+						flushes[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%.0f target transactions, %.0f staged and %.0f text[] flushes", batches, flushes["staged"], flushes["array"])
 }
 
 // streamPids finds the stream's walsender and target backend as soon as
@@ -588,7 +617,7 @@ func runChildApply(cfgJSON string) int {
 	}
 	flush := cfg.Options.FlushRows
 	if flush <= 0 {
-		flush = 2000 // cdc's default
+		flush = cdc.DefaultFlushRows
 	}
 	_ = json.NewEncoder(os.Stdout).Encode(childResult{VmHWMKiB: hwm, Seconds: res.elapsed.Seconds(), FlushRows: flush})
 	return 0
