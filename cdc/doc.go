@@ -19,8 +19,16 @@
 // force either buffering them or applying them in a second session, which
 // cannot share the replication origin and would break commit order.)
 //
+// Within a batch only the last image of each primary key is written (a
+// delete wins over earlier writes; unchanged TOAST values are taken from the
+// key's earlier image in the batch, else left as the target has them). A
+// flush of StageMinRows operations or more is staged: one binary COPY into
+// a temporary table of the session, then one statement per kind; smaller
+// ones go as text[] parameters.
+//
 // Layout: decode.go is pure (bytes in, typed messages out, fuzzed);
-// apply.go builds the target's statements; stream.go owns the connections,
+// apply.go builds the target's statements and sends the text[] flushes;
+// stage.go the staged ones; stream.go owns the connections,
 // batching, acknowledgements and the Controller API (HoldAt, Release,
 // Positions, WaitApplied, DrainToMarker); joining.go creates and drops the
 // publication, slot and origin.
