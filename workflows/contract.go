@@ -227,7 +227,7 @@ type MoveState struct {
 	Waiting string `json:"waiting,omitempty"`
 	// GraceUntil is when GRACE ends by itself (zero outside GRACE).
 	GraceUntil time.Time `json:"grace_until,omitzero"`
-	UpdatedAt time.Time `json:"updated_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
 	// Retrying is filled by reshard status, not by the workflow: the
 	// activities of the move being retried and their last failure (a shard
 	// down, a password changed), which the workflow itself cannot see.

@@ -389,7 +389,7 @@ func TestStatusView(t *testing.T) {
 				Verify: &workflows.VerifySummary{Passed: false, Mismatches: 2, Samples: []string{"missing users id=42"}}},
 			{Spec: workflows.MoveSpec{Source: "shard3", Target: "shard5", EstRows: 10}, Phase: workflows.PhaseGrace, RowsCopied: 10, CopyDone: true,
 				Verify: &workflows.VerifySummary{Passed: true, Rows: 10}, WritePause: 412 * time.Millisecond, Attempts: 2, Paused: true,
-				Pauses: workflows.WritePauses{Total: 2412 * time.Millisecond, Longest: 2 * time.Second, Attempts: 2},
+				Pauses:     workflows.WritePauses{Total: 2412 * time.Millisecond, Longest: 2 * time.Second, Attempts: 2},
 				GraceUntil: start.Add(10*time.Second + 5*time.Minute)},
 			{Spec: workflows.MoveSpec{Source: "shard4", Target: "shard5", EstRows: 10}, Phase: workflows.PhaseCutover, RowsCopied: 10, CopyDone: true,
 				Verify: &workflows.VerifySummary{Passed: true, Rows: 10}, Waiting: workflows.WaitApproval},
