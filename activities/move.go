@@ -154,7 +154,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	defer cancel()
 	var rows, bytes atomic.Int64
 	stop := keepBeating(ctx, 5*time.Second, func() any {
-		return map[string]int64{"slice_rows": rows.Load(), "slice_bytes": bytes.Load()}
+		return map[string]int64{workflows.HeartbeatSliceRows: rows.Load(), workflows.HeartbeatSliceBytes: bytes.Load()}
 	})
 	stats, err := backfill.Copy(sctx, s.src, s.dst, backfill.Options{
 		Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in),

@@ -144,6 +144,13 @@ type VerifyInput struct {
 	RowsPerSec float64 `json:"rows_per_sec"`
 }
 
+// The heartbeat of a copy slice is a map of these keys to the rows and bytes
+// the slice has committed so far; status adds them to the move's count.
+const (
+	HeartbeatSliceRows  = "slice_rows"
+	HeartbeatSliceBytes = "slice_bytes"
+)
+
 // CutoverInput is one cutover attempt.
 type CutoverInput struct {
 	Move   MoveRef       `json:"move"`

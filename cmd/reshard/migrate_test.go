@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	commonpb "go.temporal.io/api/common/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/ring"
@@ -472,5 +475,24 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		if !strings.Contains(out, "127.0.0.1:1") {
 			t.Errorf("reshard %s: the error does not say where it tried: %q", strings.Join(args, " "), out)
 		}
+	}
+}
+
+// status adds the running copy slice's heartbeat to the move's rows, so the
+// count moves every few seconds instead of at the end of each slice.
+func TestSliceRowsFromHeartbeat(t *testing.T) {
+	hb, err := converter.GetDefaultDataConverter().ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatSliceBytes: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := []*workflowpb.PendingActivityInfo{
+		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityRunCDC}},
+		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityCopySlice}, HeartbeatDetails: hb},
+	}
+	if got := sliceRows(pending); got != 1234 {
+		t.Errorf("slice rows %d, want 1234", got)
+	}
+	if got := sliceRows(pending[:1]); got != 0 {
+		t.Errorf("no copy slice: %d", got)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"golang.org/x/term"
 
 	"github.com/reshard/reshard/workflows"
@@ -163,19 +164,37 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 	if st.Phase.Terminal() {
 		return
 	}
-	describe := func(id string) string {
+	describe := func(id string) []*workflowpb.PendingActivityInfo {
 		d, err := tc.DescribeWorkflowExecution(ctx, id, "")
 		if err != nil {
-			return ""
+			return nil
 		}
-		return retryText(d.GetPendingActivities(), now)
+		return d.GetPendingActivities()
 	}
-	st.Retrying = describe(wfID)
+	st.Retrying = retryText(describe(wfID), now)
 	for i := range st.Moves {
 		if m := &st.Moves[i]; !m.Phase.Terminal() {
-			m.Retrying = describe(workflows.MoveWorkflowID(wfID, m.Spec.ID))
+			pending := describe(workflows.MoveWorkflowID(wfID, m.Spec.ID))
+			m.Retrying = retryText(pending, now)
+			m.RowsCopied += sliceRows(pending)
 		}
 	}
+}
+
+// sliceRows is what the running copy slice has committed so far, from its
+// last heartbeat (a few seconds old at most): the state's count is the
+// checkpoints' at the slice's start, the slice itself reports at its end.
+func sliceRows(pending []*workflowpb.PendingActivityInfo) int64 {
+	for _, a := range pending {
+		if a.GetActivityType().GetName() != workflows.ActivityCopySlice || a.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var hb map[string]int64
+		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) == nil {
+			return hb[workflows.HeartbeatSliceRows]
+		}
+	}
+	return 0
 }
 
 // maxFailureText bounds the failure message shown per activity.
