@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"go.temporal.io/sdk/temporal"
@@ -132,5 +133,33 @@ func TestCopyChunkRows(t *testing.T) {
 	in.Throttle.ChunkRows = 777
 	if got := copyChunkRows(in); got != 777 {
 		t.Errorf("live change: %d", got)
+	}
+}
+
+// The copy's ETA comes from its recent rate: none before two samples; the
+// rows left (estimate − committed before the slice − committed by it) at
+// the window's rate after; zero once the estimate is reached.
+func TestCopyMeterETA(t *testing.T) {
+	m := &copyMeter{est: 10_000, base: 4_000}
+	if _, ok := m.eta(); ok {
+		t.Fatal("an ETA before any progress")
+	}
+	if hb := m.heartbeat(); hb[workflows.HeartbeatETAMillis] != -1 {
+		t.Fatalf("heartbeat without an estimate: %v", hb)
+	}
+	m.progress(backfill.Progress{Rows: 0})
+	time.Sleep(200 * time.Millisecond)
+	m.progress(backfill.Progress{Rows: 1_000, Bytes: 1})
+	eta, ok := m.eta()
+	// 5,000 rows left at ~5,000 rows/s: about a second.
+	if !ok || eta < 500*time.Millisecond || eta > 1500*time.Millisecond {
+		t.Fatalf("ETA %s %v; want about 1s", eta, ok)
+	}
+	if hb := m.heartbeat(); hb[workflows.HeartbeatSliceRows] != 1_000 || hb[workflows.HeartbeatETAMillis] != eta.Milliseconds() {
+		t.Fatalf("heartbeat %v", hb)
+	}
+	m.progress(backfill.Progress{Rows: 6_000, Bytes: 2})
+	if eta, ok := m.eta(); !ok || eta != 0 {
+		t.Fatalf("ETA at the estimate: %s %v", eta, ok)
 	}
 }

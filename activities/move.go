@@ -152,14 +152,25 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	}
 	sctx, cancel := context.WithTimeout(ctx, in.MaxTime)
 	defer cancel()
-	var rows, bytes atomic.Int64
+	before, err := backfill.Checkpoints(ctx, s.dst, in.Move.Spec.ID)
+	if err != nil {
+		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
+	}
+	meter := &copyMeter{est: in.Move.Spec.EstRows}
+	for _, c := range before {
+		meter.base += c.Rows
+	}
+	labels := []string{in.Move.MigrationID, in.Move.Spec.ID}
 	stop := keepBeating(ctx, 5*time.Second, func() any {
-		return map[string]int64{workflows.HeartbeatSliceRows: rows.Load(), workflows.HeartbeatSliceBytes: bytes.Load()}
+		if eta, ok := meter.eta(); ok {
+			a.metrics.eta.WithLabelValues(labels...).Set(eta.Seconds())
+		}
+		return meter.heartbeat()
 	})
 	stats, err := backfill.Copy(sctx, s.src, s.dst, backfill.Options{
 		Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in),
 		RowsPerSec: in.Throttle.RowsPerSec, BytesPerSec: in.Throttle.BytesPerSec,
-		Progress: func(p backfill.Progress) { rows.Store(p.Rows); bytes.Store(p.Bytes) },
+		Progress: meter.progress,
 		Logger:   a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
 	})
 	stop()
@@ -180,11 +191,11 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 		}
 	}
 	p.Left = max(stats.Units-finished, 0)
-	a.progressGauges(in, p, stats.Elapsed)
+	a.progressGauges(in, p, meter)
 	return p, nil
 }
 
-func (a *Activities) progressGauges(in workflows.CopySliceInput, p workflows.CopyProgress, elapsed time.Duration) {
+func (a *Activities) progressGauges(in workflows.CopySliceInput, p workflows.CopyProgress, meter *copyMeter) {
 	est := in.Move.Spec.EstBytes
 	rowsLeft := max(in.Move.Spec.EstRows-p.Rows, 0)
 	if p.Done {
@@ -196,11 +207,12 @@ func (a *Activities) progressGauges(in workflows.CopySliceInput, p workflows.Cop
 	}
 	labels := []string{in.Move.MigrationID, in.Move.Spec.ID}
 	a.metrics.bytesRemaining.WithLabelValues(labels...).Set(bytesLeft)
-	eta := 0.0
-	if p.Bytes > 0 && elapsed > 0 {
-		eta = bytesLeft / (float64(p.Bytes) / elapsed.Seconds())
+	switch eta, ok := meter.eta(); {
+	case p.Done:
+		a.metrics.eta.WithLabelValues(labels...).Set(0)
+	case ok:
+		a.metrics.eta.WithLabelValues(labels...).Set(eta.Seconds())
 	}
-	a.metrics.eta.WithLabelValues(labels...).Set(eta)
 }
 
 // RunCDC runs a move's stream until cancelled: forward (source → target,

@@ -149,6 +149,9 @@ type VerifyInput struct {
 const (
 	HeartbeatSliceRows  = "slice_rows"
 	HeartbeatSliceBytes = "slice_bytes"
+	// HeartbeatETAMillis is the copy's time left at its recent rate (-1:
+	// no estimate yet).
+	HeartbeatETAMillis = "eta_ms"
 )
 
 // CutoverInput is one cutover attempt.

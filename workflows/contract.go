@@ -232,6 +232,9 @@ type MoveState struct {
 	// activities of the move being retried and their last failure (a shard
 	// down, a password changed), which the workflow itself cannot see.
 	Retrying string `json:"retrying,omitempty"`
+	// CopyETA, filled by reshard status too: the running copy slice's
+	// estimate of the time left, at its recent rate (0: none).
+	CopyETA time.Duration `json:"copy_eta,omitempty"`
 }
 
 // What a move waits for (MoveState.Waiting).

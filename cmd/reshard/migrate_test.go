@@ -481,7 +481,7 @@ func TestPasswordNeverPrinted(t *testing.T) {
 // status adds the running copy slice's heartbeat to the move's rows, so the
 // count moves every few seconds instead of at the end of each slice.
 func TestSliceRowsFromHeartbeat(t *testing.T) {
-	hb, err := converter.GetDefaultDataConverter().ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatSliceBytes: 99})
+	hb, err := converter.GetDefaultDataConverter().ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatSliceBytes: 99, workflows.HeartbeatETAMillis: 42_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,10 +489,14 @@ func TestSliceRowsFromHeartbeat(t *testing.T) {
 		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityRunCDC}},
 		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityCopySlice}, HeartbeatDetails: hb},
 	}
-	if got := sliceRows(pending); got != 1234 {
-		t.Errorf("slice rows %d, want 1234", got)
+	if rows, eta := sliceProgress(pending); rows != 1234 || eta != 42*time.Second {
+		t.Errorf("slice rows %d, ETA %s; want 1234, 42s", rows, eta)
 	}
-	if got := sliceRows(pending[:1]); got != 0 {
-		t.Errorf("no copy slice: %d", got)
+	if rows, eta := sliceProgress(pending[:1]); rows != 0 || eta != 0 {
+		t.Errorf("no copy slice: %d %s", rows, eta)
+	}
+	m := workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}, RowsCopied: 10, CopyETA: 42 * time.Second}
+	if got := copyETA(m, workflows.Throttle{}, time.Now()); got != "42s" {
+		t.Errorf("status ETA %s, want the copy's own 42s", got)
 	}
 }

@@ -176,25 +176,31 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 		if m := &st.Moves[i]; !m.Phase.Terminal() {
 			pending := describe(workflows.MoveWorkflowID(wfID, m.Spec.ID))
 			m.Retrying = retryText(pending, now)
-			m.RowsCopied += sliceRows(pending)
+			rows, eta := sliceProgress(pending)
+			m.RowsCopied += rows
+			m.CopyETA = eta
 		}
 	}
 }
 
-// sliceRows is what the running copy slice has committed so far, from its
-// last heartbeat (a few seconds old at most): the state's count is the
-// checkpoints' at the slice's start, the slice itself reports at its end.
-func sliceRows(pending []*workflowpb.PendingActivityInfo) int64 {
+// sliceProgress is what the running copy slice has committed so far and its
+// ETA at its recent rate (0: none), from its last heartbeat (a few seconds
+// old at most): the state's count is the checkpoints' at the slice's start,
+// the slice itself reports at its end.
+func sliceProgress(pending []*workflowpb.PendingActivityInfo) (rows int64, eta time.Duration) {
 	for _, a := range pending {
 		if a.GetActivityType().GetName() != workflows.ActivityCopySlice || a.GetHeartbeatDetails() == nil {
 			continue
 		}
 		var hb map[string]int64
 		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) == nil {
-			return hb[workflows.HeartbeatSliceRows]
+			if ms, ok := hb[workflows.HeartbeatETAMillis]; ok && ms >= 0 {
+				eta = time.Duration(ms) * time.Millisecond
+			}
+			return hb[workflows.HeartbeatSliceRows], eta
 		}
 	}
-	return 0
+	return 0, 0
 }
 
 // maxFailureText bounds the failure message shown per activity.
@@ -270,6 +276,9 @@ func copyETA(m workflows.MoveState, t workflows.Throttle, now time.Time) string 
 	}
 	if m.Paused {
 		return "paused"
+	}
+	if m.CopyETA > 0 { // the copy's own, at its recent rate
+		return m.CopyETA.Round(time.Second).String()
 	}
 	left := m.Spec.EstRows - m.RowsCopied
 	if left <= 0 {
