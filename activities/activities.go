@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,6 +168,30 @@ func (a *Activities) stream(ctx context.Context, move string, wait time.Duration
 		}
 	}
 }
+
+// Reload takes a reloaded worker configuration: its new shards are usable at
+// once, and a shard whose DSN changed (every one, when the password did)
+// reconnects on its next use. It returns the shards added.
+func (a *Activities) Reload(shards map[string]string, password string) (added []string) {
+	before := a.pools.r.Known()
+	for n := range shards {
+		if !slices.Contains(before, n) {
+			added = append(added, n)
+		}
+	}
+	slices.Sort(added)
+	changed, pw := a.pools.r.Update(shards, password)
+	switch {
+	case pw:
+		a.pools.drop()
+	case len(changed) > 0:
+		a.pools.drop(changed...)
+	}
+	return added
+}
+
+// Shards lists the shard names of the worker's configuration.
+func (a *Activities) Shards() []string { return a.pools.r.Known() }
 
 // heartbeat records details when running as an activity (and does nothing
 // when called outside one, as in tests of the adapters).

@@ -359,7 +359,7 @@ func (a *Activities) registerTargets(ctx context.Context, store *topology.Store,
 		if registered[mv.Target] {
 			continue
 		}
-		base, ok := a.pools.r.Shards[mv.Target]
+		base, ok := a.pools.r.shardDSN(mv.Target)
 		if !ok {
 			return badInput("shard %q is not in the worker configuration", mv.Target)
 		}

@@ -3,7 +3,9 @@ package activities
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,14 +17,43 @@ import (
 // configuration. The password is kept here and added only to the
 // connection configs and DSNs handed to drivers; it never reaches a payload,
 // an error, a log line or a heartbeat.
+//
+// A worker reloads its configuration while it runs (Update); the fields
+// are read under mu.
 type Resolver struct {
 	Control  string            // DSN of the control database, without password
 	Shards   map[string]string // shard name → DSN, without password
 	Password string            // "" when the servers need none (trust, passfile)
+
+	mu sync.RWMutex
+}
+
+// Update takes a reloaded configuration's shards and password and returns
+// the shard names whose DSN changed or went away (their pools must be
+// dropped), and whether the password changed (every pool must be).
+func (r *Resolver) Update(shards map[string]string, password string) (changed []string, passwordChanged bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for n, dsn := range r.Shards {
+		if shards[n] != dsn {
+			changed = append(changed, n)
+		}
+	}
+	sort.Strings(changed)
+	passwordChanged = password != r.Password
+	r.Shards = maps.Clone(shards)
+	r.Password = password
+	return changed, passwordChanged
 }
 
 // Known lists the configured shard names, sorted.
 func (r *Resolver) Known() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.known()
+}
+
+func (r *Resolver) known() []string {
 	names := make([]string, 0, len(r.Shards))
 	for n := range r.Shards {
 		names = append(names, n)
@@ -33,11 +64,31 @@ func (r *Resolver) Known() []string {
 
 // dsn returns the DSN of a shard with the password, for drivers only.
 func (r *Resolver) dsn(shard string) (string, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	base, ok := r.Shards[shard]
 	if !ok {
-		return "", badInput("shard %q is not in the worker configuration (known: %s); add it to the worker's config file", shard, strings.Join(r.Known(), ", "))
+		return "", badInput("shard %q is not in the worker configuration (known: %s); add it to the worker's config file (a running worker reloads it within seconds)", shard, strings.Join(r.known(), ", "))
 	}
 	return withPassword(base, r.Password), nil
+}
+
+// shardDSN is the configured DSN of a shard, without password.
+func (r *Resolver) shardDSN(shard string) (string, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	d, ok := r.Shards[shard]
+	return d, ok
+}
+
+// controlDSN is the control database's DSN with the password.
+func (r *Resolver) controlDSN() string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.Control == "" {
+		return ""
+	}
+	return withPassword(r.Control, r.Password)
 }
 
 // replicationDSN is dsn with replication=database.
@@ -93,10 +144,26 @@ func (p *pools) shard(ctx context.Context, name string) (*pgxpool.Pool, error) {
 }
 
 func (p *pools) control(ctx context.Context) (*pgxpool.Pool, error) {
-	if p.r.Control == "" {
+	dsn := p.r.controlDSN()
+	if dsn == "" {
 		return nil, badInput("the worker configuration names no control database")
 	}
-	return p.get(ctx, controlKey, withPassword(p.r.Control, p.r.Password))
+	return p.get(ctx, controlKey, dsn)
+}
+
+// drop forgets the pools of the named shards (all, control included, with
+// none named) so that the next use connects with the new configuration. The
+// old pools close once the work holding their connections returns them
+// (pgxpool.Close waits for that; a CDC stream may hold one for days).
+func (p *pools) drop(names ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, pool := range p.m {
+		if len(names) == 0 || slices.Contains(names, k) {
+			go pool.Close()
+			delete(p.m, k)
+		}
+	}
 }
 
 func (p *pools) get(ctx context.Context, key, dsn string) (*pgxpool.Pool, error) {

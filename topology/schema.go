@@ -134,6 +134,16 @@ END $$;`,
 	// that ended before this step (their "migration <id> (<kind>) ends"
 	// version published) are recorded as 'ended'.
 	contractSQL,
+
+	// 7: the running workers and the shards their configuration names,
+	// refreshed every few seconds by each worker (topology.Workers): the
+	// CLI refuses a migration whose shards no running worker knows.
+	`CREATE TABLE reshard.workers (
+	identity   text PRIMARY KEY,
+	task_queue text NOT NULL,
+	shards     text[] NOT NULL,
+	seen_at    timestamptz NOT NULL DEFAULT now()
+);`,
 }
 
 // contractSQL is schema step 6. Tokens are PostgreSQL's own immutable hash

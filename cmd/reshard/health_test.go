@@ -22,14 +22,25 @@ import (
 // returns the base URL of its HTTP endpoint.
 func startWorker(t *testing.T, wc devenv.WorkerConfig) string {
 	t.Helper()
+	path := filepath.Join(t.TempDir(), "reshard.yaml")
+	writeWorkerConfig(t, path, wc)
+	return startWorkerAt(t, path)
+}
+
+func writeWorkerConfig(t *testing.T, path string, wc devenv.WorkerConfig) {
+	t.Helper()
 	b, err := yaml.Marshal(wc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "reshard.yaml")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startWorkerAt is startWorker with the configuration file at path.
+func startWorkerAt(t *testing.T, path string) string {
+	t.Helper()
 	opts := &globalOptions{logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	cfg, err := (&configFlags{path: path}).load(opts)
 	if err != nil {

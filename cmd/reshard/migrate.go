@@ -485,6 +485,9 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				return usageError{fmt.Errorf("%d preflight problem(s); fix these (reshard plan %s shows the whole plan), nothing was started:\n%s",
 					rep.Problems, p.Request.Kind, strings.Join(probs, "\n"))}
 			}
+			if err := checkWorkersKnow(ctx, store, p); err != nil {
+				return err
+			}
 			if register { // a cluster from before keyspaces: its first migration registers them
 				if _, err := registerKeyspace(ctx, cfg, store, pool, req.Tables.Name, req.Tables); err != nil {
 					return err
@@ -512,6 +515,33 @@ warning on stderr: it waits and begins when a worker runs.
 Exit codes: 0 started, 1 failure, 2 bad input or refused (nothing started).`
 	}
 	return cmd
+}
+
+// checkWorkersKnow refuses a migration whose shards no running worker's
+// configuration names: its workflow would start and fail at once, telling
+// the operator to add the shard to a file that may already have it (the
+// worker had not reloaded it). Workers report the shards they know in
+// reshard.workers and reload their file within seconds of a change. With
+// no worker reporting (none runs: startMigration warns), it passes.
+func checkWorkersKnow(ctx context.Context, store *topology.Store, p *migrationPlan) error {
+	ws, err := store.Workers(ctx, workflows.TaskQueue)
+	if err != nil || len(ws) == 0 {
+		return nil
+	}
+	var want []string
+	for _, pr := range p.Pairs {
+		want = append(want, pr.Source, pr.Target)
+	}
+	missing := topology.UnknownToWorkers(ws, want)
+	if len(missing) == 0 {
+		return nil
+	}
+	var known []string
+	for _, w := range ws {
+		known = append(known, fmt.Sprintf("%s knows %s", w.Identity, strings.Join(w.Shards, ",")))
+	}
+	return usageError{fmt.Errorf("no running worker knows shard(s) %s (%s): add them to the configuration file the workers read; a worker reloads it within %s of a change (or on SIGHUP); nothing was started",
+		strings.Join(missing, ", "), strings.Join(known, "; "), configPoll)}
 }
 
 // startMigration starts the workflow of a checked plan.

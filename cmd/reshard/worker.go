@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strings"
 	"sync/atomic"
@@ -23,6 +26,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/reshard/reshard/activities"
+	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -169,6 +173,12 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, lis
 	running.Store(true)
 	log.Info("worker running", "task_queue", workflows.TaskQueue, "temporal", cfg.Temporal.Address, "namespace", cfg.Temporal.Namespace,
 		"shards", len(cfg.Shards), "listen", ln.Addr().String())
+	bg, stopBG := context.WithCancel(ctx)
+	defer stopBG()
+	go watchConfig(bg, opts, cfg, acts, configPoll)
+	reported := make(chan struct{})
+	go func() { defer close(reported); reportWorker(bg, log, control, workerIdentity(), acts) }()
+	defer func() { stopBG(); <-reported }()
 	select {
 	case <-ctx.Done():
 	case err := <-srvErr:
@@ -181,4 +191,93 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, lis
 	w.Stop()
 	log.Info("worker stopped")
 	return nil
+}
+
+// configPoll is how often a worker looks at its configuration file.
+const configPoll = 2 * time.Second
+
+// watchConfig reloads the worker's configuration when its file changes
+// (checked every poll) or on SIGHUP: shards added (reshard dev up --shards
+// 6, an operator's edit) are usable at once and a changed DSN or password
+// reconnects, without a restart. A file that does not load is logged and
+// the configuration in force kept. The control database and Temporal are
+// read at start only: a change to them is logged as needing a restart.
+func watchConfig(ctx context.Context, opts *globalOptions, cfg *clusterConfig, acts *activities.Activities, poll time.Duration) {
+	log := opts.logger
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	stamp := func() string {
+		fi, err := os.Stat(cfg.Path)
+		if err != nil {
+			return ""
+		}
+		return fmt.Sprint(fi.ModTime().UnixNano(), fi.Size())
+	}
+	last := stamp()
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if s := stamp(); s == last {
+				continue
+			} else {
+				last = s
+			}
+		case <-hup:
+			last = stamp()
+		}
+		next, err := (&configFlags{path: cfg.Path}).load(opts)
+		if err != nil {
+			log.Warn("configuration not reloaded; the one in force is kept", "config", cfg.Path, "error", err)
+			continue
+		}
+		added := acts.Reload(next.Shards, next.password)
+		log.Info("configuration reloaded", "config", cfg.Path, "shards", len(next.Shards), "added", added)
+		if next.Control != cfg.Control || next.Temporal != cfg.Temporal {
+			log.Warn("the control database or Temporal changed in the configuration: restart the worker to use them", "config", cfg.Path)
+		}
+	}
+}
+
+// workerIdentity names this worker in reshard.workers: host, pid and a
+// random suffix (one process may run several workers, as tests do).
+func workerIdentity() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s:%d:%x", host, os.Getpid(), b)
+}
+
+// reportWorker keeps this worker's row in reshard.workers (the shards its
+// configuration knows) fresh until ctx ends, then removes it: the CLI
+// refuses a migration whose shards no running worker knows.
+func reportWorker(ctx context.Context, log *slog.Logger, control *pgxpool.Pool, identity string, acts *activities.Activities) {
+	store := topology.NewStore(control)
+	migrated := false
+	tick := time.NewTicker(topology.WorkerReportEvery)
+	defer tick.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if !migrated {
+			migrated = topology.Migrate(rctx, control) == nil
+		}
+		if migrated {
+			if err := store.ReportWorker(rctx, topology.Worker{Identity: identity, TaskQueue: workflows.TaskQueue, Shards: acts.Shards()}); err != nil && ctx.Err() == nil {
+				log.Warn("report this worker in the control database", "error", err)
+			}
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_ = store.ForgetWorker(fctx, identity)
+			cancel()
+			return
+		case <-tick.C:
+		}
+	}
 }
