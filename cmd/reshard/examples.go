@@ -37,7 +37,11 @@ var examples = map[string]string{
 	"complete": `  reshard complete add-k3f9xq`,
 	"reverify": `  reshard reverify add-k3f9xq`,
 	"throttle": `  reshard throttle add-k3f9xq --rows-per-sec 5000
-  reshard throttle add-k3f9xq --rows-per-sec 0 --bytes-per-sec 0`,
+  reshard throttle add-k3f9xq --rows-per-sec 0 --bytes-per-sec 0
+  reshard throttle add-k3f9xq --rows-per-sec 5000 --copy-chunk-rows 1000`,
+	"check":           `  reshard check placement --keyspace default`,
+	"check placement": `  reshard check placement
+  reshard check placement --keyspace default --json`,
 	"worker":           `  reshard worker --config /etc/reshard/reshard.yaml --listen 0.0.0.0:9464`,
 	"demo":             `  reshard demo --users 100000 --rows-per-sec 20000 --keep`,
 	"dev":              `  reshard dev up --shards 4`,
