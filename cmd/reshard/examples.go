@@ -39,7 +39,8 @@ var examples = map[string]string{
 	"throttle": `  reshard throttle add-k3f9xq --rows-per-sec 5000
   reshard throttle add-k3f9xq --rows-per-sec 0 --bytes-per-sec 0
   reshard throttle add-k3f9xq --rows-per-sec 5000 --copy-chunk-rows 1000`,
-	"check": `  reshard check placement --keyspace default`,
+	"check":  `  reshard check placement --keyspace default`,
+	"schema": `  reshard schema sync shard5 --dry-run`,
 	"check placement": `  reshard check placement
   reshard check placement --keyspace default --json`,
 	"worker":           `  reshard worker --config /etc/reshard/reshard.yaml --listen 0.0.0.0:9464`,

@@ -70,6 +70,7 @@ func newRootCmd() *cobra.Command {
 		newCheckCmd(opts),
 		newInitCmd(opts),
 		newKeyspaceCmd(opts),
+		newSchemaCmd(opts),
 		newPlanCmd(opts),
 		newMigrationCmd(opts, workflows.KindSplit, false),
 		newMigrationCmd(opts, workflows.KindAddNode, false),

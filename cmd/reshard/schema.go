@@ -1,0 +1,311 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
+)
+
+func newSchemaCmd(opts *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "schema",
+		Short: "Give a shard the keyspace's tables (schema sync)",
+		Args:  usageArgs(cobra.NoArgs),
+	}
+	cmd.AddCommand(newSchemaSyncCmd(opts))
+	return cmd
+}
+
+// schemaTable is what schema sync does with one table on the target.
+type schemaTable struct {
+	Table  string `json:"table"`
+	Action string `json:"action"` // create, in-sync
+	// TokenIndex: the token index the target gets (or has).
+	TokenIndex string `json:"token_index"`
+}
+
+func newSchemaSyncCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf             configFlags
+		keyspace, from string
+		dryRun, asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "sync <target-shard> [--from <shard>] [--keyspace <k>] [--dry-run]",
+		Short: "Create the keyspace's tables, indexes, constraints, sequences and token indexes on a shard",
+		Long: `Gives a shard (a new one, before add-node or split) the tables of a keyspace as they
+are on a source shard: each table the target lacks is created from the source's
+catalog (pg_dump --schema-only of those tables: columns, defaults, constraints,
+indexes, the sequences they own; reshard's own fence triggers left out), and every
+table gets its token index. A table the target already has must match the
+source's (columns, types, primary key): a difference is refused, naming it, with
+nothing changed (exit 2). --dry-run lists what would be created.
+
+The source defaults to the first shard (by name) of the keyspace's ring.
+pg_dump comes from the PostgreSQL binaries reshard finds ($PG_BIN, beside pg_ctl
+on PATH, PATH, /usr/lib/postgresql/*/bin).
+
+Exit codes: 0 done (or nothing to do), 1 failure, 2 bad input or a conflicting
+definition on the target (nothing changed).`,
+		Example: `  reshard schema sync shard5 --dry-run
+  reshard schema sync shard5 --from shard1 --keyspace default`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			target := args[0]
+			return withControl(cmd, opts, &cf, 30*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+				k, err := store.ResolveKeyspace(ctx, keyspace)
+				if err != nil {
+					return usageError{err}
+				}
+				if from == "" {
+					cur, err := store.In(k.Name).Current(ctx)
+					if err != nil {
+						return controlErr(err)
+					}
+					for _, s := range cur.Ring.Shards() {
+						if s != target && (from == "" || s < from) {
+							from = s
+						}
+					}
+					if from == "" {
+						return usageError{fmt.Errorf("keyspace %s has no shard but %s to copy the schema from: pass --from", k.Name, target)}
+					}
+				}
+				for _, s := range []string{from, target} {
+					if _, ok := cfg.Shards[s]; !ok {
+						return usageError{fmt.Errorf("shard %s is not in the configuration %s: add it (name: DSN) first", s, cfg.Path)}
+					}
+				}
+				if from == target {
+					return usageError{fmt.Errorf("--from %s is the target itself", from)}
+				}
+				src, err := cfg.connect(ctx, "shard "+from, cfg.Shards[from])
+				if err != nil {
+					return err
+				}
+				defer src.Close()
+				dst, err := cfg.connect(ctx, "shard "+target, cfg.Shards[target])
+				if err != nil {
+					return err
+				}
+				defer dst.Close()
+				plan, missing, err := planSchemaSync(ctx, src, dst, k.Spec(), from, target)
+				if err != nil {
+					return err
+				}
+				out := cmd.OutOrStdout()
+				if !dryRun && len(missing) > 0 {
+					ddl, err := dumpSchema(ctx, cfg, from, missing)
+					if err != nil {
+						return err
+					}
+					if err := applySchema(ctx, dst, missing, ddl); err != nil {
+						return fmt.Errorf("create the tables of keyspace %s on %s: %w (nothing was created)", k.Name, target, err)
+					}
+				}
+				if !dryRun {
+					srcSet, err := tableset.Introspect(ctx, src, k.Spec(), "source "+from)
+					if err != nil {
+						return err
+					}
+					for _, t := range srcSet.Tables {
+						if err := tableset.CreateTokenIndex(ctx, dst, t); err != nil {
+							return fmt.Errorf("token index of %s on %s: %w", t, target, err)
+						}
+					}
+				}
+				if asJSON {
+					return topoWriteJSON(out, struct {
+						Keyspace string        `json:"keyspace"`
+						From     string        `json:"from"`
+						Target   string        `json:"target"`
+						DryRun   bool          `json:"dry_run"`
+						Tables   []schemaTable `json:"tables"`
+					}{k.Name, from, target, dryRun, plan})
+				}
+				verb := map[bool]string{true: "would create", false: "created"}[dryRun]
+				for _, p := range plan {
+					switch p.Action {
+					case "create":
+						fmt.Fprintf(out, "%s %s on %s (from %s), token index %s\n", verb, p.Table, target, from, p.TokenIndex)
+					default:
+						fmt.Fprintf(out, "%s on %s matches %s; token index %s\n", p.Table, target, from, p.TokenIndex)
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cf.register(cmd)
+	cmd.Flags().StringVar(&keyspace, "keyspace", "", "keyspace whose tables to sync (default: the only one)")
+	cmd.Flags().StringVar(&from, "from", "", "shard to copy the definitions from (default: the first of the keyspace's ring)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be created; change nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+// planSchemaSync compares the keyspace's tables on the source and the
+// target: the tables to create (missing) and the plan to print. A table
+// that exists on both and differs is bad input naming the difference.
+func planSchemaSync(ctx context.Context, src, dst *pgxpool.Pool, spec tableset.Spec, from, target string) ([]schemaTable, []tableset.Table, error) {
+	srcSet, err := tableset.Introspect(ctx, src, spec, "source "+from)
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	var plan []schemaTable
+	var missing []tableset.Table
+	var conflicts []string
+	for i, t := range srcSet.Tables {
+		var reg *string
+		if err := dst.QueryRow(ctx, `SELECT to_regclass($1)::text`, t.Quoted()).Scan(&reg); err != nil {
+			return nil, nil, fmt.Errorf("look for %s on %s: %w", t, target, err)
+		}
+		p := schemaTable{Table: t.String(), TokenIndex: tableset.TokenIndexName(t)}
+		if reg == nil {
+			p.Action = "create"
+			missing = append(missing, t)
+			plan = append(plan, p)
+			continue
+		}
+		one := tableset.Spec{Name: spec.Name, Tables: []tableset.TableSpec{spec.Tables[i]}}
+		dstSet, err := tableset.Introspect(ctx, dst, one, "target "+target)
+		if err != nil {
+			conflicts = append(conflicts, err.Error())
+			continue
+		}
+		if d := tableset.ColumnDiff(t, dstSet.Tables[0], from, target); d != "" {
+			conflicts = append(conflicts, fmt.Sprintf("%s: %s", t, d))
+			continue
+		}
+		if !slices.Equal(t.PK, dstSet.Tables[0].PK) {
+			conflicts = append(conflicts, fmt.Sprintf("%s: primary key (%s) on %s, (%s) on %s", t, strings.Join(t.PK, ", "), from, strings.Join(dstSet.Tables[0].PK, ", "), target))
+			continue
+		}
+		p.Action = "in-sync"
+		plan = append(plan, p)
+	}
+	if len(conflicts) > 0 {
+		return nil, nil, usageError{fmt.Errorf("%s has %d table(s) defined unlike on %s; make them alike (or drop the empty table on %s and run schema sync again), nothing was changed:\n  %s",
+			target, len(conflicts), from, target, strings.Join(conflicts, "\n  "))}
+	}
+	return plan, missing, nil
+}
+
+// dumpSchema is pg_dump --schema-only of tables on shard from, without
+// reshard's own triggers (the fence: the target gets its own at JOINING).
+// The password reaches pg_dump through its environment only.
+func dumpSchema(ctx context.Context, cfg *clusterConfig, from string, tables []tableset.Table) (string, error) {
+	pgDump, err := findPGDump()
+	if err != nil {
+		return "", err
+	}
+	cc, err := pgconn.ParseConfig(cfg.Shards[from])
+	if err != nil {
+		return "", usageError{fmt.Errorf("the DSN of shard %s does not parse", from)}
+	}
+	args := []string{"--schema-only", "--no-owner", "--no-privileges", "--no-publications", "--no-subscriptions"}
+	for _, t := range tables {
+		// A pattern quoted as an identifier matches exactly that table.
+		args = append(args, "--table="+t.Quoted())
+	}
+	c := exec.CommandContext(ctx, pgDump, args...)
+	c.Env = append(os.Environ(), "PGHOST="+cc.Host, "PGPORT="+strconv.Itoa(int(cc.Port)), "PGUSER="+cc.User, "PGDATABASE="+cc.Database)
+	if pw := cfg.password; pw != "" {
+		c.Env = append(c.Env, "PGPASSWORD="+pw)
+	} else if cc.Password != "" {
+		c.Env = append(c.Env, "PGPASSWORD="+cc.Password)
+	}
+	var out, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &out, &stderr
+	if err := c.Run(); err != nil {
+		return "", fmt.Errorf("pg_dump --schema-only of %d table(s) on %s: %v: %s", len(tables), from, err, strings.TrimSpace(stderr.String()))
+	}
+	return withoutReshardTriggers(out.String()), nil
+}
+
+// findPGDump finds pg_dump beside the server binaries reshard uses (the
+// directory pg_ctl resolves to, when it is a link), else on PATH.
+func findPGDump() (string, error) {
+	var dirs []string
+	if d, err := devenv.FindPGBin(); err == nil {
+		dirs = append(dirs, d)
+		if real, err := filepath.EvalSymlinks(filepath.Join(d, "pg_ctl")); err == nil {
+			dirs = append(dirs, filepath.Dir(real))
+		}
+	}
+	globbed, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	slices.Reverse(globbed) // newest first
+	for _, d := range dirs {
+		if p := filepath.Join(d, "pg_dump"); isExecutable(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("pg_dump"); err == nil {
+		return p, nil
+	}
+	for _, d := range globbed {
+		if p := filepath.Join(d, "pg_dump"); isExecutable(p) {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("pg_dump not found (beside pg_ctl, on PATH or in /usr/lib/postgresql/*/bin): %s", devenv.InstallHint)
+}
+
+// withoutReshardTriggers drops the statements of a pg_dump script that
+// create reshard's own triggers, and its psql meta-commands (recent
+// pg_dump releases open and close the script with \restrict lines, which
+// only psql understands).
+func withoutReshardTriggers(script string) string {
+	var lines []string
+	for _, l := range strings.SplitAfter(script, "\n") {
+		if !strings.HasPrefix(l, "\\") {
+			lines = append(lines, l)
+		}
+	}
+	stmts := strings.SplitAfter(strings.Join(lines, ""), ";\n")
+	var b strings.Builder
+	for _, s := range stmts {
+		if strings.Contains(s, "CREATE TRIGGER reshard_") || strings.Contains(s, `CREATE TRIGGER "reshard_`) {
+			continue
+		}
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+// applySchema runs the script on the target in one transaction, creating
+// the tables' schemas first.
+func applySchema(ctx context.Context, dst *pgxpool.Pool, tables []tableset.Table, script string) error {
+	return pgx.BeginFunc(ctx, dst, func(tx pgx.Tx) error {
+		for _, t := range tables {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t.Schema}.Sanitize()); err != nil {
+				return err
+			}
+		}
+		// The script sets search_path to '' for its own statements; the
+		// transaction's end restores it (SET LOCAL semantics do not apply:
+		// reset it explicitly).
+		if _, err := tx.Exec(ctx, script); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "RESET search_path")
+		return err
+	})
+}
