@@ -1,0 +1,215 @@
+//go:build e2e
+
+package e2e
+
+// From one database to four shards (issue #14), as the README tells it:
+// init on the existing database, schema sync to the new servers, then
+// migrations, with the Go router and the Python router (examples/python,
+// built on docs/contract.md only) writing throughout.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// newOneDatabase is one database (shard1) holding users and orders, and
+// three empty servers (shard2..shard4) with no table, all in the worker's
+// configuration; the control database has no topology yet.
+func newOneDatabase(t *testing.T, users int) *cluster {
+	t.Helper()
+	tmp := pgtest.Temporal(t)
+	c := &cluster{t: t, dbs: map[string]*pgtest.DB{}, pools: map[string]*pgxpool.Pool{}, users: users, dir: pgtest.TempDir(t, "e2e")}
+	c.ctl = pgtest.NewDB(t, 4)
+	for i := 1; i <= 4; i++ {
+		db := pgtest.NewDB(t, i-1)
+		c.dbs[shard(i)], c.pools[shard(i)] = db, db.Pool
+	}
+	one := c.dbs[shard(1)]
+	one.Exec(t, schema)
+	one.Exec(t, fmt.Sprintf(`INSERT INTO users SELECT g, 'v0-' || g, 0 FROM generate_series(1, %d) g`, users))
+	one.Exec(t, fmt.Sprintf(`INSERT INTO orders SELECT g, o, g %% 97 FROM generate_series(1, %d) g, generate_series(1, 1 + g %% 2) o`, users))
+	one.Exec(t, `ANALYZE`)
+	c.orders = one.QueryInt64(t, `SELECT count(*) FROM orders`)
+	wc := devenv.WorkerConfig{Control: c.ctl.DSN, Shards: map[string]string{},
+		Temporal: devenv.TemporalConfig{Address: tmp.Address(), Namespace: devenv.Namespace}}
+	for name, db := range c.dbs {
+		wc.Shards[name] = db.DSN
+	}
+	b, err := yaml.Marshal(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.config = filepath.Join(c.dir, "reshard.yaml")
+	if err := os.WriteFile(c.config, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.tc, err = client.Dial(client.Options{HostPort: tmp.Address(), Namespace: devenv.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.store = topology.NewStore(c.ctl.Pool)
+	t.Cleanup(c.tc.Close)
+	t.Cleanup(c.stopWorker)
+	return c
+}
+
+// TestOneDatabaseToFourShards runs the README's path from one database to
+// four shards under live writes of both routers: 0 acknowledged writes lost
+// or duplicated, every row on its owner, reshard check placement clean.
+func TestOneDatabaseToFourShards(t *testing.T) {
+	wall(t)
+	py := pythonWithPsycopg(t)
+	c := newOneDatabase(t, 6_000)
+	// 1. The existing database becomes the keyspace's first shard.
+	if out, code := c.cli("init", "--shards", shard(1), "--table", "users:id", "--table", "orders:user_id"); code != 0 {
+		t.Fatalf("init on the existing database: exit %d\n%s", code, out)
+	}
+	c.startWorker()
+	c.startWriters()
+	acked := filepath.Join(c.dir, "python-acked.jsonl")
+	var stdout, stderr bytes.Buffer
+	pyw := exec.Command(py, "writer.py", "--control", c.ctl.DSN, "--table", "public.users", "--key", "id", "--val", "name",
+		"--keys", "3000001-3000300", "--acked", acked, "--workers", "2")
+	pyw.Dir = pythonDir
+	pyw.Stdout, pyw.Stderr = &stdout, &stderr
+	if err := pyw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = pyw.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = pyw.Process.Kill()
+			<-exited
+		}
+	})
+
+	// 2. The new servers get the tables; 3. one add-node each.
+	start := time.Now()
+	for i := 2; i <= 4; i++ {
+		if out, code := c.cli("schema", "sync", shard(i)); code != 0 || !strings.Contains(out, "created public.users") {
+			t.Fatalf("schema sync %s: exit %d\n%s", shard(i), code, out)
+		}
+	}
+	for i := 2; i <= 4; i++ {
+		id := fmt.Sprintf("one2four-%d", i)
+		if out, code := c.cli("add-node", shard(i), "--id", id, "--grace", "2s"); code != 0 {
+			t.Fatalf("add-node %s: exit %d\n%s", shard(i), code, out)
+		}
+		st := c.wait(c.tc.GetWorkflow(context.Background(), workflows.MigrationWorkflowID(id), ""), 5*time.Minute)
+		if st.Phase != workflows.PhaseDone {
+			t.Fatalf("add-node %s ended %s: %s\n%s", shard(i), st.Phase, st.Error, c.workerLogs())
+		}
+		t.Logf("add-node %s: moved %.3f of the space, moves: %s", shard(i), st.MovedFraction, summary(st))
+	}
+	t.Logf("one database → four shards in %s", time.Since(start).Round(time.Second))
+	time.Sleep(time.Second)
+	if err := pyw.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Fatalf("the Python writer: %v\n%s", waitErr, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the Python writer did not stop on SIGTERM\n%s", stderr.String())
+	}
+	c.stopWriters()
+
+	ctx := context.Background()
+	cur, err := c.store.Current(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cur.Ring.Shards(); len(got) != 4 || len(cur.Migrating()) != 0 {
+		t.Fatalf("final ring %v, %d ranges migrating", got, len(cur.Migrating()))
+	}
+	// Every user on its owner, once; every order too; none lost.
+	seen := map[int64]string{}
+	var orders int64
+	for name, db := range c.dbs {
+		rows, err := db.Pool.Query(ctx, `SELECT id FROM users`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			if o := cur.Ring.OwnerInt64(id); o != name {
+				t.Fatalf("user %d on %s, its owner is %s", id, name, o)
+			}
+			if prev, dup := seen[id]; dup {
+				t.Fatalf("user %d on %s and %s", id, prev, name)
+			}
+			seen[id] = name
+		}
+		rows.Close()
+		pred := ring.Predicate("hashint8extended(user_id, 0)", cur.Ring.Ranges(name))
+		if n := db.QueryInt64(t, `SELECT count(*) FROM orders WHERE NOT (`+pred+`)`); n != 0 {
+			t.Fatalf("%d orders on %s belong elsewhere", n, name)
+		}
+		orders += db.QueryInt64(t, `SELECT count(*) FROM orders`)
+		t.Logf("%s: %d users", name, db.QueryInt64(t, `SELECT count(*) FROM users`))
+	}
+	if orders != c.orders {
+		t.Fatalf("%d orders after, %d before", orders, c.orders)
+	}
+	for k := int64(401); k <= int64(c.users); k++ {
+		if _, ok := seen[k]; !ok {
+			t.Fatalf("user %d lost", k)
+		}
+	}
+	mm, err := c.ledger.Check(ctx, usersTable, c.pools, cur.Ring.OwnerInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mm) > 0 {
+		t.Fatalf("%d writes the Go router acknowledged are missing or wrong, e.g. %s", len(mm), mm[0])
+	}
+	var sum pySummary
+	line, ok := strings.CutPrefix(lastLine(stdout.String()), "summary ")
+	if !ok || json.Unmarshal([]byte(line), &sum) != nil {
+		t.Fatalf("no summary from the Python writer:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	l, nAcked := readOutcomes(t, acked)
+	if nAcked == 0 || nAcked != sum.Acked {
+		t.Fatalf("the Python writer acknowledged %d writes (file: %d)", sum.Acked, nAcked)
+	}
+	pm, err := l.Check(ctx, usersTable, c.pools, cur.Ring.OwnerInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pm) > 0 {
+		t.Fatalf("%d writes the Python router acknowledged are missing or wrong, e.g. %s", len(pm), pm[0])
+	}
+	t.Logf("Python router: %d acknowledged, %d unknown, %d fence retries, versions %v; Go router: %d acknowledged",
+		sum.Acked, sum.Unknown, sum.FenceRetries, sum.Versions, c.stats.Acked.Load())
+	if out, code := c.cli("check", "placement"); code != 0 {
+		t.Fatalf("check placement after the three moves: exit %d\n%s", code, out)
+	}
+}
