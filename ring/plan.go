@@ -247,12 +247,38 @@ func (r *Ring) adding(extra []VNode) (*Ring, error) {
 
 // Change is what a migration asks of the ring.
 type Change struct {
-	Kind  string // "add-node", "split", "remove-node" or "move"
+	Kind  string // "add-node", "split", "remove-node", "move" or "rebalance"
 	Shard string // the new shard (add-node), the shard split or removed
 	Into  string // split: the new shard taking half of Shard
 	Range *Range // move
 	To    string // move: the target
-	Opts  Options
+	// Add, Remove and Weights are a rebalance's target (see Target): shards
+	// added, shards removed, new weights (of added shards: their weight,
+	// default 1; of shards that stay: their new weight).
+	Add     []string
+	Remove  []string
+	Weights map[string]float64
+	Opts    Options
+}
+
+// Target is c's rebalance target; the weights in name order, so the same
+// change always gives the same plan.
+func (c Change) Target() Target {
+	t := Target{Remove: c.Remove}
+	for _, name := range c.Add {
+		t.Add = append(t.Add, Shard{Name: name, Weight: c.Weights[name]})
+	}
+	names := make([]string, 0, len(c.Weights))
+	for name := range c.Weights {
+		if !slices.Contains(c.Add, name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		t.Weights = append(t.Weights, Shard{Name: name, Weight: c.Weights[name]})
+	}
+	return t
 }
 
 // PlanChange is the one planner of a migration: the new ring and the moves
@@ -285,6 +311,12 @@ func PlanChange(old *Ring, registry []Shard, c Change) (*Ring, []Move, error) {
 			return nil, nil, errors.New("move: no range")
 		}
 		return PlanMove(old, *c.Range, c.To)
+	case "rebalance":
+		next, moves, err := PlanRebalance(old, c.Target(), c.Opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("rebalance: %w", err)
+		}
+		return next, moves, nil
 	}
-	return nil, nil, fmt.Errorf("unknown change %q (add-node, split, remove-node, move)", c.Kind)
+	return nil, nil, fmt.Errorf("unknown change %q (add-node, split, remove-node, move, rebalance)", c.Kind)
 }

@@ -383,3 +383,34 @@ func BenchmarkPlanRebalance1000x256Add64(b *testing.B) {
 		}
 	}
 }
+
+// TestPlanChangeRebalance: the migration's one planner takes a rebalance,
+// with the registry's weights and the change's new ones.
+func TestPlanChangeRebalance(t *testing.T) {
+	o := Options{VNodes: 16}
+	old := mustBuild(t, names("s", 4), o)
+	reg := []Shard{{Name: "s0", Weight: 1}, {Name: "s1", Weight: 1}, {Name: "s2", Weight: 1}, {Name: "s3", Weight: 1}}
+	c := Change{Kind: "rebalance", Add: []string{"e", "f"}, Remove: []string{"s3"}, Weights: map[string]float64{"e": 2, "s0": 2}, Opts: o}
+	next, moves, err := PlanChange(old, reg, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlan(t, old, next, moves, rand.New(rand.NewPCG(31, 32)))
+	// Weights s0 2, s1 1, s2 1, e 2, f 1: total 7.
+	sh := next.Share()
+	for s, w := range map[string]float64{"s0": 2, "s1": 1, "s2": 1, "e": 2, "f": 1} {
+		if math.Abs(sh[s]-w/7) > 1e-9 {
+			t.Errorf("%s holds %.6f, want %.6f", s, sh[s], w/7)
+		}
+	}
+	if next.HasShard("s3") {
+		t.Error("s3 still in the ring")
+	}
+	again, moves2, err := PlanChange(old, reg, c)
+	if err != nil || !slices.Equal(moves, moves2) || !slices.Equal(again.VNodes(), next.VNodes()) {
+		t.Fatal("the same change planned twice differs")
+	}
+	if _, _, err := PlanChange(old, reg, Change{Kind: "rebalance", Remove: []string{"zz"}, Opts: o}); err == nil || !strings.Contains(err.Error(), "rebalance: remove zz") {
+		t.Errorf("unknown shard: %v", err)
+	}
+}
