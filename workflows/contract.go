@@ -46,6 +46,7 @@ const (
 	KindSplit      Kind = "split"
 	KindRemoveNode Kind = "remove-node"
 	KindMove       Kind = "move"
+	KindRebalance  Kind = "rebalance"
 )
 
 // Throttle limits copy (and verify) speed; 0 means unlimited.
@@ -78,6 +79,11 @@ type MigrationRequest struct {
 	// Range and To describe a manual move.
 	Range *ring.Range `json:"range,omitempty"`
 	To    string      `json:"to,omitempty"`
+	// Add, Remove and Weights are a rebalance's wanted end state (one plan,
+	// ring.PlanRebalance): shards added, shards removed, new weights.
+	Add     []string           `json:"add,omitempty"`
+	Remove  []string           `json:"remove,omitempty"`
+	Weights map[string]float64 `json:"weights,omitempty"`
 
 	// Keyspace names the keyspace whose ring the migration changes ("":
 	// the default keyspace, as before keyspaces).
