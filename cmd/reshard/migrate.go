@@ -40,9 +40,9 @@ type migrationFlags struct {
 	cutoverBudget   time.Duration
 	maxLagBytes     int64
 	id              string
-	into            string // split
-	rng             string // move
-	to              string // move
+	into            string   // split
+	rng             string   // move
+	to              string   // move
 	add, remove     string   // rebalance: comma-separated shards
 	weights         []string // rebalance: shard=weight
 	asJSON          bool

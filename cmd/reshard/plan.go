@@ -67,15 +67,15 @@ type planReport struct {
 	Modulo       float64                    `json:"modulo_fraction,omitempty"`
 	Ideal        float64                    `json:"ideal_fraction"`
 	// Steps and StepMoved: a rebalance one shard at a time.
-	Steps     int     `json:"one_at_a_time_steps,omitempty"`
-	StepMoved float64 `json:"one_at_a_time_fraction,omitempty"`
-	Moves        []ring.Move                `json:"moves"`
-	Pairs        []pairReport               `json:"pairs"`
-	Rows         int64                      `json:"rows"`
-	Bytes        int64                      `json:"bytes"`
-	ETASeconds   float64                    `json:"eta_seconds"`
-	CutoverSteps []string                   `json:"cutover_steps"`
-	Problems     int                        `json:"problems"`
+	Steps        int          `json:"one_at_a_time_steps,omitempty"`
+	StepMoved    float64      `json:"one_at_a_time_fraction,omitempty"`
+	Moves        []ring.Move  `json:"moves"`
+	Pairs        []pairReport `json:"pairs"`
+	Rows         int64        `json:"rows"`
+	Bytes        int64        `json:"bytes"`
+	ETASeconds   float64      `json:"eta_seconds"`
+	CutoverSteps []string     `json:"cutover_steps"`
+	Problems     int          `json:"problems"`
 }
 
 // runPlan runs the preflight of every pair and prints the plan.
