@@ -125,6 +125,10 @@ type MigrationRequest struct {
 	PollInterval time.Duration `json:"poll_interval,omitempty"`
 	// CutoverBackoff is the wait after an aborted cutover (default 30s).
 	CutoverBackoff time.Duration `json:"cutover_backoff,omitempty"`
+
+	// Resume is set by the workflow itself when a run continues as new
+	// (migration.go, movesPerRun); nil when a migration starts.
+	Resume *MigrationResume `json:"resume,omitempty"`
 }
 
 // Grace is the request's grace period: DefaultGracePeriod when unset.
