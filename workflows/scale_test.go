@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/reshard/reshard/ring"
@@ -101,6 +103,55 @@ func TestMigrationContinuesAsNew(t *testing.T) {
 			t.Fatalf("run %d changed the request:\n%+v\n%+v", run, next, req)
 		}
 		next.Resume = res
+		in = next
+	}
+}
+
+// TestMigrationContinuesAsNewCarriesFailures: a move that fails in one run
+// fails the migration at the end of the last, with the stable topology left
+// unpublished, as when every move ran in one run.
+func TestMigrationContinuesAsNewCarriesFailures(t *testing.T) {
+	plan := bigPlan(movesPerRun + 4)
+	in := testRequest()
+	for run := 0; run < 2; run++ {
+		env, f := newEnv(t)
+		env.SetTestTimeout(5 * time.Minute)
+		env.OnActivity(ActivityPlan, mock.Anything, mock.Anything).Return(plan, nil)
+		env.OnActivity(ActivityPreflightMove, mock.Anything, mock.Anything).Return(func(ctx context.Context, ref MoveRef) error {
+			if ref.Spec.ID == "t_m5" {
+				return temporal.NewNonRetryableApplicationError("shard4: wal_level is replica: set wal_level = logical", ErrTypePreflight, nil)
+			}
+			return nil
+		})
+		env.ExecuteWorkflow(MigrationWorkflow, in)
+		err := env.GetWorkflowError()
+		if run == 1 {
+			if err == nil || !strings.Contains(err.Error(), "moves t_m5 failed") || !strings.Contains(err.Error(), "wal_level") {
+				t.Fatalf("last run: %v, want the failure of t_m5", err)
+			}
+			if f.count(ActivityPublishStable) != 0 {
+				t.Fatal("the stable topology was published with a move failed")
+			}
+			if f.count(ActivityJoin) != 4 {
+				t.Fatalf("last run joined %d moves, want 4", f.count(ActivityJoin))
+			}
+			return
+		}
+		var can *workflow.ContinueAsNewError
+		if !errors.As(err, &can) {
+			t.Fatalf("run 0: want continue-as-new, got %v", err)
+		}
+		var next MigrationRequest
+		if err := converter.GetDefaultDataConverter().FromPayloads(can.Input, &next); err != nil {
+			t.Fatal(err)
+		}
+		res := next.Resume
+		if res == nil || len(res.Failed) != 1 || res.Failed[0] != "t_m5" || !strings.Contains(res.FirstError, "wal_level") || res.Moves[4].Phase != PhaseFailed {
+			if res == nil {
+				t.Fatal("run 0 carried nothing")
+			}
+			t.Fatalf("run 0 carried failed %v (%q), move 5 in %s", res.Failed, res.FirstError, res.Moves[4].Phase)
+		}
 		in = next
 	}
 }
