@@ -290,6 +290,7 @@ func (r *migrationRun) moveState(ctx workflow.Context, ms MoveState) {
 				return
 			}
 			r.state.Moves[i] = ms
+			break
 		}
 	}
 	// The migration is where its least advanced move is, once the moves run.
@@ -337,13 +338,37 @@ func (r *migrationRun) details(ctx workflow.Context) {
 	if r.paused {
 		b.WriteString("**paused**\n\n")
 	}
-	if len(r.state.Moves) > 0 {
-		b.WriteString(movesTable(r.state.Moves))
+	moves := r.state.Moves
+	if len(moves) > movesPerRun {
+		// A table of every move, drawn again on every report, would cost as
+		// much as the migration has moves (1,000 rows a report stalled a
+		// replay past the SDK's 1 s deadlock check): this run's moves, and
+		// how many are in each phase.
+		fmt.Fprintf(&b, "%d moves: %s; this run's %d below\n\n", len(moves), phaseCounts(moves), r.window[1]-r.window[0])
+		moves = moves[r.window[0]:r.window[1]]
+	}
+	if len(moves) > 0 {
+		b.WriteString(movesTable(moves))
 	}
 	if r.state.Error != "" {
 		fmt.Fprintf(&b, "\n**error:** %s\n", r.state.Error)
 	}
 	workflow.SetCurrentDetails(ctx, b.String())
+}
+
+// phaseCounts is "3 DONE, 125 SNAPSHOT_COPY, 872 PLAN", in phase order.
+func phaseCounts(moves []MoveState) string {
+	n := map[Phase]int{}
+	for _, m := range moves {
+		n[m.Phase]++
+	}
+	var parts []string
+	for _, p := range Phases {
+		if n[p] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n[p], p))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // movesTable renders moves as the markdown table of the UI's current
