@@ -150,8 +150,12 @@ func checkRequest(req workflows.MigrationRequest) error {
 		if req.Range == nil || req.To == "" {
 			return badInput("move needs a range and a target shard")
 		}
+	case workflows.KindRebalance:
+		if len(req.Add) == 0 && len(req.Remove) == 0 && len(req.Weights) == 0 {
+			return badInput("rebalance needs shards to add, shards to remove or new weights")
+		}
 	default:
-		return badInput("unknown migration kind %q (add-node, split, remove-node, move)", req.Kind)
+		return badInput("unknown migration kind %q (add-node, split, remove-node, move, rebalance)", req.Kind)
 	}
 	return nil
 }
@@ -182,7 +186,8 @@ func planRing(ctx context.Context, store *topology.Store, old *ring.Ring, req wo
 
 // change is the request as the planner sees it.
 func change(req workflows.MigrationRequest) (ring.Change, error) {
-	c := ring.Change{Kind: string(req.Kind), Shard: req.Shard, Into: req.Into, Range: req.Range, To: req.To, Opts: ring.Options{VNodes: req.VNodes}}
+	c := ring.Change{Kind: string(req.Kind), Shard: req.Shard, Into: req.Into, Range: req.Range, To: req.To,
+		Add: req.Add, Remove: req.Remove, Weights: req.Weights, Opts: ring.Options{VNodes: req.VNodes}}
 	if req.Tokens != "" {
 		alloc, err := ring.ParseAllocation(req.Tokens)
 		if err != nil {

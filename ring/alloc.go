@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/big"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -221,7 +220,7 @@ type span struct {
 	vnode int    // index of the vnode owning the span
 	start int64  // previous token (exclusive)
 	width uint64 // tokens in the span; 0 means 2^64 (one vnode)
-	rank  uint32 // tie-break order among equal spans (splitInto)
+	rank  uint32 // tie-break order among equal spans (spanOrder)
 }
 
 func (s span) w() float64 {
@@ -240,72 +239,6 @@ func (r *Ring) spans() []span {
 		out[i] = span{vnode: i, start: prev, width: uint64(r.tokens[i] - prev)}
 	}
 	return out
-}
-
-// splitInto returns new vnodes of shard `to` (to add to r's), each taking
-// the low part of one of the largest spans of a donor: donor s gives about
-// give[s] of the token space (a fraction of 2^64) in pieces from its largest
-// spans, count vnodes in all, shared among donors in proportion to give.
-func (r *Ring) splitInto(give map[string]float64, to string, count int) []VNode {
-	donor := make([]bool, len(r.shards))
-	var donors []string
-	for j, s := range r.shards { // sorted, so the result is deterministic
-		if give[s] > 0 {
-			donor[j] = true
-			donors = append(donors, s)
-		}
-	}
-	byShard := make([][]span, len(r.shards))
-	for _, sp := range r.spans() {
-		if o := r.owners[sp.vnode]; donor[o] {
-			// rank: the span's position among its shard's, bit-reversed (below)
-			sp.rank = bits.Reverse32(uint32(len(byShard[o])))
-			byShard[o] = append(byShard[o], sp)
-		}
-	}
-	pieces := apportion(donors, give, count)
-	var vs []VNode
-	for _, d := range donors {
-		j, _ := slices.BinarySearch(r.shards, d)
-		sps := byShard[j]
-		n := min(pieces[d], len(sps))
-		if n == 0 {
-			continue
-		}
-		// Largest first; among equal spans (a fresh balanced ring), in
-		// bit-reversed order of their position, so the cuts spread around
-		// the ring instead of bunching at its start.
-		before := func(a, b span) int {
-			if c := cmp.Compare(b.w(), a.w()); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.rank, b.rank)
-		}
-		if n <= 4 { // usually one or a few cuts per donor: select, don't sort
-			for i := 0; i < n; i++ {
-				best := i
-				for k := i + 1; k < len(sps); k++ {
-					if before(sps[k], sps[best]) < 0 {
-						best = k
-					}
-				}
-				sps[i], sps[best] = sps[best], sps[i]
-			}
-		} else {
-			slices.SortFunc(sps, before)
-		}
-		sps = sps[:n]
-		var sum float64
-		for _, sp := range sps {
-			sum += sp.w()
-		}
-		for _, sp := range sps {
-			if t, ok := cutToken(sp, give[d]*twoTo64*sp.w()/sum); ok {
-				vs = append(vs, VNode{Token: t, Shard: to})
-			}
-		}
-	}
-	return vs
 }
 
 // cutToken places a token inside sp so that (sp.start, token] holds about

@@ -12,16 +12,23 @@
 //   - A plan is the diff of two rings: a key whose token lies outside the moved
 //     ranges never changes owner.
 //
-// Bounds the tests hold planners to: a balanced add-node moves
-// weight/(total weight) of the space ± 0.01 and leaves every shard within
-// 5 % of its weighted share; a split moves exactly the split fraction of one
-// shard; a remove moves exactly the removed shard's share.
+// One planner for any target ring: PlanRebalance takes the wanted end state
+// (shards to add, shards to remove, new weights) and plans it as one change;
+// add-node, split and remove-node are its special cases.
+//
+// Bounds the tests hold planners to: a balanced rebalance moves the least any
+// plan can (the sum of every shard's excess over its weighted share; adding K
+// shards to N balanced ones: K/(N+K)), ends every shard at its weighted share
+// (max/mean ≤ 1.05, in fact exact up to a token at any vnode count), and no
+// shard both gives and receives, so no range moves twice; a split moves
+// exactly the split fraction of one shard; a remove of a balanced ring moves
+// exactly the removed shard's share.
 //
 // Layout: token.go is the token function of each key type (the same as
 // PostgreSQL's hash functions, tested on its vectors); ring.go the ring and
 // its owners; range.go ranges, predicates and their text forms; alloc.go
 // chooses vnode tokens by weight, placement.go replicas across domains;
-// plan.go turns a change (add, split, remove) into moves, PlanChange being
-// the one planner; overlay.go is the ring of a migration in progress;
+// plan.go and rebalance.go turn a change into moves (PlanRebalance, which
+// add-node, split and remove-node call through PlanChange); overlay.go is the ring of a migration in progress;
 // simulate.go compares hashing algorithms.
 package ring

@@ -1,7 +1,6 @@
 package ring
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -99,143 +98,49 @@ func plan(old, next *Ring) (*Ring, []Move, error) {
 	return next, Diff(old, next), nil
 }
 
-// PlanAddNode adds shard s. In hash mode it gets the tokens of "<s>#<i>"; in
-// balanced mode its tokens cut the largest ranges of the shards holding more
-// than their weighted share, so it takes weight/(total weight) of the space,
-// from every shard in proportion to its excess (for a balanced ring: evenly).
+// PlanAddNode adds shard s: PlanRebalance with Add: [s]. In hash mode it gets
+// the tokens of "<s>#<i>"; in balanced mode its tokens cut the largest ranges
+// of the shards holding more than their weighted share, so it takes
+// weight/(total weight) of the space, from every shard in proportion to its
+// excess (for a balanced ring: evenly).
 func PlanAddNode(old *Ring, s Shard, o Options) (*Ring, []Move, error) {
-	if err := s.validate(); err != nil {
-		return nil, nil, fmt.Errorf("add node: %w", err)
-	}
-	if old.HasShard(s.Name) {
-		return nil, nil, fmt.Errorf("add node %s: the ring already has a shard %s; choose a new name", s.Name, s.Name)
-	}
-	mode, err := o.mode()
+	next, moves, err := PlanRebalance(old, Target{Add: []Shard{s}}, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("add node %s: %w", s.Name, err)
 	}
-	specs := append(old.specs(), s)
-	var vs []VNode
-	switch mode {
-	case AllocHash:
-		vs = appendHashVNodes(nil, s.Name, o.vnodes(s), old.tokens, map[int64]bool{})
-	case AllocBalanced:
-		vs = old.splitInto(excess(old, specs), s.Name, o.vnodes(s))
-	}
-	next, err := old.adding(vs)
-	if err != nil {
-		return nil, nil, fmt.Errorf("add node %s: %w", s.Name, err)
-	}
-	return plan(old, next.withInfo(specs))
+	return next, moves, nil
 }
 
-// excess returns, for each shard of r, how much of the token space it holds
-// beyond its weighted share among specs (only positive excesses).
-func excess(r *Ring, specs []Shard) map[string]float64 {
-	var total float64
-	for _, s := range specs {
-		total += s.weight()
-	}
-	share := r.Share()
-	out := map[string]float64{}
-	for _, s := range specs {
-		if e := share[s.Name] - s.weight()/total; e > 0 {
-			out[s.Name] = e
-		}
-	}
-	return out
-}
-
-// PlanSplit moves part of shard's ranges to a new shard into: its tokens cut
-// the largest ranges of shard so that into takes weight(into)/(weight(shard)+
-// weight(into)) of shard's space (half, for equal weights), from shard only.
-// The allocation mode does not apply: a split by hashed tokens would take from
-// every shard.
+// PlanSplit moves part of shard's ranges to a new shard into: PlanRebalance
+// with Add: [into], Among: [shard]. Its tokens cut the largest ranges of shard
+// so that into takes weight(into)/(weight(shard)+weight(into)) of shard's space
+// (half, for equal weights), from shard only. The allocation mode does not
+// apply: a split by hashed tokens would take from every shard.
 func PlanSplit(old *Ring, shard string, into Shard, o Options) (*Ring, []Move, error) {
 	if !old.HasShard(shard) {
 		return nil, nil, fmt.Errorf("split %s: no such shard in the ring (shards: %v)", shard, old.shards)
 	}
-	if err := into.validate(); err != nil {
-		return nil, nil, fmt.Errorf("split %s: %w", shard, err)
-	}
-	if old.HasShard(into.Name) {
-		return nil, nil, fmt.Errorf("split %s into %s: the ring already has a shard %s; choose a new name", shard, into.Name, into.Name)
-	}
-	ws, wi := old.Spec(shard).weight(), into.weight()
-	give := map[string]float64{shard: old.Share()[shard] * wi / (ws + wi)}
-	n := o.vnodes(into)
-	vs := old.splitInto(give, into.Name, n)
-	next, err := old.adding(vs)
+	next, moves, err := PlanRebalance(old, Target{Add: []Shard{into}, Among: []string{shard}}, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("split %s: %w", shard, err)
 	}
-	return plan(old, next.withInfo(append(old.specs(), into)))
+	return next, moves, nil
 }
 
-// PlanRemoveNode hands all of shard's ranges to the other shards. In hash mode
-// its tokens are dropped, so each range goes to the next shard clockwise (the
-// classic ring). In balanced mode the tokens stay and each range, largest
-// first, goes to the shard furthest below its weighted share.
+// PlanRemoveNode hands all of shard's ranges to the other shards:
+// PlanRebalance with Remove: [shard]. In hash mode its tokens are dropped, so
+// each range goes to the next shard clockwise (the classic ring). In balanced
+// mode the tokens stay and each range, largest first, goes to the shard with
+// the most still to receive to reach its weighted share, a range being cut
+// where one shard is full and the next begins. On a ring whose shares match
+// its weights, that moves exactly the removed shard's share; a shard holding
+// more than its weighted share gives its excess too.
 func PlanRemoveNode(old *Ring, shard string, o Options) (*Ring, []Move, error) {
-	if !old.HasShard(shard) {
-		return nil, nil, fmt.Errorf("remove node %s: no such shard in the ring (shards: %v)", shard, old.shards)
-	}
-	if len(old.shards) == 1 {
-		return nil, nil, fmt.Errorf("remove node %s: it is the only shard; the ring needs at least one", shard)
-	}
-	mode, err := o.mode()
+	next, moves, err := PlanRebalance(old, Target{Remove: []string{shard}}, o)
 	if err != nil {
 		return nil, nil, fmt.Errorf("remove node %s: %w", shard, err)
 	}
-	var specs []Shard
-	for _, s := range old.specs() {
-		if s.Name != shard {
-			specs = append(specs, s)
-		}
-	}
-	vs := old.VNodes()
-	switch mode {
-	case AllocHash:
-		vs = slices.DeleteFunc(vs, func(v VNode) bool { return v.Shard == shard })
-	case AllocBalanced:
-		reassign(old, vs, shard, specs)
-	}
-	next, err := New(vs)
-	if err != nil {
-		return nil, nil, fmt.Errorf("remove node %s: %w", shard, err)
-	}
-	return plan(old, next.withInfo(specs))
-}
-
-// reassign gives every vnode of shard in vs (vs is in r's vnode order) to the
-// shard of specs furthest below its weighted share, largest range first.
-func reassign(r *Ring, vs []VNode, shard string, specs []Shard) {
-	var total float64
-	for _, s := range specs {
-		total += s.weight()
-	}
-	share := r.Share()
-	deficit := make([]float64, len(specs))
-	for i, s := range specs {
-		deficit[i] = s.weight()/total - share[s.Name]
-	}
-	var mine []span
-	for _, sp := range r.spans() {
-		if vs[sp.vnode].Shard == shard {
-			mine = append(mine, sp)
-		}
-	}
-	slices.SortStableFunc(mine, func(a, b span) int { return cmp.Compare(b.w(), a.w()) })
-	for _, sp := range mine {
-		best := 0
-		for i := range deficit {
-			if deficit[i] > deficit[best] {
-				best = i
-			}
-		}
-		vs[sp.vnode].Shard = specs[best].Name
-		deficit[best] -= sp.w() / twoTo64
-	}
+	return next, moves, nil
 }
 
 // PlanMove gives range rg to shard to (a new or an existing shard), leaving
@@ -342,12 +247,38 @@ func (r *Ring) adding(extra []VNode) (*Ring, error) {
 
 // Change is what a migration asks of the ring.
 type Change struct {
-	Kind  string // "add-node", "split", "remove-node" or "move"
+	Kind  string // "add-node", "split", "remove-node", "move" or "rebalance"
 	Shard string // the new shard (add-node), the shard split or removed
 	Into  string // split: the new shard taking half of Shard
 	Range *Range // move
 	To    string // move: the target
-	Opts  Options
+	// Add, Remove and Weights are a rebalance's target (see Target): shards
+	// added, shards removed, new weights (of added shards: their weight,
+	// default 1; of shards that stay: their new weight).
+	Add     []string
+	Remove  []string
+	Weights map[string]float64
+	Opts    Options
+}
+
+// Target is c's rebalance target; the weights in name order, so the same
+// change always gives the same plan.
+func (c Change) Target() Target {
+	t := Target{Remove: c.Remove}
+	for _, name := range c.Add {
+		t.Add = append(t.Add, Shard{Name: name, Weight: c.Weights[name]})
+	}
+	names := make([]string, 0, len(c.Weights))
+	for name := range c.Weights {
+		if !slices.Contains(c.Add, name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		t.Weights = append(t.Weights, Shard{Name: name, Weight: c.Weights[name]})
+	}
+	return t
 }
 
 // PlanChange is the one planner of a migration: the new ring and the moves
@@ -380,6 +311,12 @@ func PlanChange(old *Ring, registry []Shard, c Change) (*Ring, []Move, error) {
 			return nil, nil, errors.New("move: no range")
 		}
 		return PlanMove(old, *c.Range, c.To)
+	case "rebalance":
+		next, moves, err := PlanRebalance(old, c.Target(), c.Opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("rebalance: %w", err)
+		}
+		return next, moves, nil
 	}
-	return nil, nil, fmt.Errorf("unknown change %q (add-node, split, remove-node, move)", c.Kind)
+	return nil, nil, fmt.Errorf("unknown change %q (add-node, split, remove-node, move, rebalance)", c.Kind)
 }

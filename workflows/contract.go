@@ -48,6 +48,7 @@ const (
 	KindSplit      Kind = "split"
 	KindRemoveNode Kind = "remove-node"
 	KindMove       Kind = "move"
+	KindRebalance  Kind = "rebalance"
 )
 
 // Throttle limits copy (and verify) speed; 0 means unlimited.
@@ -83,6 +84,11 @@ type MigrationRequest struct {
 	// Range and To describe a manual move.
 	Range *ring.Range `json:"range,omitempty"`
 	To    string      `json:"to,omitempty"`
+	// Add, Remove and Weights are a rebalance's wanted end state (one plan,
+	// ring.PlanRebalance): shards added, shards removed, new weights.
+	Add     []string           `json:"add,omitempty"`
+	Remove  []string           `json:"remove,omitempty"`
+	Weights map[string]float64 `json:"weights,omitempty"`
 
 	// Keyspace names the keyspace whose ring the migration changes ("":
 	// the default keyspace, as before keyspaces).
@@ -124,6 +130,10 @@ type MigrationRequest struct {
 	PollInterval time.Duration `json:"poll_interval,omitempty"`
 	// CutoverBackoff is the wait after an aborted cutover (default 30s).
 	CutoverBackoff time.Duration `json:"cutover_backoff,omitempty"`
+
+	// Resume is set by the workflow itself when a run continues as new
+	// (migration.go, movesPerRun); nil when a migration starts.
+	Resume *MigrationResume `json:"resume,omitempty"`
 }
 
 // Grace is the request's grace period: DefaultGracePeriod when unset.

@@ -11,12 +11,48 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
+// movesPerRun bounds the Move children one run of the parent starts. Each
+// child adds to the parent's history: its start and end, its state reports
+// and the workflow tasks they wake (about 20 to 50 events). Past this many
+// moves, a run waits for its children and continues as new with the rest, so
+// that no run's history nears the server's 10,240-event warning. A migration
+// of up to movesPerRun moves starts them all at once, in one run, as before.
+const movesPerRun = 128
+
+// MigrationResume is what a run of the parent hands to the next when it
+// continues as new (MigrationRequest.Resume): the plan's moves with their
+// states so far, where to go on, and what operators said.
+type MigrationResume struct {
+	// Runs is the number of runs before this one.
+	Runs          int         `json:"runs"`
+	FromVersion   int64       `json:"from_version"`
+	Version       int64       `json:"version"`
+	MovedFraction float64     `json:"moved_fraction"`
+	Moves         []MoveState `json:"moves"` // every move of the plan, in plan order
+	// Next is the first move no run has started.
+	Next       int      `json:"next"`
+	Failed     []string `json:"failed,omitempty"`
+	FirstError string   `json:"first_error,omitempty"`
+	RolledBack []string `json:"rolled_back,omitempty"`
+	Paused     bool     `json:"paused,omitempty"`
+	Approved   bool     `json:"approved,omitempty"`
+	Throttle   Throttle `json:"throttle"`
+}
+
 // migrationRun is the parent workflow's state.
 type migrationRun struct {
 	req      MigrationRequest
+	resume   *MigrationResume // set in a run continued from another
 	state    MigrationState
 	children []workflow.ChildWorkflowFuture // by index of state.Moves
 	started  []bool
+	// window is the moves this run starts, [window[0], window[1]); the
+	// later ones wait for a later run (their state stays PLAN).
+	window [2]int
+
+	// Outcomes of the moves so far, this run's and earlier runs'.
+	failed, rolledBack []string
+	firstErr           error
 
 	paused   bool
 	throttle Throttle
@@ -29,9 +65,25 @@ type migrationRun struct {
 // Move child per (source, target) pair in parallel and publishes the stable
 // topology when they are done. Operators act on it through Updates, which it
 // relays to the children.
+//
+// A migration of more than movesPerRun moves starts them movesPerRun at a
+// time, one batch per run: each run waits for its children, then continues
+// as new with the states so far (MigrationRequest.Resume), so every run's
+// history stays bounded.
 func Migration(ctx workflow.Context, req MigrationRequest) (MigrationState, error) {
-	r := &migrationRun{req: req, throttle: req.Throttle}
-	r.state = MigrationState{Request: req, Phase: PhasePlan}
+	r := &migrationRun{req: req, resume: req.Resume, throttle: req.Throttle}
+	r.req.Resume = nil // children, activities and the state query see the request alone
+	r.state = MigrationState{Request: r.req, Phase: PhasePlan}
+	if res := r.resume; res != nil {
+		r.state.Phase = PhaseJoining // until the first report: the moves run
+		r.state.FromVersion, r.state.Version, r.state.MovedFraction = res.FromVersion, res.Version, res.MovedFraction
+		r.state.Moves = res.Moves
+		r.paused, r.approved, r.throttle = res.Paused, res.Approved, res.Throttle
+		r.failed, r.rolledBack = res.Failed, res.RolledBack
+		if res.FirstError != "" {
+			r.firstErr = errors.New(res.FirstError)
+		}
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (MigrationState, error) { return r.state, nil }); err != nil {
 		return r.state, err
 	}
@@ -46,11 +98,14 @@ func Migration(ctx workflow.Context, req MigrationRequest) (MigrationState, erro
 			r.moveState(ctx, ms)
 		}
 	})
-	_ = workflow.UpsertTypedSearchAttributes(ctx, SAMigration.ValueSet(req.ID), SAPhase.ValueSet(string(PhasePlan)))
+	if r.resume == nil {
+		_ = workflow.UpsertTypedSearchAttributes(ctx, SAMigration.ValueSet(req.ID), SAPhase.ValueSet(string(PhasePlan)))
+	}
 	r.details(ctx)
 
 	err := r.run(ctx)
-	if err != nil {
+	var can *workflow.ContinueAsNewError
+	if err != nil && !errors.As(err, &can) {
 		r.state.Error = err.Error()
 		r.setPhase(ctx, PhaseFailed)
 	}
@@ -61,6 +116,14 @@ func Migration(ctx workflow.Context, req MigrationRequest) (MigrationState, erro
 }
 
 func (r *migrationRun) run(ctx workflow.Context) error {
+	if res := r.resume; res != nil {
+		r.phaseVersion = workflow.GetVersion(ctx, "parent-phase-follows-moves", workflow.DefaultVersion, 1)
+		plan := PlanResult{FromVersion: res.FromVersion, MovedFraction: res.MovedFraction}
+		for _, ms := range res.Moves {
+			plan.Moves = append(plan.Moves, ms.Spec)
+		}
+		return r.runBatch(ctx, plan, res.Next, res.Runs)
+	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 30 * time.Minute,
 		HeartbeatTimeout:    heartbeatTimeout(r.req),
@@ -92,10 +155,63 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 	}
 
 	r.phaseVersion = workflow.GetVersion(ctx, "parent-phase-follows-moves", workflow.DefaultVersion, 1)
+	// Before version 1 every move started in this run, however many.
+	if workflow.GetVersion(ctx, "parent-continue-as-new", workflow.DefaultVersion, 1) >= 1 {
+		return r.runBatch(ctx, plan, 0, 0)
+	}
+	r.startMoves(ctx, plan, 0, len(plan.Moves))
+	if r.phaseVersion == workflow.DefaultVersion {
+		r.setPhase(ctx, PhaseJoining)
+	}
+	r.awaitMoves(ctx)
+	return r.end(ctx, plan)
+}
+
+// runBatch starts the moves from `from` on, at most movesPerRun, and waits
+// for them; with moves left, it continues as new (runs is the number of runs
+// before this one), else it ends the migration.
+func (r *migrationRun) runBatch(ctx workflow.Context, plan PlanResult, from, runs int) error {
+	to := min(len(plan.Moves), from+movesPerRun)
+	r.startMoves(ctx, plan, from, to)
+	if r.phaseVersion == workflow.DefaultVersion && r.resume == nil {
+		r.setPhase(ctx, PhaseJoining)
+	}
+	r.awaitMoves(ctx)
+	if to == len(plan.Moves) {
+		return r.end(ctx, plan)
+	}
+	// Reports still queued would be lost with this run; a child's last one
+	// repeats its result, which the state already holds.
+	states := workflow.GetSignalChannel(ctx, SignalMoveState)
+	for {
+		var ms MoveState
+		if !states.ReceiveAsync(&ms) {
+			break
+		}
+		r.moveState(ctx, ms)
+	}
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	res := MigrationResume{Runs: runs + 1, FromVersion: plan.FromVersion, Version: r.state.Version, MovedFraction: plan.MovedFraction,
+		Moves: r.state.Moves, Next: to, Failed: r.failed, RolledBack: r.rolledBack, Paused: r.paused, Approved: r.approved, Throttle: r.throttle}
+	if r.firstErr != nil {
+		res.FirstError = r.firstErr.Error()
+	}
+	next := r.req
+	next.Resume = &res
+	workflow.GetLogger(ctx).Info("migration continues as new", "migration", r.req.ID, "moves_done", to, "moves", len(plan.Moves), "run", runs+1)
+	return workflow.NewContinueAsNewError(ctx, MigrationWorkflow, next)
+}
+
+// startMoves starts the Move children of moves [from, to).
+func (r *migrationRun) startMoves(ctx workflow.Context, plan PlanResult, from, to int) {
+	r.window = [2]int{from, to}
 	r.children = make([]workflow.ChildWorkflowFuture, len(plan.Moves))
 	r.started = make([]bool, len(plan.Moves))
 	parent := workflow.GetInfo(ctx).WorkflowExecution.ID
-	for i, mv := range plan.Moves {
+	for i := from; i < to; i++ {
+		mv := plan.Moves[i]
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:    MoveWorkflowID(MigrationWorkflowID(r.req.ID), mv.ID),
 			TaskQueue:     TaskQueue,
@@ -119,19 +235,18 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 			}
 		})
 	}
-	if r.phaseVersion == workflow.DefaultVersion {
-		r.setPhase(ctx, PhaseJoining)
-	}
+}
 
-	var failed, rolledBack []string
-	var firstErr error
-	for i := range r.children {
+// awaitMoves waits for the children this run started and records how each
+// ended.
+func (r *migrationRun) awaitMoves(ctx workflow.Context) {
+	for i := r.window[0]; i < r.window[1]; i++ {
 		var ms MoveState
 		err := r.children[i].Get(ctx, &ms)
 		if err != nil {
-			failed = append(failed, plan.Moves[i].ID)
-			if firstErr == nil {
-				firstErr = err
+			r.failed = append(r.failed, r.state.Moves[i].Spec.ID)
+			if r.firstErr == nil {
+				r.firstErr = err
 			}
 			r.state.Moves[i].Phase = PhaseFailed
 			r.state.Moves[i].Error = err.Error()
@@ -139,22 +254,26 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 		}
 		r.state.Moves[i] = ms
 		if ms.Phase == PhaseRolledBack {
-			rolledBack = append(rolledBack, ms.Spec.ID)
+			r.rolledBack = append(r.rolledBack, ms.Spec.ID)
 		}
 	}
 	r.details(ctx)
-	if len(failed) > 0 {
-		return fmt.Errorf("moves %s failed; the topology keeps their ranges migrating until they are resolved: %w", strings.Join(failed, ", "), firstErr)
+}
+
+// end publishes the stable topology once every move has ended.
+func (r *migrationRun) end(ctx workflow.Context, plan PlanResult) error {
+	if len(r.failed) > 0 {
+		return fmt.Errorf("moves %s failed; the topology keeps their ranges migrating until they are resolved: %w", strings.Join(r.failed, ", "), r.firstErr)
 	}
-	pub.RolledBack = rolledBack
-	actx = workflow.WithActivityOptions(actx, workflow.ActivityOptions{
+	pub := PublishInput{Request: r.req, FromVersion: plan.FromVersion, Moves: plan.Moves, RolledBack: r.rolledBack}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute, Summary: "publish the stable topology",
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
 	})
 	if err := workflow.ExecuteActivity(actx, ActivityPublishStable, pub).Get(ctx, &r.state.Version); err != nil {
 		return err
 	}
-	if len(rolledBack) == len(plan.Moves) {
+	if len(r.rolledBack) == len(plan.Moves) {
 		r.setPhase(ctx, PhaseRolledBack)
 	} else {
 		r.setPhase(ctx, PhaseDone)
@@ -171,6 +290,7 @@ func (r *migrationRun) moveState(ctx workflow.Context, ms MoveState) {
 				return
 			}
 			r.state.Moves[i] = ms
+			break
 		}
 	}
 	// The migration is where its least advanced move is, once the moves run.
@@ -185,11 +305,12 @@ func (r *migrationRun) moveState(ctx workflow.Context, ms MoveState) {
 	r.details(ctx)
 }
 
-// aggregate is the phase of the least advanced move that is still running.
+// aggregate is the phase of the least advanced move that is still running;
+// moves left for a later run do not hold it at PLAN.
 func (r *migrationRun) aggregate() Phase {
 	best := -1
-	for _, m := range r.state.Moves {
-		if m.Phase.Terminal() {
+	for i, m := range r.state.Moves {
+		if m.Phase.Terminal() || r.children != nil && i >= r.window[1] {
 			continue
 		}
 		if i := slices.Index(Phases, m.Phase); best < 0 || i < best {
@@ -217,13 +338,37 @@ func (r *migrationRun) details(ctx workflow.Context) {
 	if r.paused {
 		b.WriteString("**paused**\n\n")
 	}
-	if len(r.state.Moves) > 0 {
-		b.WriteString(movesTable(r.state.Moves, workflow.Now(ctx)))
+	moves := r.state.Moves
+	if len(moves) > movesPerRun {
+		// A table of every move, drawn again on every report, would cost as
+		// much as the migration has moves (1,000 rows a report stalled a
+		// replay past the SDK's 1 s deadlock check): this run's moves, and
+		// how many are in each phase.
+		fmt.Fprintf(&b, "%d moves: %s; this run's %d below\n\n", len(moves), phaseCounts(moves), r.window[1]-r.window[0])
+		moves = moves[r.window[0]:r.window[1]]
+	}
+	if len(moves) > 0 {
+		b.WriteString(movesTable(moves, workflow.Now(ctx)))
 	}
 	if r.state.Error != "" {
 		fmt.Fprintf(&b, "\n**error:** %s\n", r.state.Error)
 	}
 	workflow.SetCurrentDetails(ctx, b.String())
+}
+
+// phaseCounts is "3 DONE, 125 SNAPSHOT_COPY, 872 PLAN", in phase order.
+func phaseCounts(moves []MoveState) string {
+	n := map[Phase]int{}
+	for _, m := range moves {
+		n[m.Phase]++
+	}
+	var parts []string
+	for _, p := range Phases {
+		if n[p] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n[p], p))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // movesTable renders moves as the markdown table of the UI's current

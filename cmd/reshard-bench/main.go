@@ -31,7 +31,7 @@ type section struct {
 
 // sections run in this order; add yours here.
 var sections = []section{
-	{name: "ring", about: "scale-out simulation, Owner lookup, planning 1,000 shards × 256 vnodes (no servers)", run: runRing},
+	{name: "ring", about: "scale-out simulation, Owner lookup, planning 1,000 shards × 256 vnodes, 4 → 8 and 16 → 64 as one rebalance against add-nodes one at a time (no servers)", run: runRing},
 	{name: "backfill", about: "range copy vs raw COPY pipe and pgcopydb", run: runBackfill},
 	{name: "cutover", about: "write pause of cutovers under router writers; fence trigger overhead (pgbench)", run: runCutover},
 	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},

@@ -40,9 +40,11 @@ type migrationFlags struct {
 	cutoverBudget   time.Duration
 	maxLagBytes     int64
 	id              string
-	into            string // split
-	rng             string // move
-	to              string // move
+	into            string   // split
+	rng             string   // move
+	to              string   // move
+	add, remove     string   // rebalance: comma-separated shards
+	weights         []string // rebalance: shard=weight
 	asJSON          bool
 }
 
@@ -73,6 +75,10 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	case workflows.KindMove:
 		fl.StringVar(&f.rng, "range", "", "token range to move, lo:hi or (lo,hi] as status and ring show print it (lo exclusive, hi inclusive; required)")
 		fl.StringVar(&f.to, "to", "", "shard receiving the range (required)")
+	case workflows.KindRebalance:
+		fl.StringVar(&f.add, "add", "", "shards to add, comma-separated (each in the configuration)")
+		fl.StringVar(&f.remove, "remove", "", "shards to remove, comma-separated")
+		fl.StringArrayVar(&f.weights, "weight", nil, "shard=weight (repeatable or comma-separated): the weight of a shard that stays or is added")
 	}
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 }
@@ -95,6 +101,31 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 	case workflows.KindMove:
 		if len(args) != 0 {
 			return req, errors.New("move takes no arguments: reshard move --range lo:hi --to shard")
+		}
+	case workflows.KindRebalance:
+		if len(args) != 0 {
+			return req, errors.New("rebalance takes no arguments: name the shards with --add, --remove and --weight shard=w")
+		}
+		var err error
+		if req.Add, err = splitNames("--add", f.add); err != nil {
+			return req, err
+		}
+		if req.Remove, err = splitNames("--remove", f.remove); err != nil {
+			return req, err
+		}
+		if req.Weights, err = parseWeights(f.weights); err != nil {
+			return req, err
+		}
+		if len(req.Weights) == 0 {
+			req.Weights = nil
+		}
+		if len(req.Add)+len(req.Remove)+len(req.Weights) == 0 {
+			return req, errors.New("rebalance needs --add shards, --remove shards or --weight shard=w (any of them together)")
+		}
+		for _, name := range slices.Concat(req.Add, req.Remove) {
+			if !validName(name) {
+				return req, fmt.Errorf("shard name %q: use letters, digits, '-' and '_' (at most 63)", name)
+			}
 		}
 	}
 	switch kind {
@@ -205,7 +236,7 @@ const idAlphabet = "abcdefghijkmnpqrstuvwxyz23456789" // no 0/o, 1/l
 // newMigrationID is short, lower-case and says what it is: "add-k3f9xq".
 func newMigrationID(kind workflows.Kind) string {
 	prefix := map[workflows.Kind]string{workflows.KindAddNode: "add", workflows.KindSplit: "split",
-		workflows.KindRemoveNode: "remove", workflows.KindMove: "move"}[kind]
+		workflows.KindRemoveNode: "remove", workflows.KindMove: "move", workflows.KindRebalance: "rebalance"}[kind]
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	for i := range b {
@@ -234,6 +265,10 @@ type migrationPlan struct {
 	// placement would move for the same change (0: not comparable); Ideal the
 	// least any placement must move.
 	Moved, Modulo, Ideal float64
+	// Steps is what a rebalance moves one shard at a time (ring.PlanSteps),
+	// in so many steps: the sequence of migrations it replaces.
+	Steps     int
+	StepMoved float64
 }
 
 // planMigration checks the request against the configuration and the current
@@ -305,19 +340,57 @@ func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, re
 		if err := configured(req.To, "--to"); err != nil {
 			return nil, err
 		}
+	case workflows.KindRebalance:
+		for _, name := range req.Add {
+			if err := notInRing(name, "--add"); err != nil {
+				return nil, err
+			}
+			if err := configured(name, "--add"); err != nil {
+				return nil, err
+			}
+		}
+		for _, name := range req.Remove {
+			if err := inRing(name, "--remove"); err != nil {
+				return nil, err
+			}
+		}
+		for name := range req.Weights {
+			if !slices.Contains(req.Add, name) {
+				if err := inRing(name, "--weight"); err != nil {
+					return nil, err
+				}
+			}
+		}
 	default:
 		return nil, usageError{fmt.Errorf("unknown migration kind %q", req.Kind)}
 	}
-	p.Next, p.Moves, err = ring.PlanChange(old, reg, ring.Change{Kind: string(req.Kind), Shard: req.Shard, Into: req.Into, Range: req.Range, To: req.To, Opts: o})
+	c := ring.Change{Kind: string(req.Kind), Shard: req.Shard, Into: req.Into, Range: req.Range, To: req.To,
+		Add: req.Add, Remove: req.Remove, Weights: req.Weights, Opts: o}
+	p.Next, p.Moves, err = ring.PlanChange(old, reg, c)
 	if err != nil {
 		return nil, usageError{err}
+	}
+	if req.Kind == workflows.KindRebalance {
+		// The same change one shard at a time, on the same ring and weights.
+		withReg, err := ringWithRegistry(old, reg)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		steps, err := ring.PlanSteps(withReg, c.Target(), o)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		p.Steps = len(steps)
+		for _, st := range steps {
+			p.StepMoved += ring.MovedFraction(st)
+		}
 	}
 	if len(p.Moves) == 0 {
 		return nil, usageError{errors.New("nothing to move: the ring already has that shape")}
 	}
 	p.Moved = ring.MovedFraction(p.Moves)
-	if req.Kind == workflows.KindMove {
-		p.Ideal = p.Moved
+	if req.Kind == workflows.KindMove || req.Kind == workflows.KindRebalance {
+		p.Ideal = p.Moved // a rebalance moves the least possible (ring.PlanRebalance)
 	}
 	p.Pairs = pairMoves(p.Moves)
 	return p, nil
@@ -360,7 +433,29 @@ func pairMoves(moves []ring.Move) []movePair {
 }
 
 // what says in a few words what the migration does.
-func (p *migrationPlan) what() string { return requestText(p.Request) }
+func (p *migrationPlan) what() string {
+	if r := p.Request; r.Kind == workflows.KindRebalance {
+		return "rebalance: " + rebalanceText(r)
+	}
+	return requestText(p.Request)
+}
+
+// rebalanceText is a rebalance's target, e.g. "add e,f; remove a; weight b=2".
+func rebalanceText(r workflows.MigrationRequest) string {
+	return ring.Change{Add: r.Add, Remove: r.Remove, Weights: r.Weights}.Target().String()
+}
+
+// ringWithRegistry is old with the registry's weights of its shards, as
+// ring.PlanChange applies them.
+func ringWithRegistry(old *ring.Ring, reg []ring.Shard) (*ring.Ring, error) {
+	var specs []ring.Shard
+	for _, s := range reg {
+		if old.HasShard(s.Name) {
+			specs = append(specs, s)
+		}
+	}
+	return old.WithShards(specs)
+}
 
 // summary is the one-line StaticSummary of the workflow.
 func (p *migrationPlan) summary() string {
@@ -422,12 +517,14 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 		workflows.KindSplit:      "split <shard> --into <new shard> --table t:key...",
 		workflows.KindRemoveNode: "remove-node <shard> --table t:key...",
 		workflows.KindMove:       "move --range lo:hi --to <shard> --table t:key...",
+		workflows.KindRebalance:  "rebalance [--add e,f] [--remove a] [--weight b=2] --table t:key...",
 	}[kind]
 	short := map[workflows.Kind]string{
 		workflows.KindAddNode:    "Add a configured shard to the ring: it takes about 1/(N+1) of the token space from every shard",
 		workflows.KindSplit:      "Split a shard: a new shard takes half of its token ranges",
 		workflows.KindRemoveNode: "Remove a shard: its ranges go to the others",
 		workflows.KindMove:       "Move one token range to a shard",
+		workflows.KindRebalance:  "Add, remove and reweigh shards in one plan: the least movement, no range moved twice",
 	}[kind]
 	cmd := &cobra.Command{
 		Use:   use,

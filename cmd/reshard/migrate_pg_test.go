@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,6 +135,24 @@ func TestInitAndPlan(t *testing.T) {
 		t.Errorf("ETA at 100 rows/s per move: %.0fs, want about 15s", eta)
 	}
 
+	// A rebalance: add shard3 and weigh shard1 twice, in one plan. shard1
+	// keeps its half; shard2 gives a quarter to shard3. One shard at a time
+	// (add-node shard3, then the weight) moves 1/3 + 1/6.
+	out, code = c.run(t, "plan", "rebalance", "--add", "shard3", "--weight", "shard1=2", "--table", "users:id", "--table", "orders:user_id", "--json")
+	var reb planReport
+	if code != 0 || json.Unmarshal([]byte(out), &reb) != nil {
+		t.Fatalf("plan rebalance --json: exit %d\n%s", code, out)
+	}
+	if len(reb.Pairs) != 1 || reb.Pairs[0].Source != "shard2" || reb.Pairs[0].Target != "shard3" || math.Abs(reb.Moved-0.25) > 1e-6 ||
+		reb.Steps != 2 || math.Abs(reb.StepMoved-0.5) > 1e-6 || reb.Problems != 0 || reb.Rows <= 0 {
+		t.Errorf("plan rebalance: pairs %+v, moved %.4f, one at a time %.4f in %d steps, %d problems, %d rows",
+			reb.Pairs, reb.Moved, reb.StepMoved, reb.Steps, reb.Problems, reb.Rows)
+	}
+	out, code = c.run(t, "plan", "rebalance", "--add", "shard3", "--weight", "shard1=2", "--table", "users:id", "--table", "orders:user_id")
+	if code != 0 || !strings.Contains(out, "(one shard at a time: 50.00% in 2 steps") || !strings.Contains(out, "a rebalance cannot be started yet") {
+		t.Errorf("plan rebalance: exit %d\n%s", code, out)
+	}
+
 	// A broken target: every problem printed with its fix, exit 2, nothing changed.
 	c.shards["shard3"].Exec(t, `DROP TABLE orders`)
 	c.shards["shard3"].Exec(t, `ALTER TABLE users REPLICA IDENTITY NOTHING`)
@@ -158,6 +177,8 @@ func TestInitAndPlan(t *testing.T) {
 		{[]string{"plan", "add-node", "shard9", "--table", "users:id"}, "not in the configuration"},
 		{[]string{"plan", "remove-node", "shard3", "--table", "users:id"}, "has no shard shard3"},
 		{[]string{"plan", "split", "shard1", "--into", "shard2", "--table", "users:id"}, "already has a shard shard2"},
+		{[]string{"plan", "rebalance", "--add", "shard9", "--table", "users:id"}, "--add shard9 is not in the configuration"},
+		{[]string{"plan", "rebalance", "--remove", "shard3", "--table", "users:id"}, "--remove shard3: topology v1 has no shard shard3"},
 		{[]string{"init", "--shards", "shard7"}, "not in the configuration"},
 	} {
 		out, code := c.run(t, tc.args...)

@@ -136,6 +136,11 @@ func TestBuildRequestBadInput(t *testing.T) {
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.cutoverBudget = time.Millisecond }, "--cutover-budget"},
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.id = "Upper" }, "--id"},
 		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.id = "-x" }, "--id"},
+		{workflows.KindRebalance, nil, nil, "rebalance needs --add"},
+		{workflows.KindRebalance, []string{"s5"}, func(f *migrationFlags) { f.add = "s6" }, "takes no arguments"},
+		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.add = "s5,s6,s5" }, "s5 is listed twice"},
+		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.remove = "bad name" }, "shard name"},
+		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.weights = []string{"s1=-2"} }, "--weight"},
 	} {
 		f := defaultMigrationFlags()
 		if tc.edit != nil {
@@ -254,6 +259,107 @@ func TestValidateConfig(t *testing.T) {
 	w.PasswordEnv, w.PasswordFile = "", ""
 	if c, err := validateConfig("f.yaml", w); err != nil || c.password != "" {
 		t.Errorf("no password source: %v, password %q", err, c.password)
+	}
+}
+
+func TestBuildRequestRebalance(t *testing.T) {
+	f := defaultMigrationFlags()
+	f.add, f.remove, f.weights = "shard5, shard6", "shard1", []string{"shard2=2", "shard5=3"}
+	req, err := buildRequest(workflows.KindRebalance, nil, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(req.Add, req.Remove, req.Weights) != "[shard5 shard6] [shard1] map[shard2:2 shard5:3]" || !strings.HasPrefix(req.ID, "rebalance-") {
+		t.Errorf("rebalance request %q: add %v remove %v weights %v", req.ID, req.Add, req.Remove, req.Weights)
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back workflows.MigrationRequest
+	if err := json.Unmarshal(b, &back); err != nil || fmt.Sprint(back.Add, back.Remove, back.Weights) != fmt.Sprint(req.Add, req.Remove, req.Weights) {
+		t.Errorf("round trip %s: %v", b, err)
+	}
+}
+
+// TestPlanMigrationRebalance: reshard plan rebalance plans 4 → 8 as one
+// change and prints it against four add-nodes.
+func TestPlanMigrationRebalance(t *testing.T) {
+	r, err := ring.Build([]ring.Shard{{Name: "shard1"}, {Name: "shard2"}, {Name: "shard3"}, {Name: "shard4"}}, ring.Options{VNodes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := topology.New(r, nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &clusterConfig{Path: "c.yaml", Shards: map[string]string{}}
+	for i := 1; i <= 8; i++ {
+		cfg.Shards[fmt.Sprintf("shard%d", i)] = ""
+	}
+	req := workflows.MigrationRequest{ID: "m", Kind: workflows.KindRebalance, Add: []string{"shard5", "shard6", "shard7", "shard8"}, VNodes: 16, Tokens: "balanced"}
+	p, err := planMigration(cfg, topo, nil, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Moved < 0.49 || p.Moved > 0.51 || p.Steps != 4 || p.StepMoved < 0.634 || p.StepMoved > 0.635 {
+		t.Errorf("4 → 8: moved %.4f (want 0.50), one at a time %.4f in %d steps (want 0.6345 in 4)", p.Moved, p.StepMoved, p.Steps)
+	}
+	if len(p.Pairs) != 4 {
+		t.Errorf("4 → 8 in %d (source, target) pairs, want 4: %+v", len(p.Pairs), p.Pairs)
+	}
+	targets := map[string]bool{}
+	for _, pr := range p.Pairs {
+		targets[pr.Target] = true
+		if pr.Fraction < 0.124 || pr.Fraction > 0.126 {
+			t.Errorf("pair %s → %s moves %.4f, want 0.125", pr.Source, pr.Target, pr.Fraction)
+		}
+	}
+	if len(targets) != 4 {
+		t.Errorf("targets %v", targets)
+	}
+	rep := planReport{Request: p.Request, What: p.what(), ShardsBefore: r.Shards(), ShardsAfter: p.Next.Shards(), Moved: p.Moved,
+		Ideal: p.Ideal, Moves: p.Moves, Steps: p.Steps, StepMoved: p.StepMoved, CutoverSteps: []string{"fence"}}
+	for _, pr := range p.Pairs {
+		rep.Pairs = append(rep.Pairs, pairReport{movePair: pr})
+	}
+	var out bytes.Buffer
+	printPlan(&out, rep)
+	for _, want := range []string{"plan: rebalance: add shard5,shard6,shard7,shard8", "moved 50.00% of the token space  (one shard at a time: 63.45% in 4 steps",
+		"4 shard(s) → 8", "cannot be started yet"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out.String())
+		}
+	}
+	b, err := json.Marshal(rep)
+	if err != nil || !strings.Contains(string(b), `"one_at_a_time_steps":4`) || !strings.Contains(string(b), `"kind":"rebalance"`) {
+		t.Errorf("json %s: %v", b, err)
+	}
+	// Add, remove and reweigh at once, with the registry's weights.
+	mixed := req
+	mixed.Add, mixed.Remove, mixed.Weights = []string{"shard5"}, []string{"shard1"}, map[string]float64{"shard2": 2}
+	if p, err = planMigration(cfg, topo, []ring.Shard{{Name: "shard3", Weight: 1}}, mixed); err != nil || p.Moved < 0.3499 || p.Moved > 0.3501 || p.Steps != 3 {
+		t.Errorf("add shard5, remove shard1, shard2=2: %v, moved %.4f in one plan, %d steps", err, p.Moved, p.Steps)
+	}
+	for _, tc := range []struct {
+		edit func(*workflows.MigrationRequest)
+		want string
+	}{
+		{func(r *workflows.MigrationRequest) { r.Add = []string{"shard1"} }, "--add shard1: topology v0 already has a shard shard1"},
+		{func(r *workflows.MigrationRequest) { r.Add = []string{"shard9"} }, "--add shard9 is not in the configuration"},
+		{func(r *workflows.MigrationRequest) { r.Add, r.Remove = nil, []string{"shard9"} }, "--remove shard9: topology v0 has no shard shard9"},
+		{func(r *workflows.MigrationRequest) { r.Weights = map[string]float64{"shard9": 2} }, "--weight shard9"},
+		{func(r *workflows.MigrationRequest) {
+			r.Add, r.Remove = nil, []string{"shard1", "shard2", "shard3", "shard4"}
+		}, "every shard"},
+	} {
+		bad := req
+		tc.edit(&bad)
+		_, err := planMigration(cfg, topo, nil, bad)
+		var ue usageError
+		if err == nil || !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rebalance %v %v %v: error %v, want a usage error mentioning %q", bad.Add, bad.Remove, bad.Weights, err, tc.want)
+		}
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 
 func newPlanCmd(opts *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "plan (add-node|split|remove-node|move) ...",
+		Use:   "plan (add-node|split|remove-node|move|rebalance) ...",
 		Short: "Dry run of a migration: moves, moved fraction, preflight, estimates, ETA, cutover steps",
 		Long: `Computes the moves of a migration from the current topology with the ring
 planners and runs the preflight checks of every (source, target) pair: tables,
@@ -33,11 +33,13 @@ advice, warnings and the cutover steps. Nothing is started or changed.
 Exit codes: 0 the plan is clean, 1 failure (a server could not be asked),
 2 bad input or preflight problems (each printed with its fix).`,
 		Example: `  reshard plan add-node shard5 --table users:id --table orders:user_id --rows-per-sec 20000
-  reshard plan split shard1 --into shard5 --table users:id --json`,
+  reshard plan split shard1 --into shard5 --table users:id --json
+  reshard plan rebalance --add shard5,shard6,shard7,shard8`,
 		Args: usageArgs(cobra.NoArgs),
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	for _, k := range []workflows.Kind{workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode, workflows.KindMove} {
+	// rebalance is planned only: the migration that starts it is not built yet.
+	for _, k := range []workflows.Kind{workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode, workflows.KindMove, workflows.KindRebalance} {
 		cmd.AddCommand(newMigrationCmd(opts, k, true))
 	}
 	return cmd
@@ -64,13 +66,16 @@ type planReport struct {
 	Moved        float64                    `json:"moved_fraction"`
 	Modulo       float64                    `json:"modulo_fraction,omitempty"`
 	Ideal        float64                    `json:"ideal_fraction"`
-	Moves        []ring.Move                `json:"moves"`
-	Pairs        []pairReport               `json:"pairs"`
-	Rows         int64                      `json:"rows"`
-	Bytes        int64                      `json:"bytes"`
-	ETASeconds   float64                    `json:"eta_seconds"`
-	CutoverSteps []string                   `json:"cutover_steps"`
-	Problems     int                        `json:"problems"`
+	// Steps and StepMoved: a rebalance one shard at a time.
+	Steps        int          `json:"one_at_a_time_steps,omitempty"`
+	StepMoved    float64      `json:"one_at_a_time_fraction,omitempty"`
+	Moves        []ring.Move  `json:"moves"`
+	Pairs        []pairReport `json:"pairs"`
+	Rows         int64        `json:"rows"`
+	Bytes        int64        `json:"bytes"`
+	ETASeconds   float64      `json:"eta_seconds"`
+	CutoverSteps []string     `json:"cutover_steps"`
+	Problems     int          `json:"problems"`
 }
 
 // runPlan runs the preflight of every pair and prints the plan.
@@ -120,7 +125,8 @@ func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan) (p
 	}
 	r := p.Request
 	rep := planReport{Request: r, What: p.what(), FromVersion: p.From.Version, ShardsBefore: p.From.Ring.Shards(),
-		ShardsAfter: p.Next.Shards(), Moved: p.Moved, Modulo: p.Modulo, Ideal: p.Ideal, Moves: p.Moves}
+		ShardsAfter: p.Next.Shards(), Moved: p.Moved, Modulo: p.Modulo, Ideal: p.Ideal, Moves: p.Moves,
+		Steps: p.Steps, StepMoved: p.StepMoved}
 	var eta time.Duration
 	for _, pr := range p.Pairs {
 		pf, err := tableset.Preflight(ctx, pools[pr.Source], pools[pr.Target], r.Tables, tableset.PreflightOptions{
@@ -187,6 +193,8 @@ func printPlan(out io.Writer, rep planReport) {
 		fmt.Fprintf(out, "  (hash mod N: %.2f%%, ideal half of %s: %.2f%%)", 100*rep.Modulo, r.Shard, 100*rep.Ideal)
 	case workflows.KindRemoveNode:
 		fmt.Fprintf(out, "  (hash mod N: %.2f%%, ideal %s's share: %.2f%%)", 100*rep.Modulo, r.Shard, 100*rep.Ideal)
+	case workflows.KindRebalance:
+		fmt.Fprintf(out, "  (one shard at a time: %.2f%% in %d steps; one plan moves the least possible)", 100*rep.StepMoved, rep.Steps)
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out)
@@ -243,6 +251,8 @@ func printPlan(out io.Writer, rep planReport) {
 	if probs := problemLines(rep); len(probs) > 0 {
 		fmt.Fprintln(out, "\nproblems (fix these, nothing was changed):")
 		fmt.Fprintln(out, strings.Join(probs, "\n"))
+	} else if r.Kind == workflows.KindRebalance {
+		fmt.Fprintln(out, "\npreflight passed; a rebalance cannot be started yet (the migration for it is not built): this is the plan it would run")
 	} else {
 		fmt.Fprintf(out, "\npreflight passed; start it with: reshard %s\n", startHint(r))
 	}

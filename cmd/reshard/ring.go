@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -134,21 +136,74 @@ func (f *ringFlags) shardList() ([]ring.Shard, error) {
 	return out, nil
 }
 
+// splitNames reads a comma-separated list of shard names; each once.
+func splitNames(flag, v string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(v, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if slices.Contains(out, name) {
+			return nil, usageError{fmt.Errorf("%s: %s is listed twice; give each shard once", flag, name)}
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
+
+// parseWeights reads --weight name=w flags (repeatable, or comma-separated).
+func parseWeights(flags []string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, f := range flags {
+		for _, kv := range strings.Split(f, ",") {
+			if kv = strings.TrimSpace(kv); kv == "" {
+				continue
+			}
+			name, v, ok := strings.Cut(kv, "=")
+			w, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			name = strings.TrimSpace(name)
+			if !ok || name == "" || err != nil || !(w > 0) || math.IsInf(w, 0) {
+				return nil, usageError{fmt.Errorf("--weight %q: want shard=weight with a positive weight, e.g. --weight a=2", kv)}
+			}
+			if _, dup := out[name]; dup {
+				return nil, usageError{fmt.Errorf("--weight: %s is given twice; give each shard's weight once", name)}
+			}
+			out[name] = w
+		}
+	}
+	return out, nil
+}
+
+// ringPlanJSON is the --json output of reshard ring plan (the same for every
+// kind of change).
+type ringPlanJSON struct {
+	Moves []ring.Move `json:"moves"`
+}
+
 func newRingPlanCmd() *cobra.Command {
 	var (
 		rf                           ringFlags
 		add, split, into, remove, mv string
 		to                           string
+		weights                      []string
 		asJSON                       bool
 	)
 	cmd := &cobra.Command{
-		Use:   "plan --shards a,b,c,d (--add e | --split a | --remove a | --move lo:hi --to e) [--json]",
+		Use:   "plan --shards a,b,c,d (--add e,f --remove a --weight b=2 | --split a | --move lo:hi --to e) [--json]",
 		Short: "Print the moves that take a ring to its next shape",
-		Long: `Builds the ring of --shards (--vnodes per shard, --tokens balanced or hash)
-and prints the ranges that change owner for one operation: --add a shard,
---split a shard (into --into, default <shard>-2), --remove a shard, or --move a
-range (lo:hi, lo exclusive, hi inclusive) --to a shard. Ranges are (lo, hi];
-a range crossing the wrap is two moves, (x, MaxInt64] and [MinInt64, y].`,
+		Long: `Builds the ring of --shards (--vnodes per unit of weight, --tokens balanced or
+hash) and prints the ranges that change owner. One rebalance: --add shards,
+--remove shards and set --weight name=w (of a shard that stays or one added),
+any of them together, planned as one change with the least movement; or
+--split a shard (into --into, default <shard>-2); or --move a range (lo:hi, lo
+exclusive, hi inclusive) --to a shard. Ranges are (lo, hi]; a range crossing
+the wrap is two moves, (x, MaxInt64] and [MinInt64, y].
+
+A rebalance of more than one shard also prints what the same change moves one
+shard at a time (an add-node per added shard, then a remove-node per removed
+one, then the weights), as a sequence of migrations would.`,
+		Example: `  reshard ring plan --shards a,b,c,d --add e,f,g,h
+  reshard ring plan --shards a,b,c,d --add e --remove a --weight b=2 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			shards, err := rf.shardList()
@@ -159,26 +214,67 @@ a range crossing the wrap is two moves, (x, MaxInt64] and [MinInt64, y].`,
 			if err != nil {
 				return err
 			}
+			adds, err := splitNames("--add", add)
+			if err != nil {
+				return err
+			}
+			removes, err := splitNames("--remove", remove)
+			if err != nil {
+				return err
+			}
+			ws, err := parseWeights(weights)
+			if err != nil {
+				return err
+			}
+			rebalance := add != "" || remove != "" || len(weights) > 0
 			ops := 0
-			for _, v := range []string{add, split, remove, mv} {
-				if v != "" {
+			for _, on := range []bool{rebalance, split != "", mv != ""} {
+				if on {
 					ops++
 				}
 			}
 			if ops != 1 {
-				return usageError{fmt.Errorf("give exactly one of --add, --split, --remove or --move")}
+				return usageError{fmt.Errorf("give --add, --remove and --weight (one rebalance, together or alone), or --split, or --move: exactly one kind of change")}
 			}
 			old, err := ring.Build(shards, o)
 			if err != nil {
 				return usageError{fmt.Errorf("--shards: %w", err)}
 			}
-			var moves []ring.Move
+			var (
+				moves []ring.Move
+				steps [][]ring.Move
+			)
 			switch {
-			case add != "":
-				if old.HasShard(add) {
-					return usageError{fmt.Errorf("--add %s: the ring already has a shard %s; give a new name", add, add)}
+			case rebalance:
+				for _, a := range adds {
+					if old.HasShard(a) {
+						return usageError{fmt.Errorf("--add %s: the ring already has a shard %s; give a new name", a, a)}
+					}
 				}
-				_, moves, err = ring.PlanAddNode(old, ring.Shard{Name: add}, o)
+				for _, r := range removes {
+					if !old.HasShard(r) {
+						return usageError{fmt.Errorf("--remove %s: no such shard; give one of --shards (%s)", r, strings.Join(old.Shards(), ","))}
+					}
+				}
+				if len(removes) >= len(shards) && len(adds) == 0 {
+					return usageError{fmt.Errorf("--remove %s: that is every shard; a ring needs at least one", remove)}
+				}
+				for name := range ws {
+					if !old.HasShard(name) && !slices.Contains(adds, name) {
+						return usageError{fmt.Errorf("--weight %s: no such shard; give one of --shards (%s) or of --add", name, strings.Join(old.Shards(), ","))}
+					}
+					if slices.Contains(removes, name) {
+						return usageError{fmt.Errorf("--weight %s: the shard is removed; drop its weight or keep it", name)}
+					}
+				}
+				c := ring.Change{Kind: "rebalance", Add: adds, Remove: removes, Weights: ws, Opts: o}
+				_, moves, err = ring.PlanChange(old, nil, c)
+				if err != nil {
+					return usageError{err}
+				}
+				if steps, err = ring.PlanSteps(old, c.Target(), o); err != nil {
+					return usageError{err}
+				}
 			case split != "":
 				if !old.HasShard(split) {
 					return usageError{fmt.Errorf("--split %s: no such shard; give one of --shards (%s)", split, strings.Join(old.Shards(), ","))}
@@ -190,14 +286,6 @@ a range crossing the wrap is two moves, (x, MaxInt64] and [MinInt64, y].`,
 					return usageError{fmt.Errorf("--into %s: the ring already has a shard %s; give a new name", into, into)}
 				}
 				_, moves, err = ring.PlanSplit(old, split, ring.Shard{Name: into}, o)
-			case remove != "":
-				if !old.HasShard(remove) {
-					return usageError{fmt.Errorf("--remove %s: no such shard; give one of --shards (%s)", remove, strings.Join(old.Shards(), ","))}
-				}
-				if len(shards) == 1 {
-					return usageError{fmt.Errorf("--remove %s: it is the only shard; a ring needs at least one", remove)}
-				}
-				_, moves, err = ring.PlanRemoveNode(old, remove, o)
 			default:
 				rg, perr := ring.ParseRange(mv)
 				if perr != nil {
@@ -216,10 +304,7 @@ a range crossing the wrap is two moves, (x, MaxInt64] and [MinInt64, y].`,
 			}
 			out := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(out)
-				return enc.Encode(struct {
-					Moves []ring.Move `json:"moves"`
-				}{moves})
+				return json.NewEncoder(out).Encode(ringPlanJSON{Moves: moves})
 			}
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintln(tw, "FROM\tTO\tLO (excl)\tHI (incl)\tFRACTION\t")
@@ -231,21 +316,41 @@ a range crossing the wrap is two moves, (x, MaxInt64] and [MinInt64, y].`,
 			}
 			_, err = fmt.Fprintf(out, "%d moves, moved fraction %.4f of the token space (%s tokens, %d vnodes per shard)\n",
 				len(moves), ring.MovedFraction(moves), o.Tokens, o.VNodes)
-			return err
+			if err != nil || len(steps) < 2 {
+				return err
+			}
+			return printSteps(out, moves, steps)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&rf.shards, "shards", "", "current shards, comma-separated (required)")
-	f.IntVar(&rf.vnodes, "vnodes", 16, "vnodes per shard")
+	f.IntVar(&rf.vnodes, "vnodes", 16, "vnodes per shard (per unit of weight)")
 	f.StringVar(&rf.tokens, "tokens", "balanced", "token allocation: balanced or hash")
-	f.StringVar(&add, "add", "", "add a shard with this name")
+	f.StringVar(&add, "add", "", "add these shards, comma-separated")
 	f.StringVar(&split, "split", "", "split this shard in two")
 	f.StringVar(&into, "into", "", "name of the shard a --split creates (default <shard>-2)")
-	f.StringVar(&remove, "remove", "", "remove this shard")
+	f.StringVar(&remove, "remove", "", "remove these shards, comma-separated")
+	f.StringArrayVar(&weights, "weight", nil, "shard=weight (repeatable or comma-separated): the weight of a shard that stays or is added")
 	f.StringVar(&mv, "move", "", "move the range lo:hi or (lo,hi] (lo exclusive, hi inclusive) --to a shard")
 	f.StringVar(&to, "to", "", "the shard receiving a --move")
 	f.BoolVar(&asJSON, "json", false, `print {"moves":[{"lo","hi","from","to"},...]}`)
 	return cmd
+}
+
+// printSteps compares one plan with the same change one shard at a time.
+func printSteps(out io.Writer, moves []ring.Move, steps [][]ring.Move) error {
+	var seq float64
+	for _, st := range steps {
+		seq += ring.MovedFraction(st)
+	}
+	one := ring.MovedFraction(moves)
+	ratio := 0.0
+	if seq > 0 {
+		ratio = one / seq
+	}
+	_, err := fmt.Fprintf(out, "one shard at a time: %d steps, moved fraction %.4f; one rebalance moves %.4f (%.0f%% of it)\n",
+		len(steps), seq, one, 100*ratio)
+	return err
 }
 
 func newRingSimulateCmd() *cobra.Command {

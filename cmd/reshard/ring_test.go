@@ -72,8 +72,20 @@ func TestRingBadInputIsUsageError(t *testing.T) {
 		{[]string{"plan", "--shards", "a,b", "--split", "z"}, "--split z"},
 		{[]string{"plan", "--shards", "a,b", "--remove", "z"}, "--remove z"},
 		{[]string{"plan", "--shards", "a", "--remove", "a"}, "--remove a"},
-		{[]string{"plan", "--shards", "a,b"}, "exactly one of --add"},
-		{[]string{"plan", "--shards", "a,b", "--add", "c", "--remove", "a"}, "exactly one of --add"},
+		{[]string{"plan", "--shards", "a,b"}, "exactly one kind of change"},
+		{[]string{"plan", "--shards", "a,b", "--add", "c", "--split", "a"}, "exactly one kind of change"},
+		{[]string{"plan", "--shards", "a,b", "--remove", "a", "--move", "1:5", "--to", "b"}, "exactly one kind of change"},
+		{[]string{"plan", "--shards", "a,b", "--add", "c,d,c"}, "--add: c is listed twice"},
+		{[]string{"plan", "--shards", "a,b", "--add", "c,b"}, "--add b"},
+		{[]string{"plan", "--shards", "a,b", "--remove", "a,b"}, "every shard"},
+		{[]string{"plan", "--shards", "a,b", "--remove", "a,z"}, "--remove z"},
+		{[]string{"plan", "--shards", "a,b", "--weight", "a=0"}, "--weight"},
+		{[]string{"plan", "--shards", "a,b", "--weight", "a"}, "--weight"},
+		{[]string{"plan", "--shards", "a,b", "--weight", "a=x"}, "--weight"},
+		{[]string{"plan", "--shards", "a,b", "--weight", "a=2,a=3"}, "given twice"},
+		{[]string{"plan", "--shards", "a,b", "--weight", "z=2"}, "--weight z"},
+		{[]string{"plan", "--shards", "a,b", "--remove", "a", "--weight", "a=2"}, "--weight a: the shard is removed"},
+		{[]string{"plan", "--shards", "a,b", "--weight", "a=2", "--tokens", "hash"}, "balanced"},
 		{[]string{"plan", "--shards", "a,b", "--add", "c", "--tokens", "random"}, "--tokens"},
 		{[]string{"plan", "--shards", "a,b", "--add", "c", "--vnodes", "0"}, "--vnodes"},
 		{[]string{"plan", "--shards", "a,a", "--add", "c"}, "--shards"},
@@ -163,6 +175,63 @@ func TestRingPlanJSON(t *testing.T) {
 	out, code = runRing(t, "", "ring", "plan", "--shards", "a,b,c,d", "--add", "e")
 	if code != 0 || !strings.Contains(out, "moved fraction 0.2000") || !strings.Contains(out, "FROM") {
 		t.Fatalf("table: exit %d\n%s", code, out)
+	}
+}
+
+// TestRingPlanRebalance: several shards at once, the same --json shape as a
+// single change, and the comparison with one shard at a time.
+func TestRingPlanRebalance(t *testing.T) {
+	out, code := runRing(t, "", "ring", "plan", "--shards", "a,b,c,d", "--add", "e,f,g,h", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	moves := decodePlan(t, out) // the same shape: unknown fields are refused
+	o := ring.Options{VNodes: 16, Tokens: ring.AllocBalanced}
+	old, _ := ring.Build([]ring.Shard{{Name: "a"}, {Name: "b"}, {Name: "c"}, {Name: "d"}}, o)
+	next, want, err := ring.PlanRebalance(old, ring.Target{Add: []ring.Shard{{Name: "e"}, {Name: "f"}, {Name: "g"}, {Name: "h"}}}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(moves) != fmt.Sprint(want) {
+		t.Fatal("CLI moves differ from ring.PlanRebalance")
+	}
+	for _, m := range moves {
+		if !strings.Contains("abcd", m.From) || !strings.Contains("efgh", m.To) || old.Owner(m.Range.Hi) != m.From || next.Owner(m.Range.Hi) != m.To {
+			t.Fatalf("bad move %v", m)
+		}
+	}
+	if f := ring.MovedFraction(moves); math.Abs(f-0.5) > 0.01 {
+		t.Errorf("4 → 8 moved %.4f, want 0.50", f)
+	}
+	out, code = runRing(t, "", "ring", "plan", "--shards", "a,b,c,d", "--add", "e,f,g,h")
+	if code != 0 || !strings.Contains(out, "moved fraction 0.5000") ||
+		!strings.Contains(out, "one shard at a time: 4 steps, moved fraction 0.6345; one rebalance moves 0.5000") {
+		t.Fatalf("table: exit %d\n%s", code, out)
+	}
+	// Add, remove and reweigh at once: b=2, c, d, e=1 of 5, so a gives its
+	// 0.25, c and d 0.05 each.
+	out, code = runRing(t, "", "ring", "plan", "--shards", "a,b,c,d", "--add", "e", "--remove", "a", "--weight", "b=2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	moves = decodePlan(t, out)
+	if f := ring.MovedFraction(moves); math.Abs(f-0.35) > 1e-6 {
+		t.Errorf("add e, remove a, b=2 moved %.6f, want 0.35", f)
+	}
+	to := map[string]float64{}
+	for _, m := range moves {
+		if m.From == "b" || m.From == "e" || m.To == "a" {
+			t.Fatalf("move %v: b and e only receive, a only gives", m)
+		}
+		to[m.To] += m.Range.Width() / 18446744073709551616.0
+	}
+	if math.Abs(to["b"]-0.15) > 1e-6 || math.Abs(to["e"]-0.2) > 1e-6 {
+		t.Errorf("received %v, want b 0.15, e 0.20", to)
+	}
+	// One shard alone prints no comparison: it is the same plan.
+	out, code = runRing(t, "", "ring", "plan", "--shards", "a,b,c,d", "--remove", "c")
+	if code != 0 || strings.Contains(out, "one shard at a time") || !strings.Contains(out, "moved fraction 0.2500") {
+		t.Fatalf("remove c: exit %d\n%s", code, out)
 	}
 }
 
