@@ -252,10 +252,21 @@ func (c *cluster) workerLogs() string {
 	for i := 1; i <= c.nWorkers; i++ {
 		out, _ := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("worker%d.log", i)))
 		lines := strings.Split(string(out), "\n")
+		// Every phase change to FAILED or ROLLING_BACK and the errors
+		// before it, then the last lines.
+		var errs []string
+		for _, l := range lines {
+			if strings.Contains(l, "phase=FAILED") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "stopped:") {
+				errs = append(errs, l)
+			}
+		}
+		if len(errs) > 30 {
+			errs = errs[len(errs)-30:]
+		}
 		if len(lines) > 40 {
 			lines = lines[len(lines)-40:]
 		}
-		fmt.Fprintf(&b, "--- worker %d (last lines)\n%s\n", i, strings.Join(lines, "\n"))
+		fmt.Fprintf(&b, "--- worker %d (errors)\n%s\n--- worker %d (last lines)\n%s\n", i, strings.Join(errs, "\n"), i, strings.Join(lines, "\n"))
 	}
 	return b.String()
 }

@@ -25,6 +25,10 @@ var examples = map[string]string{
 	"plan split":       `  reshard plan split shard1 --into shard5`,
 	"plan remove-node": `  reshard plan remove-node shard4`,
 	"plan move":        `  reshard plan move --range '(-4611686018427387904,0]' --to shard3`,
+	"plan rebalance": `  reshard plan rebalance --add shard5,shard6,shard7,shard8
+  reshard plan rebalance --remove shard4 --weight shard1=2 --json`,
+	"rebalance": `  reshard rebalance --add shard5,shard6
+  reshard rebalance --add shard6 --remove shard2 --rows-per-sec 20000`,
 	"status": `  reshard status
   reshard status add-k3f9xq --watch
   reshard status reshard-add-k3f9xq --json`,

@@ -38,7 +38,6 @@ Exit codes: 0 the plan is clean, 1 failure (a server could not be asked),
 		Args: usageArgs(cobra.NoArgs),
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	// rebalance is planned only: the migration that starts it is not built yet.
 	for _, k := range []workflows.Kind{workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode, workflows.KindMove, workflows.KindRebalance} {
 		cmd.AddCommand(newMigrationCmd(opts, k, true))
 	}
@@ -251,8 +250,6 @@ func printPlan(out io.Writer, rep planReport) {
 	if probs := problemLines(rep); len(probs) > 0 {
 		fmt.Fprintln(out, "\nproblems (fix these, nothing was changed):")
 		fmt.Fprintln(out, strings.Join(probs, "\n"))
-	} else if r.Kind == workflows.KindRebalance {
-		fmt.Fprintln(out, "\npreflight passed; a rebalance cannot be started yet (the migration for it is not built): this is the plan it would run")
 	} else {
 		fmt.Fprintf(out, "\npreflight passed; start it with: reshard %s\n", startHint(r))
 	}
@@ -286,6 +283,14 @@ func startHint(r workflows.MigrationRequest) string {
 		fmt.Fprintf(&b, "split %s --into %s", r.Shard, r.Into)
 	case workflows.KindMove:
 		fmt.Fprintf(&b, "move --range %d:%d --to %s", r.Range.Lo, r.Range.Hi, r.To)
+	case workflows.KindRebalance:
+		b.WriteString("rebalance")
+		if len(r.Add) > 0 {
+			fmt.Fprintf(&b, " --add %s", strings.Join(r.Add, ","))
+		}
+		if len(r.Remove) > 0 {
+			fmt.Fprintf(&b, " --remove %s", strings.Join(r.Remove, ","))
+		}
 	default:
 		fmt.Fprintf(&b, "%s %s", r.Kind, r.Shard)
 	}

@@ -76,6 +76,7 @@ func newRootCmd() *cobra.Command {
 		newMigrationCmd(opts, workflows.KindAddNode, false),
 		newMigrationCmd(opts, workflows.KindRemoveNode, false),
 		newMigrationCmd(opts, workflows.KindMove, false),
+		newMigrationCmd(opts, workflows.KindRebalance, false),
 		newStatusCmd(opts),
 		newListCmd(opts),
 		newThrottleCmd(opts),
