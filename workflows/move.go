@@ -442,11 +442,26 @@ func (m *moveRun) ensureCDC(ctx workflow.Context) error {
 		}
 	}
 	hb := heartbeatTimeout(m.in.Request)
-	sctx, err := workflow.CreateSession(ctx, &workflow.SessionOptions{
-		CreationTimeout: 10 * time.Minute, ExecutionTimeout: 7 * 24 * time.Hour, HeartbeatTimeout: hb,
-	})
-	if err != nil {
-		return fmt.Errorf("create the CDC session of move %s: %w", m.in.Spec.ID, err)
+	var sctx workflow.Context
+	for try := 1; ; try++ {
+		var err error
+		sctx, err = workflow.CreateSession(ctx, &workflow.SessionOptions{
+			CreationTimeout: 10 * time.Minute, ExecutionTimeout: 7 * 24 * time.Hour, HeartbeatTimeout: hb,
+		})
+		if err == nil {
+			break
+		}
+		// The worker creating the session died meanwhile (its creation
+		// heartbeat timed out): another worker creates it. Only a
+		// cancelled workflow or a session no worker creates for long is
+		// an error.
+		if ctx.Err() != nil || try >= 30 || workflow.GetVersion(ctx, "retry-session-creation", workflow.DefaultVersion, 1) < 1 {
+			return fmt.Errorf("create the CDC session of move %s: %w", m.in.Spec.ID, err)
+		}
+		workflow.GetLogger(ctx).Warn("creating the CDC session failed; trying again", "move", m.in.Spec.ID, "try", try, "error", err)
+		if err := workflow.Sleep(ctx, 2*time.Second); err != nil {
+			return err
+		}
 	}
 	m.sessCtx = sctx
 	cctx, cancel := workflow.WithCancel(sctx)
