@@ -484,7 +484,7 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (re
 	if err != nil {
 		return workflows.CutoverResult{}, 0, err
 	}
-	h := cutover.CutOver(target, spec.Ranges, spec.Source, spec.Target, fmt.Sprintf("cutover of move %s (%s → %s)", spec.ID, spec.Source, spec.Target))
+	h := topology.CutOver(target, spec.Ranges, spec.Source, spec.Target, fmt.Sprintf("cutover of move %s (%s → %s)", spec.ID, spec.Source, spec.Target))
 	h.MigrationID = in.Move.MigrationID
 	// This attempt is the move's newest from here: an older one that wakes
 	// up (Temporal retried it here while it was cut off) changes nothing.

@@ -15,6 +15,7 @@ import (
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
 )
 
 // CleanupOptions configure Cleanup.
@@ -68,7 +69,7 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	if err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
-	if !owned(cur.Ring, m.To, m.Ranges) {
+	if !topology.Owns(cur.Ring, m.To, m.Ranges) {
 		return res, fmt.Errorf("cleanup of move %s: topology version %d does not give its ranges to %s: the move is not cut over (roll it back instead)", m.ID, cur.Version, m.To)
 	}
 	// The cleanup is the move's newest attempt: an older cutover attempt
@@ -76,7 +77,7 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	if _, err := (PGJournal{Pool: o.Fences.Pool, Move: m.ID}).Claim(ctx); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
-	h := Complete(o.Target, m.Ranges, m.From, m.To, "cleanup of move "+m.ID)
+	h := topology.Complete(o.Target, m.Ranges, m.From, m.To, "cleanup of move "+m.ID)
 	h.MigrationID = o.MigrationID
 	if res.Version, err = h.Publish(ctx, o.Fences.Store); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: publish the ranges stable on %s: %w", m.ID, m.To, err)

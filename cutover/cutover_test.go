@@ -59,7 +59,7 @@ func newCutoverEnv(t *testing.T) *cutoverEnv {
 		t.Fatal(err)
 	}
 	e.target = ring.MustNew([]ring.VNode{{Token: 0, Shard: "src"}, {Token: ring.MaxToken, Shard: "dst"}})
-	if _, err := Begin(e.target, e.ranges, "src", "dst", "begin").Publish(ctx, store); err != nil {
+	if _, err := topology.Begin(e.target, e.ranges, "src", "dst", "begin").Publish(ctx, store); err != nil {
 		t.Fatal(err)
 	}
 	for n, db := range map[string]*pgtest.DB{"src": e.src, "dst": e.dst} {
@@ -79,7 +79,7 @@ func (e *cutoverEnv) actions() *PG { return e.actionsOf(e.journal) }
 // actionsOf are the actions of the attempt of journal j.
 func (e *cutoverEnv) actionsOf(j PGJournal) *PG {
 	m := Move{ID: "m1", From: "src", To: "dst", Source: e.src.Pool, Target: e.dst.Pool, Set: e.set, Ranges: e.ranges}
-	p := NewPG(m, nil, e.fences, CutOver(e.target, e.ranges, "src", "dst", "cutover of m1"), j)
+	p := NewPG(m, nil, e.fences, topology.CutOver(e.target, e.ranges, "src", "dst", "cutover of m1"), j)
 	p.DrainFunc = func(context.Context, string, time.Duration) error { return nil }
 	return p
 }

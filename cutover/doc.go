@@ -9,6 +9,7 @@
 // Layout: cutover.go is the step sequence (Run, Resume) behind Actions;
 // pg.go and move.go the real actions, dryrun.go the printed ones;
 // journal.go the journal and attempts (Claim, Guard), pause.go the write
-// pauses derived from it; handover.go the topology changes of a move;
-// cleanup.go CLEANUP. The fences and the in-flight wait are package fence's.
+// pauses derived from it; cleanup.go CLEANUP. The topology changes of a
+// move (topology.Handover) are package topology's, the fences and the
+// in-flight wait package fence's.
 package cutover

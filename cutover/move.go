@@ -14,6 +14,7 @@ import (
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topology"
 )
 
 // Move is one move as the phases after the copy see it: its ranges, its two
@@ -49,7 +50,7 @@ func (m Move) check() error {
 // j (its Claim: an older attempt publishes nothing); fences are derived from
 // the control database by fence.Reconcile. With s nil the actions can settle
 // an earlier attempt (Resume) but not drain.
-func NewPG(m Move, s cdc.Controller, fences fence.Control, h Handover, j PGJournal) *PG {
+func NewPG(m Move, s cdc.Controller, fences fence.Control, h topology.Handover, j PGJournal) *PG {
 	store := fences.Store
 	guard := j.Guard()
 	p := &PG{

@@ -53,7 +53,7 @@ func TestRollbackKeepsTheFencesOfAFormerOwner(t *testing.T) {
 
 	// The way back: b → a, rolled back before its cutover.
 	back := cutover.Move{ID: "back", From: "b", To: "a", Source: e.Pools["b"], Target: e.Pools["a"], Set: e.Set, Ranges: e.Move.Ranges}
-	if _, err := cutover.Begin(e.Old, back.Ranges, "b", "a", "begin move back").Publish(ctx, e.Store); err != nil {
+	if _, err := topology.Begin(e.Old, back.Ranges, "b", "a", "begin move back").Publish(ctx, e.Store); err != nil {
 		t.Fatal(err)
 	}
 	if err := cutover.ReconcileBoth(ctx, back, e.Fences); err != nil {
@@ -93,7 +93,7 @@ func TestGuardsStayWhileAnotherMoveUsesTheShard(t *testing.T) {
 	}
 	e.Begin(t)
 	second := cutover.Move{ID: "two", From: "a", To: "b", Source: e.Pools["a"], Target: e.Pools["b"], Set: e.Set, Ranges: []ring.Range{other}}
-	if _, err := cutover.Begin(target2, second.Ranges, "a", "b", "begin move two").Publish(ctx, e.Store); err != nil {
+	if _, err := topology.Begin(target2, second.Ranges, "a", "b", "begin move two").Publish(ctx, e.Store); err != nil {
 		t.Fatal(err)
 	}
 	if err := cutover.ReconcileBoth(ctx, second, e.Fences); err != nil {

@@ -57,8 +57,8 @@ var ErrNotCutOver = errors.New("the move is not cut over: roll it back with Befo
 // journalSuffix names the reverse cutover's journal (move id + suffix).
 const journalSuffix = "/rollback"
 
-func giveBack(m cutover.Move, o Options) cutover.Handover {
-	h := cutover.GiveBack(o.Old, m.Ranges, m.From, m.To, "rollback of move "+m.ID)
+func giveBack(m cutover.Move, o Options) topology.Handover {
+	h := topology.GiveBack(o.Old, m.Ranges, m.From, m.To, "rollback of move "+m.ID)
 	h.MigrationID = o.MigrationID
 	return h
 }
@@ -210,7 +210,7 @@ func DuringGrace(ctx context.Context, m cutover.Move, reverse cdc.Options, o Opt
 
 // reverseCutover runs the reverse stream while cutover.Run (or Resume after a
 // crash) hands the ranges back.
-func reverseCutover(ctx context.Context, rm cutover.Move, reverse cdc.Options, o Options, h cutover.Handover, j cutover.PGJournal, log *slog.Logger) (cutover.Result, error) {
+func reverseCutover(ctx context.Context, rm cutover.Move, reverse cdc.Options, o Options, h topology.Handover, j cutover.PGJournal, log *slog.Logger) (cutover.Result, error) {
 	var res cutover.Result
 	s, err := cdc.New(reverse)
 	if err != nil {

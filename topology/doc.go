@@ -20,7 +20,8 @@
 // rules; store.go reads and publishes versions with compare-and-set and
 // NOTIFY; schema.go is the control database's schema, in numbered steps
 // (the routing contract in SQL among them, docs/contract.md); keyspace.go,
-// shards.go, plan.go and moveend.go are the registry, shard states, stored
-// plans and move ends; router.go and metrics.go are the application's
+// shards.go, plan.go, moveend.go and workers.go are the registry, shard
+// states, stored plans, move ends and running workers; handover.go the
+// four changes of a move's ranges (Begin, CutOver, Complete, GiveBack); router.go and metrics.go are the application's
 // router; skew.go counts rows per owner.
 package topology

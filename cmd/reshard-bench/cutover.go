@@ -171,7 +171,7 @@ func benchPause(ctx context.Context, e *env, r *report) error {
 // roundTrip: JOINING, copy, forward CDC, cutover, GRACE for a moment, then
 // rollback during GRACE (the reverse cutover). It returns both write pauses.
 func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m cutover.Move, old, next *ring.Ring, srcRepl, dstRepl string, e *env) (time.Duration, time.Duration, error) {
-	if _, err := cutover.Begin(next, m.Ranges, m.From, m.To, "begin "+m.ID).Publish(ctx, store); err != nil {
+	if _, err := topology.Begin(next, m.Ranges, m.From, m.To, "begin "+m.ID).Publish(ctx, store); err != nil {
 		return 0, 0, err
 	}
 	if err := cutover.ReconcileBoth(ctx, m, fence.Control{Pool: ctl, Store: store}); err != nil {
@@ -227,7 +227,7 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 		stopForward()
 		return 0, 0, err
 	}
-	pg := cutover.NewPG(m, fwd, fence.Control{Pool: ctl, Store: store}, cutover.CutOver(next, m.Ranges, m.From, m.To, "cutover "+m.ID), cutover.PGJournal{Pool: ctl, Move: m.ID})
+	pg := cutover.NewPG(m, fwd, fence.Control{Pool: ctl, Store: store}, topology.CutOver(next, m.Ranges, m.From, m.To, "cutover "+m.ID), cutover.PGJournal{Pool: ctl, Move: m.ID})
 	res, err := cutover.Run(ctx, pg, cutover.PGJournal{Pool: ctl, Move: m.ID}, cutover.Options{})
 	if serr := stopForward(); err == nil {
 		err = serr

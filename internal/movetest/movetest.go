@@ -194,7 +194,7 @@ func (e *Env) Writers(t testing.TB, r *topology.Router, seed uint64) (stop func(
 func (e *Env) Begin(t testing.TB) {
 	t.Helper()
 	ctx := Ctx(t)
-	if _, err := cutover.Begin(e.New, e.Move.Ranges, "a", "b", "begin move "+e.Move.ID).Publish(ctx, e.Store); err != nil {
+	if _, err := topology.Begin(e.New, e.Move.Ranges, "a", "b", "begin move "+e.Move.ID).Publish(ctx, e.Store); err != nil {
 		t.Fatal(err)
 	}
 	if err := cutover.ReconcileBoth(ctx, e.Move, e.Fences); err != nil {
@@ -303,7 +303,7 @@ func Drain(t testing.TB, db *pgtest.DB, s *cdc.Stream) {
 // CutoverActions are the forward cutover's real actions.
 func (e *Env) CutoverActions(t testing.TB) *cutover.PG {
 	t.Helper()
-	return cutover.NewPG(e.Move, e.Fwd, e.Fences, cutover.CutOver(e.New, e.Move.Ranges, "a", "b", "cutover of move "+e.Move.ID), e.Journal())
+	return cutover.NewPG(e.Move, e.Fwd, e.Fences, topology.CutOver(e.New, e.Move.Ranges, "a", "b", "cutover of move "+e.Move.ID), e.Journal())
 }
 
 // Journal is the forward cutover's journal.

@@ -1,4 +1,4 @@
-package cutover
+package topology
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/topology"
 )
 
 // Handover is one change of a move's ranges in the topology, applied to
@@ -71,6 +70,9 @@ func (h Handover) check() error {
 	return nil
 }
 
+// Owns reports whether the ring gives every token of ranges to shard.
+func Owns(r *ring.Ring, shard string, ranges []ring.Range) bool { return owned(r, shard, ranges) }
+
 // owned reports whether the ring gives every token of ranges to shard.
 func owned(r *ring.Ring, shard string, ranges []ring.Range) bool {
 	mine := r.Ranges(shard)
@@ -90,7 +92,7 @@ func owned(r *ring.Ring, shard string, ranges []ring.Range) bool {
 }
 
 // Done reports whether cur already has the change.
-func (h Handover) Done(cur topology.Topology) bool {
+func (h Handover) Done(cur Topology) bool {
 	want := ring.Normalize(h.Ranges)
 	// Begin changes no owner: the current owner is From.
 	if !owned(cur.Ring, h.Owner, want) {
@@ -123,13 +125,13 @@ func (h Handover) Done(cur topology.Topology) bool {
 }
 
 // Apply returns the next version of cur with the change.
-func (h Handover) Apply(cur topology.Topology) (topology.Topology, error) {
+func (h Handover) Apply(cur Topology) (Topology, error) {
 	if err := h.check(); err != nil {
-		return topology.Topology{}, err
+		return Topology{}, err
 	}
 	want := ring.Normalize(h.Ranges)
 	if !owned(h.Ring, h.Owner, want) && h.Owner == h.To {
-		return topology.Topology{}, fmt.Errorf("handover of %v to %s: the target ring does not give them to %s", want, h.Owner, h.Owner)
+		return Topology{}, fmt.Errorf("handover of %v to %s: the target ring does not give them to %s", want, h.Owner, h.Owner)
 	}
 	var next *ring.Ring
 	var err error
@@ -139,12 +141,12 @@ func (h Handover) Apply(cur topology.Topology) (topology.Topology, error) {
 		next, err = ring.Overlay(cur.Ring, h.Ring, want)
 	}
 	if err != nil {
-		return topology.Topology{}, err
+		return Topology{}, err
 	}
 	if !owned(next, h.Owner, want) {
-		return topology.Topology{}, fmt.Errorf("handover of %v to %s: the resulting ring gives them to %s, not to %s", want, h.Owner, next.Owner(want[0].Hi), h.Owner)
+		return Topology{}, fmt.Errorf("handover of %v to %s: the resulting ring gives them to %s, not to %s", want, h.Owner, next.Owner(want[0].Hi), h.Owner)
 	}
-	var migrating []topology.RangeState
+	var migrating []RangeState
 	for _, m := range cur.Migrating() {
 		for _, piece := range ring.Subtract(m.Range, want) {
 			p := m
@@ -154,12 +156,12 @@ func (h Handover) Apply(cur topology.Topology) (topology.Topology, error) {
 	}
 	if h.Migrating {
 		for _, rg := range want {
-			migrating = append(migrating, topology.RangeState{Range: rg, Owner: h.Owner, Status: topology.Migrating, From: h.From, To: h.To})
+			migrating = append(migrating, RangeState{Range: rg, Owner: h.Owner, Status: Migrating, From: h.From, To: h.To})
 		}
 	}
-	t, err := topology.New(next, migrating, h.Reason)
+	t, err := New(next, migrating, h.Reason)
 	if err != nil {
-		return topology.Topology{}, err
+		return Topology{}, err
 	}
 	if h.MigrationID != "" {
 		t = t.WithMigrationID(h.MigrationID)
@@ -170,13 +172,13 @@ func (h Handover) Apply(cur topology.Topology) (topology.Topology, error) {
 // Publish makes the change current: it returns the version that has it,
 // publishing one (compare-and-set on the current version, retried when
 // another publisher got there first) unless the current one already does.
-func (h Handover) Publish(ctx context.Context, store *topology.Store) (int64, error) {
+func (h Handover) Publish(ctx context.Context, store *Store) (int64, error) {
 	return h.PublishGuarded(ctx, store, nil)
 }
 
 // PublishGuarded is Publish with a precondition checked in the publish's
-// transaction (topology.Guard).
-func (h Handover) PublishGuarded(ctx context.Context, store *topology.Store, guard topology.Guard) (int64, error) {
+// transaction (Guard).
+func (h Handover) PublishGuarded(ctx context.Context, store *Store, guard Guard) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		cur, err := store.Current(ctx)
 		if err != nil {
@@ -193,7 +195,7 @@ func (h Handover) PublishGuarded(ctx context.Context, store *topology.Store, gua
 		if err == nil {
 			return got.Version, nil
 		}
-		if !errors.Is(err, topology.ErrVersionConflict) || attempt >= 20 {
+		if !errors.Is(err, ErrVersionConflict) || attempt >= 20 {
 			return 0, err
 		}
 		select {
@@ -205,7 +207,7 @@ func (h Handover) PublishGuarded(ctx context.Context, store *topology.Store, gua
 }
 
 // Published reports whether the current topology has the change.
-func (h Handover) Published(ctx context.Context, store *topology.Store) (bool, error) {
+func (h Handover) Published(ctx context.Context, store *Store) (bool, error) {
 	cur, err := store.Current(ctx)
 	if err != nil {
 		return false, fmt.Errorf("read topology: %w", err)
