@@ -28,8 +28,10 @@
 //
 // Layout: decode.go is pure (bytes in, typed messages out, fuzzed);
 // apply.go builds the target's statements and sends the text[] flushes;
-// stage.go the staged ones; stream.go owns the connections,
-// batching, acknowledgements and the Controller API (HoldAt, Release,
-// Positions, WaitApplied, DrainToMarker); joining.go creates and drops the
-// publication, slot and origin.
+// stage.go the staged ones; stream.go owns the connections, the replication
+// protocol and the dispatch of messages; batch.go the applier's batches,
+// their commit with the origin's progress and the acknowledgements;
+// controller.go the Controller API (HoldAt, Release, Positions,
+// WaitApplied, DrainToMarker) and how the runner holds; joining.go creates
+// and drops the publication, slot and origin.
 package cdc
