@@ -71,6 +71,7 @@ func newRootCmd() *cobra.Command {
 		newInitCmd(opts),
 		newKeyspaceCmd(opts),
 		newSchemaCmd(opts),
+		newLoadCmd(opts),
 		newPlanCmd(opts),
 		newMigrationCmd(opts, workflows.KindSplit, false),
 		newMigrationCmd(opts, workflows.KindAddNode, false),
