@@ -326,7 +326,7 @@ func TestPlanMigrationRebalance(t *testing.T) {
 	var out bytes.Buffer
 	printPlan(&out, rep)
 	for _, want := range []string{"plan: rebalance: add shard5,shard6,shard7,shard8", "moved 50.00% of the token space  (one shard at a time: 63.45% in 4 steps",
-		"4 shard(s) → 8", "cannot be started yet"} {
+		"4 shard(s) → 8", "start it with: reshard rebalance --add shard5,shard6,shard7,shard8"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan output lacks %q:\n%s", want, out.String())
 		}

@@ -250,6 +250,8 @@ func printPlan(out io.Writer, rep planReport) {
 	if probs := problemLines(rep); len(probs) > 0 {
 		fmt.Fprintln(out, "\nproblems (fix these, nothing was changed):")
 		fmt.Fprintln(out, strings.Join(probs, "\n"))
+	} else if r.Kind == workflows.KindRebalance && len(r.Weights) > 0 {
+		fmt.Fprintln(out, "\npreflight passed; a rebalance with --weight cannot be started yet (nothing writes the registry's weights): this is the plan it would run")
 	} else {
 		fmt.Fprintf(out, "\npreflight passed; start it with: reshard %s\n", startHint(r))
 	}
