@@ -310,45 +310,29 @@ func (a *Activities) publishMigrating(ctx context.Context, in workflows.PublishI
 	if err != nil {
 		return 0, err
 	}
-	cur, err := store.Current(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("read the current topology: %w", err)
-	}
-	if cur.MigrationID == in.Request.ID && cur.Version > in.FromVersion {
-		return cur.Version, store.SyncShardStates(ctx) // published by an earlier attempt
-	}
-	if cur.Version != in.FromVersion {
-		return 0, badInput("the topology moved from v%d (planned) to v%d (%s): plan the migration again", in.FromVersion, cur.Version, cur.Reason)
-	}
-	if err := a.registerTargets(ctx, store, in); err != nil {
-		return 0, err
-	}
 	plan, err := storedPlan(ctx, store, in.Request.ID, in.FromVersion, in.Request)
 	if err != nil {
 		return 0, err
 	}
-	r, err := ring.Overlay(plan.Before, plan.After, nil)
+	moves := make([]topology.MoveRanges, len(in.Moves))
+	for i, mv := range in.Moves {
+		moves[i] = topology.MoveRanges{Source: mv.Source, Target: mv.Target, Ranges: mv.Ranges}
+	}
+	v, err := topology.StartMigration(ctx, store, in.Request.ID, string(in.Request.Kind), in.FromVersion, plan.Before, plan.After, moves,
+		func(ctx context.Context) error { return a.registerTargets(ctx, store, in) })
 	if err != nil {
-		return 0, fmt.Errorf("overlay ring: %w", err)
+		return 0, topologyErr(err)
 	}
-	var mig []topology.RangeState
-	for _, mv := range in.Moves {
-		for _, rg := range mv.Ranges {
-			mig = append(mig, topology.RangeState{Range: rg, Owner: mv.Source, Status: topology.Migrating, From: mv.Source, To: mv.Target})
-		}
+	return v, store.SyncShardStates(ctx)
+}
+
+// topologyErr makes the topology's refusals of a migration's start or end
+// bad input (no retry changes them); other errors stay retryable.
+func topologyErr(err error) error {
+	if errors.Is(err, topology.ErrTopologyMoved) || errors.Is(err, topology.ErrNotCutOver) || errors.Is(err, topology.ErrInvalidTopology) {
+		return badInput("%v", err)
 	}
-	next, err := topology.New(r, mig, fmt.Sprintf("migration %s (%s): %d moves start", in.Request.ID, in.Request.Kind, len(in.Moves)))
-	if err != nil {
-		return 0, badInput("migrating topology: %v", err)
-	}
-	pub, err := store.Publish(ctx, cur.Version, next.WithMigrationID(in.Request.ID))
-	if errors.Is(err, topology.ErrVersionConflict) {
-		return 0, fmt.Errorf("publish migrating topology: %w", err) // retried: the next attempt re-reads
-	}
-	if err != nil {
-		return 0, fmt.Errorf("publish migrating topology: %w", err)
-	}
-	return pub.Version, store.SyncShardStates(ctx)
+	return err
 }
 
 func (a *Activities) registerTargets(ctx context.Context, store *topology.Store, in workflows.PublishInput) error {
@@ -394,42 +378,17 @@ func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInpu
 	if err != nil {
 		return 0, err
 	}
-	reason := fmt.Sprintf("migration %s (%s) ends", in.Request.ID, in.Request.Kind)
-	for {
-		cur, err := store.Current(ctx)
+	var after *ring.Ring // with moves rolled back: the ring as it stands
+	if len(in.RolledBack) == 0 {
+		plan, err := storedPlan(ctx, store, in.Request.ID, in.FromVersion, in.Request)
 		if err != nil {
-			return 0, fmt.Errorf("read the current topology: %w", err)
+			return 0, err
 		}
-		if cur.MigrationID == in.Request.ID && cur.Reason == reason {
-			return cur.Version, store.SyncShardStates(ctx)
-		}
-		r := cur.Ring
-		if len(in.RolledBack) == 0 {
-			plan, err := storedPlan(ctx, store, in.Request.ID, in.FromVersion, in.Request)
-			if err != nil {
-				return 0, err
-			}
-			nr := plan.After
-			// The planned ring must say what the cutovers made true.
-			for _, v := range cur.Ring.VNodes() {
-				if nr.Owner(v.Token) != v.Shard {
-					return 0, badInput("topology v%d gives token %d to %s but the planned ring gives it to %s: a move did not cut over; not publishing the planned ring",
-						cur.Version, v.Token, v.Shard, nr.Owner(v.Token))
-				}
-			}
-			r = nr
-		}
-		next, err := topology.New(r, nil, reason)
-		if err != nil {
-			return 0, badInput("stable topology: %v", err)
-		}
-		pub, err := store.Publish(ctx, cur.Version, next.WithMigrationID(in.Request.ID))
-		if errors.Is(err, topology.ErrVersionConflict) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("publish stable topology: %w", err)
-		}
-		return pub.Version, store.SyncShardStates(ctx)
+		after = plan.After
 	}
+	v, err := topology.EndMigration(ctx, store, in.Request.ID, string(in.Request.Kind), after)
+	if err != nil {
+		return 0, topologyErr(err)
+	}
+	return v, store.SyncShardStates(ctx)
 }

@@ -22,6 +22,7 @@
 // (the routing contract in SQL among them, docs/contract.md); keyspace.go,
 // shards.go, plan.go, moveend.go and workers.go are the registry, shard
 // states, stored plans, move ends and running workers; handover.go the
-// four changes of a move's ranges (Begin, CutOver, Complete, GiveBack); router.go and metrics.go are the application's
+// four changes of a move's ranges (Begin, CutOver, Complete, GiveBack),
+// migration.go a migration's start and end; router.go and metrics.go are the application's
 // router; skew.go counts rows per owner.
 package topology
