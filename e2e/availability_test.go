@@ -11,13 +11,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/reshard/reshard/devenv"
@@ -85,13 +86,94 @@ func (p *probe) longest() (time.Duration, int) {
 	return l, p.failures
 }
 
+// inPause holds a move inside its cutover's write pause: the move out of
+// victim waits in CUTOVER for approval (a transaction left open must not
+// hold back verify's slot), a probe writes one of its keys, a transaction
+// left open on the source keeps the approved cutover in its in-flight wait
+// (the write pause) until release.
+type inPause struct {
+	c       *cluster
+	mv      workflows.MoveSpec
+	probe   *probe
+	stop    context.CancelFunc
+	blocker *pgx.Conn
+}
+
+// holdInPause approves the migration's cutovers and returns once the
+// victim's source is fenced and held in its write pause.
+func (c *cluster) holdInPause(run client.WorkflowRun, victim string, deadline time.Time) *inPause {
+	t := c.t
+	t.Helper()
+	h := &inPause{c: c}
+	c.waitFor(run, deadline, "the move out of "+victim+" waiting in CUTOVER", func(st workflows.MigrationState) bool {
+		for _, m := range st.Moves {
+			if m.Spec.Source == victim && m.Phase == workflows.PhaseCutover {
+				h.mv = m.Spec
+				return true
+			}
+		}
+		return false
+	})
+	key := int64(401)
+	for !ring.ContainsAny(h.mv.Ranges, ring.TokenInt64(key)) {
+		key++
+	}
+	pctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	h.probe, h.stop = c.startProbe(pctx, key), stop
+	h.blocker = c.dbs[victim].Conn(t)
+	if _, err := h.blocker.Exec(context.Background(), `BEGIN; SELECT txid_current()`); err != nil {
+		t.Fatal(err)
+	}
+	c.approve(run.GetID())
+	for c.ctl.QueryInt64(t, `SELECT count(*) FROM reshard.fence_hold WHERE shard = $1`, victim) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cutover never fenced %s: %s", victim, c.describe(run.GetID()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // the reconcile that fences commits right after the hold
+	return h
+}
+
+// release ends the transaction that holds the cutover in its pause (a
+// crashed source ended it already: the error is ignored).
+func (h *inPause) release() { _, _ = h.blocker.Exec(context.Background(), `COMMIT`) }
+
+// judge stops the probe and checks the longest window of refused writes
+// against goal (what explains it in why) and, when aborted, that the move
+// reports the aborted attempt's pause (at least minPause) and every attempt.
+func (h *inPause) judge(st workflows.MigrationState, goal time.Duration, why string, aborted bool, minPause time.Duration) {
+	t := h.c.t
+	t.Helper()
+	h.stop()
+	window, failures := h.probe.longest()
+	t.Logf("writes to a key of move %s refused for %s at most (%d failed writes; last error %v); goal ≤ %s (%s)",
+		h.mv.ID, window.Round(time.Millisecond), failures, h.probe.lastErr, goal.Round(time.Millisecond), why)
+	for _, m := range st.Moves {
+		if m.Spec.ID != h.mv.ID {
+			continue
+		}
+		t.Logf("status of move %s: write pause %s, %d cutover attempts", m.Spec.ID, m.PauseText(), m.Attempts)
+		// An aborted attempt counts (it is not run again as if its session
+		// were lost), and so does its pause.
+		if aborted && (m.Attempts < 2 || m.Pauses.Attempts != m.Attempts || m.Pauses.Total < m.Pauses.Longest || m.Pauses.Longest < minPause) {
+			t.Errorf("move %s reports pauses %+v over %d attempts; want ≥2 fenced attempts, as many as the move's, the aborted one at least %s", m.Spec.ID, m.Pauses, m.Attempts, minPause)
+		}
+	}
+	if aborted && window == 0 {
+		t.Fatalf("the probe never saw a refused write: the fault did not land where the test wants it")
+	}
+	if window > goal {
+		t.Errorf("writes refused for %s, over the goal %s\n%s", window.Round(time.Millisecond), goal.Round(time.Millisecond), h.c.workerLogs())
+	}
+}
+
 // TestFaultSourceCrashInsideCutover crashes a move's source while its
-// cutover has it fenced (a transaction left open keeps the cutover in its
-// in-flight wait, so the crash lands inside the write pause), and starts it
-// again 10 s later. The attempt aborts; its source must be unfenced as soon
-// as it is back (not after the activity's retries and a stream that is
-// gone), the next attempt cuts over, status reports every attempt's pause,
-// and nothing acknowledged is lost.
+// cutover has it fenced, and starts it again 10 s later. The attempt aborts;
+// its source must be unfenced as soon as it is back (not after the
+// activity's retries and a stream that is gone), the next attempt cuts over,
+// status reports every attempt's pause, and nothing acknowledged is lost.
 func TestFaultSourceCrashInsideCutover(t *testing.T) {
 	wall(t)
 	c := newCluster(t, 5_000)
@@ -100,40 +182,11 @@ func TestFaultSourceCrashInsideCutover(t *testing.T) {
 	c.startWorker()
 	c.startWriters()
 	req := c.request("f_srccrash")
-	req.RequireApproval = true // the blocker below must not hold back verify's slot
+	req.RequireApproval = true
 	budget := req.WithDefaults().CutoverBudget
 	run := c.start(req)
 	deadline := time.Now().Add(6 * time.Minute)
-	var mv workflows.MoveSpec
-	c.waitFor(run, deadline, "the move out of "+victimShard+" waiting in CUTOVER", func(st workflows.MigrationState) bool {
-		for _, m := range st.Moves {
-			if m.Spec.Source == victimShard && m.Phase == workflows.PhaseCutover {
-				mv = m.Spec
-				return true
-			}
-		}
-		return false
-	})
-	key := int64(401)
-	for !ring.ContainsAny(mv.Ranges, ring.TokenInt64(key)) {
-		key++
-	}
-	pctx, stopProbe := context.WithCancel(context.Background())
-	defer stopProbe()
-	p := c.startProbe(pctx, key)
-
-	blocker := c.dbs[victimShard].Conn(t)
-	if _, err := blocker.Exec(context.Background(), `BEGIN; SELECT txid_current()`); err != nil {
-		t.Fatal(err)
-	}
-	c.approve(run.GetID())
-	for c.ctl.QueryInt64(t, `SELECT count(*) FROM reshard.fence_hold WHERE shard = $1`, victimShard) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cutover never fenced %s: %s", victimShard, c.describe(run.GetID()))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // the reconcile that fences commits right after the hold
+	h := c.holdInPause(run, victimShard, deadline)
 	crashed := time.Now()
 	restart := c.crashServer(victimShard)
 	time.Sleep(10 * time.Second)
@@ -142,33 +195,8 @@ func TestFaultSourceCrashInsideCutover(t *testing.T) {
 	t.Logf("%s unreachable for %s", victimShard, unreachable.Round(time.Millisecond))
 
 	st := c.wait(run, time.Until(deadline)+time.Minute)
-	stopProbe()
 	c.stopWriters()
-	window, failures := p.longest()
-	goal := budget + unreachable + 2*time.Second
-	t.Logf("writes to a key of move %s refused for %s at most (%d failed writes; last error %v); goal ≤ %s (budget %s + unreachable %s + 2s)",
-		mv.ID, window.Round(time.Millisecond), failures, p.lastErr, goal.Round(time.Millisecond), budget, unreachable.Round(time.Millisecond))
-	for _, m := range st.Moves {
-		if m.Spec.ID == mv.ID {
-			t.Logf("status of move %s: write pause %s, %d cutover attempts", m.Spec.ID, m.PauseText(), m.Attempts)
-			if m.Attempts < 2 || m.Pauses.Attempts != m.Attempts || m.Pauses.Total < m.Pauses.Longest || m.Pauses.Longest < 5*time.Second {
-				t.Errorf("move %s reports pauses %+v; want ≥2 fenced attempts (as many as the move's %d attempts: an aborted attempt is not run again as if its session were lost), the aborted one lasting about as long as the crash", m.Spec.ID, m.Pauses, m.Attempts)
-			}
-		}
-	}
-	if window == 0 {
-		t.Fatalf("the probe never saw a refused write: the crash did not land where the test wants it")
-	}
-	if window > goal {
-		t.Errorf("writes refused for %s, over the goal %s\n%s", window.Round(time.Millisecond), goal.Round(time.Millisecond), c.workerLogs())
-	}
-	if out, err := os.ReadFile(filepath.Join(c.dir, "worker1.log")); err == nil {
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.Contains(l, mv.ID) && (strings.Contains(l, "utover") || strings.Contains(l, "abort") || strings.Contains(l, "stream")) {
-				t.Log(l)
-			}
-		}
-	}
+	h.judge(st, budget+unreachable+2*time.Second, fmt.Sprintf("budget %s + unreachable %s + 2s", budget, unreachable.Round(time.Millisecond)), true, 5*time.Second)
 	checkState(t, st, false)
 	c.checkData(st)
 }
@@ -223,68 +251,18 @@ func TestFaultWorkerCutOffFromSourceInCutover(t *testing.T) {
 	budget := req.WithDefaults().CutoverBudget
 	run := c.start(req)
 	deadline := time.Now().Add(6 * time.Minute)
-	var mv workflows.MoveSpec
-	c.waitFor(run, deadline, "the move out of "+victimShard+" waiting in CUTOVER", func(st workflows.MigrationState) bool {
-		for _, m := range st.Moves {
-			if m.Spec.Source == victimShard && m.Phase == workflows.PhaseCutover {
-				mv = m.Spec
-				return true
-			}
-		}
-		return false
-	})
-	key := int64(401)
-	for !ring.ContainsAny(mv.Ranges, ring.TokenInt64(key)) {
-		key++
-	}
-	pctx, stopProbe := context.WithCancel(context.Background())
-	defer stopProbe()
-	p := c.startProbe(pctx, key)
-	// A transaction left open keeps the cutover in its in-flight wait, so
-	// that the cut lands inside the write pause.
-	blocker := c.dbs[victimShard].Conn(t)
-	if _, err := blocker.Exec(context.Background(), `BEGIN; SELECT txid_current()`); err != nil {
-		t.Fatal(err)
-	}
-	c.approve(run.GetID())
-	for c.ctl.QueryInt64(t, `SELECT count(*) FROM reshard.fence_hold WHERE shard = $1`, victimShard) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cutover never fenced %s: %s", victimShard, c.describe(run.GetID()))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
+	h := c.holdInPause(run, victimShard, deadline)
 	proxy.Cut()
 	cut := time.Now()
-	if _, err := blocker.Exec(context.Background(), `COMMIT`); err != nil {
-		t.Fatal(err)
-	}
+	h.release()
 	const partition = 20 * time.Second
 	time.Sleep(partition)
 	proxy.Heal()
 	t.Logf("worker cut off from %s for %s", victimShard, time.Since(cut).Round(time.Millisecond))
 
 	st := c.wait(run, time.Until(deadline)+time.Minute)
-	stopProbe()
 	c.stopWriters()
-	window, failures := p.longest()
-	goal := budget + partition + 2*time.Second
-	t.Logf("writes to a key of move %s refused for %s at most (%d failed writes; last error %v); goal ≤ %s (budget %s + partition %s + 2s)",
-		mv.ID, window.Round(time.Millisecond), failures, p.lastErr, goal, budget, partition)
-	for _, m := range st.Moves {
-		if m.Spec.ID == mv.ID {
-			t.Logf("status of move %s: write pause %s, %d cutover attempts", m.Spec.ID, m.PauseText(), m.Attempts)
-			if m.Attempts < 2 || m.Pauses.Attempts != m.Attempts || m.Pauses.Longest < partition/2 {
-				t.Errorf("move %s reports pauses %+v over %d attempts; want the aborted attempt's pause (about the partition) counted", m.Spec.ID, m.Pauses, m.Attempts)
-			}
-		}
-	}
-	if window == 0 {
-		t.Fatalf("the probe never saw a refused write: the cut did not land where the test wants it")
-	}
-	if window > goal {
-		t.Errorf("writes refused for %s, over the goal %s\n%s", window.Round(time.Millisecond), goal, c.workerLogs())
-	}
+	h.judge(st, budget+partition+2*time.Second, fmt.Sprintf("budget %s + partition %s + 2s", budget, partition), true, partition/2)
 	checkState(t, st, false)
 	c.checkData(st)
 }
@@ -306,60 +284,18 @@ func TestFaultControlDBDownInCutover(t *testing.T) {
 	budget := req.WithDefaults().CutoverBudget
 	run := c.start(req)
 	deadline := time.Now().Add(6 * time.Minute)
-	var mv workflows.MoveSpec
-	c.waitFor(run, deadline, "the move out of "+victimShard+" waiting in CUTOVER", func(st workflows.MigrationState) bool {
-		for _, m := range st.Moves {
-			if m.Spec.Source == victimShard && m.Phase == workflows.PhaseCutover {
-				mv = m.Spec
-				return true
-			}
-		}
-		return false
-	})
-	key := int64(401)
-	for !ring.ContainsAny(mv.Ranges, ring.TokenInt64(key)) {
-		key++
-	}
-	pctx, stopProbe := context.WithCancel(context.Background())
-	defer stopProbe()
-	p := c.startProbe(pctx, key)
-	blocker := c.dbs[victimShard].Conn(t)
-	if _, err := blocker.Exec(context.Background(), `BEGIN; SELECT txid_current()`); err != nil {
-		t.Fatal(err)
-	}
-	c.approve(run.GetID())
-	for c.ctl.QueryInt64(t, `SELECT count(*) FROM reshard.fence_hold WHERE shard = $1`, victimShard) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the cutover never fenced %s: %s", victimShard, c.describe(run.GetID()))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond)
+	h := c.holdInPause(run, victimShard, deadline)
 	crashed := time.Now()
 	restart := c.crashServerOf("control", c.ctl)
-	if _, err := blocker.Exec(context.Background(), `COMMIT`); err != nil {
-		t.Fatal(err)
-	}
+	h.release()
 	time.Sleep(10 * time.Second)
 	restart()
 	down := time.Since(crashed)
 	t.Logf("control database down for %s", down.Round(time.Millisecond))
 
 	st := c.wait(run, time.Until(deadline)+time.Minute)
-	stopProbe()
 	c.stopWriters()
-	window, failures := p.longest()
-	goal := budget + down + 2*time.Second
-	t.Logf("writes to a key of move %s refused for %s at most (%d failed writes; last error %v); goal ≤ %s (budget %s + control DB down %s + 2s)",
-		mv.ID, window.Round(time.Millisecond), failures, p.lastErr, goal.Round(time.Millisecond), budget, down.Round(time.Millisecond))
-	for _, m := range st.Moves {
-		if m.Spec.ID == mv.ID {
-			t.Logf("status of move %s: write pause %s, %d cutover attempts", m.Spec.ID, m.PauseText(), m.Attempts)
-		}
-	}
-	if window > goal {
-		t.Errorf("writes refused for %s, over the goal %s\n%s", window.Round(time.Millisecond), goal.Round(time.Millisecond), c.workerLogs())
-	}
+	h.judge(st, budget+down+2*time.Second, fmt.Sprintf("budget %s + control DB down %s + 2s", budget, down.Round(time.Millisecond)), false, 0)
 	checkState(t, st, false)
 	c.checkData(st)
 }

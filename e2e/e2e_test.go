@@ -382,6 +382,28 @@ func (c *cluster) checkData(st workflows.MigrationState) {
 	if err != nil || sh.State != topology.ShardActive {
 		t.Fatalf("shard5 registry: %+v %v", sh, err)
 	}
+	c.checkPlacement(cur)
+	if n := c.dbs[shard(5)].QueryInt64(t, `SELECT count(*) FROM users`); n == 0 {
+		t.Fatal("shard5 holds no user")
+	}
+	// Nothing of the move is left behind: no slot, no publication.
+	for name, db := range c.dbs {
+		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'reshard%'`); n != 0 {
+			t.Fatalf("%d reshard slots left on %s", n, name)
+		}
+		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_publication WHERE pubname LIKE 'reshard%'`); n != 0 {
+			t.Fatalf("%d reshard publications left on %s", n, name)
+		}
+	}
+}
+
+// checkPlacement: every user and every order on its owner in cur, once;
+// no order lost; every initial user the writers did not touch still there;
+// every write the Go writers acknowledged read back from its owner.
+func (c *cluster) checkPlacement(cur topology.Topology) {
+	t := c.t
+	t.Helper()
+	ctx := context.Background()
 	seen := map[int64]string{}
 	var orders int64
 	for name, db := range c.dbs {
@@ -422,9 +444,6 @@ func (c *cluster) checkData(st workflows.MigrationState) {
 			t.Fatalf("user %d lost", k)
 		}
 	}
-	if n := c.dbs[shard(5)].QueryInt64(t, `SELECT count(*) FROM users`); n == 0 {
-		t.Fatal("shard5 holds no user")
-	}
 	mm, err := c.ledger.Check(ctx, usersTable, c.pools, func(k int64) string { return cur.Ring.OwnerInt64(k) })
 	if err != nil {
 		t.Fatal(err)
@@ -435,15 +454,6 @@ func (c *cluster) checkData(st workflows.MigrationState) {
 			s = append(s, m.String())
 		}
 		t.Fatalf("%d acknowledged writes missing or wrong: %s", len(mm), strings.Join(s, "; "))
-	}
-	// Nothing of the move is left behind: no slot, no publication.
-	for name, db := range c.dbs {
-		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE 'reshard%'`); n != 0 {
-			t.Fatalf("%d reshard slots left on %s", n, name)
-		}
-		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_publication WHERE pubname LIKE 'reshard%'`); n != 0 {
-			t.Fatalf("%d reshard publications left on %s", n, name)
-		}
 	}
 }
 

@@ -8,15 +8,11 @@ package e2e
 // built on docs/contract.md only) writing throughout.
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,7 +22,6 @@ import (
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
-	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -86,26 +81,7 @@ func TestOneDatabaseToFourShards(t *testing.T) {
 	}
 	c.startWorker()
 	c.startWriters()
-	acked := filepath.Join(c.dir, "python-acked.jsonl")
-	var stdout, stderr bytes.Buffer
-	pyw := exec.Command(py, "writer.py", "--control", c.ctl.DSN, "--table", "public.users", "--key", "id", "--val", "name",
-		"--keys", "3000001-3000300", "--acked", acked, "--workers", "2")
-	pyw.Dir = pythonDir
-	pyw.Stdout, pyw.Stderr = &stdout, &stderr
-	if err := pyw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = pyw.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = pyw.Process.Kill()
-			<-exited
-		}
-	})
+	pyw := startPythonWriter(t, py, c, "3000001-3000300")
 
 	// 2. The new servers get the tables; 3. one add-node each.
 	start := time.Now()
@@ -130,17 +106,7 @@ func TestOneDatabaseToFourShards(t *testing.T) {
 	t.Logf("rebalance 1 → 4: moved %.3f of the space, moves: %s", st.MovedFraction, summary(st))
 	t.Logf("one database → four shards in %s", time.Since(start).Round(time.Second))
 	time.Sleep(time.Second)
-	if err := pyw.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-		if waitErr != nil {
-			t.Fatalf("the Python writer: %v\n%s", waitErr, stderr.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the Python writer did not stop on SIGTERM\n%s", stderr.String())
-	}
+	sum, l, _ := pyw.finish()
 	c.stopWriters()
 
 	ctx := context.Background()
@@ -151,58 +117,9 @@ func TestOneDatabaseToFourShards(t *testing.T) {
 	if got := cur.Ring.Shards(); len(got) != 4 || len(cur.Migrating()) != 0 {
 		t.Fatalf("final ring %v, %d ranges migrating", got, len(cur.Migrating()))
 	}
-	// Every user on its owner, once; every order too; none lost.
-	seen := map[int64]string{}
-	var orders int64
+	c.checkPlacement(cur) // every user and order on its owner once, none lost; the Go writers' ledger
 	for name, db := range c.dbs {
-		rows, err := db.Pool.Query(ctx, `SELECT id FROM users`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rows.Next() {
-			var id int64
-			if err := rows.Scan(&id); err != nil {
-				t.Fatal(err)
-			}
-			if o := cur.Ring.OwnerInt64(id); o != name {
-				t.Fatalf("user %d on %s, its owner is %s", id, name, o)
-			}
-			if prev, dup := seen[id]; dup {
-				t.Fatalf("user %d on %s and %s", id, prev, name)
-			}
-			seen[id] = name
-		}
-		rows.Close()
-		pred := ring.Predicate("hashint8extended(user_id, 0)", cur.Ring.Ranges(name))
-		if n := db.QueryInt64(t, `SELECT count(*) FROM orders WHERE NOT (`+pred+`)`); n != 0 {
-			t.Fatalf("%d orders on %s belong elsewhere", n, name)
-		}
-		orders += db.QueryInt64(t, `SELECT count(*) FROM orders`)
 		t.Logf("%s: %d users", name, db.QueryInt64(t, `SELECT count(*) FROM users`))
-	}
-	if orders != c.orders {
-		t.Fatalf("%d orders after, %d before", orders, c.orders)
-	}
-	for k := int64(401); k <= int64(c.users); k++ {
-		if _, ok := seen[k]; !ok {
-			t.Fatalf("user %d lost", k)
-		}
-	}
-	mm, err := c.ledger.Check(ctx, usersTable, c.pools, cur.Ring.OwnerInt64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(mm) > 0 {
-		t.Fatalf("%d writes the Go router acknowledged are missing or wrong, e.g. %s", len(mm), mm[0])
-	}
-	var sum pySummary
-	line, ok := strings.CutPrefix(lastLine(stdout.String()), "summary ")
-	if !ok || json.Unmarshal([]byte(line), &sum) != nil {
-		t.Fatalf("no summary from the Python writer:\n%s\n%s", stdout.String(), stderr.String())
-	}
-	l, nAcked := readOutcomes(t, acked)
-	if nAcked == 0 || nAcked != sum.Acked {
-		t.Fatalf("the Python writer acknowledged %d writes (file: %d)", sum.Acked, nAcked)
 	}
 	pm, err := l.Check(ctx, usersTable, c.pools, cur.Ring.OwnerInt64)
 	if err != nil {
