@@ -115,6 +115,12 @@ type MigrationRequest struct {
 	MaxLagBytes   int64          `json:"max_lag_bytes,omitempty"`  // CDC_CATCH_UP → VERIFY gate
 	// VerifyChunkRows is the target number of moving rows per verify chunk.
 	VerifyChunkRows int `json:"verify_chunk_rows,omitempty"`
+	// MaxParallelMoves bounds how many moves run at once, MaxMovesPerShard
+	// how many a shard takes part in at once (as source or target); the
+	// others wait in PLAN (Waiting WaitSlot) and start as moves end. 0: no
+	// bound.
+	MaxParallelMoves int `json:"max_parallel_moves,omitempty"`
+	MaxMovesPerShard int `json:"max_moves_per_shard,omitempty"`
 
 	// DryRun stops after PLAN: the workflow returns the plan and its
 	// estimates and changes nothing.
@@ -251,6 +257,7 @@ type MoveState struct {
 const (
 	WaitApproval = "approval"
 	WaitVerdict  = "verdict"
+	WaitSlot     = "slot" // queued: --max-parallel-moves or --max-moves-per-shard
 )
 
 // PhaseText is how a move's phase is shown everywhere (status, --json, the
@@ -269,6 +276,8 @@ func (m MoveState) PhaseText() string {
 		sub = append(sub, "waiting for approval: reshard approve")
 	case WaitVerdict:
 		sub = append(sub, "waiting for reshard reverify or rollback")
+	case WaitSlot:
+		sub = append(sub, "queued: waiting for a move slot")
 	}
 	if m.Phase == PhaseGrace && !m.GraceUntil.IsZero() {
 		// No countdown: the text stays the same while nothing changes

@@ -71,6 +71,8 @@ func (r MigrationRequest) Validate() error {
 		return fmt.Errorf("--verify-chunk-rows %d: want 1 or more", r.VerifyChunkRows)
 	case r.MaxLagBytes < 0:
 		return fmt.Errorf("--max-lag-bytes %d: want 0 or more", r.MaxLagBytes)
+	case r.MaxParallelMoves < 0 || r.MaxMovesPerShard < 0:
+		return fmt.Errorf("--max-parallel-moves %d, --max-moves-per-shard %d: want 0 (no bound) or more", r.MaxParallelMoves, r.MaxMovesPerShard)
 	case r.GracePeriod != nil && *r.GracePeriod < 0:
 		return fmt.Errorf("--grace %s: want 0 (clean up right after cutover, no rollback) or more", *r.GracePeriod)
 	case r.CutoverBudget != 0 && r.CutoverBudget < 100*time.Millisecond:

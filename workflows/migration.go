@@ -49,6 +49,10 @@ type migrationRun struct {
 	// window is the moves this run starts, [window[0], window[1]); the
 	// later ones wait for a later run (their state stays PLAN).
 	window [2]int
+	// skipped: moves never started, because a rollback was asked while
+	// they waited for a slot (MaxParallelMoves, MaxMovesPerShard).
+	skipped       []bool
+	rollbackAsked bool
 
 	// Outcomes of the moves so far, this run's and earlier runs'.
 	failed, rolledBack []string
@@ -204,13 +208,79 @@ func (r *migrationRun) runBatch(ctx workflow.Context, plan PlanResult, from, run
 	return workflow.NewContinueAsNewError(ctx, MigrationWorkflow, next)
 }
 
-// startMoves starts the Move children of moves [from, to).
+// startMoves starts the Move children of moves [from, to): all at once, or
+// as slots free up when the request bounds them (MaxParallelMoves,
+// MaxMovesPerShard).
 func (r *migrationRun) startMoves(ctx workflow.Context, plan PlanResult, from, to int) {
 	r.window = [2]int{from, to}
 	r.children = make([]workflow.ChildWorkflowFuture, len(plan.Moves))
 	r.started = make([]bool, len(plan.Moves))
-	parent := workflow.GetInfo(ctx).WorkflowExecution.ID
+	r.skipped = make([]bool, len(plan.Moves))
+	if r.req.MaxParallelMoves <= 0 && r.req.MaxMovesPerShard <= 0 {
+		for i := from; i < to; i++ {
+			r.startMove(ctx, plan, i)
+		}
+		return
+	}
 	for i := from; i < to; i++ {
+		r.state.Moves[i].Waiting = WaitSlot
+	}
+	running, perShard := 0, map[string]int{}
+	fits := func(i int) bool {
+		mv := plan.Moves[i]
+		return (r.req.MaxParallelMoves <= 0 || running < r.req.MaxParallelMoves) &&
+			(r.req.MaxMovesPerShard <= 0 || (perShard[mv.Source] < r.req.MaxMovesPerShard && perShard[mv.Target] < r.req.MaxMovesPerShard))
+	}
+	queue := make([]int, 0, to-from)
+	for i := from; i < to; i++ {
+		queue = append(queue, i)
+	}
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for len(queue) > 0 {
+			next := -1
+			if err := workflow.Await(ctx, func() bool {
+				if r.rollbackAsked {
+					return true
+				}
+				for _, i := range queue {
+					if fits(i) {
+						next = i
+						return true
+					}
+				}
+				return false
+			}); err != nil {
+				return
+			}
+			if r.rollbackAsked { // nothing to undo for a move never started
+				for _, i := range queue {
+					r.skipped[i] = true
+				}
+				return
+			}
+			queue = slices.DeleteFunc(queue, func(i int) bool { return i == next })
+			mv := plan.Moves[next]
+			running++
+			perShard[mv.Source]++
+			perShard[mv.Target]++
+			r.state.Moves[next].Waiting = ""
+			r.startMove(ctx, plan, next)
+			r.details(ctx)
+			child := r.children[next]
+			workflow.Go(ctx, func(ctx workflow.Context) {
+				_ = child.Get(ctx, nil)
+				running--
+				perShard[mv.Source]--
+				perShard[mv.Target]--
+			})
+		}
+	})
+}
+
+// startMove starts the Move child of move i.
+func (r *migrationRun) startMove(ctx workflow.Context, plan PlanResult, i int) {
+	parent := workflow.GetInfo(ctx).WorkflowExecution.ID
+	{
 		mv := plan.Moves[i]
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID:    MoveWorkflowID(MigrationWorkflowID(r.req.ID), mv.ID),
@@ -220,7 +290,6 @@ func (r *migrationRun) startMoves(ctx workflow.Context, plan PlanResult, from, t
 		in := MoveInput{Request: r.req, Spec: mv, ParentID: parent, FromVersion: plan.FromVersion}
 		in.Request.Throttle = r.throttle
 		r.children[i] = workflow.ExecuteChildWorkflow(cctx, MoveWorkflow, in)
-		i := i
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			if err := r.children[i].GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 				return
@@ -241,6 +310,14 @@ func (r *migrationRun) startMoves(ctx workflow.Context, plan PlanResult, from, t
 // ended.
 func (r *migrationRun) awaitMoves(ctx workflow.Context) {
 	for i := r.window[0]; i < r.window[1]; i++ {
+		if r.children[i] == nil { // queued for a slot
+			_ = workflow.Await(ctx, func() bool { return r.children[i] != nil || r.skipped[i] })
+		}
+		if r.children[i] == nil {
+			r.state.Moves[i].Phase, r.state.Moves[i].Waiting = PhaseRolledBack, ""
+			r.rolledBack = append(r.rolledBack, r.state.Moves[i].Spec.ID)
+			continue
+		}
 		var ms MoveState
 		err := r.children[i].Get(ctx, &ms)
 		if err != nil {
@@ -530,6 +607,7 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 			}
 			return nil
 		}, func(ctx workflow.Context) (string, error) {
+			r.rollbackAsked = true // moves still queued for a slot are not started
 			n, err := r.relay(ctx, MoveControl{Op: UpdateRollback}, canRollBack)
 			return fmt.Sprintf("rolling back %d moves", n), err
 		}},

@@ -659,3 +659,72 @@ func TestCutoverPausesAcrossAttempts(t *testing.T) {
 		t.Fatalf("move %s after %d attempts (%d activity runs): pause %s, pauses %+v", st.Phase, st.Attempts, f.count(ActivityCutover+"/t_m1"), st.WritePause, st.Pauses)
 	}
 }
+
+// With MaxParallelMoves 1 the second move waits for a slot (queued, shown as
+// such) and starts only once the first has ended.
+func TestMaxParallelMovesQueues(t *testing.T) {
+	env, f := newEnv(t)
+	req := testRequest()
+	req.MaxParallelMoves = 1
+	var queued []string
+	env.RegisterDelayedCallback(func() {
+		for _, m := range queryState(t, env).Moves {
+			if m.Waiting == WaitSlot {
+				queued = append(queued, m.Spec.ID+" "+m.PhaseText())
+			}
+		}
+	}, 30*time.Minute) // the first move is in GRACE (an hour), the second queued
+	env.ExecuteWorkflow(MigrationWorkflow, req)
+	st := result[MigrationState](t, env)
+	if st.Phase != PhaseDone {
+		t.Fatalf("migration ended %s: %s", st.Phase, st.Error)
+	}
+	if len(queued) != 1 || !strings.Contains(queued[0], "queued: waiting for a move slot") {
+		t.Fatalf("moves queued half an hour in: %v", queued)
+	}
+	first, second := f.times(ActivityCopySlice+"/t_m1"), f.times(ActivityCopySlice+"/t_m2")
+	if len(first) == 0 || len(second) == 0 {
+		t.Fatalf("copy slices: %d and %d", len(first), len(second))
+	}
+	if a, b := first[0], second[0]; a.After(b) {
+		first, second = second, first
+	}
+	cleanups := f.times(ActivityCleanup)
+	if len(cleanups) != 2 || second[0].Before(cleanups[0]) {
+		t.Fatalf("the second move copied at %s, before the first ended (cleanups %v)", second[0], cleanups)
+	}
+}
+
+// A rollback asked while a move waits for its slot rolls back the running
+// one and never starts the queued one.
+func TestRollbackSkipsQueuedMoves(t *testing.T) {
+	env, f := newEnv(t)
+	req := testRequest()
+	req.MaxParallelMoves = 1
+	var err error
+	var done bool
+	env.RegisterDelayedCallback(func() { update(env, UpdateRollback, &err, &done) }, 30*time.Minute)
+	env.ExecuteWorkflow(MigrationWorkflow, req)
+	st := result[MigrationState](t, env)
+	if !done || err != nil {
+		t.Fatalf("rollback: %v %v", done, err)
+	}
+	if st.Phase != PhaseRolledBack {
+		t.Fatalf("migration ended %s, want ROLLED_BACK", st.Phase)
+	}
+	started := 0
+	for _, m := range st.Moves {
+		if m.Phase != PhaseRolledBack {
+			t.Fatalf("move %s ended %s", m.Spec.ID, m.Phase)
+		}
+		if f.count(ActivityCopySlice+"/"+m.Spec.ID) > 0 {
+			started++
+		}
+	}
+	if started != 1 {
+		t.Fatalf("%d moves copied; the queued one must never start", started)
+	}
+	if in := f.last[ActivityPublishStable].(PublishInput); len(in.RolledBack) != 2 {
+		t.Fatalf("PublishStable rolled back %v, want both moves", in.RolledBack)
+	}
+}

@@ -16,17 +16,19 @@ import (
 func TestKnobsAgree(t *testing.T) {
 	wf := workflows.MigrationRequest{}.WithDefaults()
 	knobs := map[string]string{ // flag → the workflow's default, as the flag prints it
-		"vnodes":            fmt.Sprint(wf.VNodes),
-		"tokens":            wf.Tokens,
-		"rows-per-sec":      fmt.Sprint(wf.Throttle.RowsPerSec),
-		"bytes-per-sec":     fmt.Sprint(wf.Throttle.BytesPerSec),
-		"copy-chunk-rows":   fmt.Sprint(wf.ChunkRows),
-		"verify-chunk-rows": fmt.Sprint(wf.VerifyChunkRows),
-		"max-lag-bytes":     fmt.Sprint(wf.MaxLagBytes),
-		"cutover-budget":    wf.CutoverBudget.String(),
-		"require-approval":  fmt.Sprint(wf.RequireApproval),
-		"on-verify-fail":    string(wf.OnVerifyFail),
-		"grace":             wf.Grace().String(),
+		"vnodes":              fmt.Sprint(wf.VNodes),
+		"tokens":              wf.Tokens,
+		"rows-per-sec":        fmt.Sprint(wf.Throttle.RowsPerSec),
+		"bytes-per-sec":       fmt.Sprint(wf.Throttle.BytesPerSec),
+		"copy-chunk-rows":     fmt.Sprint(wf.ChunkRows),
+		"verify-chunk-rows":   fmt.Sprint(wf.VerifyChunkRows),
+		"max-lag-bytes":       fmt.Sprint(wf.MaxLagBytes),
+		"cutover-budget":      wf.CutoverBudget.String(),
+		"require-approval":    fmt.Sprint(wf.RequireApproval),
+		"on-verify-fail":      string(wf.OnVerifyFail),
+		"grace":               wf.Grace().String(),
+		"max-parallel-moves":  fmt.Sprint(wf.MaxParallelMoves),
+		"max-moves-per-shard": fmt.Sprint(wf.MaxMovesPerShard),
 	}
 	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {

@@ -34,6 +34,8 @@ type migrationFlags struct {
 	bytesPerSec     float64
 	chunkRows       int
 	verifyChunkRows int
+	maxParallel     int // moves at once (0: no bound)
+	maxPerShard     int // moves a shard takes part in at once (0: no bound)
 	requireApproval bool
 	onVerifyFail    string
 	grace           time.Duration
@@ -61,6 +63,8 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	fl.IntVar(&f.chunkRows, "chunk-rows", workflows.DefaultCopyChunkRows, "rows per copy chunk")
 	_ = fl.MarkDeprecated("chunk-rows", "use --copy-chunk-rows")
 	fl.IntVar(&f.verifyChunkRows, "verify-chunk-rows", workflows.DefaultVerifyChunkRows, "moving rows per verify chunk")
+	fl.IntVar(&f.maxParallel, "max-parallel-moves", 0, "moves running at once; the others queue (0: no bound)")
+	fl.IntVar(&f.maxPerShard, "max-moves-per-shard", 0, "moves a shard takes part in at once, as source or target (0: no bound)")
 	fl.BoolVar(&f.requireApproval, "require-approval", false, "wait for reshard approve before each cutover")
 	fl.StringVar(&f.onVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
 	fl.DurationVar(&f.grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
@@ -176,6 +180,7 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 	req.VNodes, req.Tokens = f.vnodes, string(alloc)
 	req.Throttle = workflows.Throttle{RowsPerSec: f.rowsPerSec, BytesPerSec: f.bytesPerSec}
 	req.ChunkRows, req.VerifyChunkRows = f.chunkRows, f.verifyChunkRows
+	req.MaxParallelMoves, req.MaxMovesPerShard = f.maxParallel, f.maxPerShard
 	req.RequireApproval = f.requireApproval
 	req.OnVerifyFail = workflows.OnVerifyFail(f.onVerifyFail)
 	req.GracePeriod = new(f.grace)
