@@ -80,7 +80,7 @@ func (c *testCluster) slots(t *testing.T) int64 {
 }
 
 func TestInitAndPlan(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown) // this package has no TestMain; stop the servers started here
+	t.Cleanup(pgtest.Shutdown) // fresh servers for the tests after this one
 	c := newTestCluster(t, false)
 
 	out, code := c.run(t, "init", "--shards", "shard1,shard2")
