@@ -20,6 +20,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"golang.org/x/term"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/reshard/reshard/workflows"
 )
@@ -146,7 +148,10 @@ func queryState(ctx context.Context, tc client.Client, wfID string, timeout time
 	if errors.As(err, &nf) {
 		return st, usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", migrationIDOf(wfID), wfID)}
 	}
-	if qctx.Err() != nil && ctx.Err() == nil {
+	// The query's own deadline, or the frontend giving up on it first (a
+	// stream reset: codes.Canceled or DeadlineExceeded), with the caller's
+	// context alive: no worker answered.
+	if ctx.Err() == nil && (qctx.Err() != nil || grpcstatus.Code(err) == codes.Canceled || grpcstatus.Code(err) == codes.DeadlineExceeded) {
 		status := "unknown"
 		if d, derr := tc.DescribeWorkflowExecution(ctx, wfID, ""); derr == nil {
 			status = statusText(d.GetWorkflowExecutionInfo().GetStatus())
