@@ -489,6 +489,11 @@ func clusterLife(t *testing.T, users, accounts int, long bool) {
 			return r
 		}(), kill: workflows.PhaseSnapshotCopy, states: map[string]topology.ShardState{shard(5): active}})
 	}
+	// The writers started again after the last check write on the final
+	// topology: give them the time to (they must succeed there too).
+	for deadline := time.Now().Add(20 * time.Second); c.stats.Acked.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 	c.stopWriters()
 	c.stopAcctsWriter()
 	if c.stats.Failed.Load() != 0 {
