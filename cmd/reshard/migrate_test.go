@@ -13,8 +13,11 @@ import (
 
 	"github.com/spf13/cobra"
 	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/ring"
@@ -604,5 +607,23 @@ func TestSliceRowsFromHeartbeat(t *testing.T) {
 	m := workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}, RowsCopied: 10, CopyETA: 42 * time.Second}
 	if got := copyETA(m, workflows.Throttle{}, time.Now()); got != "42s" {
 		t.Errorf("status ETA %s, want the copy's own 42s", got)
+	}
+}
+
+// A state query the frontend ends first is "no worker answered", however
+// the SDK hands the error over.
+func TestAbandonedQuery(t *testing.T) {
+	for _, err := range []error{
+		serviceerror.NewCanceled("stream terminated by RST_STREAM with error code: CANCEL"),
+		serviceerror.NewDeadlineExceeded("context deadline exceeded"),
+		grpcstatus.Error(codes.Canceled, "stream terminated by RST_STREAM with error code: CANCEL"),
+		fmt.Errorf("query: %w", serviceerror.NewCanceled("x")),
+	} {
+		if !abandoned(err) {
+			t.Errorf("abandoned(%T %v) = false", err, err)
+		}
+	}
+	if abandoned(errors.New("workflow not found")) || abandoned(serviceerror.NewNotFound("x")) {
+		t.Error("a refusal taken for an abandoned query")
 	}
 }

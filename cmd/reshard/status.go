@@ -151,7 +151,7 @@ func queryState(ctx context.Context, tc client.Client, wfID string, timeout time
 	// The query's own deadline, or the frontend giving up on it first (a
 	// stream reset: codes.Canceled or DeadlineExceeded), with the caller's
 	// context alive: no worker answered.
-	if ctx.Err() == nil && (qctx.Err() != nil || grpcstatus.Code(err) == codes.Canceled || grpcstatus.Code(err) == codes.DeadlineExceeded) {
+	if ctx.Err() == nil && (qctx.Err() != nil || abandoned(err)) {
 		status := "unknown"
 		if d, derr := tc.DescribeWorkflowExecution(ctx, wfID, ""); derr == nil {
 			status = statusText(d.GetWorkflowExecutionInfo().GetStatus())
@@ -160,6 +160,18 @@ func queryState(ctx context.Context, tc client.Client, wfID string, timeout time
 			wfID, timeout, status, workflows.TaskQueue)
 	}
 	return st, fmt.Errorf("query the state of %s: %w", wfID, err)
+}
+
+// abandoned reports a call the frontend ended before answering: cancelled
+// or past its deadline, as a gRPC status or as the SDK's service error.
+func abandoned(err error) bool {
+	var canceled *serviceerror.Canceled
+	var deadline *serviceerror.DeadlineExceeded
+	if errors.As(err, &canceled) || errors.As(err, &deadline) {
+		return true
+	}
+	c := grpcstatus.Code(err)
+	return c == codes.Canceled || c == codes.DeadlineExceeded
 }
 
 // addRetries fills the Retrying fields of a running migration and of its
