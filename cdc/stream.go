@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,34 +56,10 @@ type Options struct {
 	// transaction is never split.
 	BatchChanges int
 	BatchDelay   time.Duration
-	// CatchUpBatchDelay replaces BatchDelay while the stream catches up: when
-	// the last source transaction arrived more than BatchDelay after its
-	// commit, the batch stays open until BatchChanges or this long (default
-	// 5 × BatchDelay), until the stream goes idle. Bigger batches then keep
-	// only the last image of more hot keys and commit less often; the applied
-	// position still moves at least this often. (A clock on the applier
-	// ahead of the source's by more than BatchDelay only makes batches stay
-	// open this long.)
-	CatchUpBatchDelay time.Duration
 	// FlushRows bounds the memory of an open target transaction: pending
 	// operations are written (not committed) once this many accumulate
-	// (default DefaultFlushRows), so a 1M-row source transaction streams
-	// through. Only the last image of a key pending since the previous flush
-	// is kept, so a batch keeps one image per key as long as it touches
-	// fewer than FlushRows keys.
+	// (default 2000), so a 1M-row source transaction streams through.
 	FlushRows int
-	// StageMinRows: a table's flush of at least this many row operations is
-	// staged on the target by binary COPY and applied by one statement per
-	// kind; a smaller one is sent as text[] parameters. Default: off (every
-	// flush as text[]); SetBasedApply turns it on at DefaultStageMinRows
-	// (measured by cmd/reshard-bench).
-	//
-	// The staged path and catch-up batching are off by default: a CI run of
-	// TestCrashResume (connections killed under live writes) once ended with
-	// the target behind the source after the drain, the week they were
-	// added, and the cause is not found yet (40 runs since, with and without
-	// load, converged). They stay opt-in until it is.
-	StageMinRows int
 	// StatusInterval is how often the acknowledged position is sent while
 	// nothing else prompts it (default 2s; wal_sender_timeout is 60s).
 	StatusInterval time.Duration
@@ -98,19 +73,6 @@ type Options struct {
 	Metrics           *Metrics
 }
 
-// SetBasedApply turns on the applier's set-based path with the measured
-// settings: flushes of DefaultStageMinRows rows or more staged by binary
-// COPY, 10,000-row flushes, and batches kept open 5 × BatchDelay while the
-// stream catches up (see StageMinRows for why it is not the default).
-func (o *Options) SetBasedApply() {
-	o.StageMinRows = DefaultStageMinRows
-	o.FlushRows = 10000
-	if o.BatchDelay <= 0 {
-		o.BatchDelay = 100 * time.Millisecond
-	}
-	o.CatchUpBatchDelay = 5 * o.BatchDelay
-}
-
 func (o *Options) defaults() error {
 	if o.BatchChanges <= 0 {
 		o.BatchChanges = 10000
@@ -118,15 +80,8 @@ func (o *Options) defaults() error {
 	if o.BatchDelay <= 0 {
 		o.BatchDelay = 100 * time.Millisecond
 	}
-	if o.CatchUpBatchDelay <= 0 {
-		o.CatchUpBatchDelay = o.BatchDelay // off unless asked for (SetBasedApply)
-	}
-	o.CatchUpBatchDelay = max(o.CatchUpBatchDelay, o.BatchDelay)
 	if o.FlushRows <= 0 {
-		o.FlushRows = DefaultFlushRows
-	}
-	if o.StageMinRows <= 0 {
-		o.StageMinRows = math.MaxInt32 // off unless asked for (SetBasedApply)
+		o.FlushRows = 2000
 	}
 	if o.StatusInterval <= 0 {
 		o.StatusInterval = 2 * time.Second
@@ -157,15 +112,6 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// DefaultFlushRows is FlushRows' default (peak RSS 21 MB applying a 1M-row
-// source transaction). SetBasedApply raises it to 10,000, as many as
-// BatchChanges' default, so that a batch of hot keys is written once per key
-// (2,000 keys updated round robin were written 5 times per 10,000-change
-// batch with 2,000; the target backend's CPU for 200k such changes fell from
-// 3.0 s to 0.8 s), at a peak RSS of 37 MB (cmd/reshard-bench, sections cdc
-// and cdc-hot).
-const DefaultFlushRows = 2000
-
 // ErrHoldPassed: HoldAt's LSN lies before a source transaction the applier
 // has already committed on the target (it runs close behind the source). The
 // applier then stays held where it is (a gate): take a new source snapshot and
@@ -186,7 +132,6 @@ type Stream struct {
 	mChanges  map[ChangeKind]prometheus.Counter
 	mFiltered prometheus.Counter
 	mBatches  prometheus.Counter
-	mFlushes  [2]prometheus.Counter // array, staged
 	mLagBytes prometheus.Gauge
 	mLagSecs  prometheus.Gauge
 	mRetained prometheus.Gauge
@@ -217,8 +162,8 @@ func New(opts Options) (*Stream, error) {
 	}
 	s := &Stream{opts: opts, byRel: map[string]*tablePlan{}, changed: make(chan struct{}), markers: map[string]pglogrepl.LSN{},
 		log: opts.Logger.With("move", opts.Move, "slot", opts.Slot)}
-	for i, t := range opts.Set.Tables {
-		p, err := newTablePlan(t, opts.Ranges, i)
+	for _, t := range opts.Set.Tables {
+		p, err := newTablePlan(t, opts.Ranges)
 		if err != nil {
 			return nil, err
 		}
@@ -232,7 +177,6 @@ func New(opts Options) (*Stream, error) {
 	}
 	s.mFiltered = m.filtered.WithLabelValues(opts.Move)
 	s.mBatches = m.batches.WithLabelValues(opts.Move)
-	s.mFlushes = [2]prometheus.Counter{m.flushes.WithLabelValues(opts.Move, "array"), m.flushes.WithLabelValues(opts.Move, "staged")}
 	s.mLagBytes = m.lagBytes.WithLabelValues(opts.Move)
 	s.mLagSecs = m.lagSecs.WithLabelValues(opts.Move)
 	s.mRetained = m.retained.WithLabelValues(opts.Move)
@@ -281,6 +225,103 @@ func (s *Stream) wait(ctx context.Context, cond func() (done bool, err error)) e
 	}
 }
 
+// Positions implements Controller.
+func (s *Stream) Positions() (received, applied, acked pglogrepl.LSN) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.received, s.applied, s.acked
+}
+
+// WaitApplied implements Controller.
+func (s *Stream) WaitApplied(ctx context.Context, lsn pglogrepl.LSN) error {
+	return s.wait(ctx, func() (bool, error) { return s.applied >= lsn, nil })
+}
+
+// DrainToMarker implements Controller.
+func (s *Stream) DrainToMarker(ctx context.Context, payload string) (pglogrepl.LSN, error) {
+	var at pglogrepl.LSN
+	err := s.wait(ctx, func() (bool, error) {
+		lsn, ok := s.markers[payload]
+		at = lsn
+		return ok && s.applied >= lsn, nil
+	})
+	return at, err
+}
+
+// HoldAt implements Controller.
+func (s *Stream) HoldAt(ctx context.Context, lsn pglogrepl.LSN) error {
+	s.mu.Lock()
+	s.holdGen++
+	gen := s.holdGen
+	s.hold, s.holdSet, s.held, s.holdErr = lsn, true, false, nil
+	s.notify()
+	wake := s.wake
+	s.mu.Unlock()
+	if wake != nil {
+		wake()
+	}
+	if err := s.emitHoldMarker(ctx, gen); err != nil {
+		s.mu.Lock()
+		if s.holdGen == gen {
+			s.holdSet, s.held = false, false
+			s.notify()
+		}
+		s.mu.Unlock()
+		return err
+	}
+	err := s.wait(ctx, func() (bool, error) {
+		if s.holdGen != gen {
+			return false, errors.New("hold replaced by a later HoldAt")
+		}
+		if s.holdErr != nil {
+			return false, s.holdErr
+		}
+		return s.held, nil
+	})
+	if err != nil && !errors.Is(err, ErrHoldPassed) {
+		s.mu.Lock()
+		if s.holdGen == gen { // withdraw our request
+			s.holdSet, s.held = false, false
+			s.notify()
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// emitHoldMarker commits a logical message on the source, after the hold's
+// LSN, so that the stream receives a commit past the hold even when nothing
+// else is written there.
+func (s *Stream) emitHoldMarker(ctx context.Context, gen uint64) error {
+	dsn := s.opts.SourceDSN
+	if dsn == "" {
+		dsn = s.opts.SourceReplicationDSN
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("parse source connection string: %w", redactParseError(err))
+	}
+	delete(cfg.RuntimeParams, "replication")
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return wrapOp("connect to the source to emit a hold marker", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	payload := fmt.Sprintf("hold:%s:%d", s.opts.Move, gen)
+	if _, err := conn.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, MarkerPrefix, payload); err != nil {
+		return wrapOp("emit a hold marker on the source", err)
+	}
+	return nil
+}
+
+// Release implements Controller.
+func (s *Stream) Release() {
+	s.mu.Lock()
+	s.holdSet, s.held, s.holdErr = false, false, nil
+	s.notify()
+	s.mu.Unlock()
+}
+
 // Run implements the stream; see the package function Run.
 func (s *Stream) Run(ctx context.Context) (err error) {
 	s.mu.Lock()
@@ -320,9 +361,6 @@ type runner struct {
 	batchTxns      int
 	batchChanges   int
 	batchStart     time.Time
-	// behind: the last source transaction arrived more than BatchDelay after
-	// its commit, and no wait for a message has timed out since.
-	behind         bool
 	lastEnd        pglogrepl.LSN // end LSN of the last source transaction received
 	lastCommit     pglogrepl.LSN // commit LSN of the last source transaction received
 	lastCommitTime time.Time
@@ -395,7 +433,7 @@ func (r *runner) run(ctx context.Context) error {
 			continue
 		}
 		now := time.Now()
-		if r.batchTxns > 0 && !r.inTxn && now.Sub(r.batchStart) >= r.batchDelay() {
+		if r.batchTxns > 0 && !r.inTxn && now.Sub(r.batchStart) >= r.o.BatchDelay {
 			if err := r.commitBatch(ctx); err != nil {
 				return err
 			}
@@ -415,9 +453,6 @@ func (r *runner) run(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
-			}
-			if pgconn.Timeout(err) {
-				r.behind = false // nothing more to read: caught up
 			}
 			if pgconn.Timeout(err) || errors.Is(err, errWoken) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				continue // deadline or wake-up
@@ -496,7 +531,7 @@ func (r *runner) restart(ctx context.Context) error {
 func (r *runner) receive(ctx context.Context) (pgproto3.BackendMessage, error) {
 	deadline := r.nextStatus
 	if r.batchTxns > 0 && !r.inTxn {
-		if d := r.batchStart.Add(r.batchDelay()); d.Before(deadline) {
+		if d := r.batchStart.Add(r.o.BatchDelay); d.Before(deadline) {
 			deadline = d
 		}
 	}
@@ -539,15 +574,10 @@ func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
 	if err != nil {
 		return 0, wrapOp("connect to the target", err)
 	}
-	r.tg = &target{conn: conn, plans: r.s.plans, pending: map[*tablePlan]*pendingTable{}, fetch: r.fetch,
-		stageMin: r.o.StageMinRows, staged: map[*tablePlan]int{}, mFlushes: r.s.mFlushes}
+	r.tg = &target{conn: conn, plans: r.s.plans, pending: map[*tablePlan]*pendingTable{}, fetch: r.fetch}
 	// replica: the fence triggers do not fire for the applier (DESIGN.md §3).
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		return 0, wrapOp("set session_replication_role on the target", err)
-	}
-	// Before the origin is set up: nothing but applied batches commits under it.
-	if err := createStages(ctx, conn, r.s.plans); err != nil {
-		return 0, err
 	}
 	// The position acknowledged to the source must be durable (DESIGN.md §4):
 	// on a target running with synchronous_commit = off a COMMIT returns
@@ -762,9 +792,7 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		r.lastHeartbeat = time.Now()
 		r.lastEnd, r.lastCommit, r.lastCommitTime = m.EndLSN, m.CommitLSN, m.CommitTime
 		r.batchTxns++
-		now := time.Now()
-		r.behind = now.Sub(m.CommitTime) > r.o.BatchDelay
-		if len(r.txnMarkers) > 0 || r.batchChanges >= r.o.BatchChanges || now.Sub(r.batchStart) >= r.batchDelay() {
+		if len(r.txnMarkers) > 0 || r.batchChanges >= r.o.BatchChanges || time.Since(r.batchStart) >= r.o.BatchDelay {
 			return r.commitBatch(ctx)
 		}
 	case *Truncate:
@@ -773,4 +801,267 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		return fmt.Errorf("slot %s sent a streamed transaction, which this stream does not request", r.o.Slot)
 	}
 	return nil
+}
+
+// MarkerPrefix is the prefix of reshard's pg_logical_emit_message markers.
+const MarkerPrefix = "reshard"
+
+// apply routes one row change (DESIGN.md §4.4).
+func (r *runner) apply(ctx context.Context, c *Change) error {
+	b := r.binds[c.Rel.ID]
+	if b == nil || b.rel != c.Rel {
+		return fmt.Errorf("change of %s without a checked Relation message", c.Rel)
+	}
+	p := b.plan
+	ranges := r.o.Ranges
+	newRow, oldRow := b.row(c.New, 'N'), b.row(c.Old, c.OldKind)
+	newIn, newKnown, err := p.inRanges(newRow, ranges)
+	if err != nil {
+		return err
+	}
+	oldIn, oldKnown, err := p.inRanges(oldRow, ranges)
+	if err != nil {
+		return err
+	}
+	switch c.Kind {
+	case Update:
+		if !newKnown && oldKnown { // key unchanged and TOASTed: the old tuple has it
+			newIn, newKnown = oldIn, true
+		}
+		if c.Old == nil && p.t.KeyInIdentity() { // identity unchanged: so is the key
+			oldIn, oldKnown = newIn, newKnown
+		}
+	case Delete:
+	case Insert:
+	}
+	if c.Kind != Delete && !newKnown {
+		return fmt.Errorf("%s of %s: shard key %s not sent, cannot route the change", c.Kind, p.t, p.t.KeyColumn)
+	}
+	newPK, _ := p.pkOf(newRow)
+	oldPK, ok := p.pkOf(oldRow)
+	if !ok {
+		oldPK = newPK
+	}
+	if c.Kind == Delete && oldPK == nil {
+		return fmt.Errorf("delete of %s: primary key not sent (replica identity must contain it)", p.t)
+	}
+	switch {
+	case c.Kind != Delete && newIn:
+		if newPK == nil {
+			return fmt.Errorf("%s of %s: primary key not sent", c.Kind, p.t)
+		}
+		r.counted(c.Kind)
+		if hasUnchanged(newRow) {
+			return r.tg.partial(ctx, p, oldPK, newRow)
+		}
+		if pkMapKey(oldPK) != pkMapKey(newPK) {
+			r.tg.add(p, &pendingOp{pk: oldPK})
+		}
+		r.tg.add(p, &pendingOp{pk: newPK, row: newRow, upsert: true})
+	case oldKnown && !oldIn && c.Kind != Insert:
+		r.s.mFiltered.Inc() // never was in the ranges
+	case c.Kind == Insert:
+		r.s.mFiltered.Inc()
+	default:
+		// A delete, or a key that left the ranges: delete the target row if it
+		// is one of ours (the predicate is on the target row's own key, which
+		// also covers messages without the key).
+		r.counted(c.Kind)
+		r.tg.add(p, &pendingOp{pk: oldPK})
+	}
+	return nil
+}
+
+func (r *runner) counted(k ChangeKind) {
+	r.batchChanges++
+	r.s.mChanges[k].Inc()
+}
+
+// commitBatch writes what is pending and commits the target transaction with
+// the last source transaction's end LSN recorded in the replication origin;
+// only then does the applied position move.
+func (r *runner) commitBatch(ctx context.Context) error {
+	if r.batchTxns == 0 {
+		return nil
+	}
+	if err := r.tg.sync(ctx); err != nil {
+		return err
+	}
+	if r.tg.tx != nil {
+		if _, err := r.tg.tx.Exec(ctx, `SELECT pg_replication_origin_xact_setup($1, $2)`, r.lastEnd.String(), r.lastCommitTime); err != nil {
+			return wrapOp("record applied position in replication origin "+r.o.Origin, err)
+		}
+		if err := r.tg.tx.Commit(ctx); err != nil {
+			r.tg.tx = nil
+			return wrapOp("commit target transaction", err)
+		}
+		r.tg.tx = nil
+		r.tg.written = 0
+		r.s.mBatches.Inc()
+	}
+	r.s.mu.Lock()
+	if r.lastEnd > r.s.applied {
+		r.s.applied = r.lastEnd
+	}
+	for _, p := range r.txnMarkers {
+		r.s.markers[p] = r.lastEnd
+	}
+	r.s.notify()
+	r.s.mu.Unlock()
+	r.txnMarkers = r.txnMarkers[:0]
+	r.batchTxns, r.batchChanges = 0, 0
+	r.committedEnd, r.committedCommit = r.lastEnd, r.lastCommit
+	r.mLag(r.lastCommitTime)
+	return nil
+}
+
+func (r *runner) mLag(lastCommit time.Time) {
+	received, applied, acked := r.s.Positions()
+	r.s.mPos[0].Set(float64(received))
+	r.s.mPos[1].Set(float64(applied))
+	r.s.mPos[2].Set(float64(acked))
+	if r.serverEnd > applied {
+		r.s.mLagBytes.Set(float64(r.serverEnd - applied))
+	} else {
+		r.s.mLagBytes.Set(0)
+	}
+	if lastCommit.IsZero() || applied >= r.serverEnd {
+		r.s.mLagSecs.Set(0)
+	} else {
+		r.s.mLagSecs.Set(time.Since(lastCommit).Seconds())
+	}
+}
+
+// sendStatus acknowledges the applied position: only what is committed on
+// the target is ever reported as flushed.
+func (r *runner) sendStatus(ctx context.Context, reply bool) error {
+	r.s.mu.Lock()
+	applied := r.s.applied
+	r.s.mu.Unlock()
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, r.repl, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: applied, WALFlushPosition: applied, WALApplyPosition: applied, ClientTime: time.Now()})
+	if err != nil {
+		return wrapOp("acknowledge "+applied.String()+" to slot "+r.o.Slot, err)
+	}
+	r.s.mu.Lock()
+	r.s.acked = applied
+	r.s.mu.Unlock()
+	r.nextStatus = time.Now().Add(r.o.StatusInterval)
+	if time.Since(r.lastSlot) > 15*time.Second {
+		r.lastSlot = time.Now()
+		if src, err := r.sourceConn(ctx); err == nil {
+			if st, err := SlotStats(ctx, src, r.o.Slot); err == nil {
+				r.s.mRetained.Set(float64(st.RetainedBytes))
+			}
+		}
+	}
+	r.mLag(time.Time{})
+	return nil
+}
+
+// holdBefore is called at a Begin: a transaction committing after the hold
+// LSN must wait.
+func (r *runner) holdBefore(ctx context.Context, commit pglogrepl.LSN) error {
+	for {
+		r.s.mu.Lock()
+		hold, set, held, gen := r.s.hold, r.s.holdSet, r.s.held, r.s.holdGen
+		r.s.mu.Unlock()
+		if !set || held || commit <= hold {
+			return nil
+		}
+		if r.lastCommit > hold {
+			return r.passed(ctx, hold)
+		}
+		if err := r.commitBatch(ctx); err != nil {
+			return err
+		}
+		if err := r.holdWait(ctx, gen); err != nil {
+			return err
+		}
+		// Released, or a new HoldAt: look again at this transaction.
+	}
+}
+
+// checkHold, between transactions: the hold is reached once a source
+// transaction ending at or past its LSN has been received — transactions
+// arrive in commit order, so every one committed up to the hold is then in.
+// A keepalive's WAL end is not taken as that proof: under live writes it was
+// seen ahead of commits not yet received (verify found the target behind the
+// source snapshot), so HoldAt emits a marker on the source to guarantee a
+// later commit arrives even when the application is idle.
+func (r *runner) checkHold(ctx context.Context) error {
+	if r.inTxn {
+		return nil
+	}
+	r.s.mu.Lock()
+	hold, set, held, gen := r.s.hold, r.s.holdSet, r.s.held, r.s.holdGen
+	r.s.mu.Unlock()
+	if !set || held {
+		return nil
+	}
+	if r.lastCommit > hold {
+		return r.passed(ctx, hold)
+	}
+	if r.lastEnd < hold {
+		return nil
+	}
+	if err := r.commitBatch(ctx); err != nil {
+		return err
+	}
+	return r.holdWait(ctx, gen)
+}
+
+// passed: a transaction committing after the hold LSN was already received.
+// If it is not committed on the target, roll back and re-read; otherwise
+// hold here (a gate) and tell the caller.
+func (r *runner) passed(ctx context.Context, hold pglogrepl.LSN) error {
+	if r.committedCommit <= hold {
+		r.rewind = true
+		return nil
+	}
+	if err := r.commitBatch(ctx); err != nil {
+		return err
+	}
+	r.s.mu.Lock()
+	r.s.holdErr = fmt.Errorf("hold at %s: the target already holds a source transaction committed at %s: %w", hold, r.committedCommit, ErrHoldPassed)
+	gen := r.s.holdGen
+	r.s.mu.Unlock()
+	return r.holdWait(ctx, gen)
+}
+
+// holdWait holds the applier until Release or a new HoldAt, still
+// acknowledging to the source so that wal_sender_timeout does not fire.
+func (r *runner) holdWait(ctx context.Context, gen uint64) error {
+	r.s.mu.Lock()
+	if r.s.holdGen != gen || !r.s.holdSet {
+		r.s.mu.Unlock()
+		return nil
+	}
+	r.s.held = r.s.holdErr == nil
+	hold := r.s.hold
+	r.s.notify()
+	r.s.mu.Unlock()
+	r.s.log.Info("cdc holding", "lsn", hold.String())
+	if err := r.sendStatus(ctx, false); err != nil {
+		return err
+	}
+	for {
+		r.s.mu.Lock()
+		still := r.s.holdSet && r.s.holdGen == gen
+		ch := r.s.changed
+		r.s.mu.Unlock()
+		if !still {
+			r.s.log.Info("cdc released", "lsn", hold.String())
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		case <-time.After(time.Until(r.nextStatus)):
+			if err := r.sendStatus(ctx, false); err != nil {
+				return err
+			}
+		}
+	}
 }
