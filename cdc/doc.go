@@ -21,7 +21,9 @@
 //
 // Layout: decode.go is pure (bytes in, typed messages out, fuzzed);
 // apply.go builds the target's statements; stream.go owns the connections,
-// batching, acknowledgements and the Controller API (HoldAt, Release,
-// Positions, WaitApplied, DrainToMarker); joining.go creates and drops the
-// publication, slot and origin.
+// the replication protocol and the dispatch of messages; batch.go the
+// applier's batches, their commit with the origin's progress and the
+// acknowledgements; controller.go the Controller API (HoldAt, Release,
+// Positions, WaitApplied, DrainToMarker) and how the runner holds;
+// joining.go creates and drops the publication, slot and origin.
 package cdc
