@@ -62,26 +62,9 @@ never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withControl(cmd, opts, &cf, 10*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
-				all, err := store.Keyspaces(ctx)
+				all, err := checkedKeyspaces(ctx, store, pool, *keyspace)
 				if err != nil {
-					return controlErr(err)
-				}
-				if len(all) == 0 {
-					return usageError{topology.ErrNoKeyspace}
-				}
-				if *keyspace != "" {
-					k, err := store.ResolveKeyspace(ctx, *keyspace)
-					if err != nil {
-						return usageError{err}
-					}
-					all = []topology.Keyspace{k}
-				}
-				if err := fence.EnsureControl(ctx, pool); err != nil {
 					return err
-				}
-				// Schema step 6 (reshard.moves) says which moves still run.
-				if err := topology.Migrate(ctx, pool); err != nil {
-					return controlErr(err)
 				}
 				out := cmd.OutOrStdout()
 				bad := 0
@@ -119,6 +102,33 @@ never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
 	cmd.Flags().BoolVar(&repair, "repair", false, "reconcile the fences and guards of drifting shards")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
+}
+
+// checkedKeyspaces is what topology check and check placement look at: every
+// registered keyspace, or the one named, with the control schema they read
+// ready (fence holds; schema step 6, reshard.moves, says which moves still run).
+func checkedKeyspaces(ctx context.Context, store *topology.Store, pool *pgxpool.Pool, name string) ([]topology.Keyspace, error) {
+	all, err := store.Keyspaces(ctx)
+	if err != nil {
+		return nil, controlErr(err)
+	}
+	if len(all) == 0 {
+		return nil, usageError{topology.ErrNoKeyspace}
+	}
+	if name != "" {
+		k, err := store.ResolveKeyspace(ctx, name)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		all = []topology.Keyspace{k}
+	}
+	if err := fence.EnsureControl(ctx, pool); err != nil {
+		return nil, err
+	}
+	if err := topology.Migrate(ctx, pool); err != nil {
+		return nil, controlErr(err)
+	}
+	return all, nil
 }
 
 // checkShards compares (and with repair reconciles) every shard of the

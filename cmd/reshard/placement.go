@@ -63,25 +63,9 @@ Exit codes: 0 every row on its owner, 1 misplaced rows, 2 bad input.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withControl(cmd, opts, &cf, 30*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
-				all, err := store.Keyspaces(ctx)
+				all, err := checkedKeyspaces(ctx, store, pool, keyspace)
 				if err != nil {
-					return controlErr(err)
-				}
-				if len(all) == 0 {
-					return usageError{topology.ErrNoKeyspace}
-				}
-				if keyspace != "" {
-					k, err := store.ResolveKeyspace(ctx, keyspace)
-					if err != nil {
-						return usageError{err}
-					}
-					all = []topology.Keyspace{k}
-				}
-				if err := fence.EnsureControl(ctx, pool); err != nil {
 					return err
-				}
-				if err := topology.Migrate(ctx, pool); err != nil {
-					return controlErr(err)
 				}
 				var report []placementReport
 				misplaced := int64(0)
