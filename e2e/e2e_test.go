@@ -156,6 +156,15 @@ func newClusterWith(t *testing.T, users, ctlServer int, tmp devenv.Temporal) *cl
 		c.orders += c.dbs[shard(i)].QueryInt64(t, `SELECT count(*) FROM orders`)
 	}
 	// The worker's configuration, as reshard dev up writes it.
+	c.connect(tmp)
+	return c
+}
+
+// connect writes the worker's configuration (every shard of c.dbs, as
+// reshard dev up writes it) and dials Temporal tmp.
+func (c *cluster) connect(tmp devenv.Temporal) {
+	t := c.t
+	t.Helper()
 	wc := devenv.WorkerConfig{Control: c.ctl.DSN, Shards: map[string]string{},
 		Temporal: devenv.TemporalConfig{Address: tmp.Address(), Namespace: devenv.Namespace}}
 	for name, db := range c.dbs {
@@ -175,7 +184,6 @@ func newClusterWith(t *testing.T, users, ctlServer int, tmp devenv.Temporal) *cl
 	}
 	t.Cleanup(c.tc.Close)
 	t.Cleanup(c.stopWorker)
-	return c
 }
 
 // startWorker runs `reshard worker` as a child process.

@@ -10,17 +10,12 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.temporal.io/sdk/client"
-	"go.yaml.in/yaml/v3"
 
-	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -44,26 +39,8 @@ func newOneDatabase(t *testing.T, users int) *cluster {
 	one.Exec(t, fmt.Sprintf(`INSERT INTO orders SELECT g, o, g %% 97 FROM generate_series(1, %d) g, generate_series(1, 1 + g %% 2) o`, users))
 	one.Exec(t, `ANALYZE`)
 	c.orders = one.QueryInt64(t, `SELECT count(*) FROM orders`)
-	wc := devenv.WorkerConfig{Control: c.ctl.DSN, Shards: map[string]string{},
-		Temporal: devenv.TemporalConfig{Address: tmp.Address(), Namespace: devenv.Namespace}}
-	for name, db := range c.dbs {
-		wc.Shards[name] = db.DSN
-	}
-	b, err := yaml.Marshal(wc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.config = filepath.Join(c.dir, "reshard.yaml")
-	if err := os.WriteFile(c.config, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c.tc, err = client.Dial(client.Options{HostPort: tmp.Address(), Namespace: devenv.Namespace})
-	if err != nil {
-		t.Fatal(err)
-	}
 	c.store = topology.NewStore(c.ctl.Pool)
-	t.Cleanup(c.tc.Close)
-	t.Cleanup(c.stopWorker)
+	c.connect(tmp)
 	return c
 }
 
