@@ -24,6 +24,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -352,7 +353,7 @@ func (c *cluster) wait(run client.WorkflowRun, timeout time.Duration) workflows.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var st workflows.MigrationState
-	if err := run.Get(ctx, &st); err != nil {
+	if err := workflows.Outcome(run.Get(ctx, &st), &st); err != nil {
 		c.t.Fatalf("migration: %v\nstate: %s\n%s", err, c.describe(run.GetID()), c.workerLogs())
 	}
 	return st
@@ -544,6 +545,15 @@ func (c *cluster) checkMetrics() {
 			c.t.Errorf("/metrics shows %q", secret)
 		}
 	}
+}
+
+// moveIDs are the workflow ids of a migration's moves.
+func moveIDs(st workflows.MigrationState) []string {
+	var ids []string
+	for _, m := range st.Moves {
+		ids = append(ids, workflows.MoveWorkflowID(workflows.MigrationWorkflowID(st.Request.ID), m.Spec.ID))
+	}
+	return ids
 }
 
 func summary(st workflows.MigrationState) string {
@@ -761,6 +771,19 @@ func TestVerifyFailureRolledBack(t *testing.T) {
 	c.recordHistories(st, "rollback")
 	if st.Phase != workflows.PhaseRolledBack {
 		t.Fatalf("migration ended %s", st.Phase)
+	}
+	// The Temporal UI's list shows it (and its moves) as failed, not as a
+	// green Completed, and ReshardPhase says why.
+	for _, id := range append([]string{run.GetID()}, moveIDs(st)...) {
+		d, err := c.tc.DescribeWorkflowExecution(context.Background(), id, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var phase string
+		_ = converter.GetDefaultDataConverter().FromPayload(d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()], &phase)
+		if got := d.GetWorkflowExecutionInfo().GetStatus(); got != enumspb.WORKFLOW_EXECUTION_STATUS_FAILED || phase != string(workflows.PhaseRolledBack) {
+			t.Errorf("%s after the rollback: Temporal status %s, ReshardPhase %q; want FAILED and ROLLED_BACK", id, got, phase)
+		}
 	}
 	cur, err := c.store.Current(context.Background())
 	if err != nil {

@@ -66,7 +66,7 @@ func checkManyMoves(t *testing.T, n int) {
 	}
 	firstRun := run.GetRunID() // Get follows the continuations and moves on to the last
 	var st MigrationState
-	if err := run.Get(ctx, &st); err != nil {
+	if err := Outcome(run.Get(ctx, &st), &st); err != nil {
 		t.Fatalf("migration of %d moves: %v", n, err)
 	}
 	t.Logf("%d moves done in %s", n, time.Since(start).Round(time.Second))

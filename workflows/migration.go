@@ -116,6 +116,9 @@ func Migration(ctx workflow.Context, req MigrationRequest) (MigrationState, erro
 	if werr := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); werr != nil && err == nil {
 		err = werr
 	}
+	if err == nil && r.state.Phase == PhaseRolledBack && endsRolledBack(ctx) {
+		err = rolledBack("migration "+req.ID, r.state)
+	}
 	return r.state, err
 }
 
@@ -319,7 +322,7 @@ func (r *migrationRun) awaitMoves(ctx workflow.Context) {
 			continue
 		}
 		var ms MoveState
-		err := r.children[i].Get(ctx, &ms)
+		err := Outcome(r.children[i].Get(ctx, &ms), &ms)
 		if err != nil {
 			r.failed = append(r.failed, r.state.Moves[i].Spec.ID)
 			if r.firstErr == nil {

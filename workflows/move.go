@@ -136,6 +136,9 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 		m.notify(ctx, true)
 		return m.state, err
 	}
+	if m.state.Phase == PhaseRolledBack && endsRolledBack(ctx) {
+		return m.state, rolledBack("move "+m.in.Spec.ID, m.state)
+	}
 	return m.state, nil
 }
 

@@ -187,7 +187,10 @@ func result[T any](t *testing.T, env *testsuite.TestWorkflowEnvironment) T {
 	}
 	var out T
 	if err := env.GetWorkflowError(); err != nil {
-		t.Fatalf("workflow error: %v", err)
+		if err := Outcome(err, &out); err != nil {
+			t.Fatalf("workflow error: %v", err)
+		}
+		return out
 	}
 	if err := env.GetWorkflowResult(&out); err != nil {
 		t.Fatal(err)
@@ -311,6 +314,12 @@ func TestVerifyFailureThenRollbackByUpdate(t *testing.T) {
 		if m.Phase != PhaseRolledBack {
 			t.Fatalf("move %s ended %s", m.Spec.ID, m.Phase)
 		}
+	}
+	// Temporal records it as failed (the UI's list shows Failed, not a green
+	// Completed), with the state in the error's details.
+	var app *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &app) || app.Type() != ErrTypeRolledBack || app.NonRetryable() == false {
+		t.Fatalf("workflow ended with %v, want a non-retryable %s error", err, ErrTypeRolledBack)
 	}
 	if f.count(ActivityRollback) != 2 || f.count(ActivityCutover+"/t_m1") != 0 || f.count(ActivityCleanup) != 0 {
 		t.Fatalf("rollbacks %d, cutovers %d, cleanups %d", f.count(ActivityRollback), f.count(ActivityCutover+"/t_m1"), f.count(ActivityCleanup))

@@ -14,6 +14,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/workflows"
@@ -274,7 +275,15 @@ func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) 
 		return nil
 	}
 	if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, statusText(st), verb)}
+		ended := statusText(st)
+		// The phase names how it ended: a rolled-back migration is "failed"
+		// to Temporal.
+		var phase string
+		p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]
+		if p != nil && converter.GetDefaultDataConverter().FromPayload(p, &phase) == nil && phase != "" {
+			ended = phase
+		}
+		return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, ended, verb)}
 	}
 	return nil
 }
