@@ -144,6 +144,19 @@ END $$;`,
 	shards     text[] NOT NULL,
 	seen_at    timestamptz NOT NULL DEFAULT now()
 );`,
+
+	// 8: operator requests (Updates) the CLI sent and no worker answered
+	// in time: Temporal holds them and applies them when a worker runs the
+	// workflow. status asks Temporal about each and shows those still
+	// waiting (topology.Requests).
+	`CREATE TABLE reshard.requests (
+	update_id    text PRIMARY KEY,
+	migration_id text NOT NULL,
+	verb         text NOT NULL,
+	request_id   text NOT NULL,
+	sent_at      timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX requests_by_migration ON reshard.requests (migration_id, sent_at);`,
 }
 
 // contractSQL is schema step 6. Tokens are PostgreSQL's own immutable hash

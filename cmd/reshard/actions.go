@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -253,10 +254,14 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	// fires: that is the same "no answer".
 	var noAnswer *client.WorkflowUpdateServiceTimeoutOrCanceledError
 	if ctx.Err() != nil || errors.As(err, &noAnswer) && cmd.Context().Err() == nil {
+		listed := "reshard status " + id + " lists it while it waits"
+		if rerr := recordPending(cmd.Context(), cfg, topology.Request{UpdateID: uid, MigrationID: id, Verb: verb, RequestID: reqID}); rerr != nil {
+			listed = "reshard status cannot list it (" + rerr.Error() + ")"
+		}
 		return pendingError{fmt.Sprintf("%s %s: pending, not applied yet: the request was sent and Temporal holds it, but no worker answered within %s. "+
-			"It is applied (or rejected by the workflow's checks) when a worker runs the workflow; check that reshard worker runs on task queue %q "+
-			"and watch reshard status %s. A retry with --request-id %s is the same request, applied at most once",
-			verb, id, f.timeout, workflows.TaskQueue, id, reqID)}
+			"It is applied (or rejected by the workflow's checks) when a worker runs the workflow; check that reshard worker runs on task queue %q; "+
+			"%s. A retry with --request-id %s is the same request, applied at most once",
+			verb, id, f.timeout, workflows.TaskQueue, listed, reqID)}
 	}
 	return fmt.Errorf("%s %s: %w (retry with --request-id %s)", verb, id, err, reqID)
 }

@@ -72,15 +72,23 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 			out := cmd.OutOrStdout()
 			if !watch {
 				st, err := queryState(ctx, tc, wfID, timeout)
+				// Requests Temporal holds for a worker: shown also (above
+				// all) when no worker answers the query.
+				pending, perr := pendingRequests(ctx, cfg, tc, id, wfID)
 				if err != nil {
+					printPending(cmd.ErrOrStderr(), pending, time.Now())
 					return err
 				}
 				if asJSON {
-					if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: cfg.uiLink(wfID), State: st}); err != nil {
+					if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: cfg.uiLink(wfID), State: st, Pending: pending}); err != nil {
 						return err
 					}
 				} else {
 					printMigrationStatus(out, id, cfg.uiLink(wfID), st, time.Now())
+					printPending(out, pending, time.Now())
+					if perr != nil {
+						fmt.Fprintf(out, "pending requests: not read (%v)\n", perr)
+					}
 				}
 				return endedBadly(id, st)
 			}
@@ -115,6 +123,8 @@ type statusJSON struct {
 	UI         string                   `json:"ui,omitempty"`
 	Time       time.Time                `json:"time,omitzero"`
 	State      workflows.MigrationState `json:"state"`
+	// Pending: operator requests sent that no worker has answered yet.
+	Pending []pendingRequest `json:"pending,omitempty"`
 }
 
 // newestRunning is the id of the most recently started running migration.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,34 +105,7 @@ func TestActionsRefusedWithoutWorker(t *testing.T) {
 
 	// A poller that takes workflow tasks and never answers: a worker that
 	// is there but slow (or stuck).
-	pctx, stopPoller := context.WithCancel(ctx)
-	polled := make(chan struct{})
-	go func() {
-		defer close(polled)
-		for pctx.Err() == nil {
-			lctx, cancel := context.WithTimeout(pctx, 70*time.Second) // a long poll, as the SDK's
-			_, _ = tc.WorkflowService().PollWorkflowTaskQueue(lctx, &workflowservice.PollWorkflowTaskQueueRequest{
-				Namespace: devenv.Namespace, Identity: "test-silent-poller",
-				TaskQueue: &taskqueuepb.TaskQueue{Name: workflows.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
-			})
-			cancel()
-		}
-	}()
-	t.Cleanup(func() { stopPoller(); <-polled })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, err := workerPolls(ctx, tc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the test poller is not listed by DescribeTaskQueue after 30s")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	silentPoller(t, tc)
 	out, code := run(t, "pause", id, "--config", config, "--request-id", "r2", "--timeout", "2s")
 	if code != 4 || !strings.Contains(out, "pause nowk: pending, not applied yet") || !strings.Contains(out, "applied (or rejected by the workflow's checks) when a worker runs the workflow") ||
 		!strings.Contains(out, "--request-id r2") {
@@ -159,4 +133,93 @@ func TestStartWarnsWithoutWorker(t *testing.T) {
 		!strings.Contains(out, "warning: no reshard worker polls task queue \"reshard\"") || !strings.Contains(out, "waits and begins only when one runs") {
 		t.Errorf("add-node with no worker: exit %d\n%s", code, out)
 	}
+}
+
+// silentPoller polls the task queue for workflow tasks and never answers
+// them, as a worker that is there but stuck would, until the returned stop
+// (also called at cleanup). It returns once DescribeTaskQueue lists it.
+func silentPoller(t *testing.T, tc client.Client) (stop func()) {
+	t.Helper()
+	ctx := context.Background()
+	pctx, stopPoller := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for pctx.Err() == nil {
+			lctx, cancel := context.WithTimeout(pctx, 70*time.Second) // a long poll, as the SDK's
+			_, _ = tc.WorkflowService().PollWorkflowTaskQueue(lctx, &workflowservice.PollWorkflowTaskQueueRequest{
+				Namespace: devenv.Namespace, Identity: "test-silent-poller",
+				TaskQueue: &taskqueuepb.TaskQueue{Name: workflows.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
+			})
+			cancel()
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { stopPoller(); <-polled }) }
+	t.Cleanup(stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok, err := workerPolls(ctx, tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return stop
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the test poller is not listed by DescribeTaskQueue after 30s")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A request left pending (a worker polls but does not answer) is listed by
+// status, even while no worker answers its query, until a worker applies
+// it; main listed nothing.
+func TestPendingRequestInStatus(t *testing.T) {
+	t.Cleanup(pgtest.Shutdown)
+	c := newTestCluster(t, true)
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	placeByOwner(t, c, 300)
+	const id = "pend"
+	if out, code := c.run(t, "add-node", "shard3", "--id", id, "--rows-per-sec", "50", "--table", "users:id", "--table", "orders:user_id"); code != 0 {
+		t.Fatalf("add-node: exit %d\n%s", code, out)
+	}
+	t.Cleanup(func() {
+		_ = c.tc.TerminateWorkflow(context.Background(), workflows.MigrationWorkflowID(id), "", "test ends")
+	})
+	stop := silentPoller(t, c.tc)
+	out, code := c.run(t, "pause", id, "--request-id", "p1", "--timeout", "2s")
+	if code != 4 || !strings.Contains(out, "reshard status "+id+" lists it while it waits") {
+		t.Fatalf("pause with a silent worker: exit %d\n%s", code, out)
+	}
+	out, code = c.run(t, "status", id, "--timeout", "2s")
+	if code != 1 || !strings.Contains(out, "pending request: pause sent") || !strings.Contains(out, "--request-id p1") ||
+		!strings.Contains(out, "no worker answered the state query") {
+		t.Fatalf("status with the pause pending and no worker answering: exit %d\n%s", code, out)
+	}
+	t.Logf("status while pending:\n%s", out)
+
+	// A worker runs the workflow: the pause is applied, status lists it no
+	// more and shows the migration paused.
+	stop()
+	wc, err := devenv.ReadWorkerConfig(c.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, wc)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, code = c.run(t, "status", id, "--timeout", "5s")
+		if code == 0 && !strings.Contains(out, "pending request") && strings.Contains(out, "paused") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a minute after a worker started, status still shows (exit %d):\n%s", code, out)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("status once applied:\n%s", out)
 }

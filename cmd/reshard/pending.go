@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/reshard/reshard/topology"
+)
+
+// pendingRequest is an operator request Temporal holds for a migration and
+// no worker has answered yet, as status shows it.
+type pendingRequest struct {
+	Verb      string    `json:"verb"`
+	RequestID string    `json:"request_id"`
+	UpdateID  string    `json:"update_id"`
+	SentAt    time.Time `json:"sent_at"`
+	// Lost: Temporal no longer knows the request (its server restarted,
+	// or the workflow ended, before a worker took it): it was not applied.
+	Lost bool `json:"lost,omitempty"`
+}
+
+// recordPending remembers a request left pending in the control database,
+// for status. It is best effort: the request itself is in Temporal, and a
+// control database that cannot be reached only means status cannot list it.
+func recordPending(ctx context.Context, cfg *clusterConfig, r topology.Request) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	store, pool, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return store.RecordRequest(ctx, r)
+}
+
+// pendingRequests are the requests recorded for a migration that Temporal
+// still holds unanswered (or has lost), each asked of Temporal at once.
+func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, id, wfID string) ([]pendingRequest, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	store, pool, err := cfg.openStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	recorded, err := store.Requests(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		mu      sync.Mutex
+		pending []pendingRequest
+		wg      sync.WaitGroup
+	)
+	for _, r := range recorded {
+		wg.Go(func() {
+			waiting, lost := updateWaiting(ctx, tc, wfID, r.UpdateID)
+			if !waiting && !lost {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			pending = append(pending, pendingRequest{Verb: r.Verb, RequestID: r.RequestID, UpdateID: r.UpdateID, SentAt: r.SentAt, Lost: lost})
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(pending, func(a, b pendingRequest) int { return a.SentAt.Compare(b.SentAt) })
+	return pending, nil
+}
+
+// updateWaiting asks Temporal about one Update: still waiting for a worker,
+// or lost (Temporal does not know it). An Update with an outcome, applied or
+// rejected, is neither.
+func updateWaiting(ctx context.Context, tc client.Client, wfID, uid string) (waiting, lost bool) {
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err := tc.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{WorkflowID: wfID, UpdateID: uid}).Get(pctx, nil)
+	var (
+		nf      *serviceerror.NotFound
+		timeout *client.WorkflowUpdateServiceTimeoutOrCanceledError
+	)
+	switch {
+	case errors.As(err, &nf):
+		return false, true
+	case err != nil && (pctx.Err() != nil || errors.As(err, &timeout) || abandoned(err)):
+		return true, false
+	}
+	return false, false
+}
+
+// printPending writes one line per pending request.
+func printPending(out io.Writer, ps []pendingRequest, now time.Time) {
+	for _, p := range ps {
+		ago := now.Sub(p.SentAt).Round(time.Second)
+		if p.Lost {
+			fmt.Fprintf(out, "lost request: %s sent %s (%s ago, --request-id %s) is no longer held by Temporal (its server restarted or the workflow ended before a worker took it): it was NOT applied; send it again if it is still wanted\n",
+				p.Verb, p.SentAt.Local().Format(time.TimeOnly), ago, p.RequestID)
+			continue
+		}
+		fmt.Fprintf(out, "pending request: %s sent %s (%s ago, --request-id %s), not applied yet: Temporal holds it until a worker runs the workflow\n",
+			p.Verb, p.SentAt.Local().Format(time.TimeOnly), ago, p.RequestID)
+	}
+}
