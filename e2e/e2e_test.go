@@ -91,6 +91,8 @@ type cluster struct {
 	nWorkers int
 	// writerStarts counts startWriters calls on this cluster.
 	writerStarts int
+	// logLevel of the workers started from now on ("info" when empty).
+	logLevel string
 }
 
 func shard(i int) string { return "shard" + strconv.Itoa(i) }
@@ -200,7 +202,11 @@ func (c *cluster) startWorker() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "worker", "--config", c.config, "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-level", "info")
+	level := c.logLevel
+	if level == "" {
+		level = "info"
+	}
+	cmd := exec.Command(bin, "worker", "--config", c.config, "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-level", level)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "RESHARD_PASSWORD=")
 	if err := cmd.Start(); err != nil {
