@@ -532,6 +532,16 @@ func TestStatusView(t *testing.T) {
 	if first != 5 || strings.Count(w.String(), "\n") != 6 || !strings.Contains(w.String(), "500/1000 rows") {
 		t.Errorf("watch lines (first %d):\n%s", first, w.String())
 	}
+	// The lag of a stream that stopped at the cutover is not shown as if
+	// current (main showed "56 B" on a DONE move).
+	for _, p := range []workflows.Phase{workflows.PhaseGrace, workflows.PhaseCleanup, workflows.PhaseDone, workflows.PhaseRolledBack} {
+		if v := viewMove(workflows.MoveState{Phase: p, LagBytes: 56}, workflows.Throttle{}, start); v.Lag != "-" {
+			t.Errorf("lag of a move in %s: %q, want -", p, v.Lag)
+		}
+	}
+	if v := viewMove(workflows.MoveState{Phase: workflows.PhaseCDCCatchUp}, workflows.Throttle{}, start); v.Lag != "0 B" {
+		t.Errorf("lag of a move catching up with none left: %q, want 0 B", v.Lag)
+	}
 	if got := copyETA(workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}}, workflows.Throttle{RowsPerSec: 100}, start); got != "10s" {
 		t.Errorf("ETA from the throttle before any row: %s", got)
 	}
