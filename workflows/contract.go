@@ -334,3 +334,32 @@ func (s MigrationState) ThrottleNow() Throttle {
 	}
 	return s.Request.Throttle
 }
+
+// HumanBytes is a byte count as people read it: 56 B, 2.0 KiB, 1.5 GiB.
+func HumanBytes(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
+
+// LagText is the forward stream's lag as status and the UI show it: while
+// the stream runs (catch-up, verify, cutover; during the copy once known),
+// else "-" — after the cutover the last figure would only be stale.
+func (m MoveState) LagText() string {
+	switch m.Phase {
+	case PhaseCDCCatchUp, PhaseVerify, PhaseCutover:
+		return HumanBytes(m.LagBytes)
+	case PhaseSnapshotCopy:
+		if m.LagBytes > 0 {
+			return HumanBytes(m.LagBytes)
+		}
+	}
+	return "-"
+}

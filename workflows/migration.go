@@ -467,8 +467,8 @@ func movesTable(moves []MoveState, now time.Time) string {
 			wp = "—"
 		}
 		phase := m.PhaseText()
-		fmt.Fprintf(&b, "| %s | %s → %s | %d | %s | %d / %d | %d B | %s | %s |\n",
-			m.Spec.ID, m.Spec.Source, m.Spec.Target, len(m.Spec.Ranges), phase, m.RowsCopied, m.Spec.EstRows, m.LagBytes, v, wp)
+		fmt.Fprintf(&b, "| %s | %s → %s | %d | %s | %d / %d | %s | %s | %s |\n",
+			m.Spec.ID, m.Spec.Source, m.Spec.Target, len(m.Spec.Ranges), phase, m.RowsCopied, m.Spec.EstRows, m.LagText(), v, wp)
 	}
 	return b.String()
 }

@@ -386,7 +386,7 @@ func (s demoSummary) print(out io.Writer) {
 	fmt.Fprintf(out, "\n== reshard demo: add-node %s ==\n", st.Request.Shard)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "rows in the cluster\t%d (users + orders)\n", s.Rows)
-	fmt.Fprintf(w, "rows moved\t%d (%s)\n", rows, topoHumanBytes(bytes))
+	fmt.Fprintf(w, "rows moved\t%d (%s)\n", rows, workflows.HumanBytes(bytes))
 	fmt.Fprintf(w, "moved fraction\t%.4f of the token space (modulo would move %.4f; ideal %.4f)\n", s.Plan.Moved, s.Plan.Modulo, s.Plan.Ideal)
 	fmt.Fprintf(w, "moves\t%d (one slot each), migration took %s\n", len(st.Moves), s.Elapsed.Round(100*time.Millisecond))
 	var names []string
@@ -408,7 +408,7 @@ func (s demoSummary) print(out io.Writer) {
 		fmt.Fprintf(w, "copy rate\t%.0f rows/s in all (%d moves in parallel, %.0f rows/s each on average)\n",
 			float64(rows)/copyEnd.Sub(copyStart).Seconds(), len(copyRate), total/float64(len(copyRate)))
 	}
-	fmt.Fprintf(w, "CDC lag peak\t%s\n", topoHumanBytes(s.PeakLag))
+	fmt.Fprintf(w, "CDC lag peak\t%s\n", workflows.HumanBytes(s.PeakLag))
 	if len(pauses) > 0 {
 		fmt.Fprintf(w, "write pause\tp50 %s, p99 %s, max %s over %d cutovers\n", pct(pauses, 0.50), pct(pauses, 0.99), pauses[len(pauses)-1].Round(time.Millisecond), len(pauses))
 	}

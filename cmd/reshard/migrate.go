@@ -492,7 +492,7 @@ func (p *migrationPlan) details() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.2f%% |\n", pr.Source, pr.Target, len(pr.Ranges), 100*pr.Fraction)
 	}
 	fmt.Fprintf(&b, "\nThrottle per move: %s. Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s.\n",
-		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, topoHumanBytes(r.MaxLagBytes), r.Grace())
+		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, workflows.HumanBytes(r.MaxLagBytes), r.Grace())
 	return b.String()
 }
 
@@ -502,7 +502,7 @@ func throttleText(t workflows.Throttle) string {
 		parts = append(parts, fmt.Sprintf("%g rows/s", t.RowsPerSec))
 	}
 	if t.BytesPerSec > 0 {
-		parts = append(parts, topoHumanBytes(int64(t.BytesPerSec))+"/s")
+		parts = append(parts, workflows.HumanBytes(int64(t.BytesPerSec))+"/s")
 	}
 	if len(parts) == 0 {
 		return "unlimited"

@@ -202,9 +202,9 @@ func printPlan(out io.Writer, rep planReport) {
 	fmt.Fprintln(w, "MOVE\tRANGES\tSPACE\tROWS\tBYTES\tETA\tPROBLEMS")
 	for _, pr := range rep.Pairs {
 		fmt.Fprintf(w, "%s → %s\t%d\t%.2f%%\t%d\t%s\t%s\t%d\n", pr.Source, pr.Target, len(pr.Ranges), 100*pr.Fraction,
-			pr.Rows, topoHumanBytes(pr.Bytes), etaText(pr.ETASeconds, r.Throttle), len(pr.Problems))
+			pr.Rows, workflows.HumanBytes(pr.Bytes), etaText(pr.ETASeconds, r.Throttle), len(pr.Problems))
 	}
-	fmt.Fprintf(w, "total\t%d\t%.2f%%\t%d\t%s\t%s\t%d\n", len(rep.Moves), 100*rep.Moved, rep.Rows, topoHumanBytes(rep.Bytes), etaText(rep.ETASeconds, r.Throttle), rep.Problems)
+	fmt.Fprintf(w, "total\t%d\t%.2f%%\t%d\t%s\t%s\t%d\n", len(rep.Moves), 100*rep.Moved, rep.Rows, workflows.HumanBytes(rep.Bytes), etaText(rep.ETASeconds, r.Throttle), rep.Problems)
 	w.Flush()
 	fmt.Fprintf(out, "throttle per move: %s (moves run in parallel; the ETA is the slowest move's copy time)\n", throttleText(r.Throttle))
 

@@ -279,17 +279,7 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 		v.Phase += " (retrying " + m.Retrying + ")"
 	}
 	v.Rows = fmt.Sprintf("%d/%d rows", m.RowsCopied, m.Spec.EstRows)
-	// The forward stream's lag, while it runs: after the cutover its last
-	// figure would only be stale.
-	v.Lag = "-"
-	switch m.Phase {
-	case workflows.PhaseCDCCatchUp, workflows.PhaseVerify, workflows.PhaseCutover:
-		v.Lag = topoHumanBytes(m.LagBytes)
-	case workflows.PhaseSnapshotCopy:
-		if m.LagBytes > 0 {
-			v.Lag = topoHumanBytes(m.LagBytes)
-		}
-	}
+	v.Lag = m.LagText()
 	v.ETA = copyETA(m, throttle, now)
 	v.Verify = "-"
 	if m.Verify != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
 )
 
 func newTopologyCmd(opts *globalOptions) *cobra.Command {
@@ -462,7 +463,7 @@ func printSkew(out io.Writer, rep *topology.SkewReport) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "SHARD\tSPACE\tROWS\tBYTES\tWRITES/S\tFOREIGN ROWS\t")
 	for _, s := range rep.Shards {
-		fmt.Fprintf(w, "%s\t%.2f%%\t%.0f\t%s\t%.1f\t%.0f\t\n", s.Shard, 100*s.Space, s.Rows, topoHumanBytes(s.Bytes), s.WritesPerSec, s.ForeignRows)
+		fmt.Fprintf(w, "%s\t%.2f%%\t%.0f\t%s\t%.1f\t%.0f\t\n", s.Shard, 100*s.Space, s.Rows, workflows.HumanBytes(s.Bytes), s.WritesPerSec, s.ForeignRows)
 	}
 	w.Flush()
 	fmt.Fprintln(out)
@@ -492,19 +493,6 @@ func topoRatio(r float64) string {
 		return "inf (median 0)"
 	}
 	return fmt.Sprintf("%.2f", r)
-}
-
-func topoHumanBytes(b int64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := int64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }
 
 // newRingShowCmd is "reshard ring show": the current ring from the control
