@@ -77,7 +77,10 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.SetWorkerOptions(worker.Options{EnableSessionWorker: true})
+	// The race detector on a busy 2-core machine slows the tasks of the
+	// 128-move runs past the SDK's default 1 s deadlock check (seen at a
+	// load average of 13); a real deadlock still fails, 10 s later.
+	env.SetWorkerOptions(worker.Options{EnableSessionWorker: true, DeadlockDetectionTimeout: 10 * time.Second})
 	env.SetTestTimeout(30 * time.Second)
 	Register(env)
 	f := &fakes{env: env, calls: map[string][]time.Time{}, last: map[string]any{}}

@@ -281,11 +281,11 @@ func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) 
 	}
 	if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		ended := statusText(st)
-		// The phase names how it ended: a rolled-back migration is "failed"
-		// to Temporal.
+		// A final phase names how it ended: a rolled-back migration is
+		// "failed" to Temporal. A terminated one keeps the phase it was in.
 		var phase string
 		p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]
-		if p != nil && converter.GetDefaultDataConverter().FromPayload(p, &phase) == nil && phase != "" {
+		if p != nil && converter.GetDefaultDataConverter().FromPayload(p, &phase) == nil && workflows.Phase(phase).Terminal() {
 			ended = phase
 		}
 		return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, ended, verb)}
