@@ -77,7 +77,7 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "leave the servers' data directories behind (their path is printed)")
 	flag.StringVar(&cfg.out, "out", "", "also write the final table as markdown, with the machine and the date, to this file")
 	flag.StringVar(&cfg.cdcProfile, "cdc-profile", "", "write a CPU profile of the CDC apply (small transactions) to this file")
-	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 300_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
+	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
 	flag.Parse()
 	if only != "" {

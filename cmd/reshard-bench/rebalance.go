@@ -42,8 +42,21 @@ type rebalanceRun struct {
 	moved      float64 // fraction of the token space, summed over migrations
 	rowsCopied int64   // the moves' own counters (MoveState.RowsCopied)
 	wall       time.Duration
-	copySpan   time.Duration // summed over migrations: first copy start to last copy end
-	rowsAfter  int64
+	// phases: per phase, from the first move's start of it to the last
+	// move's end of it, summed over the migrations.
+	phases    map[workflows.Phase]time.Duration
+	rowsAfter int64
+}
+
+// phaseText is the phases' spans in phase order, e.g. "SNAPSHOT_COPY 7.9s".
+func (r rebalanceRun) phaseText() string {
+	var parts []string
+	for _, p := range workflows.Phases {
+		if d := r.phases[p]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s", p, d.Round(100*time.Millisecond)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func runRebalance(ctx context.Context, _ *env, r *report) error {
@@ -105,8 +118,8 @@ func runRebalance(ctx context.Context, _ *env, r *report) error {
 	r.add("rebalance_4_to_8_sequential_moved_fraction", seq.moved, "fraction", fmt.Sprintf("moved %.4f; reshard add-node shard5, then shard6, shard7, shard8: %d moves in all, fractions summed (a range taken twice counts twice); the planner's figure is 0.634", seq.moved, seq.moves))
 	r.add("rebalance_4_to_8_rows_copied", float64(one.rowsCopied), "rows", fmt.Sprintf("the moves' own copy counters; %.4f of the rows", float64(one.rowsCopied)/float64(one.rowsAfter)))
 	r.add("rebalance_4_to_8_sequential_rows_copied", float64(seq.rowsCopied), "rows", fmt.Sprintf("the moves' own copy counters over the 4 add-nodes; %.4f of the rows; %.2f× the rebalance", float64(seq.rowsCopied)/float64(one.rowsAfter), float64(seq.rowsCopied)/float64(one.rowsCopied)))
-	r.add("rebalance_4_to_8_wall_s", one.wall.Seconds(), "s", fmt.Sprintf("from reshard rebalance to the workflow's end (DONE: every move cleaned up); copy phase %s of it; %s", one.copySpan.Round(100*time.Millisecond), same))
-	r.add("rebalance_4_to_8_sequential_wall_s", seq.wall.Seconds(), "s", fmt.Sprintf("from the first reshard add-node to the fourth one's end, each started when the one before ended; copy phases %s of it; the same data and settings", seq.copySpan.Round(100*time.Millisecond)))
+	r.add("rebalance_4_to_8_wall_s", one.wall.Seconds(), "s", fmt.Sprintf("from reshard rebalance to the workflow's end (DONE: every move cleaned up); phases (first move in to last move out) %s; %s", one.phaseText(), same))
+	r.add("rebalance_4_to_8_sequential_wall_s", seq.wall.Seconds(), "s", fmt.Sprintf("from the first reshard add-node to the fourth one's end, each started when the one before ended; phases summed over the 4 migrations %s; the same data and settings", seq.phaseText()))
 	r.add("rebalance_4_to_8_wall_vs_sequential", one.wall.Seconds()/seq.wall.Seconds(), "ratio", fmt.Sprintf("goal ≤ 0.6; rows copied %.2f of the sequence's; 2 cores shared by 9 PostgreSQL servers, Temporal and the worker, so parallel moves do not copy faster than one", float64(one.rowsCopied)/float64(seq.rowsCopied)))
 	return nil
 }
@@ -144,27 +157,27 @@ func (b *rebalanceBench) measure(ctx context.Context, what string, grow func(con
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", what, err)
 	}
+	res.phases = map[workflows.Phase]time.Duration{}
 	for _, st := range sts {
 		res.migrations++
 		res.moved += st.MovedFraction
-		var first, last time.Time
+		first, last := map[workflows.Phase]time.Time{}, map[workflows.Phase]time.Time{}
 		for _, m := range st.Moves {
 			res.moves++
 			res.rowsCopied += m.RowsCopied
 			for _, tm := range m.Timings {
-				if tm.Phase != workflows.PhaseSnapshotCopy {
-					continue
+				if f, ok := first[tm.Phase]; !ok || tm.Start.Before(f) {
+					first[tm.Phase] = tm.Start
 				}
-				if first.IsZero() || tm.Start.Before(first) {
-					first = tm.Start
-				}
-				if tm.End.After(last) {
-					last = tm.End
+				if tm.End.After(last[tm.Phase]) {
+					last[tm.Phase] = tm.End
 				}
 			}
 		}
-		if !first.IsZero() && last.After(first) {
-			res.copySpan += last.Sub(first)
+		for p, f := range first {
+			if l := last[p]; l.After(f) {
+				res.phases[p] += l.Sub(f)
+			}
 		}
 	}
 	// Every row on its owner in the final topology, and none lost.
@@ -192,6 +205,7 @@ func (b *rebalanceBench) measure(ctx context.Context, what string, grow func(con
 	}
 	fmt.Fprintf(b.out, "%s: %d migration(s), %d moves, moved %.4f of the token space, %d rows copied, %s; every row on its owner in topology v%d\n",
 		what, res.migrations, res.moves, res.moved, res.rowsCopied, res.wall.Round(100*time.Millisecond), cur.Version)
+	fmt.Fprintf(b.out, "%s: phases (first move in to last move out, summed over migrations): %s\n", what, res.phaseText())
 	return res, nil
 }
 
