@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -120,7 +121,13 @@ func runRebalance(ctx context.Context, _ *env, r *report) error {
 	r.add("rebalance_4_to_8_sequential_rows_copied", float64(seq.rowsCopied), "rows", fmt.Sprintf("the moves' own copy counters over the 4 add-nodes; %.4f of the rows; %.2f× the rebalance", float64(seq.rowsCopied)/float64(one.rowsAfter), float64(seq.rowsCopied)/float64(one.rowsCopied)))
 	r.add("rebalance_4_to_8_wall_s", one.wall.Seconds(), "s", fmt.Sprintf("from reshard rebalance to the workflow's end (DONE: every move cleaned up); phases (first move in to last move out) %s; %s", one.phaseText(), same))
 	r.add("rebalance_4_to_8_sequential_wall_s", seq.wall.Seconds(), "s", fmt.Sprintf("from the first reshard add-node to the fourth one's end, each started when the one before ended; phases summed over the 4 migrations %s; the same data and settings", seq.phaseText()))
-	r.add("rebalance_4_to_8_wall_vs_sequential", one.wall.Seconds()/seq.wall.Seconds(), "ratio", fmt.Sprintf("goal ≤ 0.6; rows copied %.2f of the sequence's; 2 cores shared by 9 PostgreSQL servers, Temporal and the worker, so parallel moves do not copy faster than one", float64(one.rowsCopied)/float64(seq.rowsCopied)))
+	ratio := one.wall.Seconds() / seq.wall.Seconds()
+	met := "met"
+	if ratio > 0.6 {
+		met = "NOT met"
+	}
+	r.add("rebalance_4_to_8_wall_vs_sequential", ratio, "ratio", fmt.Sprintf("goal ≤ 0.6: %s; rows copied %.2f of the sequence's, migrations 1 against 4; %d CPUs shared by 9 PostgreSQL servers, Temporal, the worker and any other work (the section's load average is in the header)",
+		met, float64(one.rowsCopied)/float64(seq.rowsCopied), runtime.NumCPU()))
 	return nil
 }
 
