@@ -227,8 +227,8 @@ func planWeights(after *ring.Ring, req workflows.MigrationRequest) map[string]fl
 	}
 	out := make(map[string]float64, len(req.Weights))
 	for name := range req.Weights {
-		if s := after.Spec(name); after.HasShard(name) {
-			out[name] = s.Weight
+		if after.HasShard(name) {
+			out[name] = after.Spec(name).Weight
 		}
 	}
 	return out
