@@ -65,10 +65,13 @@ func (res *MigrationResume) moves() ([]MoveState, error) {
 }
 
 // packMoves is moves as MovesGz: JSON (the data converter's own encoding
-// of them), gzipped. Both are deterministic for the same input.
+// of them), gzipped. Both are deterministic for the same input. The default
+// level: BestCompression took up to 0.7 s for 1,000 moves on a busy 2-CPU
+// machine, inside the workflow task (the SDK calls 1 s a deadlock), for 4 %
+// less.
 func packMoves(moves []MoveState) ([]byte, error) {
 	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	zw, err := gzip.NewWriterLevel(&buf, gzip.DefaultCompression)
 	if err != nil {
 		return nil, err
 	}
