@@ -47,8 +47,12 @@ demo: build tools
 
 # The ring benchmarks, then the data-plane benchmarks against two throwaway
 # PostgreSQL servers (bench/run.sh: every section of cmd/reshard-bench, 1M
-# rows); their table, with the machine and the date, goes to docs/benchmarks.md.
-bench:
+# rows), then 4 → 8 shards on a whole local cluster as one rebalance against
+# four add-nodes (section rebalance: 8 servers, Temporal, a worker; 600,000
+# users); their table, with the machine and the date, goes to docs/benchmarks.md.
+# One section alone: bash bench/run.sh -sections rebalance -out docs/benchmarks.md
+# (the other sections' rows are kept, with their own date).
+bench: tools
 	$(GO) test -run '^$$' -bench . -benchmem ./ring/...
 	bash bench/run.sh -out docs/benchmarks.md
 

@@ -65,7 +65,7 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 	}
 	if !req.DryRun {
 		// Computed once, here; every later step reads it.
-		if err := store.SavePlan(ctx, topology.Plan{MigrationID: req.ID, FromVersion: cur.Version, Before: cur.Ring, After: nr, Moves: moves}); err != nil {
+		if err := store.SavePlan(ctx, topology.Plan{MigrationID: req.ID, FromVersion: cur.Version, Before: cur.Ring, After: nr, Moves: moves, Weights: planWeights(nr, req)}); err != nil {
 			return workflows.PlanResult{}, badInput("%v", err)
 		}
 	}
@@ -214,8 +214,24 @@ func storedPlan(ctx context.Context, store *topology.Store, id string, fromVersi
 	if err != nil {
 		return p, err
 	}
-	p = topology.Plan{MigrationID: id, FromVersion: fromVersion, Before: from.Ring, After: nr, Moves: moves}
+	p = topology.Plan{MigrationID: id, FromVersion: fromVersion, Before: from.Ring, After: nr, Moves: moves, Weights: planWeights(nr, req)}
 	return p, store.SavePlan(ctx, p)
+}
+
+// planWeights are the weights the request sets, as the planned ring after
+// has them (ring.PlanChange): what the migration's end writes to the
+// registry. nil when it sets none.
+func planWeights(after *ring.Ring, req workflows.MigrationRequest) map[string]float64 {
+	if len(req.Weights) == 0 {
+		return nil
+	}
+	out := make(map[string]float64, len(req.Weights))
+	for name := range req.Weights {
+		if after.HasShard(name) {
+			out[name] = after.Spec(name).Weight
+		}
+	}
+	return out
 }
 
 // groupMoves makes one MoveSpec per (source, target) pair, in the order the
@@ -378,15 +394,18 @@ func (a *Activities) publishStable(ctx context.Context, in workflows.PublishInpu
 	if err != nil {
 		return 0, err
 	}
-	var after *ring.Ring // with moves rolled back: the ring as it stands
+	var ( // with moves rolled back: the ring as it stands, the old weights
+		after   *ring.Ring
+		weights map[string]float64
+	)
 	if len(in.RolledBack) == 0 {
 		plan, err := storedPlan(ctx, store, in.Request.ID, in.FromVersion, in.Request)
 		if err != nil {
 			return 0, err
 		}
-		after = plan.After
+		after, weights = plan.After, plan.Weights
 	}
-	v, err := topology.EndMigration(ctx, store, in.Request.ID, string(in.Request.Kind), after)
+	v, err := topology.EndMigration(ctx, store, in.Request.ID, string(in.Request.Kind), after, weights)
 	if err != nil {
 		return 0, topologyErr(err)
 	}

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs reshard's benchmark program (two throwaway PostgreSQL servers, 1M rows by
-# default). Installs the peer tool pgcopydb first when it is missing.
-# Usage: bench/run.sh [-rows N] [-sections backfill,...] [-out docs/benchmarks.md]
+# default; the rebalance section starts a whole local cluster of its own).
+# Installs the peer tool pgcopydb first when it is missing.
+# Usage: bench/run.sh [-rows N] [-sections backfill,...] [-rebalance-users N]
+#        [-rebalance-max-parallel-moves N] [-out docs/benchmarks.md]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v pgcopydb >/dev/null; then

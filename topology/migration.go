@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/reshard/reshard/ring"
 )
@@ -79,8 +82,20 @@ func StartMigration(ctx context.Context, s *Store, id, kind string, fromVersion 
 // planned ring after when every move completed (it must agree with what
 // the cutovers published: ErrNotCutOver otherwise), the current ring when
 // after is nil (moves rolled back keep their ranges on the old owners).
-// Idempotent, and retried over concurrent publishers.
-func EndMigration(ctx context.Context, s *Store, id, kind string, after *ring.Ring) (int64, error) {
+// With the planned ring it writes the plan's weights (Plan.Weights) to the
+// shard registry in the same transaction as the publish, so the registry's
+// weights are always those of the last planned ring published: a
+// migration rolled back (after nil) leaves the weights it would have set
+// unwritten, and the registry keeps the old ones. Idempotent, and retried
+// over concurrent publishers.
+func EndMigration(ctx context.Context, s *Store, id, kind string, after *ring.Ring, weights map[string]float64) (int64, error) {
+	if after != nil && len(weights) > 0 {
+		if err := checkWeights(weights, after); err != nil {
+			return 0, fmt.Errorf("end migration %s: %w: %w", id, ErrInvalidTopology, err)
+		}
+	} else {
+		weights = nil
+	}
 	reason := fmt.Sprintf("migration %s (%s) ends", id, kind)
 	for {
 		cur, err := s.Current(ctx)
@@ -104,7 +119,7 @@ func EndMigration(ctx context.Context, s *Store, id, kind string, after *ring.Ri
 		if err != nil {
 			return 0, fmt.Errorf("stable topology: %w: %w", ErrInvalidTopology, err)
 		}
-		pub, err := s.Publish(ctx, cur.Version, next.WithMigrationID(id))
+		pub, err := s.PublishGuarded(ctx, cur.Version, next.WithMigrationID(id), setWeights(weights))
 		if errors.Is(err, ErrVersionConflict) {
 			continue
 		}
@@ -112,5 +127,36 @@ func EndMigration(ctx context.Context, s *Store, id, kind string, after *ring.Ri
 			return 0, fmt.Errorf("publish stable topology: %w", err)
 		}
 		return pub.Version, nil
+	}
+}
+
+// setWeights writes weights to the shard registry inside a publish's
+// transaction (nil: nothing to write).
+func setWeights(weights map[string]float64) Guard {
+	if len(weights) == 0 {
+		return nil
+	}
+	return func(ctx context.Context, tx pgx.Tx) error {
+		names := make([]string, 0, len(weights))
+		for name := range weights {
+			names = append(names, name)
+		}
+		slices.Sort(names) // one lock order
+		for _, name := range names {
+			tag, err := tx.Exec(ctx, `UPDATE reshard.shards SET weight = $2, updated_at = now() WHERE name = $1 AND weight IS DISTINCT FROM $2`, name, weights[name])
+			if err != nil {
+				return fmt.Errorf("set the weight of shard %s to %g: %w", name, weights[name], err)
+			}
+			if tag.RowsAffected() == 0 {
+				var registered bool
+				if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM reshard.shards WHERE name = $1)`, name).Scan(&registered); err != nil {
+					return err
+				}
+				if !registered {
+					return fmt.Errorf("set the weight of shard %s: it is not registered", name)
+				}
+			}
+		}
+		return nil
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,6 +22,10 @@ type Plan struct {
 	Before      *ring.Ring  `json:"ring_before"`
 	After       *ring.Ring  `json:"ring_after"`
 	Moves       []ring.Move `json:"moves"`
+	// Weights are the registry weights the migration sets when its planned
+	// ring is published (EndMigration): shards reweighed, or added with a
+	// weight. nil: it sets none. After carries them (ring.Spec).
+	Weights map[string]float64 `json:"weights,omitempty"`
 }
 
 // ErrNoPlan: no plan is stored for the migration.
@@ -43,13 +49,23 @@ func (s *Store) SavePlan(ctx context.Context, p Plan) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, `INSERT INTO reshard.plans (migration_id, from_version, ring_before, ring_after, moves)
-VALUES ($1, $2, $3, $4, $5) ON CONFLICT (migration_id) DO NOTHING`, p.MigrationID, p.FromVersion, before, after, moves); err != nil {
+	var weights []byte // SQL NULL: no weights
+	if len(p.Weights) > 0 {
+		if err := checkWeights(p.Weights, p.After); err != nil {
+			return fmt.Errorf("save the plan of migration %s: %w", p.MigrationID, err)
+		}
+		if weights, err = json.Marshal(p.Weights); err != nil {
+			return err
+		}
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO reshard.plans (migration_id, from_version, ring_before, ring_after, moves, weights)
+VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (migration_id) DO NOTHING`, p.MigrationID, p.FromVersion, before, after, moves, weights); err != nil {
 		return fmt.Errorf("save the plan of migration %s: %w", p.MigrationID, err)
 	}
 	var same bool
-	if err := s.pool.QueryRow(ctx, `SELECT from_version = $2 AND ring_after = $3::jsonb AND moves = $4::jsonb FROM reshard.plans WHERE migration_id = $1`,
-		p.MigrationID, p.FromVersion, after, moves).Scan(&same); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT from_version = $2 AND ring_after = $3::jsonb AND moves = $4::jsonb AND weights IS NOT DISTINCT FROM $5::jsonb
+FROM reshard.plans WHERE migration_id = $1`,
+		p.MigrationID, p.FromVersion, after, moves, weights).Scan(&same); err != nil {
 		return fmt.Errorf("save the plan of migration %s: %w", p.MigrationID, err)
 	}
 	if !same {
@@ -61,9 +77,9 @@ VALUES ($1, $2, $3, $4, $5) ON CONFLICT (migration_id) DO NOTHING`, p.MigrationI
 // LoadPlan reads a migration's plan, or ErrNoPlan.
 func (s *Store) LoadPlan(ctx context.Context, migrationID string) (Plan, error) {
 	p := Plan{MigrationID: migrationID, Before: new(ring.Ring), After: new(ring.Ring)}
-	var before, after, moves []byte
-	err := s.pool.QueryRow(ctx, `SELECT from_version, ring_before, ring_after, moves FROM reshard.plans WHERE migration_id = $1`, migrationID).
-		Scan(&p.FromVersion, &before, &after, &moves)
+	var before, after, moves, weights []byte
+	err := s.pool.QueryRow(ctx, `SELECT from_version, ring_before, ring_after, moves, weights FROM reshard.plans WHERE migration_id = $1`, migrationID).
+		Scan(&p.FromVersion, &before, &after, &moves, &weights)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Plan{}, fmt.Errorf("migration %s: %w", migrationID, ErrNoPlan)
 	}
@@ -79,5 +95,31 @@ func (s *Store) LoadPlan(ctx context.Context, migrationID string) (Plan, error) 
 	if err := json.Unmarshal(moves, &p.Moves); err != nil {
 		return Plan{}, fmt.Errorf("plan of migration %s: moves: %w", migrationID, err)
 	}
+	if weights != nil {
+		if err := json.Unmarshal(weights, &p.Weights); err != nil {
+			return Plan{}, fmt.Errorf("plan of migration %s: weights: %w", migrationID, err)
+		}
+		var specs []ring.Shard
+		for name, w := range p.Weights {
+			specs = append(specs, ring.Shard{Name: name, Weight: w})
+		}
+		if p.After, err = p.After.WithShards(specs); err != nil {
+			return Plan{}, fmt.Errorf("plan of migration %s: weights: %w", migrationID, err)
+		}
+	}
 	return p, nil
+}
+
+// checkWeights refuses weights a registry cannot hold or that name a shard
+// the planned ring does not have.
+func checkWeights(weights map[string]float64, after *ring.Ring) error {
+	for name, w := range weights {
+		if !(w > 0) || math.IsInf(w, 0) {
+			return fmt.Errorf("weight %v of shard %s: want a positive number", w, name)
+		}
+		if !after.HasShard(name) {
+			return fmt.Errorf("weight of shard %s: the planned ring has no such shard (shards: %s)", name, strings.Join(after.Shards(), ","))
+		}
+	}
+	return nil
 }

@@ -157,6 +157,11 @@ END $$;`,
 	sent_at      timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX requests_by_migration ON reshard.requests (migration_id, sent_at);`,
+
+	// 9: the weights a migration's plan sets (a rebalance --weight, or the
+	// weight of an added shard), written to reshard.shards by the publish
+	// of its planned ring (EndMigration). NULL: the plan sets none.
+	`ALTER TABLE reshard.plans ADD COLUMN weights jsonb;`,
 }
 
 // contractSQL is schema step 6. Tokens are PostgreSQL's own immutable hash

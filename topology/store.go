@@ -182,9 +182,11 @@ func (s *Store) Publish(ctx context.Context, expected int64, next Topology) (Top
 	return s.PublishGuarded(ctx, expected, next, nil)
 }
 
-// Guard is a precondition of a publish, checked inside its transaction
-// after the compare-and-set lock: an error refuses the publish. A cutover
-// uses it to publish only while its attempt is the move's newest.
+// Guard runs inside a publish's transaction after the compare-and-set
+// lock: a precondition (an error refuses the publish; a cutover publishes
+// only while its attempt is the move's newest) or a write that must commit
+// with the version and only with it (a migration's end sets the planned
+// weights).
 type Guard func(ctx context.Context, tx pgx.Tx) error
 
 // PublishGuarded is Publish with a precondition checked in the same

@@ -14,12 +14,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/reshard/reshard/devenv"
 )
 
 // section is one group of measurements sharing the environment.
@@ -27,15 +31,19 @@ type section struct {
 	name  string
 	about string
 	run   func(ctx context.Context, e *env, r *report) error
+	// ownServers: the section needs no shared env (it starts what it
+	// measures, or nothing); a run of such sections only starts no env.
+	ownServers bool
 }
 
 // sections run in this order; add yours here.
 var sections = []section{
-	{name: "ring", about: "scale-out simulation, Owner lookup, planning 1,000 shards × 256 vnodes, 4 → 8 and 16 → 64 as one rebalance against add-nodes one at a time (no servers)", run: runRing},
+	{name: "ring", about: "scale-out simulation, Owner lookup, planning 1,000 shards × 256 vnodes, 4 → 8 and 16 → 64 as one rebalance against add-nodes one at a time (no servers)", run: runRing, ownServers: true},
 	{name: "backfill", about: "range copy vs raw COPY pipe and pgcopydb", run: runBackfill},
 	{name: "cutover", about: "write pause of cutovers under router writers; fence trigger overhead (pgbench)", run: runCutover},
 	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},
 	{name: "cdc", about: "apply rate and CPU for small transactions vs the source and its walsender, staged vs text[] flushes, peak RSS for one huge transaction", run: runCDC},
+	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
 }
 
 // config is the benchmark's one configuration.
@@ -49,6 +57,10 @@ type config struct {
 	out string
 	// cdcProfile, when set, receives a CPU profile of the CDC apply.
 	cdcProfile string
+	// rebalanceUsers sizes the rebalance section's data (two orders per
+	// user); rebalanceMaxParallel is its --max-parallel-moves (0: no bound).
+	rebalanceUsers       int64
+	rebalanceMaxParallel int
 }
 
 func main() {
@@ -65,6 +77,8 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "leave the servers' data directories behind (their path is printed)")
 	flag.StringVar(&cfg.out, "out", "", "also write the final table as markdown, with the machine and the date, to this file")
 	flag.StringVar(&cfg.cdcProfile, "cdc-profile", "", "write a CPU profile of the CDC apply (small transactions) to this file")
+	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
+	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
 	flag.Parse()
 	if only != "" {
 		cfg.only = strings.Split(only, ",")
@@ -75,8 +89,12 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 {
-		fmt.Fprintln(os.Stderr, "reshard-bench: -rows and -chunk-rows must be positive")
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 {
+		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows and -rebalance-users must be positive")
+		os.Exit(2)
+	}
+	if cfg.rebalanceMaxParallel < 0 {
+		fmt.Fprintln(os.Stderr, "reshard-bench: -rebalance-max-parallel-moves must be 0 (no bound) or more")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -100,16 +118,24 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// Before our servers exist, the load is other work's alone.
 	idle := loadAvg()
 	fmt.Fprintf(out, "load average before the servers started: %s\n", idle)
-	e, err := newEnv(ctx, cfg, out)
-	if err != nil {
-		return err
+	var e *env // the two shared servers, only when a section needs them
+	for _, s := range sections {
+		if s.ownServers || cfg.only != nil && !slices.Contains(cfg.only, s.name) {
+			continue
+		}
+		var err error
+		if e, err = newEnv(ctx, cfg, out); err != nil {
+			return err
+		}
+		defer e.close()
+		break
 	}
-	defer e.close()
-	r := &report{out: out, idleLoad: idle}
+	r := &report{out: out, cfg: cfg, idleLoad: idle}
 	for _, s := range sections {
 		if cfg.only != nil && !slices.Contains(cfg.only, s.name) {
 			continue
 		}
+		r.ran = append(r.ran, s.name)
 		fmt.Fprintf(out, "## %s: %s\n", s.name, s.about)
 		r.section = s.name
 		before := loadAvg()
@@ -123,7 +149,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		}
 	}
 	r.print(out)
-	fmt.Fprintf(out, "\n(%d rows, total %s)\n", cfg.rows, time.Since(start).Round(time.Second))
+	fmt.Fprintf(out, "\ntotal %s\n", time.Since(start).Round(time.Second))
 	if cfg.out != "" {
 		if err := writeMarkdown(ctx, cfg, e, r, time.Since(start)); err != nil {
 			return err
@@ -149,26 +175,115 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// writeMarkdown writes the report with what it was measured on.
+// writeMarkdown writes the report with what it was measured on. The rows
+// of sections not run this time are kept from cfg.out as it was, with the
+// date and load of the run that measured them, so one section can be
+// measured again without running every other.
 func writeMarkdown(ctx context.Context, cfg config, e *env, r *report, took time.Duration) error {
-	var version string
-	if err := e.srcPool.QueryRow(ctx, `SELECT version()`).Scan(&version); err != nil {
+	now := time.Now().UTC().Format("2006-01-02 15:04 MST")
+	old := readOldReport(cfg.out)
+	kept := func(name string) bool { return !slices.Contains(r.ran, name) && old.lines[name] != "" }
+	version, err := pgVersion(ctx, e)
+	if err != nil {
 		return err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\nGenerated by `make bench` (`bench/run.sh -out docs/benchmarks.md`, program `cmd/reshard-bench`); do not edit by hand.\n\n")
-	fmt.Fprintf(&b, "- date: %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(&b, "- date: %s (sections %s; a section not run then keeps its rows from the run dated in its line below)\n", now, strings.Join(r.ran, ", "))
 	fmt.Fprintf(&b, "- machine: %d CPUs (nproc), %s memory, %s\n", runtime.NumCPU(), memTotal(), runtime.GOOS+"/"+runtime.GOARCH)
-	fmt.Fprintf(&b, "- PostgreSQL: %s (two local servers, shared_buffers 256MB, max_wal_size 4GB)\n", version)
-	fmt.Fprintf(&b, "- data: users table of ../shared/bench/pglimits.sh, %d rows, %d bytes; run took %s\n", cfg.rows, e.tableBytes, took.Round(time.Second))
-	fmt.Fprintf(&b, "- load average (1, 5, 15 min) before the servers started (other work only): %s\n", r.idleLoad)
-	for _, l := range r.loads {
-		fmt.Fprintf(&b, "- load average (1, 5, 15 min) around section %s: %s before, %s after\n", l.section, l.before, l.after)
+	fmt.Fprintf(&b, "- PostgreSQL: %s\n", version)
+	envKept := slices.ContainsFunc(sections, func(s section) bool { return !s.ownServers && kept(s.name) })
+	switch {
+	case e != nil:
+		fmt.Fprintf(&b, "- data of backfill, cutover, verify, cdc: two local servers (shared_buffers 256MB, max_wal_size 4GB), users table of ../shared/bench/pglimits.sh, %d rows, %d bytes\n", cfg.rows, e.tableBytes)
+	case envKept && old.data != "":
+		b.WriteString(old.data + "\n")
+	}
+	fmt.Fprintf(&b, "- this run took %s; load average (1, 5, 15 min) before it started its servers (other work only): %s\n", took.Round(time.Second), r.idleLoad)
+	for _, s := range sections {
+		if i := slices.IndexFunc(r.loads, func(l sectionLoad) bool { return l.section == s.name }); i >= 0 {
+			l := r.loads[i]
+			fmt.Fprintf(&b, "- section %s: measured %s; load average (1, 5, 15 min) %s before, %s after\n", l.section, now, l.before, l.after)
+		} else if kept(s.name) {
+			b.WriteString(old.lines[s.name] + "\n")
+		}
 	}
 	b.WriteString("\nThe loads around a section include the benchmark's own processes (two to four busy during a measurement). " +
 		"Ratios compare figures measured in the same run; other work on the machine skews them unevenly.\n")
-	r.print(&b)
+	b.WriteString("\n| section | figure | value | unit | details |\n|---|---|---:|---|---|\n")
+	for _, s := range sections {
+		if slices.Contains(r.ran, s.name) {
+			for _, f := range r.figures {
+				if f.section == s.name {
+					b.WriteString(f.row())
+				}
+			}
+		} else if kept(s.name) {
+			for _, row := range old.rows[s.name] {
+				b.WriteString(row + "\n")
+			}
+		}
+	}
 	return os.WriteFile(cfg.out, []byte(b.String()), 0o644)
+}
+
+// oldReport is what writeMarkdown keeps of the file it replaces: per
+// section, its line in the header and its table rows; the env's data line.
+type oldReport struct {
+	lines map[string]string
+	rows  map[string][]string
+	data  string
+}
+
+// readOldReport reads a file writeMarkdown wrote (an earlier format's
+// "load average ... around section X" lines get the file's date). A missing
+// file keeps nothing.
+func readOldReport(path string) oldReport {
+	o := oldReport{lines: map[string]string{}, rows: map[string][]string{}}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return o
+	}
+	date := "unknown"
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "- date: "):
+			date, _, _ = strings.Cut(strings.TrimPrefix(line, "- date: "), " (")
+		case strings.HasPrefix(line, "- data"):
+			o.data = line
+		case strings.HasPrefix(line, "- section "):
+			name, _, _ := strings.Cut(strings.TrimPrefix(line, "- section "), ":")
+			o.lines[name] = line
+		case strings.HasPrefix(line, "- load average (1, 5, 15 min) around section "):
+			name, rest, ok := strings.Cut(strings.TrimPrefix(line, "- load average (1, 5, 15 min) around section "), ": ")
+			if ok {
+				o.lines[name] = fmt.Sprintf("- section %s: measured %s; load average (1, 5, 15 min) %s", name, date, rest)
+			}
+		case strings.HasPrefix(line, "| ") && !strings.HasPrefix(line, "| section |"):
+			name, _, _ := strings.Cut(strings.TrimPrefix(line, "| "), " |")
+			o.rows[name] = append(o.rows[name], line)
+		}
+	}
+	return o
+}
+
+// pgVersion is version() of the shared servers, or postgres --version when
+// this run started none.
+func pgVersion(ctx context.Context, e *env) (string, error) {
+	if e != nil {
+		var v string
+		err := e.srcPool.QueryRow(ctx, `SELECT version()`).Scan(&v)
+		return v, err
+	}
+	dir, err := devenv.FindPGBin()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(dir, "postgres"), "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("postgres --version: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // memTotal is the machine's memory as /proc/meminfo says it.
@@ -197,6 +312,8 @@ type figure struct {
 
 type report struct {
 	out     io.Writer
+	cfg     config
+	ran     []string // sections run, in order
 	section string
 	figures []figure
 	// idleLoad is the load average before the servers started; loads are
@@ -222,6 +339,11 @@ func format(v float64) string {
 func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w, "\n| section | figure | value | unit | details |\n|---|---|---:|---|---|")
 	for _, f := range r.figures {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", f.section, f.name, format(f.value), f.unit, strings.ReplaceAll(f.details, "|", `\|`))
+		fmt.Fprint(w, f.row())
 	}
+}
+
+// row is the figure as a markdown table row.
+func (f figure) row() string {
+	return fmt.Sprintf("| %s | %s | %s | %s | %s |\n", f.section, f.name, format(f.value), f.unit, strings.ReplaceAll(f.details, "|", `\|`))
 }

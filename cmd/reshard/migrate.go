@@ -542,10 +542,6 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 			}
 			if dryRun {
 				req.ID = "" // a plan starts nothing, so it names nothing
-			} else if len(req.Weights) > 0 {
-				// The registry's weights are what every later plan reads;
-				// nothing yet writes a rebalance's new weights there.
-				return usageError{errors.New("rebalance --weight can be planned (reshard plan rebalance) but not started yet: the shard registry's weights are not updated by a migration; start the rebalance with --add and --remove only")}
 			}
 			cfg, err := cf.load(opts)
 			if err != nil {

@@ -149,7 +149,7 @@ func TestInitAndPlan(t *testing.T) {
 			reb.Pairs, reb.Moved, reb.StepMoved, reb.Steps, reb.Problems, reb.Rows)
 	}
 	out, code = c.run(t, "plan", "rebalance", "--add", "shard3", "--weight", "shard1=2", "--table", "users:id", "--table", "orders:user_id")
-	if code != 0 || !strings.Contains(out, "(one shard at a time: 50.00% in 2 steps") || !strings.Contains(out, "a rebalance with --weight cannot be started yet") {
+	if code != 0 || !strings.Contains(out, "(one shard at a time: 50.00% in 2 steps") || !strings.Contains(out, "start it with: reshard rebalance --add shard3 --weight shard1=2") {
 		t.Errorf("plan rebalance: exit %d\n%s", code, out)
 	}
 

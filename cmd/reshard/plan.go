@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -250,8 +251,6 @@ func printPlan(out io.Writer, rep planReport) {
 	if probs := problemLines(rep); len(probs) > 0 {
 		fmt.Fprintln(out, "\nproblems (fix these, nothing was changed):")
 		fmt.Fprintln(out, strings.Join(probs, "\n"))
-	} else if r.Kind == workflows.KindRebalance && len(r.Weights) > 0 {
-		fmt.Fprintln(out, "\npreflight passed; a rebalance with --weight cannot be started yet (nothing writes the registry's weights): this is the plan it would run")
 	} else {
 		fmt.Fprintf(out, "\npreflight passed; start it with: reshard %s\n", startHint(r))
 	}
@@ -292,6 +291,14 @@ func startHint(r workflows.MigrationRequest) string {
 		}
 		if len(r.Remove) > 0 {
 			fmt.Fprintf(&b, " --remove %s", strings.Join(r.Remove, ","))
+		}
+		names := make([]string, 0, len(r.Weights))
+		for name := range r.Weights {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			fmt.Fprintf(&b, " --weight %s=%g", name, r.Weights[name])
 		}
 	default:
 		fmt.Fprintf(&b, "%s %s", r.Kind, r.Shard)

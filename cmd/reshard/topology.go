@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -531,14 +532,28 @@ func newRingShowCmd(opts *globalOptions) *cobra.Command {
 			}
 			fmt.Fprintf(out, "topology version %d: %d shards, %d vnodes\n\n", t.Version, len(t.Ring.Shards()), t.Ring.Len())
 			share := t.Ring.Share()
+			// The registry's weights: what the last planned ring published
+			// set (topology.EndMigration) and every next plan reads.
+			reg, err := store.Shards(ctx)
+			if err != nil {
+				return controlErr(err)
+			}
+			weight := map[string]float64{}
+			for _, sh := range reg {
+				weight[sh.Name] = sh.Weight
+			}
 			w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "SHARD\tVNODES\tRANGES\tSPACE")
+			fmt.Fprintln(w, "SHARD\tVNODES\tRANGES\tSPACE\tWEIGHT")
 			vn := map[string]int{}
 			for _, v := range t.Ring.VNodes() {
 				vn[v.Shard]++
 			}
 			for _, s := range t.Ring.Shards() {
-				fmt.Fprintf(w, "%s\t%d\t%d\t%.2f%%\n", s, vn[s], len(t.Ring.Ranges(s)), 100*share[s])
+				wt := "-" // not registered
+				if v, ok := weight[s]; ok {
+					wt = strconv.FormatFloat(v, 'g', -1, 64)
+				}
+				fmt.Fprintf(w, "%s\t%d\t%d\t%.2f%%\t%s\n", s, vn[s], len(t.Ring.Ranges(s)), 100*share[s], wt)
 			}
 			w.Flush()
 			if ranges {
