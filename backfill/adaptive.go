@@ -83,10 +83,43 @@ type Controller struct {
 	// does not apply to that side).
 	SourceBaseline, TargetBaseline time.Duration
 	Min, Max                       float64 // rows/s; Min defaults to DefaultMinRate
+	// Smoothing is the weight of a new probe reading in the latency the law
+	// compares with its limits, an exponentially weighted mean (default
+	// DefaultSmoothing; 1: none). A sub-millisecond probe on a busy machine
+	// jumps by more than a 10 % target from one reading to the next: unsmoothed,
+	// noise alone holds the rate at the floor.
+	Smoothing float64
 
 	rate     float64
 	step     float64
 	congests bool // slow start is over
+	smoothed [2]time.Duration
+}
+
+// DefaultSmoothing is the default weight of a new probe reading: a
+// sustained rise shows in full within about 5 readings, a lone spike by a
+// third of its height.
+const DefaultSmoothing = 0.3
+
+// smooth returns the smoothed probe latencies of s.
+func (c *Controller) smooth(s Signals) Signals {
+	a := c.Smoothing
+	if a <= 0 || a > 1 {
+		a = DefaultSmoothing
+	}
+	for i, p := range []*time.Duration{&s.SourceProbe, &s.TargetProbe} {
+		switch {
+		case *p <= 0:
+		case c.smoothed[i] <= 0:
+			c.smoothed[i] = *p // the first reading seeds the mean
+		default:
+			c.smoothed[i] = time.Duration(a*float64(*p) + (1-a)*float64(c.smoothed[i]))
+		}
+		if *p > 0 {
+			*p = c.smoothed[i]
+		}
+	}
+	return s
 }
 
 // Decision is one step's outcome.
@@ -166,7 +199,7 @@ func (c *Controller) Step(s Signals, achieved float64) Decision {
 		c.rate = DefaultStartRate
 	}
 	worst := reading{signal: SignalNone}
-	for _, r := range c.readings(s) {
+	for _, r := range c.readings(c.smooth(s)) {
 		if r.ratio > worst.ratio {
 			worst = r
 		}

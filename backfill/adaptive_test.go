@@ -80,6 +80,7 @@ func TestControllerLaw(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.c
+			c.Smoothing = 1 // the law itself; smoothing has its own test
 			for i, st := range tc.steps {
 				d := c.Step(st.s, st.achieved)
 				if d.RowsPerSec != st.rate || d.Signal != st.signal || !strings.Contains(d.Reason, st.reason) {
@@ -131,5 +132,26 @@ func TestControllerSettlesBelowTheLimit(t *testing.T) {
 	}
 	if mean < 0.5*20000 || mean > 20000 {
 		t.Fatalf("mean rate %.0f rows/s, want between half of 20000 and 20000", mean)
+	}
+}
+
+// The probe latency is smoothed: a lone spike does not cut the rate, a
+// sustained rise does within a few readings.
+func TestControllerSmoothsTheProbe(t *testing.T) {
+	c := Controller{Limits: AdaptiveLimits{MaxLatencyIncrease: 10}, SourceBaseline: 10 * ms}
+	calm, high := Signals{SourceProbe: 10 * ms, SlotWAL: -1}, Signals{SourceProbe: 13 * ms, SlotWAL: -1}
+	c.Step(calm, 0)
+	if d := c.Step(high, 0); d.Cut {
+		t.Fatalf("a lone +30%% spike: %+v", d)
+	}
+	c.Step(calm, 0)
+	cuts := 0
+	for range 4 {
+		if c.Step(high, 0).Cut {
+			cuts++
+		}
+	}
+	if cuts == 0 {
+		t.Fatal("a sustained +30% rise was never acted on")
 	}
 }

@@ -140,7 +140,7 @@ type Adaptive struct {
 	Reader     SignalReader
 	Controller Controller
 	// Interval between readings (default 1s). BaselineReadings is how many
-	// readings the baseline is the median of (default 5).
+	// readings, 100 ms apart, the baseline is the median of (default 9).
 	Interval         time.Duration
 	BaselineReadings int
 	Move             string
@@ -168,10 +168,17 @@ func (a *Adaptive) Prepare(ctx context.Context) error {
 	if c.Limits.MaxLatencyIncrease > 0 && c.SourceBaseline == 0 {
 		n := a.BaselineReadings
 		if n <= 0 {
-			n = 5
+			n = 9
 		}
 		var src, dst []time.Duration
-		for range n {
+		for i := range n {
+			if i > 0 { // spread over about a second: one slow moment is not the baseline
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
 			s, err := a.Reader.Read(ctx)
 			if err != nil {
 				return fmt.Errorf("adaptive throttle: measure the baseline: %w", err)
