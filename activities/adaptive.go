@@ -1,6 +1,8 @@
 package activities
 
 import (
+	"time"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
@@ -25,8 +27,9 @@ func (a *Activities) adaptive(move string, limits *workflows.AdaptiveThrottle, f
 			MaxActiveBackends: limits.MaxActiveBackends, MaxReplicaLag: limits.MaxReplicaLag, MaxSlotWAL: limits.MaxSlotWAL,
 		}},
 	}
+	ad.Rebaseline = Rebaseline
 	if from != nil {
-		ad.Controller.SourceBaseline, ad.Controller.TargetBaseline = from.SourceBaseline, from.TargetBaseline
+		ad.Controller.SourceBaseline, ad.Controller.TargetBaseline, ad.MeasuredAt = from.SourceBaseline, from.TargetBaseline, from.BaselineAt
 		if target == nil {
 			ad.Controller.TargetBaseline = 0
 		}
@@ -45,5 +48,10 @@ func adaptiveStatus(ad *backfill.Adaptive) *workflows.AdaptiveStatus {
 	}
 	s := ad.State()
 	return &workflows.AdaptiveStatus{RowsPerSec: s.RowsPerSec, Signal: s.Signal, Reason: s.Reason,
-		SourceBaseline: s.SourceBaseline, TargetBaseline: s.TargetBaseline}
+		SourceBaseline: s.SourceBaseline, TargetBaseline: s.TargetBaseline, BaselineAt: s.BaselineAt}
 }
+
+// Rebaseline is how often the adaptive throttle measures its probe
+// baselines again, the work held for about 1.5 s meanwhile (0.5 % of the
+// time): the shards' own load drifts over a long copy.
+const Rebaseline = 5 * time.Minute

@@ -24,6 +24,27 @@ type Throttle struct {
 	adaptive              float64 // the adaptive throttle's rows/s (0: none)
 
 	passed atomic.Int64 // rows let through, for the adaptive throttle's achieved rate
+
+	held chan struct{} // non-nil while the adaptive throttle holds the work (under mu); closed on release
+}
+
+// hold stops every Wait until release: the adaptive throttle measures its
+// baseline without the work's load.
+func (t *Throttle) hold() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held == nil {
+		t.held = make(chan struct{})
+	}
+}
+
+func (t *Throttle) release() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held != nil {
+		close(t.held)
+		t.held = nil
+	}
 }
 
 // NewThrottle returns a throttle with the given limits; 0 means unlimited.
@@ -115,6 +136,16 @@ func (t *Throttle) Wait(ctx context.Context, rows, bytes int) (time.Duration, er
 		return 0, nil
 	}
 	start := time.Now()
+	t.mu.Lock()
+	held := t.held
+	t.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		}
+	}
 	if err := waitN(ctx, t.rows, rows); err != nil {
 		return time.Since(start), err
 	}
@@ -321,6 +352,14 @@ func (m *Metrics) adaptive(move string, d Decision) {
 		}
 		m.adaptiveLimit.WithLabelValues(move, s).Set(v)
 	}
+}
+
+func (m *Metrics) adaptiveEnded(move string) {
+	if m == nil {
+		return
+	}
+	m.adaptiveRate.DeletePartialMatch(prometheus.Labels{"move": move})
+	m.adaptiveLimit.DeletePartialMatch(prometheus.Labels{"move": move})
 }
 
 func (m *Metrics) waited(move, reason string, d time.Duration) {

@@ -143,9 +143,19 @@ type Adaptive struct {
 	// readings, 100 ms apart, the baseline is the median of (default 9).
 	Interval         time.Duration
 	BaselineReadings int
-	Move             string
-	Logger           *slog.Logger
-	Metrics          *Metrics
+	// Rebaseline, when positive, measures the baselines again that often,
+	// holding the work meanwhile (Settle for the work in flight to end, then
+	// the readings): the shards' own load drifts (the application's day, other
+	// work on the machine), and against a baseline that has become too low
+	// the throttle would hold the work at its floor for no cause of its own.
+	Rebaseline time.Duration
+	Settle     time.Duration // default 500ms
+	// MeasuredAt is when the Controller's baselines were measured, when they
+	// come from an earlier run (Rebaseline counts from it).
+	MeasuredAt time.Time
+	Move       string
+	Logger     *slog.Logger
+	Metrics    *Metrics
 
 	mu    sync.Mutex
 	state AdaptiveState
@@ -158,6 +168,7 @@ type AdaptiveState struct {
 	Signal, Reason                 string
 	Signals                        Signals
 	SourceBaseline, TargetBaseline time.Duration
+	BaselineAt                     time.Time // when the baselines were measured
 	At                             time.Time
 }
 
@@ -166,28 +177,9 @@ type AdaptiveState struct {
 func (a *Adaptive) Prepare(ctx context.Context) error {
 	c := &a.Controller
 	if c.Limits.MaxLatencyIncrease > 0 && c.SourceBaseline == 0 {
-		n := a.BaselineReadings
-		if n <= 0 {
-			n = 9
+		if err := a.measure(ctx); err != nil {
+			return err
 		}
-		var src, dst []time.Duration
-		for i := range n {
-			if i > 0 { // spread over about a second: one slow moment is not the baseline
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-			s, err := a.Reader.Read(ctx)
-			if err != nil {
-				return fmt.Errorf("adaptive throttle: measure the baseline: %w", err)
-			}
-			src, dst = append(src, s.SourceProbe), append(dst, s.TargetProbe)
-		}
-		slices.Sort(src)
-		slices.Sort(dst)
-		c.SourceBaseline, c.TargetBaseline = src[n/2], dst[n/2]
 	}
 	if c.Rate() <= 0 {
 		c.rate = DefaultStartRate
@@ -197,9 +189,66 @@ func (a *Adaptive) Prepare(ctx context.Context) error {
 	}
 	a.Throttle.SetAdaptive(c.Rate())
 	a.mu.Lock()
-	a.state = AdaptiveState{RowsPerSec: c.Rate(), Signal: SignalNone, SourceBaseline: c.SourceBaseline, TargetBaseline: c.TargetBaseline, At: time.Now()}
+	a.state = AdaptiveState{RowsPerSec: c.Rate(), Signal: SignalNone, SourceBaseline: c.SourceBaseline, TargetBaseline: c.TargetBaseline,
+		BaselineAt: a.MeasuredAt, At: time.Now()}
 	a.mu.Unlock()
 	return nil
+}
+
+// measure sets the Controller's baselines from BaselineReadings readings,
+// 100 ms apart, and starts its smoothing afresh.
+func (a *Adaptive) measure(ctx context.Context) error {
+	c := &a.Controller
+	n := a.BaselineReadings
+	if n <= 0 {
+		n = 9
+	}
+	var src, dst []time.Duration
+	for i := range n {
+		if i > 0 { // spread over about a second: one slow moment is not the baseline
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		s, err := a.Reader.Read(ctx)
+		if err != nil {
+			return fmt.Errorf("adaptive throttle: measure the baseline: %w", err)
+		}
+		src, dst = append(src, s.SourceProbe), append(dst, s.TargetProbe)
+	}
+	slices.Sort(src)
+	slices.Sort(dst)
+	c.SourceBaseline, c.TargetBaseline = src[n/2], dst[n/2]
+	c.smoothed = [2]time.Duration{}
+	a.MeasuredAt = time.Now()
+	return nil
+}
+
+// rebaseline holds the work, measures the baselines again and lets the
+// work go on; a failed measurement keeps the old baselines.
+func (a *Adaptive) rebaseline(ctx context.Context, log *slog.Logger) {
+	settle := a.Settle
+	if settle <= 0 {
+		settle = 500 * time.Millisecond
+	}
+	a.Throttle.hold()
+	defer a.Throttle.release()
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(settle):
+	}
+	before := a.Controller.SourceBaseline
+	if err := a.measure(ctx); err != nil {
+		if ctx.Err() == nil {
+			log.Warn("adaptive throttle: measuring the baseline again failed; keeping the old one", "error", err)
+		}
+		return
+	}
+	log.Debug("adaptive throttle: baseline measured again", "source_before", before, "source", a.Controller.SourceBaseline,
+		"target", a.Controller.TargetBaseline)
 }
 
 // Run steps the throttle every Interval until ctx ends; it returns nil then.
@@ -217,11 +266,20 @@ func (a *Adaptive) Run(ctx context.Context) error {
 	defer t.Stop()
 	last, lastAt := a.Throttle.passed.Load(), time.Now()
 	lastSignal := ""
+	if a.MeasuredAt.IsZero() {
+		a.MeasuredAt = time.Now()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if a.Rebaseline > 0 && a.Controller.Limits.MaxLatencyIncrease > 0 && time.Since(a.MeasuredAt) >= a.Rebaseline {
+			a.rebaseline(ctx, log)
+			a.MeasuredAt = time.Now() // a failed measurement is not tried again at once
+			last, lastAt = a.Throttle.passed.Load(), time.Now()
+			continue
 		}
 		s, err := a.Reader.Read(ctx)
 		if ctx.Err() != nil {
@@ -245,7 +303,7 @@ func (a *Adaptive) Run(ctx context.Context) error {
 		}
 		a.mu.Lock()
 		a.state = AdaptiveState{RowsPerSec: d.RowsPerSec, Signal: d.Signal, Reason: d.Reason, Signals: s,
-			SourceBaseline: a.Controller.SourceBaseline, TargetBaseline: a.Controller.TargetBaseline, At: now}
+			SourceBaseline: a.Controller.SourceBaseline, TargetBaseline: a.Controller.TargetBaseline, BaselineAt: a.MeasuredAt, At: now}
 		a.mu.Unlock()
 	}
 }
@@ -276,5 +334,7 @@ func (a *Adaptive) With(ctx context.Context, work func(ctx context.Context) erro
 	err := work(ctx)
 	cancel()
 	<-done
+	// The gauges say what holds the work back now: nothing, once it ended.
+	a.Metrics.adaptiveEnded(a.Move)
 	return err
 }

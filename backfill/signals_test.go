@@ -227,6 +227,7 @@ func TestCopyUnderAdaptiveThrottle(t *testing.T) {
 	opts.Throttle, opts.ChunkRows, opts.Parallel = th, 50, 1
 	var st Stats
 	var mid AdaptiveState
+	var midGauge float64
 	start := time.Now()
 	err := a.With(ctx, func(ctx context.Context) error {
 		sig.set(Signals{SourceProbe: 3 * time.Millisecond, SlotWAL: -1}) // +200%
@@ -234,6 +235,7 @@ func TestCopyUnderAdaptiveThrottle(t *testing.T) {
 		opts.Progress = func(p Progress) {
 			if n.Add(1) == 10 {
 				mid = a.State()
+				midGauge = promtest.Gauge(t, reg, "reshard_throttle_limiting_signal", "m_adaptive", SignalSourceLatency)
 			}
 		}
 		var err error
@@ -250,15 +252,15 @@ func TestCopyUnderAdaptiveThrottle(t *testing.T) {
 	if a.Controller.SourceBaseline != time.Millisecond {
 		t.Fatalf("baseline %s, want the probe before the copy (1ms)", a.Controller.SourceBaseline)
 	}
-	if mid.Signal != SignalSourceLatency || mid.RowsPerSec != 1000 || !strings.Contains(mid.Reason, "+200%") {
-		t.Fatalf("state during the copy: %+v", mid)
+	if mid.Signal != SignalSourceLatency || mid.RowsPerSec != 1000 || !strings.Contains(mid.Reason, "+200%") || midGauge != 1 {
+		t.Fatalf("state during the copy: %+v, limiting signal gauge %g", mid, midGauge)
 	}
 	// At the floor of 1000 rows/s the copy takes about want/1000 s.
 	if el, floor := time.Since(start), time.Duration(float64(want)/1000*0.7*float64(time.Second)); el < floor {
 		t.Fatalf("copy of %d rows took %s under a throttle at 1000 rows/s (want ≥ %s)", want, el, floor)
 	}
-	if got := promtest.Gauge(t, reg, "reshard_throttle_limiting_signal", "m_adaptive", SignalSourceLatency); got != 1 {
-		t.Fatalf("limiting signal gauge %g", got)
+	if got := promtest.Gauge(t, reg, "reshard_throttle_limiting_signal", "m_adaptive", SignalSourceLatency); got != 0 {
+		t.Fatalf("limiting signal gauge %g after the copy ended, want its series gone", got)
 	}
 	// Calm again: once the smoothed probe is back down, the rate grows.
 	var d Decision
@@ -267,5 +269,51 @@ func TestCopyUnderAdaptiveThrottle(t *testing.T) {
 	}
 	if d.Signal != SignalNone || d.RowsPerSec <= 1000 {
 		t.Fatalf("calm steps: %+v", d)
+	}
+}
+
+// The shards' own load drifts up: against the baseline measured before the
+// work, the throttle would sit at its floor. Measuring the baseline again
+// (the work held meanwhile: no row passes) finds the new floor, and the rate
+// grows again.
+func TestAdaptiveRebaseline(t *testing.T) {
+	sig := &fakeSignals{s: Signals{SourceProbe: time.Millisecond, SlotWAL: -1}}
+	th := NewThrottle(0, 0)
+	a := &Adaptive{Throttle: th, Reader: sig, Interval: 20 * time.Millisecond, BaselineReadings: 3, Rebaseline: 600 * time.Millisecond,
+		Settle: 50 * time.Millisecond, Controller: Controller{Limits: AdaptiveLimits{MaxLatencyIncrease: 10}, Smoothing: 1}}
+	var (
+		heldSeen   bool
+		pinned     AdaptiveState
+		maxWaitGap time.Duration
+	)
+	err := a.With(context.Background(), func(ctx context.Context) error {
+		sig.set(Signals{SourceProbe: 2 * time.Millisecond, SlotWAL: -1}) // the drift, not the work
+		deadline := time.Now().Add(2 * time.Second)
+		for time.Now().Before(deadline) {
+			th.mu.Lock()
+			heldSeen = heldSeen || th.held != nil
+			th.mu.Unlock()
+			start := time.Now()
+			if _, err := th.Wait(ctx, 1, 0); err != nil {
+				return err
+			}
+			maxWaitGap = max(maxWaitGap, time.Since(start))
+			if s := a.State(); s.Signal == SignalSourceLatency && pinned.At.IsZero() {
+				pinned = s
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pinned.At.IsZero() {
+		t.Fatal("the drift never showed as a latency increase before the new baseline")
+	}
+	if !heldSeen || maxWaitGap < 50*time.Millisecond {
+		t.Fatalf("the work was not held while the baseline was measured (held seen %v, longest wait %s)", heldSeen, maxWaitGap)
+	}
+	if s := a.State(); a.Controller.SourceBaseline != 2*time.Millisecond || s.Signal != SignalNone {
+		t.Fatalf("after measuring again: baseline %s, state %+v", a.Controller.SourceBaseline, s)
 	}
 }

@@ -107,6 +107,9 @@ type AdaptiveStatus struct {
 	Reason         string        `json:"reason,omitempty"`
 	SourceBaseline time.Duration `json:"source_baseline,omitempty"`
 	TargetBaseline time.Duration `json:"target_baseline,omitempty"`
+	// BaselineAt is when the baselines were measured (they are measured
+	// again every activities.Rebaseline, the work held meanwhile).
+	BaselineAt time.Time `json:"baseline_at,omitzero"`
 }
 
 // Text is how the adaptive throttle is shown everywhere (status, --json's

@@ -394,7 +394,7 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 	// The copy's baselines stay for verify and cleanup; its rate and
 	// reason were the copy's.
 	if a := m.state.Adaptive; a != nil {
-		m.state.Adaptive = &AdaptiveStatus{SourceBaseline: a.SourceBaseline, TargetBaseline: a.TargetBaseline}
+		m.state.Adaptive = &AdaptiveStatus{SourceBaseline: a.SourceBaseline, TargetBaseline: a.TargetBaseline, BaselineAt: a.BaselineAt}
 	}
 	return m.to(ctx, PhaseCDCCatchUp)
 }
