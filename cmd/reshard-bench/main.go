@@ -35,6 +35,7 @@ var sections = []section{
 	{name: "backfill", about: "range copy vs raw COPY pipe and pgcopydb", run: runBackfill},
 	{name: "cutover", about: "write pause of cutovers under router writers; fence trigger overhead (pgbench)", run: runCutover},
 	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},
+	{name: "adaptive", about: "a 2-client read/update workload on the source idle, during an unthrottled copy and during a copy under the adaptive throttle (+10% probe latency): its p50/p99 and the copy rate of each", run: runAdaptive},
 	{name: "cdc", about: "apply rate and CPU for small transactions vs the source and its walsender, staged vs text[] flushes, peak RSS for one huge transaction", run: runCDC},
 }
 
@@ -49,6 +50,10 @@ type config struct {
 	out string
 	// cdcProfile, when set, receives a CPU profile of the CDC apply.
 	cdcProfile string
+	// adaptiveWindow is how long each measurement of section adaptive lasts,
+	// adaptiveRounds how many rounds of them it takes.
+	adaptiveWindow time.Duration
+	adaptiveRounds int
 }
 
 func main() {
@@ -64,6 +69,8 @@ func main() {
 	flag.IntVar(&cfg.chunkRows, "chunk-rows", 10_000, "backfill rows per chunk")
 	flag.BoolVar(&cfg.keep, "keep", false, "leave the servers' data directories behind (their path is printed)")
 	flag.StringVar(&cfg.out, "out", "", "also write the final table as markdown, with the machine and the date, to this file")
+	flag.DurationVar(&cfg.adaptiveWindow, "adaptive-window", 20*time.Second, "length of each measurement of section adaptive")
+	flag.IntVar(&cfg.adaptiveRounds, "adaptive-rounds", 3, "rounds of section adaptive (idle, unthrottled copy, adaptive copy each)")
 	flag.StringVar(&cfg.cdcProfile, "cdc-profile", "", "write a CPU profile of the CDC apply (small transactions) to this file")
 	flag.Parse()
 	if only != "" {
@@ -75,8 +82,8 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 {
-		fmt.Fprintln(os.Stderr, "reshard-bench: -rows and -chunk-rows must be positive")
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 {
+		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -adaptive-rounds and -adaptive-window must be positive")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -149,8 +156,14 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// writeMarkdown writes the report with what it was measured on.
+// writeMarkdown writes the report with what it was measured on. With
+// -sections and an existing file, only the rows of those sections are
+// replaced (mergeMarkdown): a section re-run alone does not replace the
+// other sections' figures with nothing.
 func writeMarkdown(ctx context.Context, cfg config, e *env, r *report, took time.Duration) error {
+	if old, err := os.ReadFile(cfg.out); err == nil && cfg.only != nil {
+		return os.WriteFile(cfg.out, []byte(mergeMarkdown(string(old), cfg, r, took)), 0o644)
+	}
 	var version string
 	if err := e.srcPool.QueryRow(ctx, `SELECT version()`).Scan(&version); err != nil {
 		return err
@@ -169,6 +182,83 @@ func writeMarkdown(ctx context.Context, cfg config, e *env, r *report, took time
 		"Ratios compare figures measured in the same run; other work on the machine skews them unevenly.\n")
 	r.print(&b)
 	return os.WriteFile(cfg.out, []byte(b.String()), 0o644)
+}
+
+// mergeMarkdown replaces, in a report written before, the rows of the
+// sections of cfg.only with r's, in the order of sections, and says in the
+// header when and under what load they were measured.
+func mergeMarkdown(old string, cfg config, r *report, took time.Duration) string {
+	const tableHead = "| section | figure | value | unit | details |"
+	head, table, ok := strings.Cut(old, tableHead)
+	if !ok {
+		head, table = old, ""
+	}
+	rerun := func(sec string) bool { return slices.Contains(cfg.only, sec) }
+	var lines []string
+	lastBullet := -1
+	for _, l := range strings.Split(strings.TrimRight(head, "\n"), "\n") {
+		drop := false
+		for _, sec := range cfg.only {
+			drop = drop || strings.Contains(l, "around section "+sec+":") || strings.HasPrefix(l, "- section "+sec+" re-run alone")
+		}
+		if drop {
+			continue
+		}
+		lines = append(lines, l)
+		if strings.HasPrefix(l, "- ") {
+			lastBullet = len(lines) - 1
+		}
+	}
+	var added []string
+	for _, l := range r.loads {
+		added = append(added, fmt.Sprintf("- section %s re-run alone on %s (`bench/run.sh -sections %s -out %s`, %s with its servers' setup and data load): load average (1, 5, 15 min) %s before the servers started, %s before the section, %s after",
+			l.section, time.Now().UTC().Format("2006-01-02 15:04 MST"), strings.Join(cfg.only, ","), cfg.out, took.Round(time.Second), r.idleLoad, l.before, l.after))
+	}
+	lines = slices.Insert(lines, lastBullet+1, added...)
+	// The old rows by section, in their order.
+	oldRows := map[string][]string{}
+	var order []string
+	for _, l := range strings.Split(table, "\n") {
+		f := strings.Split(l, "|")
+		if len(f) < 3 || strings.HasPrefix(l, "|---") {
+			continue
+		}
+		sec := strings.TrimSpace(f[1])
+		if _, seen := oldRows[sec]; !seen {
+			order = append(order, sec)
+		}
+		oldRows[sec] = append(oldRows[sec], l)
+	}
+	var b strings.Builder
+	b.WriteString(strings.Join(lines, "\n") + "\n\n" + tableHead + "\n|---|---|---:|---|---|\n")
+	var newRows strings.Builder
+	r.printRows(&newRows)
+	fresh := map[string][]string{}
+	for _, l := range strings.Split(strings.TrimRight(newRows.String(), "\n"), "\n") {
+		if f := strings.Split(l, "|"); len(f) >= 3 {
+			fresh[strings.TrimSpace(f[1])] = append(fresh[strings.TrimSpace(f[1])], l)
+		}
+	}
+	write := func(sec string) {
+		rows := oldRows[sec]
+		if rerun(sec) {
+			rows = fresh[sec]
+		}
+		for _, l := range rows {
+			b.WriteString(l + "\n")
+		}
+	}
+	done := map[string]bool{}
+	for _, sec := range sections {
+		write(sec.name)
+		done[sec.name] = true
+	}
+	for _, sec := range order {
+		if !done[sec] {
+			write(sec)
+		}
+	}
+	return b.String()
 }
 
 // memTotal is the machine's memory as /proc/meminfo says it.
@@ -221,6 +311,10 @@ func format(v float64) string {
 
 func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w, "\n| section | figure | value | unit | details |\n|---|---|---:|---|---|")
+	r.printRows(w)
+}
+
+func (r *report) printRows(w io.Writer) {
 	for _, f := range r.figures {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", f.section, f.name, format(f.value), f.unit, strings.ReplaceAll(f.details, "|", `\|`))
 	}
