@@ -224,12 +224,21 @@ func keepBeating(ctx context.Context, interval time.Duration, details func() any
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				activity.RecordHeartbeat(ctx, details())
+				d := details()
+				if b, ok := d.(beats); ok {
+					activity.RecordHeartbeat(ctx, b...)
+				} else {
+					activity.RecordHeartbeat(ctx, d)
+				}
 			}
 		}
 	}()
 	return func() { close(done); wg.Wait() }
 }
+
+// beats are heartbeat details of more than one value: keepBeating records
+// them as separate details (an older reader of the first still decodes it).
+type beats []any
 
 // badInputError is input no retry can fix.
 type badInputError struct{ msg string }

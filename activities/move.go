@@ -161,17 +161,29 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 		meter.base += c.Rows
 	}
 	labels := []string{in.Move.MigrationID, in.Move.Spec.ID}
+	names, err := cdc.NamesFor(in.Move.Spec.ID)
+	if err != nil {
+		return workflows.CopyProgress{}, badInput("move id: %v", err)
+	}
+	th := backfill.NewThrottle(in.Throttle.RowsPerSec, in.Throttle.BytesPerSec)
+	ad := a.adaptive(in.Move.Spec.ID, in.Throttle.Adaptive, in.Adaptive, true, th, s.src, s.dst, names.Slot)
 	stop := keepBeating(ctx, 5*time.Second, func() any {
 		if eta, ok := meter.eta(); ok {
 			a.metrics.eta.WithLabelValues(labels...).Set(eta.Seconds())
 		}
-		return meter.heartbeat()
+		return beats{meter.heartbeat(), adaptiveStatus(ad)}
 	})
-	stats, err := backfill.Copy(sctx, s.src, s.dst, backfill.Options{
-		Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in),
-		RowsPerSec: in.Throttle.RowsPerSec, BytesPerSec: in.Throttle.BytesPerSec,
-		Progress: meter.progress,
-		Logger:   a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
+	var stats backfill.Stats
+	// The slice's deadline ends the copy and the throttle's steps alike; a
+	// copy waiting on its throttle then ends as any slice does.
+	err = ad.With(sctx, func(ctx context.Context) error {
+		var err error
+		stats, err = backfill.Copy(ctx, s.src, s.dst, backfill.Options{
+			Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in),
+			Throttle: th, Progress: meter.progress,
+			Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
+		})
+		return err
 	})
 	stop()
 	done := err == nil
@@ -182,7 +194,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
 	}
-	p := workflows.CopyProgress{Bytes: stats.Bytes, Done: done, Units: stats.Units}
+	p := workflows.CopyProgress{Bytes: stats.Bytes, Done: done, Units: stats.Units, Adaptive: adaptiveStatus(ad)}
 	finished := 0
 	for _, c := range cps {
 		p.Rows += c.Rows
@@ -355,8 +367,6 @@ func (a *Activities) CDCStatus(ctx context.Context, m workflows.MoveRef) (workfl
 // stream there. A mismatch is a non-retryable error of type
 // ErrTypeVerification carrying the VerifySummary.
 func (a *Activities) Verify(ctx context.Context, in workflows.VerifyInput) (workflows.VerifySummary, error) {
-	// A throttled chunk may take longer than the heartbeat timeout.
-	defer keepBeating(ctx, 5*time.Second, func() any { return "verifying" })()
 	sum, err := a.verify(ctx, in)
 	return sum, classify(err)
 }
@@ -371,11 +381,25 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 		return workflows.VerifySummary{}, err
 	}
 	var chunks atomic.Int64
-	rep, err := verify.Run(ctx, s.src, s.dst, verify.Options{
-		RunID: in.RunID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, RowsPerSecond: in.RowsPerSec, Holder: st,
-		ChunkRows: verifyChunkRows(in.Move.Request),
-		Metrics:   a.metrics.Verify, Logger: a.log.With("move", in.Move.Spec.ID),
-		Progress: func(verify.ChunkReport) { heartbeat(ctx, map[string]int64{"chunks": chunks.Add(1)}) },
+	// Adaptive: starts slow (verify reads faster than the copy writes, its
+	// rate is not the copy's) against the copy's baselines.
+	th := backfill.NewThrottle(in.RowsPerSec, 0)
+	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, in.Baseline, false, th, s.src, s.dst, "")
+	// A throttled chunk may take longer than the heartbeat timeout.
+	stop := keepBeating(ctx, 5*time.Second, func() any { return beats{map[string]int64{"chunks": chunks.Load()}, adaptiveStatus(ad)} })
+	defer stop()
+	var rep *verify.Report
+	err = ad.With(ctx, func(ctx context.Context) error {
+		var err error
+		rep, err = verify.Run(ctx, s.src, s.dst, verify.Options{
+			RunID: in.RunID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, Throttle: th, Holder: st,
+			ChunkRows: verifyChunkRows(in.Move.Request),
+			Metrics:   a.metrics.Verify, Logger: a.log.With("move", in.Move.Spec.ID),
+			Progress: func(verify.ChunkReport) {
+				heartbeat(ctx, map[string]int64{"chunks": chunks.Add(1)}, adaptiveStatus(ad))
+			},
+		})
+		return err
 	})
 	if err != nil {
 		return workflows.VerifySummary{}, fmt.Errorf("verify move %s: %w", in.Move.Spec.ID, err)
@@ -594,10 +618,21 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 	if err != nil {
 		return workflows.CleanupResult{}, err
 	}
-	stop := keepBeating(ctx, 5*time.Second, func() any { return "cleaning up: deleting moved rows from the old owner" })
-	res, err := cutover.Cleanup(ctx, s.move(in.Move), cutover.CleanupOptions{
-		Fences: fences, Target: target, VerifyRunIDs: in.VerifyRunIDs, MigrationID: in.Move.MigrationID,
-		Logger: a.log.With("move", in.Move.Spec.ID),
+	// The deletes run on the old owner: its signals alone, against the
+	// copy's source baseline; no slot is left by then.
+	th := backfill.NewThrottle(0, 0)
+	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, in.Baseline, false, th, s.src, nil, "")
+	stop := keepBeating(ctx, 5*time.Second, func() any {
+		return beats{"cleaning up: deleting moved rows from the old owner", adaptiveStatus(ad)}
+	})
+	var res cutover.CleanupResult
+	err = ad.With(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = cutover.Cleanup(ctx, s.move(in.Move), cutover.CleanupOptions{
+			Fences: fences, Target: target, VerifyRunIDs: in.VerifyRunIDs, MigrationID: in.Move.MigrationID,
+			Throttle: th, Logger: a.log.With("move", in.Move.Spec.ID),
+		})
+		return err
 	})
 	stop()
 	if err != nil {

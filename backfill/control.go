@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,9 +14,37 @@ import (
 )
 
 // Throttle bounds the copy in rows/s and bytes/s. Its limits can change while
-// a copy runs (SetLimits), for the operator's `reshard throttle`.
+// a copy runs (SetLimits), for the operator's `reshard throttle`; an
+// adaptive throttle (Adaptive) lowers the rows/s below them (SetAdaptive).
 type Throttle struct {
 	rows, bytes *rate.Limiter
+
+	mu                    sync.Mutex
+	fixedRows, fixedBytes float64 // the operator's (0: unlimited)
+	adaptive              float64 // the adaptive throttle's rows/s (0: none)
+
+	passed atomic.Int64 // rows let through, for the adaptive throttle's achieved rate
+
+	held chan struct{} // non-nil while the adaptive throttle holds the work (under mu); closed on release
+}
+
+// hold stops every Wait until release: the adaptive throttle measures its
+// baseline without the work's load.
+func (t *Throttle) hold() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held == nil {
+		t.held = make(chan struct{})
+	}
+}
+
+func (t *Throttle) release() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.held != nil {
+		close(t.held)
+		t.held = nil
+	}
 }
 
 // NewThrottle returns a throttle with the given limits; 0 means unlimited.
@@ -28,6 +57,22 @@ func NewThrottle(rowsPerSec, bytesPerSec float64) *Throttle {
 // SetLimits changes both limits at once; 0 means unlimited. The burst is a
 // tenth of a second's worth, so a new limit takes hold within a chunk or two.
 func (t *Throttle) SetLimits(rowsPerSec, bytesPerSec float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.fixedRows, t.fixedBytes = max(rowsPerSec, 0), max(bytesPerSec, 0)
+	t.apply()
+}
+
+// SetAdaptive sets the adaptive throttle's rows/s (0: none); the rows/s in
+// force is the lower of it and the operator's limit.
+func (t *Throttle) SetAdaptive(rowsPerSec float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.adaptive = max(rowsPerSec, 0)
+	t.apply()
+}
+
+func (t *Throttle) apply() {
 	set := func(l *rate.Limiter, perSec float64, minBurst int) {
 		if perSec <= 0 {
 			l.SetLimit(rate.Inf)
@@ -36,19 +81,34 @@ func (t *Throttle) SetLimits(rowsPerSec, bytesPerSec float64) {
 		l.SetBurst(max(minBurst, int(math.Min(perSec/10, math.MaxInt32))))
 		l.SetLimit(rate.Limit(perSec))
 	}
-	set(t.rows, rowsPerSec, 1)
-	set(t.bytes, bytesPerSec, 64<<10)
+	set(t.rows, lowest(t.fixedRows, t.adaptive), 1)
+	set(t.bytes, t.fixedBytes, 64<<10)
 }
 
-// Limits returns the current limits (0 = unlimited).
-func (t *Throttle) Limits() (rowsPerSec, bytesPerSec float64) {
-	get := func(l *rate.Limiter) float64 {
-		if l.Limit() == rate.Inf {
-			return 0
-		}
-		return float64(l.Limit())
+// lowest is the lower of two limits where 0 means none.
+func lowest(a, b float64) float64 {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
 	}
-	return get(t.rows), get(t.bytes)
+	return math.Min(a, b)
+}
+
+// Limits returns the operator's limits (0 = unlimited).
+func (t *Throttle) Limits() (rowsPerSec, bytesPerSec float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.fixedRows, t.fixedBytes
+}
+
+// InForce returns the limits in force: the operator's, the rows/s lowered
+// by the adaptive throttle (0 = unlimited).
+func (t *Throttle) InForce() (rowsPerSec, bytesPerSec float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return lowest(t.fixedRows, t.adaptive), t.fixedBytes
 }
 
 // ChunkRows is how many rows the next chunk may have: at most chunkRows,
@@ -59,7 +119,7 @@ func (t *Throttle) Limits() (rowsPerSec, bytesPerSec float64) {
 // again by the next slice — forever: a copy throttled below chunkRows per
 // slice never progressed.
 func (t *Throttle) ChunkRows(chunkRows int, rowBytes float64) int {
-	rowsPerSec, bytesPerSec := t.Limits()
+	rowsPerSec, bytesPerSec := t.InForce()
 	n := float64(chunkRows)
 	if rowsPerSec > 0 {
 		n = math.Min(n, rowsPerSec)
@@ -72,11 +132,27 @@ func (t *Throttle) ChunkRows(chunkRows int, rowBytes float64) int {
 
 // Wait blocks until rows and bytes may pass, and returns how long it waited.
 func (t *Throttle) Wait(ctx context.Context, rows, bytes int) (time.Duration, error) {
+	if t == nil {
+		return 0, nil
+	}
 	start := time.Now()
+	t.mu.Lock()
+	held := t.held
+	t.mu.Unlock()
+	if held != nil {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		}
+	}
 	if err := waitN(ctx, t.rows, rows); err != nil {
 		return time.Since(start), err
 	}
 	err := waitN(ctx, t.bytes, bytes)
+	if err == nil {
+		t.passed.Add(int64(rows))
+	}
 	return time.Since(start), err
 }
 
@@ -206,6 +282,8 @@ func ActiveSessions(source *pgxpool.Pool, max int, wait time.Duration) PressureF
 type Metrics struct {
 	rows, bytes, chunks *prometheus.CounterVec
 	throttled           *prometheus.CounterVec
+	adaptiveRate        *prometheus.GaugeVec
+	adaptiveLimit       *prometheus.GaugeVec
 }
 
 // NewMetrics registers the backfill metrics on reg (or reuses those already
@@ -221,21 +299,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		throttled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_backfill_throttled_seconds_total",
 			Help: "Time the copy waited, by reason: rate (rows/s, bytes/s), pressure (source load), pause."}, []string{"move", "reason"}),
 	}
+	m.adaptiveRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_throttle_adaptive_rows_per_sec",
+		Help: "The rows/s the adaptive throttle allows a move's copy, verify or cleanup now."}, []string{"move"})
+	m.adaptiveLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_throttle_limiting_signal",
+		Help: "1 for the signal that holds the adaptive throttle of a move back now (none when none does), 0 for the others."}, []string{"move", "signal"})
 	m.rows = register(reg, m.rows)
+	m.adaptiveRate = register(reg, m.adaptiveRate)
+	m.adaptiveLimit = register(reg, m.adaptiveLimit)
 	m.bytes = register(reg, m.bytes)
 	m.chunks = register(reg, m.chunks)
 	m.throttled = register(reg, m.throttled)
 	return m
 }
 
-func register(reg prometheus.Registerer, c *prometheus.CounterVec) *prometheus.CounterVec {
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	if reg == nil {
 		return c
 	}
 	if err := reg.Register(c); err != nil {
 		var are prometheus.AlreadyRegisteredError
 		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+			if existing, ok := are.ExistingCollector.(C); ok {
 				return existing
 			}
 		}
@@ -251,6 +335,31 @@ func (m *Metrics) chunk(move, table string, rows, bytes int) {
 	m.rows.WithLabelValues(move, table).Add(float64(rows))
 	m.bytes.WithLabelValues(move, table).Add(float64(bytes))
 	m.chunks.WithLabelValues(move, table).Inc()
+}
+
+// allSignals are the values of the limiting-signal label.
+var allSignals = []string{SignalNone, SignalSourceLatency, SignalTargetLatency, SignalActive, SignalReplicaLag, SignalSlotWAL, SignalUnreadable}
+
+func (m *Metrics) adaptive(move string, d Decision) {
+	if m == nil {
+		return
+	}
+	m.adaptiveRate.WithLabelValues(move).Set(d.RowsPerSec)
+	for _, s := range allSignals {
+		v := 0.0
+		if s == d.Signal {
+			v = 1
+		}
+		m.adaptiveLimit.WithLabelValues(move, s).Set(v)
+	}
+}
+
+func (m *Metrics) adaptiveEnded(move string) {
+	if m == nil {
+		return
+	}
+	m.adaptiveRate.DeletePartialMatch(prometheus.Labels{"move": move})
+	m.adaptiveLimit.DeletePartialMatch(prometheus.Labels{"move": move})
 }
 
 func (m *Metrics) waited(move, reason string, d time.Duration) {

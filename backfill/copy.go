@@ -350,7 +350,7 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 		}
 		buf.Reset()
 		n := c.throttle.ChunkRows(c.opts.ChunkRows, rowBytes)
-		stmt := pagingSettings + chunkSQL(u.table, u.parts, order, pos, n)
+		stmt := setOwnAppName + pagingSettings + chunkSQL(u.table, u.parts, order, pos, n)
 		if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
 			_, err := conn.Conn().PgConn().CopyTo(ctx, &buf, stmt)
 			return err

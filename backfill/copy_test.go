@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/time/rate"
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/internal/promtest"
@@ -253,8 +252,7 @@ func TestCopyRangesRowForRow(t *testing.T) {
 	f.expectCopied(t)
 
 	// Rollback: delete the copied rows on the target, throttled; its own rows stay.
-	lim := rate.NewLimiter(rate.Limit(1e6), 1000)
-	deleted, err := DeleteRanges(ctx, f.dst.Pool, f.set, f.ranges, 100, lim)
+	deleted, err := DeleteRanges(ctx, f.dst.Pool, f.set, f.ranges, 100, NewThrottle(1e6, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

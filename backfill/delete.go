@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/time/rate"
 
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -16,7 +15,7 @@ import (
 // DeleteRanges deletes every row of set whose key token is in ranges, in
 // batches of batch rows (default 5000), each its own transaction under
 // session_replication_role = replica (fences let it through), waiting on
-// limiter (rows; nil = unlimited) before each batch. It serves rollback (the
+// throttle (rows; nil = unlimited) before each batch. It serves rollback (the
 // copied rows on the target) and cleanup (the moved rows on the source), and
 // resumes by itself: it deletes whatever is still there. It returns the
 // number of rows deleted.
@@ -26,7 +25,7 @@ import (
 // from the start read the rows deleted before them again (dead until
 // vacuumed): the whole table once per batch, quadratic in the rows moved.
 // The ranges are fenced while it runs, so no row appears behind the walk.
-func DeleteRanges(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, batch int, limiter *rate.Limiter) (int64, error) {
+func DeleteRanges(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, batch int, throttle *Throttle) (int64, error) {
 	if batch <= 0 {
 		batch = 5000
 	}
@@ -35,12 +34,12 @@ func DeleteRanges(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ran
 	for _, t := range set.Tables {
 		var after []string
 		for {
-			if err := waitN(ctx, limiter, batch); err != nil {
+			if _, err := throttle.Wait(ctx, batch, 0); err != nil {
 				return total, err
 			}
 			var n int64
 			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica; "+pagingSettings); err != nil {
+				if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica; "+setOwnAppName+pagingSettings); err != nil {
 					return err
 				}
 				var last []string

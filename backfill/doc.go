@@ -20,5 +20,9 @@
 // Layout: copy.go runs a copy (workers, chunks, the collision check);
 // copybin.go moves a chunk as binary COPY; checkpoint.go keeps progress in
 // the chunk's transaction; control.go is the live throttle and pause;
-// delete.go deletes moved rows at CLEANUP; sql.go builds the statements.
+// adaptive.go is the adaptive throttle's control law (pure: AIMD over the
+// signals against the operator's limits) and signals.go reads the signals
+// from the shards and steps the law while the work runs (copy, verify,
+// cleanup); delete.go deletes moved rows at CLEANUP; sql.go builds the
+// statements.
 package backfill

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/time/rate"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
@@ -26,9 +25,11 @@ type CleanupOptions struct {
 	// Target is the plan's target ring (Complete takes the owners from it).
 	Target *ring.Ring
 	// BatchRows and RowsPerSec throttle the deletion of the moved rows on the
-	// old owner (defaults 5000 rows per batch, unlimited).
+	// old owner (defaults 5000 rows per batch, unlimited). Throttle, when
+	// set, is used instead of RowsPerSec (an adaptive throttle steers it).
 	BatchRows  int
 	RowsPerSec float64
+	Throttle   *backfill.Throttle
 	// VerifyRunIDs are the verify runs of the move whose work rows are
 	// dropped from the target.
 	VerifyRunIDs []string
@@ -86,7 +87,11 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	if err := DropStreams(ctx, m); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
-	if res.Deleted, err = DeleteRows(ctx, m.Source, m.Set, m.Ranges, o.BatchRows, o.RowsPerSec); err != nil {
+	th := o.Throttle
+	if th == nil {
+		th = backfill.NewThrottle(o.RowsPerSec, 0)
+	}
+	if res.Deleted, err = backfill.DeleteRanges(ctx, m.Source, m.Set, m.Ranges, o.BatchRows, th); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: delete the moved rows on %s: %w", m.ID, m.From, err)
 	}
 	log.Info("moved rows deleted on the old owner", "shard", m.From, "rows", res.Deleted)
@@ -110,11 +115,11 @@ func DeleteRows(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, range
 	if batch <= 0 {
 		batch = 5000
 	}
-	var lim *rate.Limiter
+	var th *backfill.Throttle
 	if rowsPerSec > 0 {
-		lim = rate.NewLimiter(rate.Limit(rowsPerSec), max(batch, int(rowsPerSec)))
+		th = backfill.NewThrottle(rowsPerSec, 0)
 	}
-	return backfill.DeleteRanges(ctx, pool, set, ranges, batch, lim)
+	return backfill.DeleteRanges(ctx, pool, set, ranges, batch, th)
 }
 
 // DropStreams drops both streams of a move, whichever exist: the forward

@@ -41,6 +41,10 @@ type Options struct {
 	Parallel int
 	// RowsPerSecond throttles the rows read per side; 0 means no limit.
 	RowsPerSecond float64
+	// Throttle, when set, is waited on for the rows read per side instead
+	// of RowsPerSecond (a backfill.Throttle, which an adaptive throttle
+	// steers).
+	Throttle Throttle
 	// MaxSampleKeys bounds the keys listed per chunk (default 20); counts
 	// are always exact.
 	MaxSampleKeys int
@@ -54,6 +58,12 @@ type Options struct {
 	// compared it (so concurrently when Parallel > 1); chunks accepted from
 	// an earlier attempt are not reported here.
 	Progress func(ChunkReport)
+}
+
+// Throttle lets rows pass at its rate; it returns when they may, or when
+// ctx ends.
+type Throttle interface {
+	Wait(ctx context.Context, rows, bytes int) (time.Duration, error)
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -218,6 +228,10 @@ func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []
 			opts.Logger.Debug("verify chunk", "table", q.t.String(), "chunk", c.index, "rows", cr.Rows, "mismatches", cr.Mismatches, "lsn", snaps.lsn)
 			if opts.Progress != nil {
 				opts.Progress(cr)
+			}
+			if opts.Throttle != nil {
+				_, err := opts.Throttle.Wait(gctx, int(max(cr.SourceRows, cr.TargetRows)), 0)
+				return err
 			}
 			return throttle(gctx, lim, max(cr.SourceRows, cr.TargetRows))
 		})

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,6 +312,37 @@ func TestThrottle(t *testing.T) {
 	// The limiter's burst is one second's worth: 4000 rows at 2000/s take ≥ 1 s.
 	if d := time.Since(start); d < 900*time.Millisecond {
 		t.Errorf("throttled run took %v", d)
+	}
+}
+
+// countingThrottle counts the rows it is asked to let through.
+type countingThrottle struct{ rows atomic.Int64 }
+
+func (c *countingThrottle) Wait(_ context.Context, rows, _ int) (time.Duration, error) {
+	c.rows.Add(int64(rows))
+	return 0, nil
+}
+
+// A Throttle given (the adaptive throttle's) is waited on for every row read,
+// instead of RowsPerSecond's own limiter.
+func TestThrottleFromOutside(t *testing.T) {
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, usersSrc)
+	dst.Exec(t, usersSrc)
+	src.Exec(t, usersFill, 1, 4000)
+	dst.Exec(t, usersFill, 1, 4000)
+	th := &countingThrottle{}
+	start := time.Now()
+	rep, err := Run(context.Background(), src.Pool, dst.Pool, Options{Set: introspect(t, src, usersSpec),
+		Ranges: []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}, ChunkRows: 1000, RowsPerSecond: 100, Throttle: th, Parallel: 1})
+	if err != nil || !rep.OK() {
+		t.Fatalf("%v", err)
+	}
+	if n := th.rows.Load(); n != 4000 {
+		t.Errorf("the throttle was asked for %d rows, want 4000", n)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("RowsPerSecond (100/s) paced the run as well: %s", d)
 	}
 }
 

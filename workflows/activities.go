@@ -95,6 +95,10 @@ type EndInput struct {
 	Grace     bool          `json:"grace,omitempty"`
 	ReverseL0 string        `json:"reverse_l0,omitempty"`
 	Budget    time.Duration `json:"budget,omitempty"`
+	// Adaptive limits of CLEANUP's deletes and the copy's baselines (nil:
+	// not adaptive).
+	Adaptive *AdaptiveThrottle `json:"adaptive,omitempty"`
+	Baseline *AdaptiveStatus   `json:"baseline,omitempty"`
 }
 
 // JoinResult is what JOINING records: the slot's consistent point L0.
@@ -108,6 +112,10 @@ type CopySliceInput struct {
 	ChunkRows int           `json:"chunk_rows"`
 	Throttle  Throttle      `json:"throttle"`
 	MaxTime   time.Duration `json:"max_time"`
+	// Adaptive is where the last slice's adaptive throttle stopped (its
+	// baselines and rate), so that a slice does not measure again and start
+	// slow; nil: the first slice.
+	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
 }
 
 // CopyProgress is the copy's position after a slice, read from the
@@ -118,6 +126,8 @@ type CopyProgress struct {
 	Done  bool  `json:"done"`
 	Units int   `json:"units"`
 	Left  int   `json:"units_left"`
+	// Adaptive: the slice's adaptive throttle at its end (nil: none).
+	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
 }
 
 // CDCInput starts a move's stream: forward (source → target, from L0) or
@@ -142,6 +152,9 @@ type VerifyInput struct {
 	RunID string  `json:"run_id"`
 	// RowsPerSec throttles the rows read per side (0 = unlimited).
 	RowsPerSec float64 `json:"rows_per_sec"`
+	// Adaptive limits and the copy's baselines (nil: not adaptive).
+	Adaptive *AdaptiveThrottle `json:"adaptive,omitempty"`
+	Baseline *AdaptiveStatus   `json:"baseline,omitempty"`
 }
 
 // The heartbeat of a copy slice is a map of these keys to the rows and bytes
@@ -153,6 +166,10 @@ const (
 	// no estimate yet).
 	HeartbeatETAMillis = "eta_ms"
 )
+
+// The second detail of the heartbeat of a copy slice, a verify and a
+// cleanup is an *AdaptiveStatus (nil without an adaptive throttle): status
+// shows it as the move's throttle now.
 
 // CutoverInput is one cutover attempt.
 type CutoverInput struct {

@@ -58,6 +58,71 @@ type Throttle struct {
 	// ChunkRows, when positive, replaces the migration's copy chunk size
 	// (MigrationRequest.ChunkRows) from the next chunk on; 0 keeps it.
 	ChunkRows int `json:"chunk_rows,omitempty"`
+	// Adaptive, when set, lowers the rows/s of copy, verify and cleanup
+	// while the shards are under pressure. In a throttle update, nil keeps
+	// the adaptive limits in force.
+	Adaptive *AdaptiveThrottle `json:"adaptive,omitempty"`
+	// KeepRates: a throttle update that changes the adaptive limits only
+	// (the rates and chunk size stay as they are).
+	KeepRates bool `json:"keep_rates,omitempty"`
+}
+
+// AdaptiveThrottle are the operator's targets for the adaptive throttle
+// (backfill.Controller): the rows/s go up while every watched signal is
+// below its limit, and down when one is over it. Zero: not watched. A
+// throttled move never fails for it; it gets slow (down to
+// backfill.DefaultMinRate rows/s).
+type AdaptiveThrottle struct {
+	// MaxLatencyIncrease is the percentage the probe query's latency may
+	// rise over its baseline, measured on each shard before the copy.
+	MaxLatencyIncrease float64 `json:"max_latency_increase,omitempty"`
+	// MaxProbeLatency is a ceiling on the probe's latency.
+	MaxProbeLatency time.Duration `json:"max_probe_latency,omitempty"`
+	// MaxReplicaLag bounds the replay lag of the shards' physical replicas
+	// (pg_stat_replication).
+	MaxReplicaLag time.Duration `json:"max_replica_lag,omitempty"`
+	// MaxSlotWAL bounds the WAL the move's slot retains on the source.
+	MaxSlotWAL int64 `json:"max_slot_wal,omitempty"`
+	// MaxActiveBackends bounds the source's client backends running a
+	// statement (reshard's own not counted).
+	MaxActiveBackends int `json:"max_active_backends,omitempty"`
+	// ProbeQuery is the probe (default SELECT 1): a query like the
+	// application's tracks its latency best.
+	ProbeQuery string `json:"probe_query,omitempty"`
+}
+
+// Enabled reports whether any limit is set.
+func (a *AdaptiveThrottle) Enabled() bool {
+	return a != nil && (a.MaxLatencyIncrease > 0 || a.MaxProbeLatency > 0 || a.MaxReplicaLag > 0 || a.MaxSlotWAL > 0 || a.MaxActiveBackends > 0)
+}
+
+// AdaptiveStatus is what a move's adaptive throttle does: its rate, the
+// signal that holds it back, and the probe baselines (measured before the
+// copy; verify and cleanup compare against them too).
+type AdaptiveStatus struct {
+	RowsPerSec float64 `json:"rows_per_sec"`
+	// Signal names the limiting signal (backfill.Signal*; "none"), Reason
+	// says it in words: "source probe latency +14% (…) > +10%".
+	Signal         string        `json:"signal,omitempty"`
+	Reason         string        `json:"reason,omitempty"`
+	SourceBaseline time.Duration `json:"source_baseline,omitempty"`
+	TargetBaseline time.Duration `json:"target_baseline,omitempty"`
+	// BaselineAt is when the baselines were measured (they are measured
+	// again every activities.Rebaseline, the work held meanwhile).
+	BaselineAt time.Time `json:"baseline_at,omitzero"`
+}
+
+// Text is how the adaptive throttle is shown everywhere (status, --json's
+// phase text, the Temporal UI's details): "throttled: <reason>, N rows/s",
+// or "adaptive: N rows/s" while nothing holds it back.
+func (a *AdaptiveStatus) Text() string {
+	if a == nil || a.RowsPerSec <= 0 {
+		return ""
+	}
+	if a.Signal == "" || a.Signal == "none" {
+		return fmt.Sprintf("adaptive: %.0f rows/s", a.RowsPerSec)
+	}
+	return fmt.Sprintf("throttled: %s, %.0f rows/s", a.Reason, a.RowsPerSec)
 }
 
 // OnVerifyFail says what a failed verify does: wait for an operator's
@@ -251,6 +316,10 @@ type MoveState struct {
 	// CopyETA, filled by reshard status too: the running copy slice's
 	// estimate of the time left, at its recent rate (0: none).
 	CopyETA time.Duration `json:"copy_eta,omitempty"`
+	// Adaptive is the adaptive throttle of the copy as its last slice left
+	// it; reshard status replaces it with the running activity's (copy,
+	// verify or cleanup), from its heartbeat.
+	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
 }
 
 // What a move waits for (MoveState.Waiting).
@@ -279,6 +348,9 @@ func (m MoveState) PhaseText() string {
 	case WaitSlot:
 		sub = append(sub, "queued: waiting for a move slot")
 	}
+	if t := m.Adaptive.Text(); t != "" && adaptivePhase(m.Phase) {
+		sub = append(sub, t)
+	}
 	if m.Phase == PhaseGrace && !m.GraceUntil.IsZero() {
 		// No countdown: the text stays the same while nothing changes
 		// (status --watch prints a line per change).
@@ -288,6 +360,11 @@ func (m MoveState) PhaseText() string {
 		s += " (" + strings.Join(sub, "; ") + ")"
 	}
 	return s
+}
+
+// adaptivePhase: the phases whose work the adaptive throttle steers.
+func adaptivePhase(p Phase) bool {
+	return p == PhaseSnapshotCopy || p == PhaseVerify || p == PhaseCleanup
 }
 
 // PauseText is how a move's write pause is shown everywhere (status, the
@@ -362,4 +439,28 @@ func (m MoveState) LagText() string {
 		}
 	}
 	return "-"
+}
+
+// Text lists the watched limits: "latency +10%, replica lag 2s".
+func (a *AdaptiveThrottle) Text() string {
+	if !a.Enabled() {
+		return "off"
+	}
+	var parts []string
+	if a.MaxLatencyIncrease > 0 {
+		parts = append(parts, fmt.Sprintf("probe latency +%g%%", a.MaxLatencyIncrease))
+	}
+	if a.MaxProbeLatency > 0 {
+		parts = append(parts, fmt.Sprintf("probe latency ≤ %s", a.MaxProbeLatency))
+	}
+	if a.MaxReplicaLag > 0 {
+		parts = append(parts, fmt.Sprintf("replica lag ≤ %s", a.MaxReplicaLag))
+	}
+	if a.MaxSlotWAL > 0 {
+		parts = append(parts, fmt.Sprintf("slot WAL ≤ %d MiB", a.MaxSlotWAL>>20))
+	}
+	if a.MaxActiveBackends > 0 {
+		parts = append(parts, fmt.Sprintf("active backends ≤ %d", a.MaxActiveBackends))
+	}
+	return strings.Join(parts, ", ")
 }

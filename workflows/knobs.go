@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -65,6 +66,8 @@ func (r MigrationRequest) Validate() error {
 		return fmt.Errorf("--vnodes %d: want 1 to 4096", r.VNodes)
 	case r.Throttle.RowsPerSec < 0 || r.Throttle.BytesPerSec < 0:
 		return fmt.Errorf("--rows-per-sec and --bytes-per-sec: want 0 (unlimited) or more")
+	case r.Throttle.Adaptive.Validate() != nil:
+		return r.Throttle.Adaptive.Validate()
 	case r.ChunkRows < 0:
 		return fmt.Errorf("--copy-chunk-rows %d: want 1 or more", r.ChunkRows)
 	case r.VerifyChunkRows < 0:
@@ -82,6 +85,34 @@ func (r MigrationRequest) Validate() error {
 	case "", VerifyFailWait, VerifyFailRollback:
 	default:
 		return fmt.Errorf("--on-verify-fail %q: want wait or rollback", r.OnVerifyFail)
+	}
+	return nil
+}
+
+// Validate checks the adaptive throttle's limits (nil: none); errors name
+// the CLI flag that sets the value (reshard migrate and reshard throttle
+// share them).
+func (a *AdaptiveThrottle) Validate() error {
+	if a == nil {
+		return nil
+	}
+	switch {
+	case a.MaxLatencyIncrease < 0 || a.MaxLatencyIncrease > 10_000:
+		return fmt.Errorf("--max-source-latency-increase %g: want a percentage over the baseline, 0 (not watched) to 10000", a.MaxLatencyIncrease)
+	case a.MaxProbeLatency < 0 || (a.MaxProbeLatency > 0 && a.MaxProbeLatency < 100*time.Microsecond):
+		return fmt.Errorf("--max-probe-latency %s: want 0 (not watched) or 100µs or more", a.MaxProbeLatency)
+	case a.MaxReplicaLag < 0 || (a.MaxReplicaLag > 0 && a.MaxReplicaLag < 100*time.Millisecond):
+		return fmt.Errorf("--max-replica-lag %s: want 0 (not watched) or 100ms or more", a.MaxReplicaLag)
+	case a.MaxSlotWAL < 0 || (a.MaxSlotWAL > 0 && a.MaxSlotWAL < 16<<20):
+		return fmt.Errorf("--max-slot-wal %d: want 0 (not watched) or 16 MiB (one WAL segment) or more", a.MaxSlotWAL)
+	case a.MaxActiveBackends < 0:
+		return fmt.Errorf("--max-active-backends %d: want 0 (not watched) or more", a.MaxActiveBackends)
+	case len(a.ProbeQuery) > 1000:
+		return fmt.Errorf("--probe-query: %d characters, want at most 1000", len(a.ProbeQuery))
+	case strings.Contains(strings.TrimRight(strings.TrimSpace(a.ProbeQuery), ";"), ";"):
+		return fmt.Errorf("--probe-query %q: want one statement", a.ProbeQuery)
+	case a.ProbeQuery != "" && !a.Enabled():
+		return fmt.Errorf("--probe-query without a limit to watch: give --max-source-latency-increase or --max-probe-latency")
 	}
 	return nil
 }

@@ -707,12 +707,21 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateThrottle,
 		func(ctx workflow.Context, t Throttle) (string, error) {
+			if t.Adaptive == nil { // an update without adaptive limits keeps those in force
+				t.Adaptive = r.throttle.Adaptive
+			}
+			if t.KeepRates {
+				t.RowsPerSec, t.BytesPerSec, t.ChunkRows, t.KeepRates = r.throttle.RowsPerSec, r.throttle.BytesPerSec, r.throttle.ChunkRows, false
+			}
 			r.throttle = t
 			r.state.Throttle = &t
 			n, err := r.relay(ctx, MoveControl{Op: UpdateThrottle, Throttle: &t}, live)
 			msg := fmt.Sprintf("throttle %.0f rows/s, %.0f bytes/s (0 = unlimited)", t.RowsPerSec, t.BytesPerSec)
 			if t.ChunkRows > 0 {
 				msg += fmt.Sprintf(", copy chunks of %d rows", t.ChunkRows)
+			}
+			if t.Adaptive.Enabled() {
+				msg += ", adaptive: " + t.Adaptive.Text()
 			}
 			return fmt.Sprintf("%s for %d moves", msg, n), err
 		},
@@ -725,6 +734,9 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 			}
 			if t.ChunkRows < 0 {
 				return errors.New("copy chunk rows must be >= 0 (0 = the migration's --copy-chunk-rows)")
+			}
+			if err := t.Adaptive.Validate(); err != nil {
+				return err
 			}
 			return nil
 		}})

@@ -380,7 +380,7 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 			return errContinueAsNew
 		}
 		slice := m.in.Request.WithDefaults().CopySlice
-		in := CopySliceInput{Move: m.ref, ChunkRows: m.in.Request.ChunkRows, Throttle: m.throttle, MaxTime: slice}
+		in := CopySliceInput{Move: m.ref, ChunkRows: m.in.Request.ChunkRows, Throttle: m.throttle, MaxTime: slice, Adaptive: m.state.Adaptive}
 		var p CopyProgress
 		actx := m.opts(ctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
 		if err := workflow.ExecuteActivity(actx, ActivityCopySlice, in).Get(ctx, &p); err != nil {
@@ -390,8 +390,14 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 		m.state.RowsCopied = p.Rows
 		m.state.BytesCopied += p.Bytes
 		m.state.CopyDone = p.Done
+		m.state.Adaptive = p.Adaptive
 		m.details(ctx)
 		m.notify(ctx, false)
+	}
+	// The copy's baselines stay for verify and cleanup; its rate and
+	// reason were the copy's.
+	if a := m.state.Adaptive; a != nil {
+		m.state.Adaptive = &AdaptiveStatus{SourceBaseline: a.SourceBaseline, TargetBaseline: a.TargetBaseline, BaselineAt: a.BaselineAt}
 	}
 	return m.to(ctx, PhaseCDCCatchUp)
 }
@@ -577,7 +583,8 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 	if m.rollbackAsked {
 		return m.to(ctx, PhaseRollingBack)
 	}
-	in := VerifyInput{Move: m.ref, RunID: fmt.Sprintf("%s_v%d", m.in.Spec.ID, m.verifyRuns), RowsPerSec: m.throttle.RowsPerSec}
+	in := VerifyInput{Move: m.ref, RunID: fmt.Sprintf("%s_v%d", m.in.Spec.ID, m.verifyRuns), RowsPerSec: m.throttle.RowsPerSec,
+		Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive}
 	var sum VerifySummary
 	err := m.inSession(ctx, ActivityVerify, "verify at one LSN", 24*time.Hour, in, &sum)
 	var appErr *temporal.ApplicationError
@@ -754,7 +761,7 @@ func (m *moveRun) verifyRunIDs() []string {
 
 func (m *moveRun) cleanup(ctx workflow.Context) error {
 	actx := m.opts(ctx, "delete moved rows from "+m.in.Spec.Source, 24*time.Hour, 0)
-	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs()}
+	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs(), Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive}
 	if err := workflow.ExecuteActivity(actx, ActivityCleanup, in).Get(ctx, nil); err != nil {
 		return err
 	}

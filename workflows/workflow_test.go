@@ -740,3 +740,85 @@ func TestRollbackSkipsQueuedMoves(t *testing.T) {
 		t.Fatalf("PublishStable rolled back %v, want both moves", in.RolledBack)
 	}
 }
+
+// The adaptive limits reach every copy slice, verify and cleanup; an update
+// of the rates alone keeps them, one of the adaptive limits alone
+// (KeepRates) keeps the rates. Each slice resumes from the last one's
+// adaptive state; verify and cleanup get the copy's baselines, not its rate.
+func TestAdaptiveThrottleReachesCopyVerifyCleanup(t *testing.T) {
+	env, f := newEnv(t)
+	env.OnActivity(ActivityCopySlice, mock.Anything, mock.Anything).After(time.Minute).Return(
+		func(ctx context.Context, in CopySliceInput) (CopyProgress, error) {
+			n := f.record(ActivityCopySlice+"/"+in.Move.Spec.ID, in)
+			f.record(fmt.Sprintf("%s/%s/%d", ActivityCopySlice, in.Move.Spec.ID, n), in)
+			return CopyProgress{Rows: 100 * int64(n), Done: n >= 5, Adaptive: &AdaptiveStatus{RowsPerSec: float64(1000 * n),
+				Signal: "replica_lag", Reason: "replica lag 3s > 2s", SourceBaseline: time.Millisecond, TargetBaseline: 2 * time.Millisecond}}, nil
+		})
+	req := testRequest()
+	req.Throttle = Throttle{RowsPerSec: 9000, Adaptive: &AdaptiveThrottle{MaxLatencyIncrease: 10}}
+	var errs [3]error
+	var dones [3]bool
+	env.RegisterDelayedCallback(func() {
+		update(env, UpdateThrottle, &errs[0], &dones[0], Throttle{RowsPerSec: 7000}) // rates alone
+	}, 90*time.Second)
+	env.RegisterDelayedCallback(func() {
+		update(env, UpdateThrottle, &errs[1], &dones[1], Throttle{KeepRates: true, Adaptive: &AdaptiveThrottle{MaxReplicaLag: 2 * time.Second}})
+	}, 150*time.Second)
+	env.RegisterDelayedCallback(func() {
+		update(env, UpdateThrottle, &errs[2], &dones[2], Throttle{KeepRates: true, Adaptive: &AdaptiveThrottle{MaxReplicaLag: time.Millisecond}})
+	}, 160*time.Second)
+	env.ExecuteWorkflow(MigrationWorkflow, req)
+	st := result[MigrationState](t, env)
+	if st.Phase != PhaseDone || !dones[0] || !dones[1] || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("migration %s, updates %v %v", st.Phase, errs, dones)
+	}
+	if !dones[2] || errs[2] == nil || !strings.Contains(errs[2].Error(), "--max-replica-lag") {
+		t.Fatalf("a replica lag limit of 1ms was accepted: %v %v", dones[2], errs[2])
+	}
+	slice := func(n int) CopySliceInput {
+		return f.last[fmt.Sprintf("%s/t_m1/%d", ActivityCopySlice, n)].(CopySliceInput)
+	}
+	if in := slice(1); in.Adaptive != nil || in.Throttle.Adaptive.MaxLatencyIncrease != 10 || in.Throttle.RowsPerSec != 9000 {
+		t.Fatalf("first slice: %+v, adaptive %+v", in.Throttle, in.Adaptive)
+	}
+	if in := slice(2); in.Adaptive == nil || in.Adaptive.RowsPerSec != 1000 || in.Throttle.RowsPerSec != 9000 {
+		t.Fatalf("second slice: %+v, resumed from %+v", in.Throttle, in.Adaptive)
+	}
+	if in := slice(3); in.Adaptive.RowsPerSec != 2000 || in.Throttle.RowsPerSec != 7000 || in.Throttle.Adaptive.MaxLatencyIncrease != 10 {
+		t.Fatalf("third slice (after the rates alone): %+v adaptive %+v, resumed from %+v", in.Throttle, in.Throttle.Adaptive, in.Adaptive)
+	}
+	if in := slice(5); in.Throttle.RowsPerSec != 7000 || in.Throttle.Adaptive.MaxReplicaLag != 2*time.Second || in.Throttle.Adaptive.MaxLatencyIncrease != 0 {
+		t.Fatalf("last slice (after the adaptive limits alone): %+v adaptive %+v", in.Throttle, in.Throttle.Adaptive)
+	}
+	v := f.last[ActivityVerify+"/t_m1"].(VerifyInput)
+	c := f.last[ActivityCleanup].(EndInput)
+	for _, in := range []struct {
+		lim  *AdaptiveThrottle
+		base *AdaptiveStatus
+	}{{v.Adaptive, v.Baseline}, {c.Adaptive, c.Baseline}} {
+		if in.lim.MaxReplicaLag != 2*time.Second || in.base == nil || in.base.SourceBaseline != time.Millisecond || in.base.RowsPerSec != 0 {
+			t.Fatalf("verify/cleanup got limits %+v, baseline %+v", in.lim, in.base)
+		}
+	}
+}
+
+// The throttle's text is part of the phase's, in the phases it steers.
+func TestAdaptiveText(t *testing.T) {
+	a := &AdaptiveStatus{RowsPerSec: 3200, Signal: "source_probe_latency", Reason: "source probe latency +14% (1.1ms over 1ms) > +10%"}
+	m := MoveState{Phase: PhaseSnapshotCopy, Adaptive: a}
+	if got, want := m.PhaseText(), "SNAPSHOT_COPY (throttled: source probe latency +14% (1.1ms over 1ms) > +10%, 3200 rows/s)"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+	m.Phase = PhaseCDCCatchUp
+	if got := m.PhaseText(); got != "CDC_CATCH_UP" {
+		t.Fatalf("catch-up shows the throttle: %q", got)
+	}
+	m.Phase, m.Adaptive = PhaseCleanup, &AdaptiveStatus{RowsPerSec: 45000, Signal: "none"}
+	if got := m.PhaseText(); got != "CLEANUP (adaptive: 45000 rows/s)" {
+		t.Fatalf("%q", got)
+	}
+	m.Adaptive = &AdaptiveStatus{SourceBaseline: time.Millisecond} // baselines only
+	if got := m.PhaseText(); got != "CLEANUP" {
+		t.Fatalf("%q", got)
+	}
+}

@@ -42,6 +42,7 @@ var sections = []section{
 	{name: "backfill", about: "range copy vs raw COPY pipe and pgcopydb", run: runBackfill},
 	{name: "cutover", about: "write pause of cutovers under router writers; fence trigger overhead (pgbench)", run: runCutover},
 	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},
+	{name: "adaptive", about: "a 2-client read/update workload on the source idle, during an unthrottled copy and during a copy under the adaptive throttle (+10% probe latency): its p50/p99 and the copy rate of each", run: runAdaptive},
 	{name: "cdc", about: "apply rate and CPU for small transactions vs the source and its walsender, staged vs text[] flushes, peak RSS for one huge transaction", run: runCDC},
 	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
 }
@@ -61,6 +62,10 @@ type config struct {
 	// user); rebalanceMaxParallel is its --max-parallel-moves (0: no bound).
 	rebalanceUsers       int64
 	rebalanceMaxParallel int
+	// adaptiveWindow is how long each measurement of section adaptive lasts,
+	// adaptiveRounds how many rounds of them it takes.
+	adaptiveWindow time.Duration
+	adaptiveRounds int
 }
 
 func main() {
@@ -76,6 +81,8 @@ func main() {
 	flag.IntVar(&cfg.chunkRows, "chunk-rows", 10_000, "backfill rows per chunk")
 	flag.BoolVar(&cfg.keep, "keep", false, "leave the servers' data directories behind (their path is printed)")
 	flag.StringVar(&cfg.out, "out", "", "also write the final table as markdown, with the machine and the date, to this file")
+	flag.DurationVar(&cfg.adaptiveWindow, "adaptive-window", 20*time.Second, "length of each measurement of section adaptive")
+	flag.IntVar(&cfg.adaptiveRounds, "adaptive-rounds", 3, "rounds of section adaptive (idle, unthrottled copy, adaptive copy each)")
 	flag.StringVar(&cfg.cdcProfile, "cdc-profile", "", "write a CPU profile of the CDC apply (small transactions) to this file")
 	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
@@ -89,8 +96,8 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 {
-		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows and -rebalance-users must be positive")
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 {
+		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds and -adaptive-window must be positive")
 		os.Exit(2)
 	}
 	if cfg.rebalanceMaxParallel < 0 {
@@ -338,6 +345,10 @@ func format(v float64) string {
 
 func (r *report) print(w io.Writer) {
 	fmt.Fprintln(w, "\n| section | figure | value | unit | details |\n|---|---|---:|---|---|")
+	r.printRows(w)
+}
+
+func (r *report) printRows(w io.Writer) {
 	for _, f := range r.figures {
 		fmt.Fprint(w, f.row())
 	}

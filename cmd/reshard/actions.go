@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -136,15 +137,20 @@ func newThrottleCmd(opts *globalOptions) *cobra.Command {
 		f           actionFlags
 		rows, bytes float64
 		chunk       int
+		adaptive    adaptiveFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "throttle <id> [--rows-per-sec N] [--bytes-per-sec N] [--copy-chunk-rows N]",
+		Use:   "throttle <id> [--rows-per-sec N] [--bytes-per-sec N] [--copy-chunk-rows N] [--max-source-latency-increase P] [--max-replica-lag D] ...",
 		Short: "Change the copy throttle of a running migration (0: unlimited)",
 		Long: "Change the copy and verify throttle of every move of a running migration; 0 means unlimited. " +
-			"--copy-chunk-rows changes the copy's chunk size from the next chunk on (0: the migration's own).\n\n" + actionExitCodes,
+			"--copy-chunk-rows changes the copy's chunk size from the next chunk on (0: the migration's own).\n\n" +
+			"The adaptive flags (--max-source-latency-increase, --max-probe-latency, --max-replica-lag, --max-slot-wal, " +
+			"--max-active-backends, --probe-query) replace the adaptive limits as a whole: those not given are no longer watched " +
+			"(all 0: adaptive throttle off). Given alone, they keep the rates; the rate flags alone keep the adaptive limits. " +
+			"Copy slices take a change at their next start (at most --copy-slice later); a verify or cleanup running takes it at its next start.\n\n" + actionExitCodes,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := throttleArg(cmd.Flags().Changed("rows-per-sec"), cmd.Flags().Changed("bytes-per-sec"), cmd.Flags().Changed("copy-chunk-rows"), rows, bytes, chunk)
+			t, err := throttleUpdate(cmd.Flags(), rows, bytes, chunk, &adaptive)
 			if err != nil {
 				return usageError{err}
 			}
@@ -156,12 +162,37 @@ func newThrottleCmd(opts *globalOptions) *cobra.Command {
 	cmd.Flags().Float64Var(&rows, "rows-per-sec", 0, "rows per second per move (0: unlimited)")
 	cmd.Flags().Float64Var(&bytes, "bytes-per-sec", 0, "bytes per second per move (0: unlimited)")
 	cmd.Flags().IntVar(&chunk, "copy-chunk-rows", 0, "rows per copy chunk from the next chunk on (0: the migration's --copy-chunk-rows)")
+	adaptive.register(cmd.Flags())
 	return cmd
+}
+
+// throttleUpdate is the throttle update the flags ask for: the rates given
+// (the others 0: unlimited), the adaptive limits given (as a whole) or
+// none (kept); adaptive limits alone keep the rates.
+func throttleUpdate(fl *pflag.FlagSet, rows, bytes float64, chunk int, adaptive *adaptiveFlags) (workflows.Throttle, error) {
+	rowsSet, bytesSet, chunkSet := fl.Changed("rows-per-sec"), fl.Changed("bytes-per-sec"), fl.Changed("copy-chunk-rows")
+	t := workflows.Throttle{KeepRates: true}
+	if rowsSet || bytesSet || chunkSet || !adaptive.changed(fl) {
+		var err error
+		if t, err = throttleArg(rowsSet, bytesSet, chunkSet, rows, bytes, chunk); err != nil {
+			return t, err
+		}
+	}
+	if adaptive.changed(fl) {
+		t.Adaptive = adaptive.value()
+		if t.Adaptive == nil {
+			t.Adaptive = &workflows.AdaptiveThrottle{} // all 0: off
+		}
+		if err := t.Adaptive.Validate(); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
 }
 
 func throttleArg(rowsSet, bytesSet, chunkSet bool, rows, bytes float64, chunk int) (workflows.Throttle, error) {
 	if !rowsSet && !bytesSet && !chunkSet {
-		return workflows.Throttle{}, errors.New("give --rows-per-sec, --bytes-per-sec and/or --copy-chunk-rows (0: unlimited)")
+		return workflows.Throttle{}, errors.New("give --rows-per-sec, --bytes-per-sec, --copy-chunk-rows and/or adaptive limits (--max-source-latency-increase, --max-replica-lag, ...) (0: unlimited)")
 	}
 	if rows < 0 || bytes < 0 || chunk < 0 {
 		return workflows.Throttle{}, errors.New("--rows-per-sec, --bytes-per-sec and --copy-chunk-rows: want 0 or more")

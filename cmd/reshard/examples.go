@@ -16,7 +16,8 @@ var examples = map[string]string{
   reshard add-node shard5
   reshard status --watch`,
 	"add-node": `  reshard add-node shard5
-  reshard add-node shard5 --rows-per-sec 20000 --require-approval --id add-shard5`,
+  reshard add-node shard5 --rows-per-sec 20000 --require-approval --id add-shard5
+  reshard add-node shard5 --max-source-latency-increase 10 --max-replica-lag 2s --probe-query 'SELECT 1 FROM users WHERE id = 1'`,
 	"split":       `  reshard split shard1 --into shard5 --grace 30m`,
 	"remove-node": `  reshard remove-node shard4 --rows-per-sec 10000`,
 	"move": `  reshard move --range -4611686018427387904:0 --to shard3
@@ -42,7 +43,9 @@ var examples = map[string]string{
 	"reverify": `  reshard reverify add-k3f9xq`,
 	"throttle": `  reshard throttle add-k3f9xq --rows-per-sec 5000
   reshard throttle add-k3f9xq --rows-per-sec 0 --bytes-per-sec 0
-  reshard throttle add-k3f9xq --rows-per-sec 5000 --copy-chunk-rows 1000`,
+  reshard throttle add-k3f9xq --rows-per-sec 5000 --copy-chunk-rows 1000
+  reshard throttle add-k3f9xq --max-source-latency-increase 10 --max-replica-lag 2s
+  reshard throttle add-k3f9xq --max-source-latency-increase 0   # adaptive throttle off`,
 	"check":  `  reshard check placement --keyspace default`,
 	"schema": `  reshard schema sync shard5 --dry-run`,
 	"check placement": `  reshard check placement

@@ -29,6 +29,12 @@ func TestKnobsAgree(t *testing.T) {
 		"grace":               wf.Grace().String(),
 		"max-parallel-moves":  fmt.Sprint(wf.MaxParallelMoves),
 		"max-moves-per-shard": fmt.Sprint(wf.MaxMovesPerShard),
+		// The adaptive limits: none watched unless given (Throttle.Adaptive nil).
+		"max-source-latency-increase": "0",
+		"max-probe-latency":           "0s",
+		"max-replica-lag":             "0s",
+		"max-slot-wal":                "0",
+		"max-active-backends":         "0",
 	}
 	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {

@@ -41,6 +41,7 @@ type migrationFlags struct {
 	grace           time.Duration
 	cutoverBudget   time.Duration
 	maxLagBytes     int64
+	adaptive        adaptiveFlags
 	id              string
 	into            string   // split
 	rng             string   // move
@@ -70,6 +71,7 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	fl.DurationVar(&f.grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
 	fl.DurationVar(&f.cutoverBudget, "cutover-budget", workflows.DefaultCutoverBudget, "write-pause budget of a cutover; over it the cutover aborts and retries")
 	fl.Int64Var(&f.maxLagBytes, "max-lag-bytes", workflows.DefaultMaxLagBytes, "CDC catch-up gate: a move verifies (and then cuts over) once its CDC lag is at most this many bytes")
+	f.adaptive.register(fl)
 	if !dryRun {
 		fl.StringVar(&f.id, "id", "", "migration id: lower-case letters, digits, '-' (default: generated)")
 	}
@@ -178,7 +180,7 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 		return req, fmt.Errorf("--tokens: %w", err)
 	}
 	req.VNodes, req.Tokens = f.vnodes, string(alloc)
-	req.Throttle = workflows.Throttle{RowsPerSec: f.rowsPerSec, BytesPerSec: f.bytesPerSec}
+	req.Throttle = workflows.Throttle{RowsPerSec: f.rowsPerSec, BytesPerSec: f.bytesPerSec, Adaptive: f.adaptive.value()}
 	req.ChunkRows, req.VerifyChunkRows = f.chunkRows, f.verifyChunkRows
 	req.MaxParallelMoves, req.MaxMovesPerShard = f.maxParallel, f.maxPerShard
 	req.RequireApproval = f.requireApproval
@@ -503,6 +505,9 @@ func throttleText(t workflows.Throttle) string {
 	}
 	if t.BytesPerSec > 0 {
 		parts = append(parts, workflows.HumanBytes(int64(t.BytesPerSec))+"/s")
+	}
+	if t.Adaptive.Enabled() {
+		parts = append(parts, "adaptive ("+t.Adaptive.Text()+")")
 	}
 	if len(parts) == 0 {
 		return "unlimited"

@@ -206,6 +206,9 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 			rows, eta := sliceProgress(pending)
 			m.RowsCopied += rows
 			m.CopyETA = eta
+			if a := liveAdaptive(pending); a != nil {
+				m.Adaptive = a
+			}
 		}
 	}
 }
@@ -228,6 +231,27 @@ func sliceProgress(pending []*workflowpb.PendingActivityInfo) (rows int64, eta t
 		}
 	}
 	return 0, 0
+}
+
+// liveAdaptive is the adaptive throttle of the running copy slice, verify
+// or cleanup, from the second detail of its last heartbeat (nil: none).
+func liveAdaptive(pending []*workflowpb.PendingActivityInfo) *workflows.AdaptiveStatus {
+	for _, a := range pending {
+		switch a.GetActivityType().GetName() {
+		case workflows.ActivityCopySlice, workflows.ActivityVerify, workflows.ActivityCleanup:
+		default:
+			continue
+		}
+		if len(a.GetHeartbeatDetails().GetPayloads()) < 2 {
+			continue
+		}
+		var first converter.RawValue
+		var ad *workflows.AdaptiveStatus
+		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &first, &ad) == nil && ad != nil {
+			return ad
+		}
+	}
+	return nil
 }
 
 // maxFailureText bounds the failure message shown per activity.

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// The adaptive section: a pgbench-style workload on the source — 2 clients,
+// each its own connection, half primary-key reads and half single-row
+// updates of a table of its own, at a fixed offered rate so that latencies
+// are comparable — measured idle, during an unthrottled copy of the users
+// table, and during a copy under the adaptive throttle with a target of
+// +10% probe latency, then idle again (the machine is shared: the second
+// idle window shows how far the floor moved meanwhile). Latency counts from
+// each operation's scheduled start, so a client that falls behind is not
+// hidden (no coordinated omission).
+const (
+	adaptiveClients    = 2
+	adaptiveOpsPerSec  = 200 // per client
+	adaptiveKeys       = 10_000
+	adaptiveTarget     = 10.0 // percent
+	adaptiveProbe      = "SELECT v FROM bench_kv WHERE k = 1"
+	adaptiveRebaseline = 10 * time.Second
+)
+
+func runAdaptive(ctx context.Context, e *env, r *report) error {
+	window := e.cfg.adaptiveWindow
+	if _, err := e.srcPool.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS bench_kv; CREATE TABLE bench_kv (k int PRIMARY KEY, v bigint NOT NULL, pad text NOT NULL);
+		INSERT INTO bench_kv SELECT g, 0, md5(g::text) FROM generate_series(0, %d) g`, adaptiveKeys)); err != nil {
+		return fmt.Errorf("create the workload's table: %w", err)
+	}
+	if _, err := e.srcPool.Exec(ctx, `VACUUM ANALYZE bench_kv`); err != nil {
+		return err
+	}
+	// The target answers the same probe (an idle copy of the table).
+	if _, err := e.dstPool.Exec(ctx, `DROP TABLE IF EXISTS bench_kv; CREATE TABLE bench_kv (k int PRIMARY KEY, v bigint NOT NULL, pad text NOT NULL);
+		INSERT INTO bench_kv VALUES (1, 0, '')`); err != nil {
+		return err
+	}
+	set, err := tableset.Introspect(ctx, e.srcPool, tableset.Spec{Name: "bench", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "source")
+	if err != nil {
+		return err
+	}
+	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	// copyLoop copies the whole users table again and again until ctx ends,
+	// each pass into an emptied target, and returns the rows committed.
+	copyLoop := func(ctx context.Context, th *backfill.Throttle) (int64, error) {
+		var rows int64
+		for pass := 0; ctx.Err() == nil; pass++ {
+			if _, err := e.dstPool.Exec(ctx, `TRUNCATE users; DROP SCHEMA IF EXISTS reshard CASCADE`); err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				return rows, err
+			}
+			st, err := backfill.Copy(ctx, e.srcPool, e.dstPool, backfill.Options{Move: fmt.Sprintf("adaptive-%d", pass), Set: set, Ranges: all,
+				ChunkRows: e.cfg.chunkRows, Throttle: th})
+			rows += st.Rows
+			if err != nil && ctx.Err() == nil {
+				return rows, err
+			}
+		}
+		return rows, nil
+	}
+	type result struct {
+		name          string
+		p50, p99, max time.Duration
+		ops, late     int
+		copyRows      int64
+	}
+	measure := func(name string, work func(ctx context.Context) (int64, error)) (result, error) {
+		res := result{name: name}
+		wctx, cancel := context.WithTimeout(ctx, window)
+		defer cancel()
+		var wg sync.WaitGroup
+		var copyErr error
+		if work != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res.copyRows, copyErr = work(wctx)
+			}()
+		}
+		lat, err := workload(wctx, e, window)
+		cancel()
+		wg.Wait()
+		if err != nil {
+			return res, err
+		}
+		if copyErr != nil {
+			return res, copyErr
+		}
+		slices.Sort(lat)
+		res.ops = len(lat)
+		res.p50, res.p99, res.max = pct(lat, 0.50), pct(lat, 0.99), lat[len(lat)-1]
+		return res, nil
+	}
+	add := func(res result, err error) (result, error) {
+		if err != nil {
+			return res, err
+		}
+		fmt.Fprintf(e.out, "%s: %d ops, p50 %s, p99 %s, max %s, copy %.0f rows/s\n", res.name, res.ops, res.p50, res.p99, res.max,
+			float64(res.copyRows)/window.Seconds())
+		return res, nil
+	}
+	// adaptiveRun copies under the adaptive throttle; the throttle's state
+	// carries from one round to the next (as from one copy slice to the
+	// next), its baseline measured once, before the first.
+	th := backfill.NewThrottle(0, 0)
+	ad := &backfill.Adaptive{Throttle: th, Reader: &backfill.PGSignals{Source: e.srcPool, Target: e.dstPool, ProbeSQL: adaptiveProbe},
+		Controller: backfill.Controller{Limits: backfill.AdaptiveLimits{MaxLatencyIncrease: adaptiveTarget}},
+		// The worker measures again every 5 minutes; windows of 20 s call
+		// for the same at a shorter scale.
+		Rebaseline: adaptiveRebaseline}
+	var limited, watched time.Duration
+	adaptiveRun := func(ctx context.Context) (int64, error) {
+		var rows int64
+		// Sample what holds the throttle back, every 250 ms.
+		sctx, stop := context.WithCancel(ctx)
+		var sw sync.WaitGroup
+		sw.Add(1)
+		go func() {
+			defer sw.Done()
+			t := time.NewTicker(250 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-sctx.Done():
+					return
+				case <-t.C:
+					watched += 250 * time.Millisecond
+					if s := ad.State(); s.Signal != backfill.SignalNone && s.Signal != "" {
+						limited += 250 * time.Millisecond
+					}
+				}
+			}
+		}()
+		err := ad.With(ctx, func(ctx context.Context) error {
+			var err error
+			rows, err = copyLoop(ctx, th)
+			return err
+		})
+		stop()
+		sw.Wait()
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			err = nil
+		}
+		return rows, err
+	}
+	// Rounds of idle, unthrottled, adaptive, then idle once more: the
+	// machine is shared, and its floor moves from one window to the next.
+	var idles, fulls, adaps []result
+	for round := range e.cfg.adaptiveRounds {
+		res, err := add(measure(fmt.Sprintf("round %d idle", round+1), nil))
+		if err != nil {
+			return err
+		}
+		idles = append(idles, res)
+		if res, err = add(measure(fmt.Sprintf("round %d unthrottled copy", round+1), func(ctx context.Context) (int64, error) {
+			return copyLoop(ctx, backfill.NewThrottle(0, 0))
+		})); err != nil {
+			return err
+		}
+		fulls = append(fulls, res)
+		if res, err = add(measure(fmt.Sprintf("round %d adaptive copy (+%.0f%%)", round+1, adaptiveTarget), adaptiveRun)); err != nil {
+			return err
+		}
+		adaps = append(adaps, res)
+	}
+	res, err := add(measure("idle at the end", nil))
+	if err != nil {
+		return err
+	}
+	idles = append(idles, res)
+
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	p99s := func(rs []result) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = ms(r.p99)
+		}
+		return out
+	}
+	p50s := func(rs []result) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = ms(r.p50)
+		}
+		return out
+	}
+	rates := func(rs []result) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = float64(r.copyRows) / window.Seconds()
+		}
+		return out
+	}
+	list := func(xs []float64) string {
+		parts := make([]string, len(xs))
+		for i, x := range xs {
+			parts[i] = format(x)
+		}
+		return strings.Join(parts, ", ")
+	}
+	what := func(n int) string {
+		return fmt.Sprintf("%d clients × %d ops/s offered (half PK reads, half single-row updates), %d windows of %s", adaptiveClients, adaptiveOpsPerSec, n, window)
+	}
+	for _, k := range []struct {
+		name string
+		rs   []result
+	}{{"idle", idles}, {"unthrottled copy", fulls}, {fmt.Sprintf("adaptive copy (+%.0f%%)", adaptiveTarget), adaps}} {
+		d := what(len(k.rs))
+		r.add("workload p50, "+k.name, median(p50s(k.rs)), "ms", "median; "+d+": "+list(p50s(k.rs)))
+		r.add("workload p99, "+k.name, median(p99s(k.rs)), "ms", "median; "+d+": "+list(p99s(k.rs)))
+	}
+	idle50 := median(p50s(idles))
+	r.add("workload p50 increase, unthrottled copy", 100*(median(p50s(fulls))/idle50-1), "%", "medians, over idle")
+	r.add("workload p50 increase, adaptive copy", 100*(median(p50s(adaps))/idle50-1), "%", "medians, over idle")
+	idle := median(p99s(idles))
+	r.add("workload p99 increase, unthrottled copy", 100*(median(p99s(fulls))/idle-1), "%", "medians, over idle")
+	// A verdict only where the machine allows one: when the idle windows'
+	// p99s alone differ by more than the target, no copy can be shown to
+	// stay within it (nor to leave it).
+	verdict := "within it"
+	if median(p99s(adaps)) > idle*(1+adaptiveTarget/100) {
+		verdict = "NOT within it"
+	}
+	lo, hi := slices.Min(p99s(idles)), slices.Max(p99s(idles))
+	if hi/lo-1 > adaptiveTarget/100 {
+		verdict = fmt.Sprintf("no verdict: the idle windows' p99s alone spread from %s to %s ms (+%.0f%%), more than the target — the machine's other load, not the copy, sets the tail here",
+			format(lo), format(hi), 100*(hi/lo-1))
+	}
+	r.add("workload p99 increase, adaptive copy", 100*(median(p99s(adaps))/idle-1), "%",
+		fmt.Sprintf("medians, over idle; target +%.0f%%: %s", adaptiveTarget, verdict))
+	r.add("copy rate, unthrottled", median(rates(fulls)), "rows/s", "median over the windows (the whole users table, copied again and again): "+list(rates(fulls)))
+	r.add("copy rate, adaptive", median(rates(adaps)), "rows/s",
+		fmt.Sprintf("median over the windows, slow start included: %s; probe %q (median of 5, smoothed), baseline (last: %s on the source) measured with the workload running, again every %s with the copy held; a signal held the rate back %.0f%% of the time; rate at the end %.0f rows/s",
+			list(rates(adaps)), adaptiveProbe, ad.Controller.SourceBaseline.Round(time.Microsecond), adaptiveRebaseline, 100*limited.Seconds()/max(watched.Seconds(), 1), ad.State().RowsPerSec))
+	return nil
+}
+
+// workload runs the clients at their fixed offered rate until ctx ends and
+// returns every operation's latency, from its scheduled start.
+func workload(ctx context.Context, e *env, window time.Duration) ([]time.Duration, error) {
+	var (
+		mu   sync.Mutex
+		all  []time.Duration
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for c := range adaptiveClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := pgx.Connect(ctx, e.src.DSN("postgres", false))
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			rng := rand.New(rand.NewPCG(uint64(c), 42))
+			interval := time.Second / adaptiveOpsPerSec
+			lat := make([]time.Duration, 0, int(window/interval)+1)
+			next := time.Now()
+			for {
+				if d := time.Until(next); d > 0 {
+					select {
+					case <-ctx.Done():
+					case <-time.After(d):
+					}
+				}
+				if ctx.Err() != nil {
+					break
+				}
+				k := rng.IntN(adaptiveKeys) + 1
+				var err error
+				if rng.IntN(2) == 0 {
+					var v int64
+					err = conn.QueryRow(ctx, `SELECT v FROM bench_kv WHERE k = $1`, k).Scan(&v)
+				} else {
+					_, err = conn.Exec(ctx, `UPDATE bench_kv SET v = v + 1 WHERE k = $1`, k)
+				}
+				if ctx.Err() != nil {
+					break // cut off by the window's end: not counted
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+					return
+				}
+				lat = append(lat, time.Since(next))
+				next = next.Add(interval)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("workload: %w", err)
+	}
+	if len(all) == 0 {
+		return nil, errors.New("workload: no operation completed")
+	}
+	return all, nil
+}
+
+// pct is the q-quantile of sorted xs.
+func pct(xs []time.Duration, q float64) time.Duration {
+	i := int(q*float64(len(xs)) + 0.5)
+	return xs[min(max(i-1, 0), len(xs)-1)]
+}
