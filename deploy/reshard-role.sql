@@ -5,8 +5,8 @@
 --
 --   on each shard's database, naming the roles that own the keyspace's tables:
 --     psql -v role=reshard -v owners=app -d <shard database> -f deploy/reshard-role.sql
---   on the control database:
---     psql -v role=reshard -v control=1 -d <control database> -f deploy/reshard-role.sql
+--   on the control database, naming the roles whose routers read the topology:
+--     psql -v role=reshard -v control=1 -v readers=app -d <control database> -f deploy/reshard-role.sql
 --
 -- Idempotent: run it again after adding a shard or a table owner. Preflight
 -- (`reshard plan`) names any privilege still missing with the statement that
@@ -39,6 +39,15 @@ SELECT format('ALTER FUNCTION %s OWNER TO %I', p.oid::regprocedure, :'role')
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'reshard' \gexec
 
 \if :{?control}
+\if :{?readers}
+-- Routers read the topology (docs/contract.md): the schema reshard and its
+-- tables, those there now and those later versions of reshard add.
+SELECT format('ALTER DEFAULT PRIVILEGES FOR ROLE %I GRANT USAGE ON SCHEMAS TO %I', :'role', btrim(o)),
+       format('ALTER DEFAULT PRIVILEGES FOR ROLE %I GRANT SELECT ON TABLES TO %I', :'role', btrim(o))
+FROM unnest(string_to_array(:'readers', ',')) o WHERE btrim(o) <> '' \gexec
+SELECT format('GRANT USAGE ON SCHEMA reshard TO %I', btrim(o)), format('GRANT SELECT ON ALL TABLES IN SCHEMA reshard TO %I', btrim(o))
+FROM unnest(string_to_array(:'readers', ',')) o, pg_namespace n WHERE n.nspname = 'reshard' AND btrim(o) <> '' \gexec
+\endif
 \quit
 \endif
 

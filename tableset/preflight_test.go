@@ -222,8 +222,9 @@ func TestPreflightRefusesFullSlots(t *testing.T) {
 // superuser, makes it pass again; a role with none gets all of them.
 func TestPreflightPrivileges(t *testing.T) {
 	src, dst := preflightPair(t)
-	owner := pgtest.CreateRole(t, src, "preflight_owner", src)
-	role := pgtest.CreateRole(t, src, "preflight_reshard", src)
+	owner, role := pgtest.RoleName("preflight_owner"), pgtest.RoleName("preflight_reshard")
+	pgtest.CreateRole(t, owner, src)
+	pgtest.CreateRole(t, role, src)
 	src.Exec(t, `ALTER TABLE users OWNER TO `+quote(owner)+`; ALTER TABLE orders OWNER TO `+quote(owner))
 	as := src.As(t, role).Pool
 	r, o, db := quote(role), quote(owner), quote(src.Name)

@@ -336,35 +336,41 @@ func (db *DB) As(t testing.TB, role string) *DB {
 	return &DB{Name: db.Name, Server: db.Server, DSN: u.String(), Pool: pool}
 }
 
-// CreateRole creates a login role on the server of db (roles belong to the
-// server, not to one database) with a name unique to this test run, and
-// returns its name. When the test ends, everything it owns or was granted in
-// the databases dbs is dropped with it.
-func CreateRole(t testing.TB, db *DB, prefix string, dbs ...*DB) string {
+// RoleName is prefix made unique to this test run (roles belong to a
+// server, which the tests of a package share).
+func RoleName(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), dbSeq.Add(1))
+}
+
+// CreateRole creates the login role name on the servers of dbs. When the test
+// ends, everything it owns or was granted in dbs is dropped with it.
+func CreateRole(t testing.TB, name string, dbs ...*DB) {
 	t.Helper()
-	role := fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), dbSeq.Add(1))
-	db.Exec(t, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN")
+	q := pgx.Identifier{name}.Sanitize()
+	servers := map[*devenv.Server]bool{}
+	for _, db := range dbs {
+		if !servers[db.Server] {
+			servers[db.Server] = true
+			db.Exec(t, "CREATE ROLE "+q+" LOGIN")
+		}
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		q := pgx.Identifier{role}.Sanitize()
-		for _, d := range append(dbs, db) {
-			c, err := pgx.Connect(ctx, d.Server.DSN(d.Name, false))
-			if err != nil {
-				continue
+		for _, d := range dbs {
+			if c, err := pgx.Connect(ctx, d.Server.DSN(d.Name, false)); err == nil {
+				_, _ = c.Exec(ctx, "DROP OWNED BY "+q+" CASCADE")
+				c.Close(ctx)
 			}
-			_, _ = c.Exec(ctx, "DROP OWNED BY "+q+" CASCADE")
-			c.Close(ctx)
 		}
-		c, err := pgx.Connect(ctx, db.Server.DSN("postgres", false))
-		if err != nil {
-			return
+		for s := range servers {
+			if c, err := pgx.Connect(ctx, s.DSN("postgres", false)); err == nil {
+				_, _ = c.Exec(ctx, "DROP OWNED BY "+q+" CASCADE")
+				_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS "+q)
+				c.Close(ctx)
+			}
 		}
-		defer c.Close(ctx)
-		_, _ = c.Exec(ctx, "DROP OWNED BY "+q+" CASCADE")
-		_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS "+q)
 	})
-	return role
 }
 
 // Psql runs a SQL script of the repository (path relative to its root, say
