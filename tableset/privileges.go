@@ -84,7 +84,7 @@ func (rep *Report) checkPrivileges(ctx context.Context, q Querier, name string) 
 	}
 	if version < 150000 {
 		rep.add(&Problem{Check: CheckReplicaRole, Shard: name,
-			Problem: fmt.Sprintf("%s runs PostgreSQL %d.%d, where only a superuser may set session_replication_role, which the appliers set to pass the fences", name, version/10000, version%10000/100),
+			Problem: fmt.Sprintf("%s runs PostgreSQL %d.%d, where only a superuser may set session_replication_role, which the appliers set to pass the fences", name, version/10000, version%10000),
 			Fix:     "ALTER ROLE " + r + " SUPERUSER, or upgrade to PostgreSQL 15 and GRANT SET ON PARAMETER session_replication_role TO " + r})
 	} else {
 		var set bool
