@@ -18,8 +18,9 @@ import (
 )
 
 // Move is one move as the phases after the copy see it: its ranges, its two
-// shards by name (in the topology) and by pool (the orchestrator's sessions,
-// superuser: they set session_replication_role and drop slots).
+// shards by name (in the topology) and by pool (the orchestrator's sessions:
+// a role with the privileges of docs/operations.md, "Privileges" — it sets
+// session_replication_role, drops slots, publishes the tables).
 type Move struct {
 	// ID names the slot, publication, origin, checkpoints and journal.
 	ID       string

@@ -71,11 +71,14 @@ var usersTable = ledger.Table{Name: "users", Key: "id", Val: "name"}
 // cluster is four shards with data and a topology, an empty fifth shard, a
 // control database, Temporal and the worker's configuration.
 type cluster struct {
-	t        *testing.T
-	ctl      *pgtest.DB
-	dbs      map[string]*pgtest.DB
-	pools    map[string]*pgxpool.Pool
-	store    *topology.Store
+	t     *testing.T
+	ctl   *pgtest.DB
+	dbs   map[string]*pgtest.DB
+	pools map[string]*pgxpool.Pool
+	store *topology.Store
+	// routers is the control database as the writers' routers read it,
+	// when not store.
+	routers  *topology.Store
 	ring     *ring.Ring
 	tc       client.Client
 	config   string
@@ -111,6 +114,14 @@ func newClusterOn(t *testing.T, users, ctlServer int) *cluster {
 // can kill and start again).
 func newClusterWith(t *testing.T, users, ctlServer int, tmp devenv.Temporal) *cluster {
 	t.Helper()
+	return buildCluster(t, users, ctlServer, tmp, nil)
+}
+
+// buildCluster is newClusterWith; roles, when not nil, is called once the
+// databases and tables exist, before anything else is made in them (say, to
+// connect c.ctl and c.dbs as other roles).
+func buildCluster(t *testing.T, users, ctlServer int, tmp devenv.Temporal, roles func(c *cluster)) *cluster {
+	t.Helper()
 	ctx := context.Background()
 	c := &cluster{t: t, dbs: map[string]*pgtest.DB{}, pools: map[string]*pgxpool.Pool{}, users: users, dir: pgtest.TempDir(t, "e2e")}
 	c.ctl = pgtest.NewDB(t, ctlServer)
@@ -118,6 +129,9 @@ func newClusterWith(t *testing.T, users, ctlServer int, tmp devenv.Temporal) *cl
 		db := pgtest.NewDB(t, i-1)
 		db.Exec(t, schema)
 		c.dbs[shard(i)], c.pools[shard(i)] = db, db.Pool
+	}
+	if roles != nil {
+		roles(c)
 	}
 	if err := topology.Migrate(ctx, c.ctl.Pool); err != nil {
 		t.Fatal(err)
@@ -294,7 +308,11 @@ func (c *cluster) startWriters() { c.startWritersWith(nil) }
 // startWritersWith is startWriters with the router's metrics in m.
 func (c *cluster) startWritersWith(m *topology.Metrics) {
 	ctx, cancel := context.WithCancel(context.Background())
-	router, err := topology.NewRouter(ctx, c.store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond, Metrics: m})
+	store := c.store
+	if c.routers != nil {
+		store = c.routers
+	}
+	router, err := topology.NewRouter(ctx, store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond, Metrics: m})
 	if err != nil {
 		c.t.Fatal(err)
 	}

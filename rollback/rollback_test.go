@@ -44,8 +44,17 @@ func leftovers(t *testing.T, e *movetest.Env) {
 // TestDuringGrace: writes land on the new owner during GRACE, then the move
 // is rolled back while writers keep going: the old owner ends with every
 // acknowledged write, the new owner without the rows, the topology as it was.
-func TestDuringGrace(t *testing.T) {
-	e := movetest.New(t, "grace", 1000)
+func TestDuringGrace(t *testing.T) { testDuringGrace(t, movetest.New(t, "grace", 1000)) }
+
+// TestDuringGraceAsLeastPrivilegedRole is TestDuringGrace with the move,
+// its cutover, GRACE's reverse stream and the rollback run as a role
+// without superuser (deploy/reshard-role.sql), the writers as the tables'
+// owner.
+func TestDuringGraceAsLeastPrivilegedRole(t *testing.T) {
+	testDuringGrace(t, movetest.New(t, "grace_lp", 1000, movetest.LeastPrivileged()))
+}
+
+func testDuringGrace(t *testing.T, e *movetest.Env) {
 	r := e.Router(t, true)
 	stop := e.Writers(t, r, 3)
 	time.Sleep(300 * time.Millisecond)
@@ -100,8 +109,16 @@ func TestDuringGrace(t *testing.T) {
 // back: the source has every write and nothing of the move, the target has
 // none of the rows and its own rows untouched, the topology is the
 // pre-migration one.
-func TestBeforeCutover(t *testing.T) {
-	e := movetest.New(t, "before", 1000)
+func TestBeforeCutover(t *testing.T) { testBeforeCutover(t, movetest.New(t, "before", 1000)) }
+
+// TestBeforeCutoverAsLeastPrivilegedRole is TestBeforeCutover as a role
+// without superuser (deploy/reshard-role.sql), the writers as the tables'
+// owner.
+func TestBeforeCutoverAsLeastPrivilegedRole(t *testing.T) {
+	testBeforeCutover(t, movetest.New(t, "before_lp", 1000, movetest.LeastPrivileged()))
+}
+
+func testBeforeCutover(t *testing.T, e *movetest.Env) {
 	r := e.Router(t, true)
 	stop := e.Writers(t, r, 4)
 	bOwn := e.DBs["b"].QueryInt64(t, "SELECT count(*) FROM items")

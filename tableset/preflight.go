@@ -22,8 +22,6 @@ const (
 	CheckColumns         = "columns"
 	CheckReplicaIdentity = "replica_identity"
 	CheckWalLevel        = "wal_level"
-	CheckReplication     = "replication_privilege"
-	CheckSuperuser       = "superuser"
 	CheckSlots           = "replication_slots"
 	CheckWalSenders      = "wal_senders"
 	CheckTruncate        = "truncate_published"
@@ -311,16 +309,13 @@ func ColumnDiff(a, b Table, aName, bName string) string {
 func (rep *Report) checkServer(ctx context.Context, q Querier, name string, opts PreflightOptions) error {
 	var (
 		walLevel                            string
-		super, repl                         bool
 		maxSlots, usedSlots, maxSenders, ws int
 	)
 	err := q.QueryRow(ctx, `
 		SELECT current_setting('wal_level'),
-		       r.rolsuper, r.rolreplication,
 		       current_setting('max_replication_slots')::int, (SELECT count(*) FROM pg_replication_slots)::int,
 		       current_setting('max_wal_senders')::int,
-		       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender')::int
-		FROM pg_roles r WHERE r.rolname = current_user`).Scan(&walLevel, &super, &repl, &maxSlots, &usedSlots, &maxSenders, &ws)
+		       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender')::int`).Scan(&walLevel, &maxSlots, &usedSlots, &maxSenders, &ws)
 	if err != nil {
 		return fmt.Errorf("preflight: read settings of %s: %w", name, err)
 	}
@@ -329,15 +324,8 @@ func (rep *Report) checkServer(ctx context.Context, q Querier, name string, opts
 			Problem: fmt.Sprintf("wal_level is %s on %s; logical replication needs logical (the source streams the move, the target streams back during the grace period)", walLevel, name),
 			Fix:     "ALTER SYSTEM SET wal_level = logical; then restart that server"})
 	}
-	if !super && !repl {
-		rep.add(&Problem{Check: CheckReplication, Shard: name,
-			Problem: fmt.Sprintf("the role reshard connects to %s as has no replication privilege", name),
-			Fix:     "ALTER ROLE <that role> REPLICATION (or connect as a superuser)"})
-	}
-	if !super {
-		rep.add(&Problem{Check: CheckSuperuser, Shard: name,
-			Problem: fmt.Sprintf("the role reshard connects to %s as is not a superuser; the appliers set session_replication_role = replica to pass the fences, which needs superuser on PostgreSQL 15", name),
-			Fix:     "connect as a superuser (ALTER ROLE <that role> SUPERUSER)"})
+	if err := rep.checkPrivileges(ctx, q, name); err != nil {
+		return err
 	}
 	if free := maxSlots - usedSlots; free < opts.Slots {
 		rep.add(&Problem{Check: CheckSlots, Shard: name,
@@ -353,6 +341,9 @@ func (rep *Report) checkServer(ctx context.Context, q Querier, name string, opts
 }
 
 func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Table) error {
+	if err := rep.checkOwner(ctx, q, name, t); err != nil {
+		return err
+	}
 	switch {
 	case t.ReplicaIdentity == "n":
 		rep.add(&Problem{Check: CheckReplicaIdentity, Shard: name, Table: t.String(),

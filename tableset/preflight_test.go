@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,28 +216,83 @@ func TestPreflightRefusesFullSlots(t *testing.T) {
 	}
 }
 
-func TestPreflightRefusesUnprivilegedRole(t *testing.T) {
+// TestPreflightPrivileges: a role without superuser passes once
+// deploy/reshard-role.sql granted it what reshard needs; without one of
+// those privileges it gets exactly the Problem naming it, whose Fix, run by a
+// superuser, makes it pass again; a role with none gets all of them.
+func TestPreflightPrivileges(t *testing.T) {
 	src, dst := preflightPair(t)
-	ctx := context.Background()
-	role := "preflight_app_" + strings.TrimPrefix(src.Name, "t_")
-	role = role[:min(len(role), 60)]
-	src.Exec(t, `CREATE ROLE `+quote(role)+` LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO `+quote(role))
-	t.Cleanup(func() {
-		_, _ = src.Pool.Exec(ctx, `DROP OWNED BY `+quote(role)+`; DROP ROLE `+quote(role))
-	})
-	cfg, err := pgxpool.ParseConfig(src.DSN)
-	if err != nil {
-		t.Fatal(err)
+	owner, role := pgtest.RoleName("preflight_owner"), pgtest.RoleName("preflight_reshard")
+	pgtest.CreateRole(t, owner, src)
+	pgtest.CreateRole(t, role, src)
+	src.Exec(t, `ALTER TABLE users OWNER TO `+quote(owner)+`; ALTER TABLE orders OWNER TO `+quote(owner))
+	as := src.As(t, role).Pool
+	r, o, db := quote(role), quote(owner), quote(src.Name)
+	type want struct{ check, table, fix string }
+	problems := func() []want {
+		t.Helper()
+		rep, err := runPreflight(t, src, dst, as, nil, PreflightOptions{})
+		var got []want
+		for _, p := range rep.Problems {
+			if p.Shard != "source" {
+				t.Fatalf("problem on %s: %v", p.Shard, p)
+			}
+			got = append(got, want{p.Check, p.Table, p.Fix})
+		}
+		if (err == nil) != (len(got) == 0) {
+			t.Fatalf("error %v with problems %v", err, got)
+		}
+		return got
 	}
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
+
+	var none []want
+	for _, p := range problems() {
+		none = append(none, want{check: p.check, table: p.table})
 	}
-	defer pool.Close()
-	rep, err := runPreflight(t, src, dst, pool, nil, PreflightOptions{})
-	expectProblem(t, rep, err, CheckReplication, "source", "", "REPLICATION")
-	expectProblem(t, rep, err, CheckSuperuser, "source", "", "SUPERUSER")
+	wantNone := []want{{check: CheckReplication}, {check: CheckCreate}, {check: CheckReplicaRole}}
+	for range OriginFunctions {
+		wantNone = append(wantNone, want{check: CheckOrigins})
+	}
+	wantNone = append(wantNone, want{check: CheckStats}, want{CheckOwner, "public.users", ""}, want{CheckOwner, "public.orders", ""})
+	if !slices.Equal(none, wantNone) {
+		t.Fatalf("a role with no privilege: problems\n%v\nwant\n%v", none, wantNone)
+	}
+
+	src.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": role, "owners": owner})
+	if got := problems(); len(got) != 0 {
+		t.Fatalf("the role granted by deploy/reshard-role.sql is refused: %v", got)
+	}
+	for _, c := range []struct {
+		revoke string
+		want   []want
+	}{
+		{`ALTER ROLE ` + r + ` NOREPLICATION`, []want{{CheckReplication, "", `ALTER ROLE ` + r + ` REPLICATION`}}},
+		{`REVOKE CREATE ON DATABASE ` + db + ` FROM ` + r, []want{{CheckCreate, "", `GRANT CREATE ON DATABASE ` + db + ` TO ` + r}}},
+		{`REVOKE SET ON PARAMETER session_replication_role FROM ` + r, []want{{CheckReplicaRole, "", `GRANT SET ON PARAMETER session_replication_role TO ` + r}}},
+		{`REVOKE EXECUTE ON FUNCTION pg_replication_origin_create(text) FROM ` + r,
+			[]want{{CheckOrigins, "", `GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text) TO ` + r}}},
+		{`REVOKE EXECUTE ON FUNCTION pg_replication_origin_xact_setup(pg_lsn, timestamptz) FROM ` + r,
+			[]want{{CheckOrigins, "", `GRANT EXECUTE ON FUNCTION pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone) TO ` + r}}},
+		{`REVOKE pg_read_all_stats FROM ` + r, []want{{CheckStats, "", `GRANT pg_read_all_stats TO ` + r}}},
+		{`REVOKE ` + o + ` FROM ` + r, []want{{CheckOwner, "public.users", `GRANT ` + o + ` TO ` + r}, {CheckOwner, "public.orders", `GRANT ` + o + ` TO ` + r}}},
+		{`ALTER ROLE ` + r + ` NOINHERIT`, []want{{CheckStats, "", `ALTER ROLE ` + r + ` INHERIT`},
+			{CheckOwner, "public.users", `ALTER ROLE ` + r + ` INHERIT`}, {CheckOwner, "public.orders", `ALTER ROLE ` + r + ` INHERIT`}}},
+		// reshard run as a superuser before: its schema on the shard.
+		{`CREATE SCHEMA reshard; CREATE TABLE reshard.journal (id bigserial PRIMARY KEY); CREATE FUNCTION reshard.guard() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$`,
+			[]want{{CheckReshardSchema, "", `ALTER SCHEMA reshard OWNER TO ` + r + `; ALTER TABLE reshard.journal OWNER TO ` + r + `; ALTER FUNCTION reshard.guard() OWNER TO ` + r}}},
+	} {
+		src.Exec(t, c.revoke)
+		got := problems()
+		if !slices.Equal(got, c.want) {
+			t.Fatalf("after %s: problems\n%v\nwant\n%v", c.revoke, got, c.want)
+		}
+		for _, p := range got {
+			src.Exec(t, p.fix)
+		}
+		if got := problems(); len(got) != 0 {
+			t.Fatalf("after %s and its fixes: %v", c.revoke, got)
+		}
+	}
 }
 
 func quote(s string) string { return `"` + s + `"` }

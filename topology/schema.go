@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/internal/pgerr"
 )
 
 // migrations are applied in order, each exactly once, recorded in
@@ -300,8 +302,20 @@ const migrateLockKey = 0x7265736861726401 // "reshard\x01"
 
 // Migrate creates or upgrades the topology schema in the control database.
 // It is idempotent and safe to run concurrently from several processes.
+//
+// A role refused a privilege gets the fix: reshard needs no superuser on
+// the control database, only CREATE on it (docs/operations.md, "Privileges").
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return migrateTo(ctx, pool, len(migrations))
+	err := migrateTo(ctx, pool, len(migrations))
+	if !pgerr.Privilege(err) {
+		return err
+	}
+	var role, db string
+	if pool.QueryRow(ctx, `SELECT current_user, current_database()`).Scan(&role, &db) != nil {
+		return err
+	}
+	return fmt.Errorf("%w: role %s needs CREATE on the control database %s and the schema reshard as its own; as a superuser: GRANT CREATE ON DATABASE %s TO %s, or psql -v role=%s -v control=1 -d %s -f deploy/reshard-role.sql, which also hands over a schema reshard made by another role",
+		err, role, db, pgx.Identifier{db}.Sanitize(), pgx.Identifier{role}.Sanitize(), role, db)
 }
 
 // migrateTo applies the steps up to step last (tests build older schemas

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -52,8 +53,8 @@ func newSchemaSyncCmd(opts *globalOptions) *cobra.Command {
 		Long: `Gives a shard (a new one, before add-node or split) the tables of a keyspace as they
 are on a source shard: each table the target lacks is created from the source's
 catalog (pg_dump --schema-only of those tables: columns, defaults, constraints,
-indexes, the sequences they own; reshard's own fence triggers left out), and every
-table gets its token index. A table the target already has must match the
+indexes, the sequences they own; reshard's own fence triggers left out) as the
+role that owns it on the source, and every table gets its token index. A table the target already has must match the
 source's (columns, types, primary key): a difference is refused, naming it, with
 nothing changed (exit 2). --dry-run lists what would be created.
 
@@ -115,8 +116,12 @@ definition on the target (nothing changed).`,
 					if err != nil {
 						return err
 					}
-					if err := applySchema(ctx, dst, missing, ddl); err != nil {
-						return fmt.Errorf("create the tables of keyspace %s on %s: %w (nothing was created)", k.Name, target, err)
+					owners, err := tableOwners(ctx, src, missing)
+					if err != nil {
+						return fmt.Errorf("read the owners of the tables on %s: %w", from, err)
+					}
+					if err := applySchema(ctx, dst, missing, owners, ddl); err != nil {
+						return fmt.Errorf("create the tables of keyspace %s on %s: %w (nothing was created)", k.Name, target, ownerHint(ctx, dst, err, owners, from, target))
 					}
 				}
 				if !dryRun {
@@ -290,20 +295,74 @@ func withoutReshardTriggers(script string) string {
 	return b.String()
 }
 
+// tableOwners returns the role owning each table on the source, in the
+// order of tables.
+func tableOwners(ctx context.Context, src *pgxpool.Pool, tables []tableset.Table) ([]string, error) {
+	owners := make([]string, len(tables))
+	for i, t := range tables {
+		err := src.QueryRow(ctx, `
+			SELECT pg_get_userbyid(c.relowner) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name).Scan(&owners[i])
+		if err != nil {
+			return nil, fmt.Errorf("owner of %s: %w", t, err)
+		}
+	}
+	return owners, nil
+}
+
+// ownerHint adds the fix to an error of a role that cannot create the
+// tables as their owners (docs/operations.md, "Privileges").
+func ownerHint(ctx context.Context, dst *pgxpool.Pool, err error, owners []string, from, target string) error {
+	if !pgerr.Privilege(err) && !pgerr.UndefinedObject(err) {
+		return err
+	}
+	var role string
+	if dst.QueryRow(ctx, `SELECT current_user`).Scan(&role) != nil {
+		return err
+	}
+	var quoted []string
+	for _, o := range owners {
+		q := pgx.Identifier{o}.Sanitize()
+		if !slices.Contains(quoted, q) {
+			quoted = append(quoted, q)
+		}
+	}
+	return fmt.Errorf("%w; the tables are created as their owners on %s (%s): those roles must exist on %s with CREATE on the tables' schemas, and %s must be a member of them (GRANT %s TO %s, as deploy/reshard-role.sql -v owners= does)",
+		err, from, strings.Join(quoted, ", "), target, role, strings.Join(quoted, ", "), pgx.Identifier{role}.Sanitize())
+}
+
 // applySchema runs the script on the target in one transaction, creating
-// the tables' schemas first.
-func applySchema(ctx context.Context, dst *pgxpool.Pool, tables []tableset.Table, script string) error {
+// the tables' schemas first. The tables are created as the role that owns
+// them on the source, as the source's (the script has no owners: the role
+// reshard connects as may not be a superuser), so that the application
+// reaches them on the new shard as on the others.
+func applySchema(ctx context.Context, dst *pgxpool.Pool, tables []tableset.Table, owners []string, script string) error {
 	return pgx.BeginFunc(ctx, dst, func(tx pgx.Tx) error {
-		for _, t := range tables {
-			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t.Schema}.Sanitize()); err != nil {
+		for i, t := range tables {
+			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t.Schema}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{owners[i]}.Sanitize()); err != nil {
 				return err
 			}
+		}
+		// One script, run as the first table's owner; a table another role
+		// owns on the source is given to it afterwards.
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{owners[0]}.Sanitize()); err != nil {
+			return err
 		}
 		// The script sets search_path to '' for its own statements; the
 		// transaction's end restores it (SET LOCAL semantics do not apply:
 		// reset it explicitly).
 		if _, err := tx.Exec(ctx, script); err != nil {
 			return err
+		}
+		if _, err := tx.Exec(ctx, "RESET ROLE"); err != nil {
+			return err
+		}
+		for i, t := range tables {
+			if owners[i] != owners[0] {
+				if _, err := tx.Exec(ctx, "ALTER TABLE "+t.Quoted()+" OWNER TO "+pgx.Identifier{owners[i]}.Sanitize()); err != nil {
+					return err
+				}
+			}
 		}
 		_, err := tx.Exec(ctx, "RESET search_path")
 		return err

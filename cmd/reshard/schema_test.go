@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/reshard/reshard/devenv"
@@ -94,4 +95,54 @@ CREATE TABLE orders (user_id bigint NOT NULL REFERENCES users (id), id bigint NO
 	if code != 2 || !strings.Contains(out, "public.orders") || !strings.Contains(out, "amount") || !strings.Contains(out, "nothing was changed") {
 		t.Fatalf("schema sync over a conflicting table: exit %d\n%s", code, out)
 	}
+}
+
+// schema sync as a role without superuser (deploy/reshard-role.sql): the
+// tables are created on the new shard as the role owning them on the
+// source, so the application writes there as everywhere; a role that cannot
+// act as that owner on the target is told the fix, nothing created.
+func TestSchemaSyncAsLeastPrivilegedRole(t *testing.T) {
+	control, src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1), pgtest.NewDB(t, 2)
+	reshard, app := pgtest.RoleName("reshard"), pgtest.RoleName("app")
+	pgtest.CreateRole(t, app, control, src, dst)
+	pgtest.CreateRole(t, reshard, control, src, dst)
+	ra, rr := pgx.Identifier{app}.Sanitize(), pgx.Identifier{reshard}.Sanitize()
+	for _, db := range []*pgtest.DB{src, dst} {
+		db.Exec(t, `GRANT CREATE ON SCHEMA public TO `+ra)
+		db.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": reshard, "owners": app})
+	}
+	control.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": reshard, "control": "1"})
+	src.As(t, app).Exec(t, `CREATE TABLE users (id bigserial PRIMARY KEY, email text NOT NULL UNIQUE);
+CREATE TABLE orders (user_id bigint NOT NULL REFERENCES users (id), id bigint NOT NULL, PRIMARY KEY (user_id, id))`)
+	wc := devenv.WorkerConfig{Control: control.As(t, reshard).DSN, Shards: map[string]string{"shard1": src.As(t, reshard).DSN, "shard2": dst.As(t, reshard).DSN},
+		Temporal: devenv.TemporalConfig{Address: "127.0.0.1:1", Namespace: devenv.Namespace}}
+	b, err := yaml.Marshal(wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(t.TempDir(), "reshard.yaml")
+	if err := os.WriteFile(config, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(t, "init", "--config", config, "--shards", "shard1", "--table", "users:id", "--table", "orders:user_id"); code != 0 {
+		t.Fatalf("init as %s: exit %d\n%s", reshard, code, out)
+	}
+	dst.Exec(t, `REVOKE `+ra+` FROM `+rr)
+	out, code := run(t, "schema", "sync", "shard2", "--config", config)
+	if code != 1 || !strings.Contains(out, "GRANT "+ra+" TO "+rr) || !strings.Contains(out, "nothing was created") {
+		t.Fatalf("schema sync by a role that is not a member of the owner on the target: exit %d\n%s", code, out)
+	}
+	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`); n != 0 {
+		t.Fatalf("a refused schema sync created %d tables", n)
+	}
+	dst.Exec(t, `GRANT `+ra+` TO `+rr)
+	if out, code := run(t, "schema", "sync", "shard2", "--config", config); code != 0 || !strings.Contains(out, "created public.users on shard2") {
+		t.Fatalf("schema sync as %s: exit %d\n%s", reshard, code, out)
+	}
+	for _, tb := range []string{"users", "orders"} {
+		if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = $1 AND tableowner = $2`, tb, app); n != 1 {
+			t.Errorf("%s on shard2 is not owned by %s, its owner on shard1", tb, app)
+		}
+	}
+	dst.As(t, app).Exec(t, `INSERT INTO users (email) VALUES ('a@x'); INSERT INTO orders VALUES (1, 1)`)
 }

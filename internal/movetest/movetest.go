@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -81,7 +82,7 @@ func Ctx(t testing.TB) context.Context {
 // New creates the shards (a on server 0, b on server 1, control on server 0),
 // the schema, keys 1..nKeys on their owners under the old ring (recorded in
 // the ledger as acknowledged), and publishes topology version 1.
-func New(t testing.TB, id string, nKeys int) *Env {
+func New(t testing.TB, id string, nKeys int, opts ...Option) *Env {
 	t.Helper()
 	ctx := Ctx(t)
 	e := &Env{DBs: map[string]*pgtest.DB{"a": pgtest.NewDB(t, 0), "b": pgtest.NewDB(t, 1)}, Ctl: pgtest.NewDB(t, 0), Ledger: ledger.New(), Old: Old()}
@@ -89,6 +90,9 @@ func New(t testing.TB, id string, nKeys int) *Env {
 	for n, db := range e.DBs {
 		db.Exec(t, Schema)
 		e.Pools[n] = db.Pool
+	}
+	for _, o := range opts {
+		o(t, e)
 	}
 	spec := tableset.Spec{Name: "app", Tables: []tableset.TableSpec{{Table: "kv", KeyColumn: "k"}, {Table: "items", KeyColumn: "k"}}}
 	var err error
@@ -141,6 +145,30 @@ func New(t testing.TB, id string, nKeys int) *Env {
 		t.Fatal(err)
 	}
 	return e
+}
+
+// Option changes an Env once its databases and tables exist, before
+// anything else is made in them.
+type Option func(testing.TB, *Env)
+
+// LeastPrivileged makes the move run as a role without superuser, granted
+// only what deploy/reshard-role.sql grants (e.DBs, e.Ctl and the Move's pools
+// connect as it), and the writers write as the role owning the tables
+// (e.Pools).
+func LeastPrivileged() Option {
+	return func(t testing.TB, e *Env) {
+		reshard, app := pgtest.RoleName("reshard"), pgtest.RoleName("app")
+		all := []*pgtest.DB{e.Ctl, e.DBs["a"], e.DBs["b"]}
+		pgtest.CreateRole(t, app, all...)
+		pgtest.CreateRole(t, reshard, all...)
+		e.Ctl.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": reshard, "control": "1", "readers": app})
+		e.Ctl = e.Ctl.As(t, reshard)
+		for n, db := range e.DBs {
+			db.Exec(t, "ALTER TABLE kv OWNER TO "+pgx.Identifier{app}.Sanitize()+"; ALTER TABLE items OWNER TO "+pgx.Identifier{app}.Sanitize())
+			db.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": reshard, "owners": app})
+			e.DBs[n], e.Pools[n] = db.As(t, reshard), db.As(t, app).Pool
+		}
+	}
 }
 
 // Router returns a router over both shards; with run it follows NOTIFY
@@ -387,7 +415,7 @@ func (e *Env) CountIn(t testing.TB, shard, table string, ranges []ring.Range) in
 func (e *Env) CheckFences(t testing.TB, guard bool, want map[string][]ring.Range) {
 	t.Helper()
 	for shard, rs := range want {
-		have, err := fence.Inspect(Ctx(t), e.Pools[shard], e.Set)
+		have, err := fence.Inspect(Ctx(t), e.DBs[shard].Pool, e.Set)
 		if err != nil {
 			t.Fatal(err)
 		}

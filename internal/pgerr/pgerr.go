@@ -84,6 +84,20 @@ func FatalInput(err error) bool {
 	return false
 }
 
+// Privilege reports a statement refused for want of a privilege (SQLSTATE
+// 42501, insufficient_privilege): the role needs a GRANT, not a retry.
+func Privilege(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
+// UndefinedObject reports a statement naming an object, such as a role,
+// that does not exist (SQLSTATE 42704).
+func UndefinedObject(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42704"
+}
+
 // DDLRace reports the errors of two sessions creating the same object at
 // once (CREATE ... IF NOT EXISTS is not safe against a concurrent creator):
 // a unique violation on a system catalog, or the object already existing.

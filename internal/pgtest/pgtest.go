@@ -9,6 +9,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -310,4 +311,133 @@ func Temporal(t testing.TB) devenv.Temporal {
 	}
 	temporal, tcmd = &tt, cmd
 	return tt
+}
+
+// As is the same database reached as role (trust authentication: no
+// password), with its own pool closed when the test ends. Exec and the
+// queries of the result run as that role.
+func (db *DB) As(t testing.TB, role string) *DB {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	u, err := url.Parse(db.DSN)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	u.User = url.User(role)
+	cfg.ConnConfig.User = role
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool for %s as %s: %v", db.Name, role, err)
+	}
+	t.Cleanup(pool.Close)
+	return &DB{Name: db.Name, Server: db.Server, DSN: u.String(), Pool: pool}
+}
+
+// RoleName is prefix made unique to this test run (roles belong to a
+// server, which the tests of a package share).
+func RoleName(prefix string) string {
+	return fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), dbSeq.Add(1))
+}
+
+// CreateRole creates the login role name on the servers of dbs. When the test
+// ends, everything it owns or was granted in dbs is dropped with it.
+func CreateRole(t testing.TB, name string, dbs ...*DB) {
+	t.Helper()
+	q := pgx.Identifier{name}.Sanitize()
+	servers := map[*devenv.Server]bool{}
+	for _, db := range dbs {
+		if !servers[db.Server] {
+			servers[db.Server] = true
+			db.Exec(t, "CREATE ROLE "+q+" LOGIN")
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, d := range dbs {
+			if c, err := pgx.Connect(ctx, d.Server.DSN(d.Name, false)); err == nil {
+				_, _ = c.Exec(ctx, "DROP OWNED BY "+q+" CASCADE")
+				c.Close(ctx)
+			}
+		}
+		for s := range servers {
+			if c, err := pgx.Connect(ctx, s.DSN("postgres", false)); err == nil {
+				_, _ = c.Exec(ctx, "DROP OWNED BY "+q+" CASCADE")
+				_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS "+q)
+				c.Close(ctx)
+			}
+		}
+	})
+}
+
+// Psql runs a SQL script of the repository (path relative to its root, say
+// deploy/reshard-role.sql) with psql on the database, as the superuser, with
+// the psql variables vars, and fails the test on error.
+func (db *DB) Psql(t testing.TB, script string, vars map[string]string) {
+	t.Helper()
+	psql, err := findPsql()
+	if err != nil {
+		Unavailable(t, err)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	args := []string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db.Server.DSN(db.Name, false), "-f", filepath.Join(root, script)}
+	for k, v := range vars {
+		args = append(args, "-v", k+"="+v)
+	}
+	out, err := exec.Command(psql, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql -f %s on %s: %v\n%s", script, db.Name, err, out)
+	}
+}
+
+// findPsql finds psql beside the server binaries (the directory pg_ctl
+// resolves to, when it is a link), else on PATH.
+func findPsql() (string, error) {
+	bin, err := devenv.FindPGBin()
+	if err != nil {
+		return "", err
+	}
+	for _, d := range []string{bin, filepath.Dir(evalSymlinks(filepath.Join(bin, "pg_ctl")))} {
+		if p := filepath.Join(d, "psql"); fileExists(p) {
+			return p, nil
+		}
+	}
+	return exec.LookPath("psql")
+}
+
+func evalSymlinks(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// moduleRoot is the directory holding go.mod, above the working directory
+// (a test runs in its package's directory).
+func moduleRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		d = up
+	}
 }

@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/topology"
+)
+
+// TestAddNodeAsLeastPrivilegedRole runs a whole add-node under live writes
+// with reshard connected to every shard and to the control database as a
+// role without superuser, granted only what deploy/reshard-role.sql grants
+// (docs/operations.md, "Privileges"), and the application writing as the
+// role that owns its tables: PLAN to CLEANUP through GRACE's reverse
+// stream, no acknowledged write lost, every row on its owner. The writers'
+// router reads the control database as the application's role too.
+func TestAddNodeAsLeastPrivilegedRole(t *testing.T) {
+	reshard, app := pgtest.RoleName("reshard"), pgtest.RoleName("app")
+	c := buildCluster(t, 3_000, 0, pgtest.Temporal(t), func(c *cluster) {
+		all := []*pgtest.DB{c.ctl}
+		for _, db := range c.dbs {
+			all = append(all, db)
+		}
+		pgtest.CreateRole(t, app, all...)
+		pgtest.CreateRole(t, reshard, all...)
+		c.ctl.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": reshard, "control": "1", "readers": app})
+		c.routers = topology.NewStore(c.ctl.As(t, app).Pool)
+		c.ctl = c.ctl.As(t, reshard)
+		for name, db := range c.dbs {
+			db.Exec(t, `ALTER TABLE users OWNER TO `+pgx.Identifier{app}.Sanitize()+`; ALTER TABLE orders OWNER TO `+pgx.Identifier{app}.Sanitize())
+			db.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": reshard, "owners": app})
+			c.dbs[name], c.pools[name] = db.As(t, reshard), db.As(t, app).Pool
+		}
+	})
+	for name, db := range c.dbs {
+		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_roles WHERE rolname = current_user AND NOT rolsuper AND rolname = $1`, reshard); n != 1 {
+			t.Fatalf("%s: reshard does not connect as the non-superuser %s", name, reshard)
+		}
+	}
+	if n := c.ctl.QueryInt64(t, `SELECT count(*) FROM pg_roles WHERE rolname = current_user AND NOT rolsuper AND rolname = $1`, reshard); n != 1 {
+		t.Fatalf("control: reshard does not connect as the non-superuser %s", reshard)
+	}
+	c.startWorker()
+	c.startWriters()
+	started := time.Now()
+	req := c.request("e2e_priv")
+	req.GracePeriod = new(3 * time.Second)
+	st := c.wait(c.start(req), 2*time.Minute)
+	c.stopWriters()
+	t.Logf("add-node as %s: %s, moves: %s", reshard, time.Since(started).Round(time.Second), summary(st))
+	checkState(t, st, true)
+	c.checkData(st)
+	// GRACE ran its reverse stream (slot and publication on the new owner,
+	// origin on the old one), and no step was refused for want of a
+	// privilege, not even one retried or given up on the way (a failed drop
+	// logged and ignored).
+	reverse := 0
+	for i := 1; i <= c.nWorkers; i++ {
+		b, err := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("worker%d.log", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, `msg="cdc stream started"`) && strings.Contains(l, "direction=reverse") {
+				reverse++
+			}
+			if strings.Contains(l, "permission denied") || strings.Contains(l, "42501") || strings.Contains(l, "must be owner") || strings.Contains(l, "must be superuser") {
+				t.Errorf("worker %d: %s", i, l)
+			}
+		}
+	}
+	if reverse < len(st.Moves) {
+		t.Errorf("%d reverse streams started in GRACE, want one per move (%d)", reverse, len(st.Moves))
+	}
+	// Nothing of the moves left on the shards: origins dropped with them.
+	for name, db := range c.dbs {
+		if n := db.QueryInt64(t, `SELECT count(*) FROM pg_replication_origin WHERE roname LIKE 'reshard%e2e_priv%'`); n != 0 {
+			t.Errorf("%d replication origins of reshard left on %s", n, name)
+		}
+	}
+}
