@@ -30,7 +30,7 @@ type tablePlan struct {
 	upsertSQL    string // $1..$n text[] of every column
 	deleteSQL    string // $1..$k text[] of the primary key
 	collisionSQL string // same parameters as deleteSQL
-	fetchSQL     string // on the source: $1..$k text of the primary key
+	fetchSQL     string // on the source: $1..$k text of the primary key; the snapshot, found, the columns
 }
 
 func cast(v string, c tableset.Column) string { return v + "::" + c.Type }
@@ -103,11 +103,13 @@ func (p *tablePlan) buildSQL() {
 		" WHERE " + strings.Join(pkJoin, " AND ") + " AND " + p.pred
 	p.collisionSQL = "SELECT " + strings.Join(pkText, ", ") + " FROM " + tq + " JOIN unnest(" + strings.Join(pkArrs, ", ") + ") AS u(" + strings.Join(pkUs, ", ") + ")" +
 		" ON " + strings.Join(pkJoin, " AND ") + " WHERE (" + p.pred + ") IS NOT TRUE LIMIT 1"
-	var all []string
+	// One statement, so one snapshot: the snapshot it reports is the one its
+	// read of the row used (see runner.fetch).
+	all := []string{"pg_current_snapshot()::text", "t." + pkNames[0] + " IS NOT NULL"}
 	for _, c := range p.cols {
-		all = append(all, pgx.Identifier{c.Name}.Sanitize()+"::text")
+		all = append(all, "t."+pgx.Identifier{c.Name}.Sanitize()+"::text")
 	}
-	p.fetchSQL = "SELECT " + strings.Join(all, ", ") + " FROM " + tq + " WHERE " + strings.Join(pkWhere, " AND ")
+	p.fetchSQL = "SELECT " + strings.Join(all, ", ") + " FROM (VALUES (1)) AS one LEFT JOIN " + tq + " ON " + strings.Join(pkWhere, " AND ")
 }
 
 // partialUpdateSQL sets only the sent columns of the row whose primary key

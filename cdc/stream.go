@@ -112,6 +112,10 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// msgWaitVisible is logged (debug) when the applier waits for a source
+// transaction it received to become visible on the source.
+const msgWaitVisible = "cdc waiting for a source transaction to become visible"
+
 // ErrHoldPassed: HoldAt's LSN lies before a source transaction the applier
 // has already committed on the target (it runs close behind the source). The
 // applier then stays held where it is (a gate): take a new source snapshot and
@@ -260,6 +264,7 @@ type runner struct {
 	binds map[uint32]*binding
 
 	inTxn, skipTxn bool
+	xid            uint32 // of the source transaction being received
 	txnMarkers     []string
 	batchTxns      int
 	batchChanges   int
@@ -547,7 +552,12 @@ func redactParseError(err error) error {
 	return err
 }
 
-// fetch reads a row's current values from the source by primary key.
+// fetch reads a row's current values from the source by primary key, in a
+// snapshot that sees the source transaction being applied (visible.go):
+// read in one that does not, a row that the transaction inserted or moved
+// into the ranges is not found and the change would be dropped. It waits
+// for the transaction to become visible, as long as it takes (on a source
+// with a synchronous standby, until the standby confirms it).
 func (r *runner) fetch(ctx context.Context, p *tablePlan, pk []string) ([]Col, bool, error) {
 	src, err := r.sourceConn(ctx)
 	if err != nil {
@@ -557,15 +567,40 @@ func (r *runner) fetch(ctx context.Context, p *tablePlan, pk []string) ([]Col, b
 	for i, v := range pk {
 		args[i] = v
 	}
+	var snap string
+	var found bool
 	vals := make([]*string, len(p.cols))
-	ptrs := make([]any, len(vals))
+	ptrs := append(make([]any, 0, len(vals)+2), &snap, &found)
 	for i := range vals {
-		ptrs[i] = &vals[i]
+		ptrs = append(ptrs, &vals[i])
 	}
-	if err := src.QueryRow(ctx, p.fetchSQL, args...).Scan(ptrs...); errors.Is(err, pgx.ErrNoRows) {
+	pause, waited := time.Millisecond, time.Duration(0)
+	for {
+		if err := src.QueryRow(ctx, p.fetchSQL, args...).Scan(ptrs...); err != nil {
+			return nil, false, wrapOp("read unchanged TOAST values of "+p.t.String()+" from the source", err)
+		}
+		visible, err := visibleIn(snap, r.xid)
+		if err != nil {
+			return nil, false, err
+		}
+		if visible {
+			break
+		}
+		if waited == 0 {
+			r.s.log.Debug(msgWaitVisible, "xid", r.xid, "table", p.t.String())
+		} else if waited < 10*time.Second && waited+pause >= 10*time.Second {
+			r.s.log.Warn("cdc still waiting for a source transaction to become visible (a synchronous standby that does not confirm?)", "xid", r.xid, "table", p.t.String(), "waited", waited+pause)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-time.After(pause):
+		}
+		waited += pause
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+	if !found {
 		return nil, false, nil
-	} else if err != nil {
-		return nil, false, wrapOp("read unchanged TOAST values of "+p.t.String()+" from the source", err)
 	}
 	row := make([]Col, len(vals))
 	for i, v := range vals {
@@ -648,7 +683,7 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		if err := r.holdBefore(ctx, m.FinalLSN); err != nil {
 			return err
 		}
-		r.inTxn, r.skipTxn, r.txnMarkers = true, false, r.txnMarkers[:0]
+		r.inTxn, r.skipTxn, r.txnMarkers, r.xid = true, false, r.txnMarkers[:0], m.Xid
 		if r.batchTxns == 0 {
 			r.batchStart = time.Now()
 		}

@@ -13,10 +13,6 @@ import (
 	"github.com/reshard/reshard/internal/pgtest"
 )
 
-// msgWaitVisible is the message the applier logs when it waits for a source
-// transaction to become visible.
-const msgWaitVisible = "cdc waiting for a source transaction to become visible"
-
 // logSeen is a slog handler that reports, once, a record with message msg.
 type logSeen struct {
 	msg  string
@@ -204,5 +200,42 @@ func TestUnsentToastReadSeesTheAppliedTransaction(t *testing.T) {
 	assertConverged(t, e, owned)
 	if n := e.dst.QueryInt64(t, "SELECT count(*) FROM users WHERE id = $1 AND email = 'moving' AND length(payload) > 2000", inside); n != 1 {
 		t.Errorf("row %d that entered the ranges: %d on the target, want 1 with its payload", inside, n)
+	}
+}
+
+func TestVisibleIn(t *testing.T) {
+	const epoch1 = 1 << 32
+	for _, c := range []struct {
+		snap    string
+		xid     uint32
+		visible bool
+	}{
+		{"100:105:", 99, true},
+		{"100:105:", 103, true}, // between xmin and xmax, not running
+		{"100:105:100,103", 103, false},
+		{"100:105:100,103", 100, false},
+		{"100:105:100,103", 101, true},
+		{"100:105:", 105, false}, // at xmax: not yet completed when the snapshot was taken
+		{"100:105:", 107, false}, // past xmax
+		{"100:100:", 100, false},
+		{"3:3:", 3, false},
+		// 32-bit ids of the previous epoch, as seen from the next one
+		{fmt.Sprintf("%d:%d:", epoch1+2, epoch1+10), 4294967290, true},
+		{fmt.Sprintf("%d:%d:%d", epoch1-10, epoch1+10, uint64(4294967290)), 4294967290, false},
+		{fmt.Sprintf("%d:%d:%d", epoch1-10, epoch1+10, uint64(epoch1+4)), 4, false},
+		{fmt.Sprintf("%d:%d:%d", epoch1-10, epoch1+10, uint64(epoch1+4)), 5, true},
+		{fmt.Sprintf("%d:%d:", epoch1-10, epoch1+10), 10, false},
+		// ids just ahead of xmax across the epoch boundary
+		{fmt.Sprintf("%d:%d:", epoch1-20, epoch1-5), 2, false},
+	} {
+		got, err := visibleIn(c.snap, c.xid)
+		if err != nil || got != c.visible {
+			t.Errorf("visibleIn(%q, %d) = %v, %v; want %v", c.snap, c.xid, got, err, c.visible)
+		}
+	}
+	for _, bad := range []string{"", "1:2", "x:2:", "1:y:", "1:2:z", "1:2:3,"} {
+		if _, err := visibleIn(bad, 1); err == nil {
+			t.Errorf("visibleIn(%q) accepted", bad)
+		}
 	}
 }
