@@ -22,12 +22,21 @@
 // force either buffering them or applying them in a second session, which
 // cannot share the replication origin and would break commit order.)
 //
+// Within a batch only the last image of each primary key is written (a
+// delete wins over earlier writes; unchanged TOAST values are taken from the
+// key's earlier image in the batch, else left as the target has them).
+// With Options.SetBasedApply (off by default, see StageMinRows), a flush of
+// StageMinRows operations or more is staged: one binary COPY into a
+// temporary table of the session, then one statement per kind; smaller ones
+// go as text[] parameters.
+//
 // Layout: decode.go is pure (bytes in, typed messages out, fuzzed), and so is
-// visible.go (is a source transaction visible in a snapshot);
-// apply.go builds the target's statements; stream.go owns the connections,
-// the replication protocol and the dispatch of messages; batch.go the
-// applier's batches, their commit with the origin's progress and the
-// acknowledgements; controller.go the Controller API (HoldAt, Release,
-// Positions, WaitApplied, DrainToMarker) and how the runner holds;
-// joining.go creates and drops the publication, slot and origin.
+// visible.go (is a source transaction visible in a snapshot); apply.go builds
+// the target's statements and sends the text[] flushes; stage.go the staged
+// ones; stream.go owns the connections, the replication protocol and the
+// dispatch of messages; batch.go the applier's batches, their commit with the
+// origin's progress and the acknowledgements; controller.go the Controller
+// API (HoldAt, Release, Positions, WaitApplied, DrainToMarker) and how the
+// runner holds; joining.go creates and drops the publication, slot and
+// origin.
 package cdc

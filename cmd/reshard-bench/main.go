@@ -36,6 +36,8 @@ var sections = []section{
 	{name: "cutover", about: "write pause of cutovers under router writers; fence trigger overhead (pgbench)", run: runCutover},
 	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},
 	{name: "cdc", about: "apply rate and CPU for small transactions vs the source and its walsender, staged vs text[] flushes, peak RSS for one huge transaction", run: runCDC},
+	{name: "cdc-hot", about: "apply rate for 200k single-row updates over 2,000 keys vs the source's decoding of them", run: runCDCHot},
+	{name: "cdc-stage", about: "staged vs text[] flushes by flush size: where staging starts to pay (cdc.DefaultStageMinRows)", run: runCDCStage},
 }
 
 // config is the benchmark's one configuration.
