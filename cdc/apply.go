@@ -282,8 +282,9 @@ type target struct {
 	// stageMin: a table's flush of at least this many operations takes the
 	// staged path (stage.go), a smaller one the text[] path.
 	stageMin int
-	// staged: rows the table's stage received in the open transaction
-	// (the stages are emptied at every commit, and a rollback undoes them).
+	// staged: the tables whose stage exists in the open transaction, and
+	// the rows it received (a stage is dropped at the commit, and a rollback
+	// undoes it).
 	staged   map[*tablePlan]int
 	copyBuf  copyBuf
 	mFlushes [2]prometheus.Counter // array, staged

@@ -14,13 +14,26 @@ import (
 )
 
 // The staged path of a flush: the flush's rows go by one binary COPY into a
-// temporary table of the session (every column text, so the COPY needs no
-// type knowledge and no escaping), and one statement per kind applies them
-// from there. It replaces the text[] parameters of the array path once a
+// temporary table of the transaction (every column text, so the COPY needs
+// no type knowledge and no escaping), and one statement per kind applies
+// them from there. It replaces the text[] parameters of the array path once a
 // flush holds StageMinRows rows: encoding and parsing arrays cost more, per
 // row, than the COPY, and an UPDATE of rows the source updated (kind 'U')
 // skips the tuple lock (and its WAL record) that INSERT ... ON CONFLICT DO
 // UPDATE takes before updating.
+//
+// A stage is created by the transaction's first staged flush of its table
+// and dropped at its commit (ON COMMIT DROP), never kept for the session:
+// PostgreSQL keeps the position of pg_replication_origin_xact_setup in the
+// session after a rollback, and the transaction the server runs at a
+// session's end to drop its temporary tables commits with it, into the
+// origin. A batch whose COMMIT failed, or whose session was killed between
+// the xact_setup and the COMMIT, would then have its position recorded
+// without its changes, and the next stream would resume past it
+// (TestFailedBatchLeavesOriginAtLastCommit; TestCrashResume lost changes
+// so when the stages lived as long as the session). The applier's session
+// therefore holds no temporary object between transactions, and nothing
+// commits in it but batches.
 //
 // Stage rows: k is 'D' (delete the key), 'U' (full row of a source UPDATE
 // whose key stayed: the target row is expected to exist) or 'I' (full row
@@ -87,7 +100,7 @@ func (p *tablePlan) buildStageSQL(n int) {
 		excluded = append(excluded, pkNames[0]+" = EXCLUDED."+pkNames[0])
 	}
 	p.updatable = len(set) > 0
-	st.create = "CREATE TEMP TABLE IF NOT EXISTS " + st.name + " (k \"char\" NOT NULL, " + strings.Join(defs, ", ") + ") ON COMMIT DELETE ROWS"
+	st.create = "CREATE TEMP TABLE " + st.name + " (k \"char\" NOT NULL, " + strings.Join(defs, ", ") + ") ON COMMIT DROP"
 	st.copy = "COPY " + st.name + " FROM STDIN (FORMAT binary)"
 	st.truncate = "TRUNCATE " + st.name
 	st.clear = "DELETE FROM " + st.name
@@ -139,17 +152,6 @@ func (w *copyBuf) finish() []byte {
 	return w.b.Bytes()
 }
 
-// createStages creates the session's stage tables (outside any transaction:
-// they live as long as the session, emptied at every commit).
-func createStages(ctx context.Context, conn *pgx.Conn, plans []*tablePlan) error {
-	for _, p := range plans {
-		if _, err := conn.Exec(ctx, p.stage.create); err != nil {
-			return wrapOp("create the staging table of "+p.t.String()+" on the target", err)
-		}
-	}
-	return nil
-}
-
 // flushStaged writes a table's pending operations into its stage by binary
 // COPY, then sends the statements that apply them, in pipeline mode (see
 // flushTable).
@@ -193,7 +195,9 @@ func (tg *target) flushStaged(ctx context.Context, p *tablePlan, pt *pendingTabl
 	// small stage 0.04 ms) but leaves dead rows that every later scan of the
 	// stage reads until the commit: past stageTruncateRows of them, TRUNCATE.
 	sql := p.stage.copy
-	switch n := tg.staged[p]; {
+	switch n, ok := tg.staged[p]; {
+	case !ok: // the transaction's first staged flush of the table
+		sql = p.stage.create + "; " + sql
 	case n >= stageTruncateRows:
 		sql = p.stage.truncate + "; " + sql
 		tg.staged[p] = 0

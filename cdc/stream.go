@@ -550,10 +550,6 @@ func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
 		return 0, wrapOp("set session_replication_role on the target", err)
 	}
-	// Before the origin is set up: nothing but applied batches commits under it.
-	if err := createStages(ctx, conn, r.s.plans); err != nil {
-		return 0, err
-	}
 	// The position acknowledged to the source must be durable (DESIGN.md §4):
 	// on a target running with synchronous_commit = off a COMMIT returns
 	// before its WAL is flushed, and a crash would lose an applied batch
