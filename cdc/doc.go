@@ -25,10 +25,9 @@
 // Within a batch only the last image of each primary key is written (a
 // delete wins over earlier writes; unchanged TOAST values are taken from the
 // key's earlier image in the batch, else left as the target has them).
-// With Options.SetBasedApply (off by default, see StageMinRows), a flush of
-// StageMinRows operations or more is staged: one binary COPY into a
-// temporary table of the session, then one statement per kind; smaller ones
-// go as text[] parameters.
+// A flush of StageMinRows operations or more is staged: one binary COPY into
+// a temporary table of the transaction, then one statement per kind; smaller
+// ones go as text[] parameters.
 //
 // Layout: decode.go is pure (bytes in, typed messages out, fuzzed), and so is
 // visible.go (is a source transaction visible in a snapshot); apply.go builds

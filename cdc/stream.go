@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,15 +74,9 @@ type Options struct {
 	FlushRows int
 	// StageMinRows: a table's flush of at least this many row operations is
 	// staged on the target by binary COPY and applied by one statement per
-	// kind; a smaller one is sent as text[] parameters. Default: off (every
-	// flush as text[]); SetBasedApply turns it on at DefaultStageMinRows
-	// (measured by cmd/reshard-bench).
-	//
-	// The staged path and catch-up batching are off by default: a CI run of
-	// TestCrashResume (connections killed under live writes) once ended with
-	// the target behind the source after the drain, the week they were
-	// added, and the cause is not found yet (40 runs since, with and without
-	// load, converged). They stay opt-in until it is.
+	// kind; a smaller one is sent as text[] parameters (default
+	// DefaultStageMinRows; measured by cmd/reshard-bench; math.MaxInt32 sends
+	// every flush as text[]).
 	StageMinRows int
 	// StatusInterval is how often the acknowledged position is sent while
 	// nothing else prompts it (default 2s; wal_sender_timeout is 60s).
@@ -98,19 +91,6 @@ type Options struct {
 	Metrics           *Metrics
 }
 
-// SetBasedApply turns on the applier's set-based path with the measured
-// settings: flushes of DefaultStageMinRows rows or more staged by binary
-// COPY, 10,000-row flushes, and batches kept open 5 × BatchDelay while the
-// stream catches up (see StageMinRows for why it is not the default).
-func (o *Options) SetBasedApply() {
-	o.StageMinRows = DefaultStageMinRows
-	o.FlushRows = 10000
-	if o.BatchDelay <= 0 {
-		o.BatchDelay = 100 * time.Millisecond
-	}
-	o.CatchUpBatchDelay = 5 * o.BatchDelay
-}
-
 func (o *Options) defaults() error {
 	if o.BatchChanges <= 0 {
 		o.BatchChanges = 10000
@@ -119,14 +99,14 @@ func (o *Options) defaults() error {
 		o.BatchDelay = 100 * time.Millisecond
 	}
 	if o.CatchUpBatchDelay <= 0 {
-		o.CatchUpBatchDelay = o.BatchDelay // off unless asked for (SetBasedApply)
+		o.CatchUpBatchDelay = 5 * o.BatchDelay
 	}
 	o.CatchUpBatchDelay = max(o.CatchUpBatchDelay, o.BatchDelay)
 	if o.FlushRows <= 0 {
 		o.FlushRows = DefaultFlushRows
 	}
 	if o.StageMinRows <= 0 {
-		o.StageMinRows = math.MaxInt32 // off unless asked for (SetBasedApply)
+		o.StageMinRows = DefaultStageMinRows
 	}
 	if o.StatusInterval <= 0 {
 		o.StatusInterval = 2 * time.Second
@@ -157,14 +137,13 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// DefaultFlushRows is FlushRows' default (peak RSS 21 MB applying a 1M-row
-// source transaction). SetBasedApply raises it to 10,000, as many as
-// BatchChanges' default, so that a batch of hot keys is written once per key
-// (2,000 keys updated round robin were written 5 times per 10,000-change
-// batch with 2,000; the target backend's CPU for 200k such changes fell from
-// 3.0 s to 0.8 s), at a peak RSS of 37 MB (cmd/reshard-bench, sections cdc
-// and cdc-hot).
-const DefaultFlushRows = 2000
+// DefaultFlushRows is FlushRows' default: as many as BatchChanges' default,
+// so that a batch of hot keys is written once per key (2,000 keys updated
+// round robin were written 5 times per 10,000-change batch with 2,000; the
+// target backend's CPU for 200k such changes fell from 3.0 s to 0.8 s), at a
+// peak RSS of 37 MB (21 MB with 2,000) applying a 1M-row source transaction
+// (cmd/reshard-bench, sections cdc and cdc-hot).
+const DefaultFlushRows = 10000
 
 // msgWaitVisible is logged (debug) when the applier waits for a source
 // transaction it received to become visible on the source.

@@ -373,11 +373,9 @@ func (e *env) cdcLeave(ctx context.Context, names cdc.Names) error {
 }
 
 func (e *env) cdcOptions(names cdc.Names, set tableset.Set, ranges []ring.Range) cdc.Options {
-	o := cdc.Options{Move: "bench", SourceReplicationDSN: e.src.DSN("postgres", false) + "&replication=database",
+	return cdc.Options{Move: "bench", SourceReplicationDSN: e.src.DSN("postgres", false) + "&replication=database",
 		Slot: names.Slot, Publication: names.Publication, Origin: names.Origin,
 		TargetDSN: e.dst.DSN("postgres", false) + "&application_name=" + applyAppName, Set: set, Ranges: ranges}
-	o.SetBasedApply() // the figures of issue 18 are the set-based path's (off by default in the worker)
-	return o
 }
 
 // smallTransactions runs n single-row UPDATE transactions on ids 1..keys
