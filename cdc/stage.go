@@ -273,10 +273,12 @@ func collisionFrom(p *tablePlan, res *pgconn.Result) error {
 const stageTruncateRows = 20000
 
 // DefaultStageMinRows is StageMinRows' default: below it the staged path's
-// extra round trip (the COPY, synchronous) and statements cost more than the
-// text[] arrays they save. Measured by cmd/reshard-bench, section cdc-stage
-// (apply CPU per change, staged ÷ text[], 2 cores at load 9-13): 1.56-1.65
-// at 4-32 rows per flush, 0.88-1.19 at 256, 0.87-0.90 at 1,000, 0.91-1.11
-// at 2,000; section cdc, a catch-up of 200k changes in 10,000-row flushes:
-// 0.75 (18.6 against 24.7 µs per change).
-const DefaultStageMinRows = 256
+// extra round trip (the COPY, synchronous), its statements and, once per
+// transaction, the creation of the stage cost more than the text[] arrays
+// they save. Measured by cmd/reshard-bench, section cdc-stage (apply CPU per
+// change, staged ÷ text[], 2 cores at load 3-11, three runs, stages created
+// per transaction): 1.73-2.20 at 16 rows per flush, 1.04-1.07 at 256,
+// 0.83-0.98 at 1,000, 0.87-1.02 at 2,000; section cdc, a catch-up of 200k
+// changes in 10,000-row flushes: 13.0 against 21.9 µs per change. (With
+// stages kept for the session it was 0.88-1.19 at 256, hence 256 before.)
+const DefaultStageMinRows = 1000
