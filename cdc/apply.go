@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -30,12 +31,16 @@ type tablePlan struct {
 	upsertSQL    string // $1..$n text[] of every column
 	deleteSQL    string // $1..$k text[] of the primary key
 	collisionSQL string // same parameters as deleteSQL
-	fetchSQL     string // on the source: $1..$k text of the primary key
+	fetchSQL     string // on the source: $1..$k text of the primary key; the snapshot, found, the columns
+
+	stage     stageSQL // the staged path (stage.go)
+	updatable bool     // some column is outside the primary key
 }
 
 func cast(v string, c tableset.Column) string { return v + "::" + c.Type }
 
-func newTablePlan(t tableset.Table, ranges []ring.Range) (*tablePlan, error) {
+// newTablePlan prepares table t's statements; n numbers its staging table.
+func newTablePlan(t tableset.Table, ranges []ring.Range, n int) (*tablePlan, error) {
 	p := &tablePlan{t: t, kt: t.KeyType, cols: t.WritableColumns(), byName: map[string]int{}, key: -1}
 	for i, c := range p.cols {
 		p.byName[c.Name] = i
@@ -64,6 +69,7 @@ func newTablePlan(t tableset.Table, ranges []ring.Range) (*tablePlan, error) {
 	}
 	p.pred = ring.Predicate(t.TokenSQL("t"), ranges)
 	p.buildSQL()
+	p.buildStageSQL(n)
 	return p, nil
 }
 
@@ -103,11 +109,13 @@ func (p *tablePlan) buildSQL() {
 		" WHERE " + strings.Join(pkJoin, " AND ") + " AND " + p.pred
 	p.collisionSQL = "SELECT " + strings.Join(pkText, ", ") + " FROM " + tq + " JOIN unnest(" + strings.Join(pkArrs, ", ") + ") AS u(" + strings.Join(pkUs, ", ") + ")" +
 		" ON " + strings.Join(pkJoin, " AND ") + " WHERE (" + p.pred + ") IS NOT TRUE LIMIT 1"
-	var all []string
+	// One statement, so one snapshot: the snapshot it reports is the one its
+	// read of the row used (see runner.fetch).
+	all := []string{"pg_current_snapshot()::text", "t." + pkNames[0] + " IS NOT NULL"}
 	for _, c := range p.cols {
-		all = append(all, pgx.Identifier{c.Name}.Sanitize()+"::text")
+		all = append(all, "t."+pgx.Identifier{c.Name}.Sanitize()+"::text")
 	}
-	p.fetchSQL = "SELECT " + strings.Join(all, ", ") + " FROM " + tq + " WHERE " + strings.Join(pkWhere, " AND ")
+	p.fetchSQL = "SELECT " + strings.Join(all, ", ") + " FROM (VALUES (1)) AS one LEFT JOIN " + tq + " ON " + strings.Join(pkWhere, " AND ")
 }
 
 // partialUpdateSQL sets only the sent columns of the row whose primary key
@@ -243,11 +251,16 @@ func (p *tablePlan) describeKey(pk []string) string {
 
 // pendingOp is the last full-row operation on one primary key in the open
 // target transaction: later operations on the same key replace earlier ones,
-// which is exact because each is a full-row upsert or a delete.
+// which is exact because each is a full-row upsert or a delete (the last
+// image wins; a delete after an upsert wins over it).
 type pendingOp struct {
 	pk     []string
 	row    []Col // nil: delete
 	upsert bool
+	// update: the row comes from a source UPDATE that kept its key, with no
+	// other operation on the key pending before it, so the target row is
+	// expected to exist and the staged path writes it by UPDATE.
+	update bool
 }
 
 // pendingTable collects a table's full-row operations until they are flushed
@@ -266,7 +279,16 @@ type target struct {
 	plans   []*tablePlan
 	pending map[*tablePlan]*pendingTable
 	npend   int
-	fetch   func(ctx context.Context, p *tablePlan, pk []string) ([]Col, bool, error)
+	// stageMin: a table's flush of at least this many operations takes the
+	// staged path (stage.go), a smaller one the text[] path.
+	stageMin int
+	// staged: the tables whose stage exists in the open transaction, and
+	// the rows it received (a stage is dropped at the commit, and a rollback
+	// undoes it).
+	staged   map[*tablePlan]int
+	copyBuf  copyBuf
+	mFlushes [2]prometheus.Counter // array, staged
+	fetch    func(ctx context.Context, p *tablePlan, pk []string) ([]Col, bool, error)
 	// inflight is the last flush, sent but not yet answered: the target
 	// executes it while the stream receives and decodes what follows.
 	inflight *inflight
@@ -275,13 +297,15 @@ type target struct {
 }
 
 // inflight is one flush of one table in pipeline mode: its statements
-// (deletes, then upserts) followed by a Sync.
+// (deletes, then updates, then upserts) followed by a Sync.
 type inflight struct {
 	pl     *pgconn.Pipeline
 	plan   *tablePlan
 	nDel   int
+	nUpd   int // staged path only: rows written by UPDATE
 	nUp    int
-	pkArgs [][]byte // the upserts' primary-key arrays, to name a collision
+	pkArgs [][]byte // text[] path: the upserts' primary-key arrays, to name a collision
+	staged bool
 }
 
 func (tg *target) begin(ctx context.Context) error {
@@ -306,11 +330,29 @@ func (tg *target) add(p *tablePlan, op *pendingOp) {
 		tg.pending[p] = pt
 	}
 	k := pkMapKey(op.pk)
-	if _, ok := pt.ops[k]; !ok {
+	if prev, ok := pt.ops[k]; !ok {
 		pt.order = append(pt.order, k)
 		tg.npend++
+	} else if !prev.update {
+		// After a pending insert or delete of the key, the target row may
+		// not exist: upsert it.
+		op.update = false
 	}
 	pt.ops[k] = op
+}
+
+// pendingRow is the full row pending for pk in the open batch, if any (the
+// image that unchanged TOAST columns of a later change of the key carry
+// over).
+func (tg *target) pendingRow(p *tablePlan, pk []string) []Col {
+	pt := tg.pending[p]
+	if pt == nil {
+		return nil
+	}
+	if op := pt.ops[pkMapKey(pk)]; op != nil && op.upsert {
+		return op.row
+	}
+	return nil
 }
 
 // flush sends every pending operation into the open target transaction;
@@ -391,6 +433,11 @@ func (tg *target) flushTable(ctx context.Context, p *tablePlan) error {
 	if err := tg.begin(ctx); err != nil {
 		return err
 	}
+	if len(pt.order) >= tg.stageMin {
+		tg.mFlushes[1].Inc()
+		return tg.flushStaged(ctx, p, pt)
+	}
+	tg.mFlushes[0].Inc()
 	dels := make([]textArray, len(p.pk))
 	ups := make([]textArray, len(p.cols))
 	nDel, nUp := 0, 0
@@ -463,8 +510,14 @@ func (tg *target) await(ctx context.Context) error {
 	}
 	var err error
 	collided := false
+	missing := 0
 	if f.nDel > 0 {
 		_, err = result("deletes", f.nDel)
+	}
+	if err == nil && f.nUpd > 0 {
+		var wrote int64
+		wrote, err = result("updates", f.nUpd)
+		missing = f.nUpd - int(wrote)
 	}
 	if err == nil && f.nUp > 0 {
 		var wrote int64
@@ -477,8 +530,13 @@ func (tg *target) await(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if collided {
+	switch {
+	case collided && f.staged:
+		return tg.stagedCollision(ctx, f.plan)
+	case collided:
 		return tg.collision(ctx, f.plan, f.pkArgs)
+	case missing > 0:
+		return tg.stagedMissing(ctx, f.plan, missing)
 	}
 	return nil
 }
@@ -491,17 +549,7 @@ func (tg *target) collision(ctx context.Context, p *tablePlan, pkArgs [][]byte) 
 		oids[i] = textArrayOID
 	}
 	res := tg.conn.PgConn().ExecParams(ctx, p.collisionSQL, pkArgs, oids, nil, nil).Read()
-	if res.Err != nil {
-		return wrapOp("find colliding key in "+p.t.String(), res.Err)
-	}
-	if len(res.Rows) == 0 {
-		return fmt.Errorf("apply upserts to %s: fewer rows written than sent, but no colliding row found", p.t)
-	}
-	strs := make([]string, len(res.Rows[0]))
-	for i, v := range res.Rows[0] {
-		strs[i] = string(v)
-	}
-	return &CollisionError{Table: p.t.String(), Key: p.describeKey(strs)}
+	return collisionFrom(p, res)
 }
 
 // partial applies an UPDATE (or a row-filter INSERT) that left unchanged
@@ -592,6 +640,7 @@ func (tg *target) rollback(ctx context.Context) {
 		pt.order = pt.order[:0]
 		clear(pt.ops)
 	}
+	clear(tg.staged)
 	tg.npend = 0
 	tg.written = 0
 }

@@ -12,6 +12,14 @@ import (
 // committed with the replication origin's progress, acknowledged to the
 // source only once committed.
 
+// batchDelay is how long the open batch may stay open.
+func (r *runner) batchDelay() time.Duration {
+	if r.behind {
+		return r.o.CatchUpBatchDelay
+	}
+	return r.o.BatchDelay
+}
+
 // MarkerPrefix is the prefix of reshard's pg_logical_emit_message markers.
 const MarkerPrefix = "reshard"
 
@@ -61,12 +69,27 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 		}
 		r.counted(c.Kind)
 		if hasUnchanged(newRow) {
-			return r.tg.partial(ctx, p, oldPK, newRow)
+			// Unchanged TOAST values carried over from the key's image
+			// pending in this batch; without one, only the sent columns
+			// are set.
+			prev := r.tg.pendingRow(p, oldPK)
+			if prev == nil {
+				return r.tg.partial(ctx, p, oldPK, newRow)
+			}
+			merged := make([]Col, len(newRow))
+			for i, c := range newRow {
+				if c.Kind == ColUnchanged {
+					c = prev[i]
+				}
+				merged[i] = c
+			}
+			newRow = merged
 		}
-		if pkMapKey(oldPK) != pkMapKey(newPK) {
+		samePK := pkMapKey(oldPK) == pkMapKey(newPK)
+		if !samePK {
 			r.tg.add(p, &pendingOp{pk: oldPK})
 		}
-		r.tg.add(p, &pendingOp{pk: newPK, row: newRow, upsert: true})
+		r.tg.add(p, &pendingOp{pk: newPK, row: newRow, upsert: true, update: c.Kind == Update && samePK && (oldIn || !oldKnown)})
 	case oldKnown && !oldIn && c.Kind != Insert:
 		r.s.mFiltered.Inc() // never was in the ranges
 	case c.Kind == Insert:
@@ -100,11 +123,12 @@ func (r *runner) commitBatch(ctx context.Context) error {
 		if _, err := r.tg.tx.Exec(ctx, `SELECT pg_replication_origin_xact_setup($1, $2)`, r.lastEnd.String(), r.lastCommitTime); err != nil {
 			return wrapOp("record applied position in replication origin "+r.o.Origin, err)
 		}
-		if err := r.tg.tx.Commit(ctx); err != nil {
-			r.tg.tx = nil
+		err := r.tg.tx.Commit(ctx)
+		r.tg.tx = nil
+		clear(r.tg.staged)
+		if err != nil {
 			return wrapOp("commit target transaction", err)
 		}
-		r.tg.tx = nil
 		r.tg.written = 0
 		r.s.mBatches.Inc()
 	}

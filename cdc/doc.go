@@ -6,7 +6,10 @@
 // Invariants: changes are applied in source commit order; the applied LSN
 // commits in the same target transaction as the changes (replication origin);
 // the flush LSN acknowledged to the source is only ever an applied and
-// committed one; every write on the target carries the moving-range predicate.
+// committed one; every write on the target carries the moving-range predicate;
+// a read on the source made while applying a transaction (the unsent TOAST
+// values of a row entering the ranges) uses a snapshot that sees that
+// transaction, which the stream may deliver before its commit is visible.
 //
 // Memory: the stream asks for pgoutput proto_version 1 without streaming, so a
 // transaction arrives only after it committed, whole and contiguous (the
@@ -19,11 +22,20 @@
 // force either buffering them or applying them in a second session, which
 // cannot share the replication origin and would break commit order.)
 //
-// Layout: decode.go is pure (bytes in, typed messages out, fuzzed);
-// apply.go builds the target's statements; stream.go owns the connections,
-// the replication protocol and the dispatch of messages; batch.go the
-// applier's batches, their commit with the origin's progress and the
-// acknowledgements; controller.go the Controller API (HoldAt, Release,
-// Positions, WaitApplied, DrainToMarker) and how the runner holds;
-// joining.go creates and drops the publication, slot and origin.
+// Within a batch only the last image of each primary key is written (a
+// delete wins over earlier writes; unchanged TOAST values are taken from the
+// key's earlier image in the batch, else left as the target has them).
+// A flush of StageMinRows operations or more is staged: one binary COPY into
+// a temporary table of the transaction, then one statement per kind; smaller
+// ones go as text[] parameters.
+//
+// Layout: decode.go is pure (bytes in, typed messages out, fuzzed), and so is
+// visible.go (is a source transaction visible in a snapshot); apply.go builds
+// the target's statements and sends the text[] flushes; stage.go the staged
+// ones; stream.go owns the connections, the replication protocol and the
+// dispatch of messages; batch.go the applier's batches, their commit with the
+// origin's progress and the acknowledgements; controller.go the Controller
+// API (HoldAt, Release, Positions, WaitApplied, DrainToMarker) and how the
+// runner holds; joining.go creates and drops the publication, slot and
+// origin.
 package cdc

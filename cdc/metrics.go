@@ -7,6 +7,7 @@ type Metrics struct {
 	changes   *prometheus.CounterVec
 	filtered  *prometheus.CounterVec
 	batches   *prometheus.CounterVec
+	flushes   *prometheus.CounterVec
 	lagBytes  *prometheus.GaugeVec
 	lagSecs   *prometheus.GaugeVec
 	retained  *prometheus.GaugeVec
@@ -23,6 +24,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Source row changes skipped: outside the moving ranges, or of transactions written by an applier (reverse mode)."}, []string{"move"}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_cdc_apply_batches_total",
 			Help: "Target transactions committed, each holding one or more source transactions."}, []string{"move"}),
+		flushes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_cdc_apply_flushes_total",
+			Help: "Flushes of one table's pending row operations to the target, by path: staged (binary COPY into a staging table, one statement per kind) or array (text[] parameters, for small flushes)."}, []string{"move", "path"}),
 		lagBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_cdc_lag_bytes",
 			Help: "Source WAL end seen minus the applied position."}, []string{"move"}),
 		lagSecs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_cdc_lag_seconds",
@@ -33,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Stream positions as LSN numbers: received, applied, acked."}, []string{"move", "position"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.changes, m.filtered, m.batches, m.lagBytes, m.lagSecs, m.retained, m.positions)
+		reg.MustRegister(m.changes, m.filtered, m.batches, m.flushes, m.lagBytes, m.lagSecs, m.retained, m.positions)
 	}
 	return m
 }

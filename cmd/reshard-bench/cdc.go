@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/reshard/reshard/cdc"
@@ -54,46 +56,38 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 		return err
 	}
 
-	// The target starts as a copy of the source (nothing writes meanwhile),
-	// so after the catch-up both must be equal.
-	if err := e.truncateTarget(ctx); err != nil {
-		return err
-	}
-	if _, err := shell(ctx, fmt.Sprintf(`%s -c 'copy users to stdout (format binary)' | %s -c 'copy users from stdin (format binary)'`, psql(e.src), psql(e.dst))); err != nil {
-		return fmt.Errorf("copy users to the target: %w", err)
-	}
-	if _, err := e.dstPool.Exec(ctx, `VACUUM ANALYZE users`); err != nil {
-		return err
-	}
-	set, err := tableset.Introspect(ctx, e.dstPool, tableset.Spec{Name: "bench", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "target")
+	set, err := e.cdcTarget(ctx)
 	if err != nil {
 		return err
 	}
 
+	// Two slots see the same transactions: one is applied by the default
+	// applier (staged flushes), the other with every flush as text[] arrays.
 	names, err := e.cdcJoin(ctx, "bench_small", set, all)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	if err := e.smallTransactions(ctx, n); err != nil {
+	namesArray, err := e.cdcJoin(ctx, "bench_small_array", set, all)
+	if err != nil {
 		return err
 	}
-	r.add("cdc_generate_txns_per_s", float64(n)/time.Since(start).Seconds(), "txn/s",
-		fmt.Sprintf("%d single-row UPDATE transactions, 2 sessions, synchronous_commit off (generator speed, not a goal)", n))
+	start := time.Now()
+	if err := e.smallTransactions(ctx, n, n); err != nil {
+		return err
+	}
+	genRate := float64(n) / time.Since(start).Seconds()
+	r.add("cdc_generate_txns_per_s", genRate, "txn/s",
+		fmt.Sprintf("%d single-row UPDATE transactions on distinct keys, 2 sessions, synchronous_commit off (the rate the source produces them)", n))
 	if err := e.mark(ctx, "bench-small-end"); err != nil {
 		return err
 	}
 	// Decoding alone (no network, no apply): the walsender's ceiling.
-	start = time.Now()
-	var decoded int64
-	if err := e.srcPool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)`,
-		names.Slot, names.Publication).Scan(&decoded); err != nil {
-		return fmt.Errorf("peek slot: %w", err)
+	decodeRate, decodeT, err := e.peekRate(ctx, names, n)
+	if err != nil {
+		return err
 	}
-	decodeT := time.Since(start)
-	decodeRate := float64(n) / decodeT.Seconds()
 	r.add("pgoutput_decode_changes_per_s", decodeRate, "changes/s",
-		fmt.Sprintf("pg_logical_slot_peek_binary_changes of the %d transactions (%d messages), %s: the source's decoding ceiling", n, decoded, decodeT.Round(time.Millisecond)))
+		fmt.Sprintf("pg_logical_slot_peek_binary_changes of the %d transactions, %s: the source's decoding ceiling", n, decodeT.Round(time.Millisecond)))
 
 	opts := e.cdcOptions(names, set, all)
 	var prof *os.File
@@ -120,6 +114,18 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 	if err := e.cdcLeave(ctx, names); err != nil {
 		return err
 	}
+	optsArray := e.cdcOptions(namesArray, set, all)
+	optsArray.StageMinRows = math.MaxInt32
+	resArray, err := applyUntilMarker(ctx, optsArray, "bench-small-end", e)
+	if err != nil {
+		return err
+	}
+	if err := e.sameBalances(ctx); err != nil {
+		return err
+	}
+	if err := e.cdcLeave(ctx, namesArray); err != nil {
+		return err
+	}
 	up, err := e.targetUpsertCeiling(ctx, n)
 	if err != nil {
 		return err
@@ -133,6 +139,13 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 	base := (base0 + base1) / 2
 	r.add("source_update_rows_per_s", base, "rows/s", fmt.Sprintf("UPDATE users SET balance = balance + 1 WHERE id <= %d, one statement; mean of %.0f (before the apply) and %.0f (after)", n, base0, base1))
 	r.add("cdc_apply_changes_per_s", rate, "changes/s", fmt.Sprintf("%d single-row source transactions caught up in %s; %s", n, res.elapsed.Round(time.Millisecond), res.cpu))
+	r.add("cdc_apply_vs_generate", rate/genRate, "ratio", "cdc_apply_changes_per_s / cdc_generate_txns_per_s on distinct keys: catch-up converges under the peak write load when > 1; goal >= 1.2")
+	r.add("cdc_apply_cpu_per_change_us", perChange(res.applyCPU(), n), "µs", fmt.Sprintf("applier %.1f + target backend %.1f µs CPU per change",
+		perChange(res.applierCPU, n), perChange(res.targetCPU, n)))
+	r.add("cdc_walsender_cpu_per_change_us", perChange(res.walsenderCPU, n), "µs", "the walsender's CPU per change during the same apply")
+	r.add("cdc_apply_cpu_vs_walsender", float64(res.applyCPU())/float64(res.walsenderCPU), "ratio", "cdc_apply_cpu_per_change_us / cdc_walsender_cpu_per_change_us; goal <= 1")
+	r.add("cdc_apply_array_changes_per_s", float64(n)/resArray.elapsed.Seconds(), "changes/s", fmt.Sprintf("the same %d transactions from a second slot, every flush as text[] arrays (StageMinRows off), %s; %s; apply CPU %.1f µs per change",
+		n, resArray.elapsed.Round(time.Millisecond), resArray.cpu, perChange(resArray.applyCPU(), n)))
 	r.add("cdc_apply_vs_source_update", rate/base, "ratio", "goal >= 1.5")
 	r.add("target_upsert_rows_per_s", up, "rows/s", fmt.Sprintf("the applier's statement (upsert from text[] of 2000 rows) over the same %d rows, in one target session", n))
 	r.add("cdc_ceiling_decode_vs_source_update", decodeRate/base, "ratio", "pgoutput_decode_changes_per_s / source_update_rows_per_s: no applier can beat the walsender's decoding")
@@ -166,8 +179,138 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 	return e.cdcLeave(ctx, names)
 }
 
+// cdcTarget makes the target a copy of the source (nothing writes
+// meanwhile), so that after a catch-up both must be equal, and returns the
+// table set of users.
+func (e *env) cdcTarget(ctx context.Context) (tableset.Set, error) {
+	if err := e.truncateTarget(ctx); err != nil {
+		return tableset.Set{}, err
+	}
+	if _, err := shell(ctx, fmt.Sprintf(`%s -c 'copy users to stdout (format binary)' | %s -c 'copy users from stdin (format binary)'`, psql(e.src), psql(e.dst))); err != nil {
+		return tableset.Set{}, fmt.Errorf("copy users to the target: %w", err)
+	}
+	if _, err := e.dstPool.Exec(ctx, `VACUUM ANALYZE users`); err != nil {
+		return tableset.Set{}, err
+	}
+	return tableset.Introspect(ctx, e.dstPool, tableset.Spec{Name: "bench", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "target")
+}
+
+// runCDCHot measures the apply of 200k single-row updates over 2,000 keys
+// against the source's decoding of the same transactions.
+func runCDCHot(ctx context.Context, e *env, r *report) error {
+	const keys = 2000
+	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	set, err := e.cdcTarget(ctx)
+	if err != nil {
+		return err
+	}
+	n := cdcUpdates
+	names, err := e.cdcJoin(ctx, "bench_hot", set, all)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := e.smallTransactions(ctx, n, keys); err != nil {
+		return err
+	}
+	genRate := float64(n) / time.Since(start).Seconds()
+	if err := e.mark(ctx, "bench-hot-end"); err != nil {
+		return err
+	}
+	decodeRate, decodeT, err := e.peekRate(ctx, names, n)
+	if err != nil {
+		return err
+	}
+	res, err := applyUntilMarker(ctx, e.cdcOptions(names, set, all), "bench-hot-end", e)
+	if err != nil {
+		return err
+	}
+	if err := e.sameBalances(ctx); err != nil {
+		return err
+	}
+	rate := float64(n) / res.elapsed.Seconds()
+	r.add("cdc_hot_generate_txns_per_s", genRate, "txn/s", fmt.Sprintf("%d single-row UPDATE transactions over %d keys, 2 sessions, synchronous_commit off", n, keys))
+	r.add("pgoutput_decode_hot_changes_per_s", decodeRate, "changes/s", fmt.Sprintf("pg_logical_slot_peek_binary_changes of those transactions, %s", decodeT.Round(time.Millisecond)))
+	r.add("cdc_hot_apply_changes_per_s", rate, "changes/s", fmt.Sprintf("caught up in %s; %s; apply CPU %.1f µs per change", res.elapsed.Round(time.Millisecond), res.cpu, perChange(res.applyCPU(), n)))
+	r.add("cdc_hot_apply_vs_decode", rate/decodeRate, "ratio", "cdc_hot_apply_changes_per_s / pgoutput_decode_hot_changes_per_s, same run; goal >= 0.8")
+	return e.cdcLeave(ctx, names)
+}
+
+// peekRate decodes a slot's pending changes on the source (no network, no
+// apply): the walsender's ceiling.
+func (e *env) peekRate(ctx context.Context, names cdc.Names, n int) (float64, time.Duration, error) {
+	start := time.Now()
+	var decoded int64
+	if err := e.srcPool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)`,
+		names.Slot, names.Publication).Scan(&decoded); err != nil {
+		return 0, 0, fmt.Errorf("peek slot: %w", err)
+	}
+	t := time.Since(start)
+	return float64(n) / t.Seconds(), t, nil
+}
+
+// stageFlushSizes are the flush sizes at which stageThreshold compares the
+// staged path with the text[] path.
+var stageFlushSizes = []int{16, 256, 1000, 2000}
+
+// runCDCStage measures where the staged path starts to pay: the same
+// backlog applied with every flush FlushRows operations, by one path or the
+// other, for several flush sizes (cdc.DefaultStageMinRows comes from here).
+func runCDCStage(ctx context.Context, e *env, r *report) error {
+	n := min(40_000, e.cfg.rows)
+	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	set, err := e.cdcTarget(ctx)
+	if err != nil {
+		return err
+	}
+	type run struct {
+		names    cdc.Names
+		flush    int
+		stageMin int
+	}
+	var runs []run
+	for _, f := range stageFlushSizes {
+		for _, staged := range []bool{true, false} {
+			rn := run{flush: f, stageMin: 1}
+			if !staged {
+				rn.stageMin = math.MaxInt32
+			}
+			var err error
+			if rn.names, err = e.cdcJoin(ctx, fmt.Sprintf("bench_thr_%d_%v", f, staged), set, all); err != nil {
+				return err
+			}
+			runs = append(runs, rn)
+		}
+	}
+	if err := e.smallTransactions(ctx, n, n); err != nil {
+		return err
+	}
+	if err := e.mark(ctx, "bench-thr-end"); err != nil {
+		return err
+	}
+	res := make([]applyResult, len(runs))
+	for i, rn := range runs {
+		opts := e.cdcOptions(rn.names, set, all)
+		opts.FlushRows, opts.StageMinRows = rn.flush, rn.stageMin
+		var err error
+		if res[i], err = applyUntilMarker(ctx, opts, "bench-thr-end", e); err != nil {
+			return err
+		}
+		if err := e.cdcLeave(ctx, rn.names); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < len(runs); i += 2 {
+		st, ar := res[i], res[i+1]
+		r.add(fmt.Sprintf("cdc_flush_%d_staged_vs_array_cpu", runs[i].flush), float64(st.applyCPU())/float64(ar.applyCPU()), "ratio",
+			fmt.Sprintf("apply CPU (applier + target backend) per change with flushes of %d rows: staged %.1f µs, text[] %.1f µs; elapsed %s vs %s (%d changes); < 1: staging pays",
+				runs[i].flush, perChange(st.applyCPU(), n), perChange(ar.applyCPU(), n), st.elapsed.Round(time.Millisecond), ar.elapsed.Round(time.Millisecond), n))
+	}
+	return e.sameBalances(ctx)
+}
+
 // targetUpsertCeiling is the rate of the applier's own write, alone: the
-// same upsert from text arrays of 2000 rows (cdc's FlushRows), over rows
+// same upsert from text arrays of 2000 rows (cdc's former FlushRows), over rows
 // 1..n of the target, with the arrays built beforehand.
 func (e *env) targetUpsertCeiling(ctx context.Context, n int) (float64, error) {
 	conn, err := e.dstPool.Acquire(ctx)
@@ -216,8 +359,14 @@ func (e *env) cdcJoin(ctx context.Context, move string, set tableset.Set, ranges
 	return names, err
 }
 
+// cdcLeave drops a stream's slot and publication on the source and its
+// replication origin on the target (the target has max_replication_slots
+// origin slots, and the threshold runs use eight streams).
 func (e *env) cdcLeave(ctx context.Context, names cdc.Names) error {
 	if err := cdc.DropSlot(ctx, e.srcPool, names.Slot); err != nil {
+		return err
+	}
+	if err := cdc.DropOrigin(ctx, e.dstPool, names.Origin); err != nil {
 		return err
 	}
 	return cdc.DropPublication(ctx, e.srcPool, names.Publication)
@@ -229,10 +378,10 @@ func (e *env) cdcOptions(names cdc.Names, set tableset.Set, ranges []ring.Range)
 		TargetDSN: e.dst.DSN("postgres", false) + "&application_name=" + applyAppName, Set: set, Ranges: ranges}
 }
 
-// smallTransactions runs n single-row UPDATE transactions on ids 1..n from
-// two sessions (a COMMIT per row; synchronous_commit off only makes the
-// generator faster, the WAL and the stream are the same).
-func (e *env) smallTransactions(ctx context.Context, n int) error {
+// smallTransactions runs n single-row UPDATE transactions on ids 1..keys
+// (round robin) from two sessions (a COMMIT per row; synchronous_commit off
+// only makes the generator faster, the WAL and the stream are the same).
+func (e *env) smallTransactions(ctx context.Context, n, keys int) error {
 	g, gctx := errgroup.WithContext(ctx)
 	const sessions = 2
 	for i := range sessions {
@@ -248,8 +397,8 @@ func (e *env) smallTransactions(ctx context.Context, n int) error {
 			// One statement: a multi-statement string would run as one
 			// transaction block, where COMMIT is refused.
 			_, err = conn.Exec(gctx, fmt.Sprintf(`DO $$ BEGIN FOR i IN %d..%d BY %d LOOP
-					UPDATE users SET balance = balance + 1 WHERE id = i; COMMIT;
-				END LOOP; END $$`, i+1, n, sessions))
+					UPDATE users SET balance = balance + 1 WHERE id = (i - 1) %% %d + 1; COMMIT;
+				END LOOP; END $$`, i+1, n, sessions, keys))
 			return err
 		})
 	}
@@ -283,11 +432,22 @@ func (e *env) sameBalances(ctx context.Context) error {
 type applyResult struct {
 	elapsed time.Duration
 	cpu     string // CPU seconds of the applier, the walsender and the target backend
+	// CPU time of the applier (this process), the walsender and the
+	// applier's target backend during the apply.
+	applierCPU, walsenderCPU, targetCPU time.Duration
 }
+
+// applyCPU is the apply side's CPU: the applier and its target backend.
+func (a applyResult) applyCPU() time.Duration { return a.applierCPU + a.targetCPU }
+
+// perChange is d per change in µs.
+func perChange(d time.Duration, n int) float64 { return float64(d.Microseconds()) / float64(n) }
 
 // applyUntilMarker runs a stream until it has applied the transaction
 // carrying marker, and reports the time and the CPU each process spent.
 func applyUntilMarker(ctx context.Context, opts cdc.Options, marker string, e *env) (applyResult, error) {
+	reg := prometheus.NewRegistry()
+	opts.Metrics = cdc.NewMetrics(reg)
 	s, err := cdc.New(opts)
 	if err != nil {
 		return applyResult{}, err
@@ -306,13 +466,20 @@ func applyUntilMarker(ctx context.Context, opts cdc.Options, marker string, e *e
 	_, err = s.DrainToMarker(ctx, marker)
 	res := applyResult{elapsed: time.Since(start)}
 	if e != nil {
-		var parts []string
-		parts = append(parts, fmt.Sprintf("CPU s: applier (Go) %.1f", (processCPU(os.Getpid())-selfCPU).Seconds()))
+		res.applierCPU = processCPU(os.Getpid()) - selfCPU
+		parts := []string{fmt.Sprintf("CPU s: applier (Go) %.1f", res.applierCPU.Seconds())}
 		for i, name := range []string{"walsender", "target backend"} {
 			if pids[i] != 0 {
-				parts = append(parts, fmt.Sprintf("%s %.1f", name, (processCPU(pids[i])-cpu0[i]).Seconds()))
+				d := processCPU(pids[i]) - cpu0[i]
+				parts = append(parts, fmt.Sprintf("%s %.1f", name, d.Seconds()))
+				if i == 0 {
+					res.walsenderCPU = d
+				} else {
+					res.targetCPU = d
+				}
 			}
 		}
+		parts = append(parts, applyCounts(reg))
 		res.cpu = strings.Join(parts, ", ")
 	}
 	cancel()
@@ -323,6 +490,31 @@ func applyUntilMarker(ctx context.Context, opts cdc.Options, marker string, e *e
 		return res, fmt.Errorf("apply to marker %s: %w", marker, err)
 	}
 	return res, nil
+}
+
+// applyCounts says how many target transactions and flushes an apply made.
+func applyCounts(reg *prometheus.Registry) string {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return "counts unknown: " + err.Error()
+	}
+	var batches float64
+	flushes := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "reshard_cdc_apply_batches_total":
+				batches += m.GetCounter().GetValue()
+			case "reshard_cdc_apply_flushes_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "path" {
+						flushes[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%.0f target transactions, %.0f staged and %.0f text[] flushes", batches, flushes["staged"], flushes["array"])
 }
 
 // streamPids finds the stream's walsender and target backend as soon as
@@ -425,7 +617,7 @@ func runChildApply(cfgJSON string) int {
 	}
 	flush := cfg.Options.FlushRows
 	if flush <= 0 {
-		flush = 2000 // cdc's default
+		flush = cdc.DefaultFlushRows
 	}
 	_ = json.NewEncoder(os.Stdout).Encode(childResult{VmHWMKiB: hwm, Seconds: res.elapsed.Seconds(), FlushRows: flush})
 	return 0

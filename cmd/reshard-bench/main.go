@@ -44,6 +44,8 @@ var sections = []section{
 	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},
 	{name: "adaptive", about: "a 2-client read/update workload on the source idle, during an unthrottled copy and during a copy under the adaptive throttle (+10% probe latency): its p50/p99 and the copy rate of each", run: runAdaptive},
 	{name: "cdc", about: "apply rate and CPU for small transactions vs the source and its walsender, staged vs text[] flushes, peak RSS for one huge transaction", run: runCDC},
+	{name: "cdc-hot", about: "apply rate for 200k single-row updates over 2,000 keys vs the source's decoding of them", run: runCDCHot},
+	{name: "cdc-stage", about: "staged vs text[] flushes by flush size: where staging starts to pay (cdc.DefaultStageMinRows)", run: runCDCStage},
 	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
 }
 

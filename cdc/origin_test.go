@@ -1,0 +1,99 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A batch that records its position in the replication origin
+// (pg_replication_origin_xact_setup) and then fails to commit must leave the
+// origin where the last committed batch left it, also once the applier's
+// session has ended: the next stream resumes from the origin, and a position
+// past the failed batch would skip its transactions for good.
+//
+// PostgreSQL keeps the position given to pg_replication_origin_xact_setup in
+// the session after a rollback, and any later transaction of that session
+// that writes commits it into the origin, even one the server runs by itself
+// at the session's end (dropping the session's temporary tables). A session
+// killed between the xact_setup and its COMMIT (TestCrashResume kills the
+// applier's) ends the same way as the failed COMMIT here, which a deferred
+// trigger on the target refuses ("refused"); in "killed", the session is
+// killed while that trigger holds its COMMIT, after the xact_setup and
+// before the commit record.
+func TestFailedBatchLeavesOriginAtLastCommit(t *testing.T) {
+	for _, path := range applyPaths {
+		for _, end := range []string{"refused", "killed"} {
+			t.Run(path.name+"/"+end, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				e := newEnv(t, "originfail"+path.name+end, usersOnly...)
+				seedSource(t, e)
+				owned := seedTargetOwned(t, e)
+				e.createSlot(t)
+				e.copyRanges(t)
+				in := insideUsers(2, 1)
+				e.dst.Exec(t, `CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+						IF NEW.email = 'refused' THEN RAISE EXCEPTION 'commit refused by the test'; END IF;
+						IF NEW.email = 'killed' THEN PERFORM pg_sleep(60); END IF;
+						RETURN NULL; END $$;
+					CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT OR UPDATE ON users
+						DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit();
+					ALTER TABLE users ENABLE ALWAYS TRIGGER hold_commit`)
+
+				// In one session: a batch commits (on the staged path, its
+				// stage is created, and dropped at the commit), then the next
+				// batch's COMMIT fails and the stream stops.
+				e.src.Exec(t, "UPDATE users SET email = 'first', payload = 'full row' WHERE id = $1", in[0])
+				e.src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', 'first')")
+				e.src.Exec(t, "UPDATE users SET email = $2, payload = 'full row too' WHERE id = $1", in[1], end)
+				e.src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', 'end')")
+				s, err := New(oneBatch(e.options(), path.stageMin))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ran := make(chan error, 1)
+				go func() { ran <- s.Run(ctx) }()
+				if end == "killed" {
+					for e.dst.QueryInt64(t, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'reshard_cdc_test' AND wait_event = 'PgSleep'") == 0 {
+						if ctx.Err() != nil {
+							t.Fatal("the applier's COMMIT never reached the trigger")
+						}
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+				if err := <-ran; err == nil || errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("Run = %v, want the failed commit", err)
+				}
+				_, committed, _ := s.Positions()
+				if first, ok := s.markers["first"]; !ok || committed != first {
+					t.Fatalf("applied %s, want the first batch committed (its marker: %s, %v)", committed, first, ok)
+				}
+				if staged := counterValue(s.mFlushes[1]); (path.stageMin == 1) != (staged > 0) {
+					t.Errorf("%v staged flushes on the %s path", staged, path.name)
+				}
+				// The applier's session has ended (its end runs after Run
+				// returns).
+				for e.dst.QueryInt64(t, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'reshard_cdc_test'") > 0 {
+					if ctx.Err() != nil {
+						t.Fatal("the applier's session did not end")
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				if got := originLSN(t, e); got != committed {
+					t.Errorf("origin progress %s after the failed batch and the end of its session, want %s (the last committed batch)", got, committed)
+				}
+
+				// Once the target accepts it, the batch is applied again.
+				e.dst.Exec(t, "DROP TRIGGER hold_commit ON users")
+				s, err = New(e.options())
+				if err != nil {
+					t.Fatal(err)
+				}
+				applyToMarker(t, e, s)
+				assertConverged(t, e, owned)
+			})
+		}
+	}
+}
