@@ -643,3 +643,26 @@ func TestAbandonedQuery(t *testing.T) {
 		t.Error("a refusal taken for an abandoned query")
 	}
 }
+
+// status exits 1 for a migration that ended FAILED or ROLLED_BACK (main
+// exited 0 for a watched FAILED one) and 0 for DONE.
+func TestEndedBadly(t *testing.T) {
+	for _, tc := range []struct {
+		phase workflows.Phase
+		code  int
+		want  string
+	}{
+		{workflows.PhaseFailed, 1, "migration m failed: boom"},
+		{workflows.PhaseRolledBack, 1, "migration m was rolled back"},
+		{workflows.PhaseDone, 0, ""},
+	} {
+		err := endedBadly("m", workflows.MigrationState{Phase: tc.phase, Error: "boom"})
+		code := 0
+		if err != nil {
+			code = exitCode(err)
+		}
+		if code != tc.code || (tc.want != "" && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: exit %d (%v), want %d with %q", tc.phase, code, err, tc.code, tc.want)
+		}
+	}
+}
