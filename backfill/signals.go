@@ -71,7 +71,9 @@ func (p *PGSignals) Read(ctx context.Context) (Signals, error) {
 		s.ReplicaLag = max(s.ReplicaLag, lag)
 	}
 	if p.Slot != "" {
-		err := p.Source.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint
+		// The insert position: with synchronous_commit off the WAL written
+		// so far can lag what the slot will have to keep by megabytes.
+		err := p.Source.QueryRow(ctx, `SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_insert_lsn(), restart_lsn), 0)::bigint
 			FROM pg_replication_slots WHERE slot_name = $1`, p.Slot).Scan(&s.SlotWAL)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return s, fmt.Errorf("read the WAL retained by slot %s: %w", p.Slot, err)
