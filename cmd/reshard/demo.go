@@ -253,6 +253,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	last := map[string]string{}
 	var st workflows.MigrationState
 	var peakLag int64
+	etas := map[string]*etaCheck{} // by move id
 	for {
 		select {
 		case <-ctx.Done():
@@ -267,6 +268,10 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 			printChanges(out, st, last, time.Now())
 			for _, m := range st.Moves {
 				peakLag = max(peakLag, m.LagBytes)
+				if etas[m.Spec.ID] == nil {
+					etas[m.Spec.ID] = &etaCheck{}
+				}
+				etas[m.Spec.ID].observe(m, time.Now())
 			}
 		}
 		desc, derr := tc.DescribeWorkflowExecution(ctx, wfID, "")
@@ -301,7 +306,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	}
 	sum := demoSummary{
 		State: st, Plan: plan, Final: final, Stats: stats, Mismatches: mismatches, Placement: place, PeakLag: peakLag,
-		Rows: rows, Elapsed: migrationTime, Ledger: len(keys),
+		Rows: rows, Elapsed: migrationTime, Ledger: len(keys), ETAs: etas,
 	}
 	sum.print(out)
 	if o.keep {
@@ -345,6 +350,32 @@ type demoSummary struct {
 	Rows       int64
 	Elapsed    time.Duration
 	Ledger     int
+	ETAs       map[string]*etaCheck
+}
+
+// etaCheck compares the copy ETA status showed once a move had copied 10%
+// of its estimated rows with the time its copy then really took.
+type etaCheck struct {
+	At        time.Time     // when the move first showed 10% or more with an ETA
+	Predicted time.Duration // the ETA shown then
+}
+
+func (e *etaCheck) observe(m workflows.MoveState, now time.Time) {
+	if !e.At.IsZero() || m.CopyDone || m.CopyETA <= 0 || m.Spec.EstRows <= 0 || m.RowsCopied*10 < m.Spec.EstRows {
+		return
+	}
+	e.At, e.Predicted = now, m.CopyETA
+}
+
+// actual is the rest of the copy as it happened: from the prediction to
+// the end of SNAPSHOT_COPY in the move's own timings (0: not known).
+func (e *etaCheck) actual(m workflows.MoveState) time.Duration {
+	for _, t := range m.Timings {
+		if t.Phase == workflows.PhaseSnapshotCopy && !t.End.IsZero() && !e.At.IsZero() && t.End.After(e.At) {
+			return t.End.Sub(e.At)
+		}
+	}
+	return 0
 }
 
 func (s demoSummary) print(out io.Writer) {
@@ -414,6 +445,22 @@ func (s demoSummary) print(out io.Writer) {
 	}
 	for _, m := range st.Moves {
 		fmt.Fprintf(w, "  %s → %s\t%s, %d rows copied, write pause %s\n", m.Spec.Source, m.Spec.Target, m.Phase, m.RowsCopied, m.PauseText())
+	}
+	var worst float64
+	var etaParts []string
+	for _, m := range st.Moves {
+		e := s.ETAs[m.Spec.ID]
+		if e == nil || e.At.IsZero() {
+			continue
+		}
+		if act := e.actual(m); act > 0 {
+			errPct := 100 * math.Abs(float64(e.Predicted-act)) / float64(act)
+			worst = max(worst, errPct)
+			etaParts = append(etaParts, fmt.Sprintf("%s→%s %s vs %s", m.Spec.Source, m.Spec.Target, e.Predicted.Round(time.Second), act.Round(100*time.Millisecond)))
+		}
+	}
+	if len(etaParts) > 0 {
+		fmt.Fprintf(w, "copy ETA at 10%%\tpredicted vs actual: %s; worst error %.0f%%\n", strings.Join(etaParts, ", "), worst)
 	}
 	verdict := "FAILED"
 	if verifyOK {
