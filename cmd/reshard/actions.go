@@ -15,7 +15,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/topology"
@@ -314,9 +313,8 @@ func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) 
 		ended := statusText(st)
 		// A final phase names how it ended: a rolled-back migration is
 		// "failed" to Temporal. A terminated one keeps the phase it was in.
-		var phase string
-		p := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]
-		if p != nil && converter.GetDefaultDataConverter().FromPayload(p, &phase) == nil && workflows.Phase(phase).Terminal() {
+		phase := payloadString(d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()])
+		if workflows.Phase(phase).Terminal() {
 			ended = phase
 		}
 		return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, ended, verb)}

@@ -87,19 +87,21 @@ start and close time, and what each one does. Needs no worker.`,
 	return cmd
 }
 
+// payloadString decodes a string payload (a search attribute, a memo
+// field); "" when there is none or it is not a string.
+func payloadString(p *commonpb.Payload) string {
+	var s string
+	if p == nil || converter.GetDefaultDataConverter().FromPayload(p, &s) != nil {
+		return ""
+	}
+	return s
+}
+
 // listMigrations runs a visibility query and returns the migrations, newest
 // first; limit 0 means all.
 func listMigrations(ctx context.Context, tc client.Client, query string, limit int) ([]migrationRow, error) {
 	var rows []migrationRow
 	var token []byte
-	dc := converter.GetDefaultDataConverter()
-	str := func(p *commonpb.Payload) string {
-		var s string
-		if p == nil || dc.FromPayload(p, &s) != nil {
-			return ""
-		}
-		return s
-	}
 	for {
 		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 100})
 		if err != nil {
@@ -109,8 +111,8 @@ func listMigrations(ctx context.Context, tc client.Client, query string, limit i
 			r := migrationRow{
 				WorkflowID: e.GetExecution().GetWorkflowId(),
 				Status:     statusText(e.GetStatus()),
-				Phase:      str(e.GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]),
-				Summary:    str(e.GetMemo().GetFields()["summary"]),
+				Phase:      payloadString(e.GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]),
+				Summary:    payloadString(e.GetMemo().GetFields()["summary"]),
 				Started:    e.GetStartTime().AsTime(),
 			}
 			r.ID = migrationIDOf(r.WorkflowID)
