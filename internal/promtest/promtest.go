@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Counter is the value of the counter name of reg that has a label with the
@@ -12,31 +13,33 @@ import (
 // there is none).
 func Counter(t testing.TB, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
+	m := find(t, reg, name, func(m *dto.Metric) bool {
+		if label == "" {
+			return len(m.GetLabel()) == 0
 		}
-		for _, m := range mf.GetMetric() {
-			if label == "" && len(m.GetLabel()) == 0 {
-				return m.GetCounter().GetValue()
-			}
-			for _, l := range m.GetLabel() {
-				if l.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+		return hasValue(m, label)
+	})
+	return m.GetCounter().GetValue()
 }
 
 // Gauge is the value of the gauge name of reg whose label values include
 // every one of labels (0 when there is none).
 func Gauge(t testing.TB, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	m := find(t, reg, name, func(m *dto.Metric) bool {
+		for _, want := range labels {
+			if !hasValue(m, want) {
+				return false
+			}
+		}
+		return true
+	})
+	return m.GetGauge().GetValue()
+}
+
+// find is the first series of the metric name of reg that match accepts
+// (nil when there is none: its getters then read 0).
+func find(t testing.TB, reg *prometheus.Registry, name string, match func(*dto.Metric) bool) *dto.Metric {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -46,19 +49,21 @@ func Gauge(t testing.TB, reg *prometheus.Registry, name string, labels ...string
 		if mf.GetName() != name {
 			continue
 		}
-	metrics:
 		for _, m := range mf.GetMetric() {
-			for _, want := range labels {
-				found := false
-				for _, l := range m.GetLabel() {
-					found = found || l.GetValue() == want
-				}
-				if !found {
-					continue metrics
-				}
+			if match(m) {
+				return m
 			}
-			return m.GetGauge().GetValue()
 		}
 	}
-	return 0
+	return nil
+}
+
+// hasValue reports whether one of m's labels has the value v.
+func hasValue(m *dto.Metric, v string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetValue() == v {
+			return true
+		}
+	}
+	return false
 }
