@@ -7,6 +7,7 @@ type Metrics struct {
 	changes   *prometheus.CounterVec
 	filtered  *prometheus.CounterVec
 	batches   *prometheus.CounterVec
+	peeks     *prometheus.CounterVec
 	flushes   *prometheus.CounterVec
 	lagBytes  *prometheus.GaugeVec
 	lagSecs   *prometheus.GaugeVec
@@ -24,6 +25,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Source row changes skipped: outside the moving ranges, or of transactions written by an applier (reverse mode)."}, []string{"move"}),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_cdc_apply_batches_total",
 			Help: "Target transactions committed, each holding one or more source transactions."}, []string{"move"}),
+		peeks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_cdc_sql_peeks_total",
+			Help: "Catch-up reads of the slot by pg_logical_slot_peek_binary_changes, made while the stream was more than its peek threshold behind the source."}, []string{"move"}),
 		flushes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "reshard_cdc_apply_flushes_total",
 			Help: "Flushes of one table's pending row operations to the target, by path: staged (binary COPY into a staging table, one statement per kind) or array (text[] parameters, for small flushes)."}, []string{"move", "path"}),
 		lagBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_cdc_lag_bytes",
@@ -36,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Stream positions as LSN numbers: received, applied, acked."}, []string{"move", "position"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.changes, m.filtered, m.batches, m.flushes, m.lagBytes, m.lagSecs, m.retained, m.positions)
+		reg.MustRegister(m.changes, m.filtered, m.batches, m.peeks, m.flushes, m.lagBytes, m.lagSecs, m.retained, m.positions)
 	}
 	return m
 }

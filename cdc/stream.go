@@ -87,6 +87,15 @@ type Options struct {
 	// applied and acknowledged positions advance and the slot does not pin
 	// WAL while the moving ranges see no writes.
 	HeartbeatInterval time.Duration
+	// PeekCatchUpBytes: while the applied position is this much WAL behind
+	// the source's, the stream catches up through SQL peeks of the slot
+	// rather than a walsender (peek.go; default DefaultPeekCatchUpBytes,
+	// negative: never). PeekBytes is the WAL one peek covers, at least
+	// (default DefaultPeekBytes); a streaming applier compares its lag with
+	// the threshold every PeekCheckInterval (default 5s).
+	PeekCatchUpBytes  int64
+	PeekBytes         int64
+	PeekCheckInterval time.Duration
 	Logger            *slog.Logger
 	Metrics           *Metrics
 }
@@ -113,6 +122,15 @@ func (o *Options) defaults() error {
 	}
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = 10 * time.Second
+	}
+	if o.PeekCatchUpBytes == 0 {
+		o.PeekCatchUpBytes = DefaultPeekCatchUpBytes
+	}
+	if o.PeekBytes <= 0 {
+		o.PeekBytes = DefaultPeekBytes
+	}
+	if o.PeekCheckInterval <= 0 {
+		o.PeekCheckInterval = 5 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -169,6 +187,7 @@ type Stream struct {
 	mChanges  map[ChangeKind]prometheus.Counter
 	mFiltered prometheus.Counter
 	mBatches  prometheus.Counter
+	mPeeks    prometheus.Counter
 	mFlushes  [2]prometheus.Counter // array, staged
 	mLagBytes prometheus.Gauge
 	mLagSecs  prometheus.Gauge
@@ -215,6 +234,7 @@ func New(opts Options) (*Stream, error) {
 	}
 	s.mFiltered = m.filtered.WithLabelValues(opts.Move)
 	s.mBatches = m.batches.WithLabelValues(opts.Move)
+	s.mPeeks = m.peeks.WithLabelValues(opts.Move)
 	s.mFlushes = [2]prometheus.Counter{m.flushes.WithLabelValues(opts.Move, "array"), m.flushes.WithLabelValues(opts.Move, "staged")}
 	s.mLagBytes = m.lagBytes.WithLabelValues(opts.Move)
 	s.mLagSecs = m.lagSecs.WithLabelValues(opts.Move)
@@ -296,7 +316,12 @@ type runner struct {
 	repl  *pgconn.PgConn
 	tg    *target
 	src   *pgx.Conn
+	peek  *pgx.Conn // catch-up by SQL (peek.go)
 	binds map[uint32]*binding
+	// peeking: messages come from a SQL peek, not a walsender.
+	peeking       bool
+	nextPeekCheck time.Time
+	noPeekBefore  pglogrepl.LSN // see catchUpBySQL
 
 	inTxn, skipTxn bool
 	xid            uint32 // of the source transaction being received
@@ -344,11 +369,17 @@ func (r *runner) close() {
 	if r.src != nil {
 		r.src.Close(bg)
 	}
+	if r.peek != nil {
+		r.peek.Close(bg)
+	}
 }
 
 func (r *runner) run(ctx context.Context) error {
 	start, err := r.openTarget(ctx)
 	if err != nil {
+		return err
+	}
+	if start, err = r.catchUpBySQL(ctx, start); err != nil {
 		return err
 	}
 	if err := r.startReplication(ctx, start); err != nil {
@@ -381,6 +412,12 @@ func (r *runner) run(ctx context.Context) error {
 		now := time.Now()
 		if r.batchTxns > 0 && !r.inTxn && now.Sub(r.batchStart) >= r.batchDelay() {
 			if err := r.commitBatch(ctx); err != nil {
+				return err
+			}
+		}
+		if r.batchTxns == 0 && !r.inTxn && !now.Before(r.nextPeekCheck) {
+			r.nextPeekCheck = now.Add(r.o.PeekCheckInterval)
+			if err := r.switchToPeek(ctx); err != nil {
 				return err
 			}
 		}
@@ -432,7 +469,7 @@ func (r *runner) startReplication(ctx context.Context, start pglogrepl.LSN) erro
 	deadline := time.Now().Add(slotBusyWait)
 	for {
 		var err error
-		r.repl, err = pgconn.Connect(ctx, r.o.SourceReplicationDSN)
+		r.repl, err = ConnectReplication(ctx, r.o.SourceReplicationDSN)
 		if err != nil {
 			return wrapOp("connect to the source for replication", err)
 		}
@@ -566,22 +603,30 @@ func (r *runner) sourceConn(ctx context.Context) (*pgx.Conn, error) {
 	if r.src != nil && !r.src.IsClosed() {
 		return r.src, nil
 	}
-	var cfg *pgx.ConnConfig
-	var err error
-	if r.o.SourceDSN != "" {
-		cfg, err = pgx.ParseConfig(r.o.SourceDSN)
-	} else {
-		cfg, err = pgx.ParseConfig(r.o.SourceReplicationDSN)
-	}
+	cfg, err := r.sourceConfig()
 	if err != nil {
-		return nil, fmt.Errorf("parse source connection string: %w", redactParseError(err))
+		return nil, err
 	}
-	delete(cfg.RuntimeParams, "replication")
 	r.src, err = pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, wrapOp("connect to the source", err)
 	}
 	return r.src, nil
+}
+
+// sourceConfig is a plain (not replication) session's configuration on the
+// source.
+func (r *runner) sourceConfig() (*pgx.ConnConfig, error) {
+	dsn := r.o.SourceDSN
+	if dsn == "" {
+		dsn = r.o.SourceReplicationDSN
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse source connection string: %w", redactParseError(err))
+	}
+	delete(cfg.RuntimeParams, "replication")
+	return cfg, nil
 }
 
 // redactParseError drops the connection string from a parse error (it may
@@ -722,8 +767,10 @@ func (r *runner) heartbeat(ctx context.Context) error {
 func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) error {
 	switch m := msg.(type) {
 	case *Begin:
-		if err := r.holdBefore(ctx, m.FinalLSN); err != nil {
-			return err
+		if !r.peeking { // a peek stops before a transaction when a hold is pending
+			if err := r.holdBefore(ctx, m.FinalLSN); err != nil {
+				return err
+			}
 		}
 		r.inTxn, r.skipTxn, r.txnMarkers, r.xid = true, false, r.txnMarkers[:0], m.Xid
 		if r.batchTxns == 0 {

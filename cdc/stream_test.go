@@ -43,6 +43,7 @@ type env struct {
 	set      tableset.Set
 	names    Names
 	l0       pglogrepl.LSN
+	tweak    func(*Options) // applied by options (forcePeek)
 }
 
 func newEnv(t *testing.T, move string, tables ...tableset.TableSpec) *env {
@@ -120,9 +121,13 @@ func (e *env) copyRanges(t *testing.T) {
 }
 
 func (e *env) options() Options {
-	return Options{Move: "test", SourceReplicationDSN: e.src.ReplicationDSN(), TargetDSN: e.dst.DSN + "&application_name=reshard_cdc_test",
+	o := Options{Move: "test", SourceReplicationDSN: e.src.ReplicationDSN(), TargetDSN: e.dst.DSN + "&application_name=reshard_cdc_test",
 		Slot: e.names.Slot, Publication: e.names.Publication, Origin: e.names.Origin, StartLSN: e.l0, Set: e.set, Ranges: testRanges,
 		BatchChanges: 500, BatchDelay: 20 * time.Millisecond, FlushRows: 300, StatusInterval: 500 * time.Millisecond}
+	if e.tweak != nil {
+		e.tweak(&o)
+	}
+	return o
 }
 
 // runStream runs the stream in the background; stop cancels it and returns
@@ -360,8 +365,13 @@ func seedTargetOwned(t *testing.T, e *env) map[string][]string {
 	return owned
 }
 
-func TestConvergesUnderLiveWrites(t *testing.T) {
-	e := newEnv(t, "live", usersOnly...)
+func TestConvergesUnderLiveWrites(t *testing.T) { testConvergesUnderLiveWrites(t, false) }
+
+func testConvergesUnderLiveWrites(t *testing.T, peek bool) {
+	e := newEnv(t, peekName("live", peek), usersOnly...)
+	if peek {
+		forcePeek(e)
+	}
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	w := startWriter(t, e.src, false, 1)
@@ -385,6 +395,7 @@ func TestConvergesUnderLiveWrites(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+	assertPeeked(t, s, peek)
 }
 
 // supervise runs the stream, restarting it after retryable errors as the
@@ -411,8 +422,13 @@ func supervise(t *testing.T, s *Stream) (stop func()) {
 	return stop
 }
 
-func TestCrashResume(t *testing.T) {
-	e := newEnv(t, "crash", usersOnly...)
+func TestCrashResume(t *testing.T) { testCrashResume(t, false) }
+
+func testCrashResume(t *testing.T, peek bool) {
+	e := newEnv(t, peekName("crash", peek), usersOnly...)
+	if peek {
+		forcePeek(e)
+	}
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	w := startWriter(t, e.src, false, 2)
@@ -463,6 +479,7 @@ func TestCrashResume(t *testing.T) {
 	if lsn, _ := pglogrepl.ParseLSN(origin); lsn <= firstApplied {
 		t.Errorf("origin remote_lsn %s did not advance past %s", origin, firstApplied)
 	}
+	assertPeeked(t, s, peek)
 }
 
 // outsideUser returns user ids whose token is outside the moving ranges.
@@ -607,8 +624,13 @@ func slotSnapshot(t *testing.T, e *env) (pglogrepl.LSN, []string) {
 	return lsn, rows
 }
 
-func TestHoldAtUnderLiveWrites(t *testing.T) {
-	e := newEnv(t, "hold", usersOnly...)
+func TestHoldAtUnderLiveWrites(t *testing.T) { testHoldAtUnderLiveWrites(t, false) }
+
+func testHoldAtUnderLiveWrites(t *testing.T, peek bool) {
+	e := newEnv(t, peekName("hold", peek), usersOnly...)
+	if peek {
+		forcePeek(e)
+	}
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	e.createSlot(t)
@@ -648,6 +670,7 @@ func TestHoldAtUnderLiveWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertConverged(t, e, owned)
+	assertPeeked(t, s, peek)
 }
 
 // An idle stream (no writes in its ranges) still moves its acknowledged

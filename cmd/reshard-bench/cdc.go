@@ -10,13 +10,16 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -89,21 +92,17 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 	r.add("pgoutput_decode_changes_per_s", decodeRate, "changes/s",
 		fmt.Sprintf("pg_logical_slot_peek_binary_changes of the %d transactions, %s: the source's decoding ceiling", n, decodeT.Round(time.Millisecond)))
 
+	stream, err := e.streamCeiling(ctx, names, "bench-small-end")
+	if err != nil {
+		return err
+	}
 	opts := e.cdcOptions(names, set, all)
-	var prof *os.File
-	if e.cfg.cdcProfile != "" {
-		if prof, err = os.Create(e.cfg.cdcProfile); err != nil {
-			return err
-		}
-		defer prof.Close()
-		if err := pprof.StartCPUProfile(prof); err != nil {
-			return err
-		}
+	stop, err := e.startCDCProfile("")
+	if err != nil {
+		return err
 	}
 	res, err := applyUntilMarker(ctx, opts, "bench-small-end", e)
-	if prof != nil {
-		pprof.StopCPUProfile()
-	}
+	stop()
 	if err != nil {
 		return err
 	}
@@ -142,8 +141,11 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 	r.add("cdc_apply_vs_generate", rate/genRate, "ratio", "cdc_apply_changes_per_s / cdc_generate_txns_per_s on distinct keys: catch-up converges under the peak write load when > 1; goal >= 1.2")
 	r.add("cdc_apply_cpu_per_change_us", perChange(res.applyCPU(), n), "µs", fmt.Sprintf("applier %.1f + target backend %.1f µs CPU per change",
 		perChange(res.applierCPU, n), perChange(res.targetCPU, n)))
-	r.add("cdc_walsender_cpu_per_change_us", perChange(res.walsenderCPU, n), "µs", "the walsender's CPU per change during the same apply")
-	r.add("cdc_apply_cpu_vs_walsender", float64(res.applyCPU())/float64(res.walsenderCPU), "ratio", "cdc_apply_cpu_per_change_us / cdc_walsender_cpu_per_change_us; goal <= 1")
+	r.add("cdc_source_cpu_per_change_us", perChange(res.sourceCPU, n), "µs", "the source's CPU per change during the same apply (every process of the server: the SQL peeks or walsender that decode, background writers)")
+	r.add("cdc_walsender_cpu_per_change_us", perChange(stream.walsenderCPU, n), "µs",
+		fmt.Sprintf("a walsender streaming the same transactions to a reader that drops them (%s): what decoding costs the source through START_REPLICATION", stream.elapsed.Round(time.Millisecond)))
+	r.add("cdc_apply_cpu_vs_walsender", float64(res.applyCPU())/float64(stream.walsenderCPU), "ratio", "cdc_apply_cpu_per_change_us / cdc_walsender_cpu_per_change_us; goal <= 1")
+	r.add("cdc_apply_cpu_vs_source", float64(res.applyCPU())/float64(res.sourceCPU), "ratio", "cdc_apply_cpu_per_change_us / cdc_source_cpu_per_change_us: the apply against what the source spent on it")
 	r.add("cdc_apply_array_changes_per_s", float64(n)/resArray.elapsed.Seconds(), "changes/s", fmt.Sprintf("the same %d transactions from a second slot, every flush as text[] arrays (StageMinRows off), %s; %s; apply CPU %.1f µs per change",
 		n, resArray.elapsed.Round(time.Millisecond), resArray.cpu, perChange(resArray.applyCPU(), n)))
 	r.add("cdc_apply_vs_source_update", rate/base, "ratio", "goal >= 1.5")
@@ -221,7 +223,20 @@ func runCDCHot(ctx context.Context, e *env, r *report) error {
 	if err != nil {
 		return err
 	}
+	stream, err := e.streamCeiling(ctx, names, "bench-hot-end")
+	if err != nil {
+		return err
+	}
+	toClient, toClientT, err := e.peekToClient(ctx, names)
+	if err != nil {
+		return err
+	}
+	stop, err := e.startCDCProfile("hot")
+	if err != nil {
+		return err
+	}
 	res, err := applyUntilMarker(ctx, e.cdcOptions(names, set, all), "bench-hot-end", e)
+	stop()
 	if err != nil {
 		return err
 	}
@@ -232,7 +247,13 @@ func runCDCHot(ctx context.Context, e *env, r *report) error {
 	r.add("cdc_hot_generate_txns_per_s", genRate, "txn/s", fmt.Sprintf("%d single-row UPDATE transactions over %d keys, 2 sessions, synchronous_commit off", n, keys))
 	r.add("pgoutput_decode_hot_changes_per_s", decodeRate, "changes/s", fmt.Sprintf("pg_logical_slot_peek_binary_changes of those transactions, %s", decodeT.Round(time.Millisecond)))
 	r.add("cdc_hot_apply_changes_per_s", rate, "changes/s", fmt.Sprintf("caught up in %s; %s; apply CPU %.1f µs per change", res.elapsed.Round(time.Millisecond), res.cpu, perChange(res.applyCPU(), n)))
+	r.add("pgoutput_peek_to_client_hot_changes_per_s", float64(n)/toClientT.Seconds(), "changes/s",
+		fmt.Sprintf("the same peek with every message sent to this program over SQL (%d messages, BEGIN and COMMIT included, %s), read and dropped", toClient, toClientT.Round(time.Millisecond)))
+	r.add("pgoutput_stream_hot_changes_per_s", float64(n)/stream.elapsed.Seconds(), "changes/s",
+		fmt.Sprintf("the same transactions streamed by a walsender (START_REPLICATION, reads coalesced as the applier's) to a reader that drops them, %s; walsender CPU %.1f s, %.1f µs per change: the streaming protocol's ceiling",
+			stream.elapsed.Round(time.Millisecond), stream.walsenderCPU.Seconds(), perChange(stream.walsenderCPU, n)))
 	r.add("cdc_hot_apply_vs_decode", rate/decodeRate, "ratio", "cdc_hot_apply_changes_per_s / pgoutput_decode_hot_changes_per_s, same run; goal >= 0.8")
+	r.add("cdc_hot_apply_vs_stream", rate/(float64(n)/stream.elapsed.Seconds()), "ratio", "cdc_hot_apply_changes_per_s / pgoutput_stream_hot_changes_per_s, same run: the apply against the walsender's own streaming rate")
 	return e.cdcLeave(ctx, names)
 }
 
@@ -434,7 +455,7 @@ type applyResult struct {
 	cpu     string // CPU seconds of the applier, the walsender and the target backend
 	// CPU time of the applier (this process), the walsender and the
 	// applier's target backend during the apply.
-	applierCPU, walsenderCPU, targetCPU time.Duration
+	applierCPU, sourceCPU, targetCPU time.Duration
 }
 
 // applyCPU is the apply side's CPU: the applier and its target backend.
@@ -458,27 +479,22 @@ func applyUntilMarker(ctx context.Context, opts cdc.Options, marker string, e *e
 	selfCPU := processCPU(os.Getpid())
 	start := time.Now()
 	go func() { done <- s.Run(runCtx) }()
-	var pids [2]int // walsender on the source, applier's backend on the target
-	var cpu0 [2]time.Duration
+	var targetPid int // the applier's backend
+	var targetCPU0, sourceCPU0 time.Duration
 	if e != nil {
-		pids, cpu0 = e.streamPids(ctx, opts.Slot, done)
+		sourceCPU0 = serverCPU(e.src.DataDir)
+		targetPid, targetCPU0 = e.targetPid(ctx, done)
 	}
 	_, err = s.DrainToMarker(ctx, marker)
 	res := applyResult{elapsed: time.Since(start)}
 	if e != nil {
 		res.applierCPU = processCPU(os.Getpid()) - selfCPU
-		parts := []string{fmt.Sprintf("CPU s: applier (Go) %.1f", res.applierCPU.Seconds())}
-		for i, name := range []string{"walsender", "target backend"} {
-			if pids[i] != 0 {
-				d := processCPU(pids[i]) - cpu0[i]
-				parts = append(parts, fmt.Sprintf("%s %.1f", name, d.Seconds()))
-				if i == 0 {
-					res.walsenderCPU = d
-				} else {
-					res.targetCPU = d
-				}
-			}
+		res.sourceCPU = serverCPU(e.src.DataDir) - sourceCPU0
+		if targetPid != 0 {
+			res.targetCPU = processCPU(targetPid) - targetCPU0
 		}
+		parts := []string{fmt.Sprintf("CPU s: applier (Go) %.1f, source (decoding, all processes) %.1f, target backend %.1f",
+			res.applierCPU.Seconds(), res.sourceCPU.Seconds(), res.targetCPU.Seconds())}
 		parts = append(parts, applyCounts(reg))
 		res.cpu = strings.Join(parts, ", ")
 	}
@@ -517,24 +533,44 @@ func applyCounts(reg *prometheus.Registry) string {
 	return fmt.Sprintf("%.0f target transactions, %.0f staged and %.0f text[] flushes", batches, flushes["staged"], flushes["array"])
 }
 
-// streamPids finds the stream's walsender and target backend as soon as
-// they exist, with their CPU time so far.
-func (e *env) streamPids(ctx context.Context, slot string, done <-chan error) (pids [2]int, cpu [2]time.Duration) {
-	for range 200 {
-		if pids[0] == 0 {
-			_ = e.srcPool.QueryRow(ctx, `SELECT coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&pids[0])
-			cpu[0] = processCPU(pids[0])
-		}
-		if pids[1] == 0 {
-			_ = e.dstPool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name = $1`, applyAppName).Scan(&pids[1])
-			cpu[1] = processCPU(pids[1])
-		}
-		if pids[0] != 0 && pids[1] != 0 || len(done) > 0 {
-			return
+// targetPid finds the applier's backend on the target as soon as it
+// exists, with its CPU time so far.
+func (e *env) targetPid(ctx context.Context, done <-chan error) (pid int, cpu time.Duration) {
+	for ctx.Err() == nil && len(done) == 0 {
+		_ = e.dstPool.QueryRow(ctx, `SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name = $1`, applyAppName).Scan(&pid)
+		if pid != 0 {
+			return pid, processCPU(pid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return
+	return 0, 0
+}
+
+// serverCPU is the CPU time of a PostgreSQL server's processes: the
+// postmaster, its live children and the children it has reaped (a
+// walsender closed when the stream switched to SQL peeks still counts).
+func serverCPU(dataDir string) time.Duration {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pm, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	total := processCPU(pm)
+	for _, n := range []int{16, 17} { // cutime, cstime: reaped children
+		v, _ := procStat(pm, n)
+		total += time.Duration(v) * 10 * time.Millisecond
+	}
+	ents, _ := os.ReadDir("/proc")
+	for _, d := range ents {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == pm {
+			continue
+		}
+		if ppid, err := procStat(pid, 4); err == nil && ppid == pm {
+			total += processCPU(pid)
+		}
+	}
+	return total
 }
 
 // processCPU is the user+system CPU time of a process (0 if unknown).
@@ -542,20 +578,12 @@ func processCPU(pid int) time.Duration {
 	if pid == 0 {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	u, err1 := procStat(pid, 14)
+	st, err2 := procStat(pid, 15)
+	if err1 != nil || err2 != nil {
 		return 0
 	}
-	// Fields after the command (which may hold spaces): state is field 3,
-	// utime and stime are fields 14 and 15, in clock ticks (100 Hz on Linux).
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+s) * 10 * time.Millisecond
+	return time.Duration(u+st) * 10 * time.Millisecond // USER_HZ: ticks of 10 ms
 }
 
 // childEnv carries a child's configuration (JSON): a hidden mode of this
@@ -637,4 +665,92 @@ func vmHWM() (int64, error) {
 		}
 	}
 	return 0, errors.New("no VmHWM in /proc/self/status")
+}
+
+// startCDCProfile starts a CPU profile of this process (the applier) when
+// -cdc-profile is set, into that file with suffix before its extension
+// ("cdc.prof", "hot" → "cdc-hot.prof"), and returns what stops it.
+func (e *env) startCDCProfile(suffix string) (stop func(), err error) {
+	path := e.cfg.cdcProfile
+	if path == "" {
+		return func() {}, nil
+	}
+	if suffix != "" {
+		ext := filepath.Ext(path)
+		path = strings.TrimSuffix(path, ext) + "-" + suffix + ext
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// streamResult is one streaming of a slot to a reader that drops it.
+type streamResult struct {
+	elapsed, walsenderCPU time.Duration
+}
+
+// streamCeiling streams a slot's pending changes up to the marker with
+// payload marker through a walsender to a reader that only looks for the
+// marker: the rate no applier fed by START_REPLICATION can pass. It
+// acknowledges nothing, so the slot still holds every change afterwards.
+func (e *env) streamCeiling(ctx context.Context, names cdc.Names, marker string) (streamResult, error) {
+	conn, err := cdc.ConnectReplication(ctx, e.src.DSN("postgres", false)+"&replication=database")
+	if err != nil {
+		return streamResult{}, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	start := time.Now()
+	if err := pglogrepl.StartReplication(ctx, conn, names.Slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + names.Publication + "'", "messages 'true'"}}); err != nil {
+		return streamResult{}, fmt.Errorf("stream slot %s: %w", names.Slot, err)
+	}
+	var pid int
+	if err := e.srcPool.QueryRow(ctx, `SELECT coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = $1`, names.Slot).Scan(&pid); err != nil {
+		return streamResult{}, err
+	}
+	cpu0 := processCPU(pid)
+	want := []byte(marker)
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return streamResult{}, fmt.Errorf("stream slot %s: %w", names.Slot, err)
+		}
+		cd, ok := msg.(*pgproto3.CopyData)
+		if !ok || len(cd.Data) == 0 || cd.Data[0] != pglogrepl.XLogDataByteID {
+			continue
+		}
+		// A logical message ('M') holding the marker's payload ends it.
+		if d := cd.Data[1+24:]; len(d) > 0 && d[0] == 'M' && bytes.Contains(d, want) {
+			return streamResult{elapsed: time.Since(start), walsenderCPU: processCPU(pid) - cpu0}, nil
+		}
+	}
+}
+
+// peekToClient sends a slot's pending changes to this program through
+// pg_logical_slot_peek_binary_changes and drops them: decoding without the
+// walsender's per-message sends. It returns the messages and the time.
+func (e *env) peekToClient(ctx context.Context, names cdc.Names) (int, time.Duration, error) {
+	start := time.Now()
+	rows, err := e.srcPool.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)`,
+		names.Slot, names.Publication)
+	if err != nil {
+		return 0, 0, fmt.Errorf("peek slot %s: %w", names.Slot, err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		if len(rows.RawValues()[0]) > 0 {
+			n++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, 0, fmt.Errorf("peek slot %s: %w", names.Slot, err)
+	}
+	return n, time.Since(start), nil
 }
