@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -98,7 +99,7 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 		return start, err
 	}
 	lag, err := lagBehind(ctx, src, start)
-	if err != nil || lag < r.o.PeekCatchUpBytes || r.holdPending() || start < r.noPeekBefore {
+	if err != nil || lag < r.o.PeekCatchUpBytes || r.holdPending() || start < r.noPeekBefore || r.peekOff {
 		return start, err
 	}
 	conn, err := r.peekConn(ctx)
@@ -124,6 +125,17 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 			return from, err
 		}
 		held, err := r.peekOnce(ctx, conn, from, upto)
+		if fallBack(err) {
+			// The source refused the peek itself (temp_file_limit, a
+			// statement_timeout, ...): what this Run applies next comes
+			// from the walsender, from the last commit.
+			r.s.log.Warn("cdc SQL peek refused by the source; streaming instead", "err", err)
+			r.peekOff = true
+			r.tg.rollback(ctx)
+			r.batchTxns, r.batchChanges = 0, 0
+			r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
+			return max(from, r.committedEnd), nil
+		}
 		if err != nil {
 			return from, err
 		}
@@ -139,6 +151,7 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 			// would hold it whole on the source. No peeks until the stream
 			// is past where the source's WAL was.
 			r.noPeekBefore = insert
+			r.s.log.Info("cdc transaction bigger than a SQL peek; streaming it", "lsn", from.String(), "peek_to", upto.String())
 			break
 		}
 		// Stop at half the threshold: a stream that just fell behind does
@@ -231,7 +244,7 @@ func (r *runner) peekOnce(ctx context.Context, conn *pgx.Conn, from, upto pglogr
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return held, wrapOp("peek slot "+r.o.Slot, err)
+		return held, &peekError{wrapOp("peek slot "+r.o.Slot, err)}
 	}
 	if r.inTxn { // a peek returns whole transactions
 		return held, errors.New("peek of slot " + r.o.Slot + " ended inside a transaction")
@@ -260,7 +273,7 @@ func (r *runner) startPeek(ctx context.Context, conn *pgx.Conn, upto pglogrepl.L
 		}
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
-			return nil, false, wrapOp("peek slot "+r.o.Slot, err)
+			return nil, false, &peekError{wrapOp("peek slot "+r.o.Slot, err)}
 		}
 		select {
 		case <-ctx.Done():
@@ -293,7 +306,7 @@ func (r *runner) advance(ctx context.Context, conn *pgx.Conn) error {
 // more than PeekCatchUpBytes behind, it closes the walsender, catches up by
 // SQL and streams again from where that left off.
 func (r *runner) switchToPeek(ctx context.Context) error {
-	if r.o.PeekCatchUpBytes < 0 || r.holdPending() {
+	if r.o.PeekCatchUpBytes < 0 || r.holdPending() || r.peekOff {
 		return nil
 	}
 	src, err := r.sourceConn(ctx)
@@ -323,4 +336,23 @@ func (r *runner) switchToPeek(ctx context.Context) error {
 	}
 	r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
 	return r.startReplication(ctx, start)
+}
+
+// peekError is an error of the peek query itself (not of the apply).
+type peekError struct{ err error }
+
+func (e *peekError) Error() string { return e.err.Error() }
+func (e *peekError) Unwrap() error { return e.err }
+
+// fallBack: err is the source's refusal of a peek (temp_file_limit is a
+// resource error, 53400), where the walsender may still do. A lost
+// connection or a server shutting down (classes 08 and 57P) is retried as
+// any other.
+func fallBack(err error) bool {
+	var pe *peekError
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pe) || !errors.As(err, &pgErr) {
+		return false
+	}
+	return !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57P")
 }

@@ -322,6 +322,7 @@ type runner struct {
 	peeking       bool
 	nextPeekCheck time.Time
 	noPeekBefore  pglogrepl.LSN // see catchUpBySQL
+	peekOff       bool          // the source refused a peek: stream only, this Run
 
 	inTxn, skipTxn bool
 	xid            uint32 // of the source transaction being received
