@@ -87,6 +87,11 @@ type Activities struct {
 
 	controlMu    sync.Mutex
 	controlReady bool // control schema (topology, cutover journal) ensured
+
+	// SQLCatchUpBytes is the CDC lag past which a stream catches up by SQL
+	// peeks of its slot (cdc.Options.PeekCatchUpBytes): 0 for the default,
+	// negative for never. Set before the worker starts.
+	SQLCatchUpBytes int64
 }
 
 // New returns the activities of a worker.

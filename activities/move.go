@@ -268,7 +268,7 @@ func (a *Activities) forwardOptions(m workflows.MoveRef, s sides, l0 string) (cd
 	return cdc.Options{
 		Move: m.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Slot: names.Slot, Publication: names.Publication,
 		StartLSN: start, TargetDSN: target, Set: s.dstSet, Ranges: m.Spec.Ranges, Origin: names.Origin,
-		Logger: a.log.With("move", m.Spec.ID), Metrics: a.metrics.CDC,
+		Logger: a.log.With("move", m.Spec.ID), Metrics: a.metrics.CDC, PeekCatchUpBytes: a.SQLCatchUpBytes,
 	}, nil
 }
 

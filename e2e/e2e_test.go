@@ -96,9 +96,22 @@ type cluster struct {
 	writerStarts int
 	// logLevel of the workers started from now on ("info" when empty).
 	logLevel string
+	// workerArgs are added to the command line of the workers started
+	// from now on.
+	workerArgs []string
 }
 
 func shard(i int) string { return "shard" + strconv.Itoa(i) }
+
+// forceSQLCatchUp are worker flags that make every CDC stream catch up by
+// SQL peeks of its slot whenever it is behind at all (checked at its start
+// and every 5 s), where the default waits for 16 MB of lag.
+var forceSQLCatchUp = []string{"--cdc-sql-catch-up-bytes", "1"}
+
+// sqlCatchUps counts the catch-ups by SQL peeks in the workers' logs.
+func (c *cluster) sqlCatchUps() int {
+	return strings.Count(c.workerLogs(), `msg="cdc catching up by SQL peeks"`)
+}
 
 func newCluster(t *testing.T, users int) *cluster { return newClusterOn(t, users, 0) }
 
@@ -220,7 +233,7 @@ func (c *cluster) startWorker() {
 	if level == "" {
 		level = "info"
 	}
-	cmd := exec.Command(bin, "worker", "--config", c.config, "--listen", "127.0.0.1:"+strconv.Itoa(port), "--log-level", level)
+	cmd := exec.Command(bin, append([]string{"worker", "--config", c.config, "--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-level", level}, c.workerArgs...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "RESHARD_PASSWORD=")
 	if err := cmd.Start(); err != nil {

@@ -22,6 +22,7 @@ import (
 // approval so that each phase lasts long enough to be hit.
 func TestWorkerKilledInEveryPhase(t *testing.T) {
 	c := newCluster(t, 20_000)
+	c.workerArgs = forceSQLCatchUp // killed while peeking, too
 	c.startWorker()
 	c.startWriters()
 	req := c.request("e2e_kill")
@@ -80,7 +81,10 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 	st := c.wait(run, time.Until(deadline)+time.Minute)
 	c.stopWriters()
 	c.recordHistories(st, "worker-kills")
-	t.Logf("killed the worker in: %s; %d workers in all; moves: %s", strings.Join(killedIn, ", "), c.nWorkers, summary(st))
+	t.Logf("killed the worker in: %s; %d workers in all; moves: %s; catch-ups by SQL peeks: %d", strings.Join(killedIn, ", "), c.nWorkers, summary(st), c.sqlCatchUps())
+	if c.sqlCatchUps() == 0 {
+		t.Error("no stream caught up by SQL peeks, forced to")
+	}
 	if len(kills) > 0 {
 		t.Errorf("not killed in %v: the migration ended first", kills)
 	}

@@ -47,6 +47,9 @@ func TestAddNodeAsLeastPrivilegedRole(t *testing.T) {
 	if n := c.ctl.QueryInt64(t, `SELECT count(*) FROM pg_roles WHERE rolname = current_user AND NOT rolsuper AND rolname = $1`, reshard); n != 1 {
 		t.Fatalf("control: reshard does not connect as the non-superuser %s", reshard)
 	}
+	// Every stream, forward and reverse, catches up by SQL peeks whenever
+	// it is behind at all: those need the role's privileges too.
+	c.workerArgs = forceSQLCatchUp
 	c.startWorker()
 	c.startWriters()
 	started := time.Now()
@@ -78,6 +81,11 @@ func TestAddNodeAsLeastPrivilegedRole(t *testing.T) {
 	}
 	if reverse < len(st.Moves) {
 		t.Errorf("%d reverse streams started in GRACE, want one per move (%d)", reverse, len(st.Moves))
+	}
+	if n := c.sqlCatchUps(); n == 0 {
+		t.Error("no stream caught up by SQL peeks, forced to")
+	} else {
+		t.Logf("catch-ups by SQL peeks: %d", n)
 	}
 	// Nothing of the moves left on the shards: origins dropped with them.
 	for name, db := range c.dbs {

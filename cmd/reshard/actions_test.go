@@ -48,7 +48,7 @@ func TestActionsAgainstWorker(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runWorker(ctx, opts, cfg, "127.0.0.1:0") }()
+	go func() { done <- runWorker(ctx, opts, cfg, workerFlags{listen: "127.0.0.1:0"}) }()
 	t.Cleanup(func() {
 		_ = c.tc.TerminateWorkflow(context.Background(), "reshard-act-one", "", "test ends")
 		stop()

@@ -180,7 +180,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	workerExited := make(chan struct{})
 	go func() {
 		defer close(workerExited)
-		workerErr = runWorker(wctx, &wopts, cfg, o.listen)
+		workerErr = runWorker(wctx, &wopts, cfg, workerFlags{listen: o.listen})
 	}()
 	defer func() {
 		stopWorker()

@@ -53,7 +53,7 @@ func startWorkerAt(t *testing.T, path string) string {
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runWorker(ctx, opts, cfg, addr) }()
+	go func() { done <- runWorker(ctx, opts, cfg, workerFlags{listen: addr}) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {

@@ -26,14 +26,16 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/reshard/reshard/activities"
+	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
 
 func newWorkerCmd(opts *globalOptions) *cobra.Command {
 	var (
-		cf     configFlags
-		listen string
+		cf         configFlags
+		listen     string
+		sqlCatchUp int64
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -53,11 +55,20 @@ what fails).`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return runWorker(ctx, opts, cfg, listen)
+			if sqlCatchUp < 0 {
+				return fmt.Errorf("--cdc-sql-catch-up-bytes %d: give a lag in bytes, or 0 to catch up through the walsender only", sqlCatchUp)
+			}
+			wf := workerFlags{listen: listen, sqlCatchUp: sqlCatchUp}
+			if sqlCatchUp == 0 {
+				wf.sqlCatchUp = -1 // off
+			}
+			return runWorker(ctx, opts, cfg, wf)
 		},
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "address of the /metrics, /livez, /healthz and /readyz HTTP endpoint")
+	cmd.Flags().Int64Var(&sqlCatchUp, "cdc-sql-catch-up-bytes", cdc.DefaultPeekCatchUpBytes,
+		"a move's CDC further behind its source than this many bytes of WAL catches up by SQL peeks of its slot, several times faster than a walsender streams small transactions (0: walsender only)")
 	return cmd
 }
 
@@ -90,11 +101,19 @@ func healthChecks(ctx context.Context, running bool, control *pgxpool.Pool, tc c
 	return lines, ok
 }
 
-func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, listen string) error {
+// workerFlags are the worker's own flags.
+type workerFlags struct {
+	listen     string
+	sqlCatchUp int64 // --cdc-sql-catch-up-bytes (activities.SQLCatchUpBytes: 0 default, negative off)
+}
+
+func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, wf workerFlags) error {
+	listen := wf.listen
 	log := opts.logger
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	acts := activities.New(&activities.Resolver{Control: cfg.Control, Shards: cfg.Shards, Password: cfg.password}, log, activities.NewMetrics(reg))
+	acts.SQLCatchUpBytes = wf.sqlCatchUp
 	reg.MustRegister(acts.ControlCollector())
 	defer acts.Close()
 
