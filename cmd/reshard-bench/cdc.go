@@ -41,6 +41,11 @@ const applyAppName = "reshard_bench_apply"
 // worker's peak RSS while it applies one source transaction of the whole
 // table (in a child process, so the figure is the applier's alone).
 func runCDC(ctx context.Context, e *env, r *report) error {
+	restore, err := e.noSourceAutovacuum(ctx)
+	if err != nil {
+		return err
+	}
+	defer restore()
 	n := min(cdcUpdates, e.cfg.rows)
 	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
 
@@ -197,9 +202,24 @@ func (e *env) cdcTarget(ctx context.Context) (tableset.Set, error) {
 	return tableset.Introspect(ctx, e.dstPool, tableset.Spec{Name: "bench", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "target")
 }
 
+// noSourceAutovacuum turns autovacuum off for the source's users table until
+// restore: the source's CPU during an apply is taken as all its processes',
+// and an autovacuum of the updated table is not decoding.
+func (e *env) noSourceAutovacuum(ctx context.Context) (restore func(), err error) {
+	if _, err := e.srcPool.Exec(ctx, `ALTER TABLE users SET (autovacuum_enabled = false)`); err != nil {
+		return nil, err
+	}
+	return func() { _, _ = e.srcPool.Exec(context.WithoutCancel(ctx), `ALTER TABLE users RESET (autovacuum_enabled)`) }, nil
+}
+
 // runCDCHot measures the apply of 200k single-row updates over 2,000 keys
 // against the source's decoding of the same transactions.
 func runCDCHot(ctx context.Context, e *env, r *report) error {
+	restore, err := e.noSourceAutovacuum(ctx)
+	if err != nil {
+		return err
+	}
+	defer restore()
 	const keys = 2000
 	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
 	set, err := e.cdcTarget(ctx)
@@ -508,19 +528,22 @@ func applyUntilMarker(ctx context.Context, opts cdc.Options, marker string, e *e
 	return res, nil
 }
 
-// applyCounts says how many target transactions and flushes an apply made.
+// applyCounts says how many target transactions, flushes and SQL peeks an
+// apply made.
 func applyCounts(reg *prometheus.Registry) string {
 	mfs, err := reg.Gather()
 	if err != nil {
 		return "counts unknown: " + err.Error()
 	}
-	var batches float64
+	var batches, peeks float64
 	flushes := map[string]float64{}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			switch mf.GetName() {
 			case "reshard_cdc_apply_batches_total":
 				batches += m.GetCounter().GetValue()
+			case "reshard_cdc_sql_peeks_total":
+				peeks += m.GetCounter().GetValue()
 			case "reshard_cdc_apply_flushes_total":
 				for _, l := range m.GetLabel() {
 					if l.GetName() == "path" {
@@ -530,7 +553,7 @@ func applyCounts(reg *prometheus.Registry) string {
 			}
 		}
 	}
-	return fmt.Sprintf("%.0f target transactions, %.0f staged and %.0f text[] flushes", batches, flushes["staged"], flushes["array"])
+	return fmt.Sprintf("%.0f target transactions, %.0f staged and %.0f text[] flushes, %.0f SQL peeks", batches, flushes["staged"], flushes["array"], peeks)
 }
 
 // targetPid finds the applier's backend on the target as soon as it
