@@ -44,6 +44,12 @@ const DefaultPeekCatchUpBytes = 16 << 20
 // a temporary file past it.
 const DefaultPeekBytes = 32 << 20
 
+// maxPeekSpans caps a peek at this many PeekBytes (1 GB by default): on a
+// source writing so much WAL that its slot's restart lag is larger, the
+// re-reading costs more than half a peek rather than a peek's result
+// taking more room on the source.
+const maxPeekSpans = 32
+
 const peekSQL = `SELECT data FROM pg_logical_slot_peek_binary_changes($1, $3::pg_lsn, NULL, 'proto_version', '1', 'publication_names', $2, 'messages', 'true')`
 
 // peekBound is where the next peek stops: PeekBytes past the slot's
@@ -65,7 +71,7 @@ func (r *runner) peekBound(ctx context.Context, conn *pgx.Conn) (upto, insert pg
 			return 0, 0, err
 		}
 	}
-	span := max(r.o.PeekBytes, 2*int64(lsn[0]-min(lsn[1], lsn[0])))
+	span := min(max(r.o.PeekBytes, 2*int64(lsn[0]-min(lsn[1], lsn[0]))), maxPeekSpans*r.o.PeekBytes)
 	return lsn[0] + pglogrepl.LSN(span), lsn[2], nil
 }
 
