@@ -136,30 +136,40 @@ func TestCopyChunkRows(t *testing.T) {
 	}
 }
 
-// The copy's ETA comes from its recent rate: none before two samples; the
+// The copy's end comes from its recent rate: none before two samples; the
 // rows left (estimate − committed before the slice − committed by it) at
-// the window's rate after; zero once the estimate is reached.
-func TestCopyMeterETA(t *testing.T) {
+// the window's rate after, counted from the last committed chunk, so a
+// heartbeat a second later says the same end and a second less left; due
+// at once past the estimate.
+func TestCopyMeterEnd(t *testing.T) {
 	m := &copyMeter{est: 10_000, base: 4_000}
-	if _, ok := m.eta(); ok {
-		t.Fatal("an ETA before any progress")
+	if _, ok := m.end(); ok {
+		t.Fatal("an estimate before any progress")
 	}
-	if hb := m.heartbeat(); hb[workflows.HeartbeatETAMillis] != -1 {
+	if hb, _, ok := m.heartbeat(time.Now()); ok || hb[workflows.HeartbeatETAMillis] != -1 || hb[workflows.HeartbeatCopyEndMillis] != -1 {
 		t.Fatalf("heartbeat without an estimate: %v", hb)
 	}
 	m.progress(backfill.Progress{Rows: 0})
 	time.Sleep(200 * time.Millisecond)
 	m.progress(backfill.Progress{Rows: 1_000, Bytes: 1})
-	eta, ok := m.eta()
-	// 5,000 rows left at ~5,000 rows/s: about a second.
-	if !ok || eta < 500*time.Millisecond || eta > 1500*time.Millisecond {
-		t.Fatalf("ETA %s %v; want about 1s", eta, ok)
+	chunk := time.Now()
+	end, ok := m.end()
+	// 5,000 rows left at ~5,000 rows/s: about a second after the chunk.
+	if eta := end.Sub(chunk); !ok || eta < 500*time.Millisecond || eta > 1500*time.Millisecond {
+		t.Fatalf("end %s after the last chunk, %v; want about 1s", eta, ok)
 	}
-	if hb := m.heartbeat(); hb[workflows.HeartbeatSliceRows] != 1_000 || hb[workflows.HeartbeatETAMillis] != eta.Milliseconds() {
-		t.Fatalf("heartbeat %v", hb)
+	for _, late := range []time.Duration{0, 300 * time.Millisecond, 5 * time.Second} {
+		now := chunk.Add(late)
+		hb, left, ok := m.heartbeat(now)
+		if want := max(end.Sub(now), 0); !ok || left != want || hb[workflows.HeartbeatETAMillis] != want.Milliseconds() {
+			t.Errorf("heartbeat %s after the chunk: %v, left %s; want %s", late, hb, left, want)
+		}
+		if hb[workflows.HeartbeatSliceRows] != 1_000 || hb[workflows.HeartbeatCopyEndMillis] != end.UnixMilli() {
+			t.Errorf("heartbeat %s after the chunk: %v; want 1000 rows, end %d", late, hb, end.UnixMilli())
+		}
 	}
 	m.progress(backfill.Progress{Rows: 6_000, Bytes: 2})
-	if eta, ok := m.eta(); !ok || eta != 0 {
-		t.Fatalf("ETA at the estimate: %s %v", eta, ok)
+	if end, ok := m.end(); !ok || time.Since(end) > time.Second {
+		t.Fatalf("end at the estimate: %s %v; want now", end, ok)
 	}
 }
