@@ -87,6 +87,8 @@ type Activities struct {
 
 	controlMu    sync.Mutex
 	controlReady bool // control schema (topology, cutover journal) ensured
+
+	rates copyRates // the copies' rate windows, from slice to slice
 }
 
 // New returns the activities of a worker.

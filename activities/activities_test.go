@@ -173,3 +173,40 @@ func TestCopyMeterEnd(t *testing.T) {
 		t.Fatalf("end at the estimate: %s %v; want now", end, ok)
 	}
 }
+
+// A move's window goes from one slice to the next, so the time between
+// slices counts against the rate and the next slice has an estimate from
+// its first chunk; a finished copy keeps none, an idle window is dropped.
+func TestCopyRatesAcrossSlices(t *testing.T) {
+	var r copyRates
+	first := r.meter("m", 10_000, 0)
+	first.progress(backfill.Progress{Rows: 0})
+	time.Sleep(100 * time.Millisecond)
+	first.progress(backfill.Progress{Rows: 1_000})
+	r.keep("m", first, false)
+	time.Sleep(200 * time.Millisecond) // between slices
+
+	next := r.meter("m", 10_000, 1_000)
+	next.progress(backfill.Progress{Rows: 1_000})
+	end, ok := next.end()
+	if !ok {
+		t.Fatal("no estimate after the next slice's first chunk")
+	}
+	// 2,000 rows in 300 ms or more: 8,000 left take 1.2 s or more; without
+	// the gap, 1,000 rows a 100 ms said 0.8 s.
+	if eta := time.Until(end); eta < 1100*time.Millisecond {
+		t.Errorf("ETA %s: the time between slices did not count", eta)
+	}
+	if again := r.meter("m", 10_000, 2_000); !again.at.IsZero() {
+		t.Error("a window handed to a running slice was handed out again")
+	}
+	r.keep("m", next, true)
+	if done := r.meter("m", 10_000, 10_000); !done.at.IsZero() {
+		t.Error("a finished copy kept its window")
+	}
+	r.keep("m", next, false)
+	r.m["m"] = copyRate{win: r.m["m"].win, at: time.Now().Add(-time.Minute)}
+	if idle := r.meter("m", 10_000, 2_000); !idle.at.IsZero() {
+		t.Error("a window idle for a minute was kept")
+	}
+}

@@ -156,10 +156,11 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
 	}
-	meter := &copyMeter{est: in.Move.Spec.EstRows}
+	var base int64
 	for _, c := range before {
-		meter.base += c.Rows
+		base += c.Rows
 	}
+	meter := a.rates.meter(in.Move.Spec.ID, in.Move.Spec.EstRows, base)
 	labels := []string{in.Move.MigrationID, in.Move.Spec.ID}
 	names, err := cdc.NamesFor(in.Move.Spec.ID)
 	if err != nil {
@@ -210,6 +211,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if end, ok := meter.end(); ok && !p.Done {
 		p.CopyEnd = end
 	}
+	a.rates.keep(in.Move.Spec.ID, meter, p.Done)
 	a.progressGauges(in, p)
 	return p, nil
 }
