@@ -143,6 +143,7 @@ func TestCopyChunkRows(t *testing.T) {
 // at once past the estimate.
 func TestCopyMeterEnd(t *testing.T) {
 	m := &copyMeter{est: 10_000, base: 4_000}
+	m.win.MinSpan = 200 * time.Millisecond
 	if _, ok := m.end(); ok {
 		t.Fatal("an estimate before any progress")
 	}
@@ -180,6 +181,7 @@ func TestCopyMeterEnd(t *testing.T) {
 func TestCopyRatesAcrossSlices(t *testing.T) {
 	var r copyRates
 	first := r.meter("m", 10_000, 0)
+	first.win.MinSpan = 200 * time.Millisecond
 	first.progress(backfill.Progress{Rows: 0})
 	time.Sleep(100 * time.Millisecond)
 	first.progress(backfill.Progress{Rows: 1_000})

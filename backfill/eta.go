@@ -35,7 +35,10 @@ type RateWindow struct {
 const DefaultRateWindow = 30 * time.Second
 
 // MinRateWindow is RateWindow's shortest span: a second's worth of chunks is
-// too few to tell a rate from the luck of one chunk.
+// too few to tell a rate from the luck of one chunk. No rate is told before
+// the samples cover half of it: the first few chunks of a copy (a burst
+// before the other moves' copies start, a cold cache) said 2-4 times the
+// rate of the next seconds in the demo.
 const MinRateWindow = 2 * time.Second
 
 // Add records a sample. Samples must come in time order; an older one than
@@ -69,13 +72,16 @@ func (w *RateWindow) maxSpan() time.Duration {
 	return DefaultRateWindow
 }
 
+func (w *RateWindow) minSpan() time.Duration {
+	if w.MinSpan > 0 {
+		return w.MinSpan
+	}
+	return MinRateWindow
+}
+
 // span is the window at time now: half the copy's age, within [MinSpan, Span].
 func (w *RateWindow) span(now time.Time) time.Duration {
-	lo := w.MinSpan
-	if lo <= 0 {
-		lo = MinRateWindow
-	}
-	return min(max(now.Sub(w.first)/2, lo), w.maxSpan())
+	return min(max(now.Sub(w.first)/2, w.minSpan()), w.maxSpan())
 }
 
 // start is the index of the window's first sample: the newest one at least
@@ -89,12 +95,15 @@ func (w *RateWindow) start(now time.Time, span time.Duration) int {
 }
 
 // Rate is the rows and bytes per second over the window; ok is false until
-// two samples some time apart exist.
+// the samples cover half of MinSpan.
 func (w *RateWindow) Rate() (rowsPerSec, bytesPerSec float64, ok bool) {
 	if len(w.samples) < 2 {
 		return 0, 0, false
 	}
 	last := w.samples[len(w.samples)-1]
+	if last.At.Sub(w.samples[0].At) < w.minSpan()/2 {
+		return 0, 0, false
+	}
 	first := w.samples[w.start(last.At, w.span(last.At))]
 	dt := last.At.Sub(first.At).Seconds()
 	if dt <= 0 {

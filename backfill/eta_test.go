@@ -23,6 +23,7 @@ func TestRateWindowETA(t *testing.T) {
 		{"no samples", nil, 100, 0, 0, false},
 		{"one sample", []Sample{{at(0), 0, 0}}, 100, 0, 0, false},
 		{"same instant", []Sample{{at(1), 0, 0}, {at(1), 10, 10}}, 100, 0, 0, false},
+		{"under half the shortest window", []Sample{{at(0), 0, 0}, {at(0.5), 100, 0}, {at(0.9), 900, 0}}, 100, 0, 0, false},
 		{"steady rows", []Sample{{at(0), 0, 0}, {at(10), 1000, 0}}, 500, 0, 5 * time.Second, true},
 		{"bytes bind", []Sample{{at(0), 0, 0}, {at(10), 1000, 1000}}, 500, 2000, 20 * time.Second, true},
 		{"nothing left", []Sample{{at(0), 0, 0}, {at(10), 1000, 1000}}, 0, 0, 0, true},
@@ -124,15 +125,26 @@ func TestRateWindowETAAfterSlowStart(t *testing.T) {
 		samples = append(samples, Sample{At: at(s), Rows: int64(rows), Bytes: int64(rows) * 100})
 	}
 	end := samples[len(samples)-1].At
-	worst := func(w *RateWindow) (worst float64, where string) {
-		for _, s := range samples {
+	// The window's end, and that of a window of a fixed 30 s.
+	adaptive := func(w *RateWindow, _ int) (time.Time, bool) { return w.End(total-w.samples[len(w.samples)-1].Rows, 0) }
+	fixed := func(_ *RateWindow, i int) (time.Time, bool) {
+		s, j := samples[i], 0
+		for j+1 < i && !samples[j+1].At.After(s.At.Add(-DefaultRateWindow)) {
+			j++
+		}
+		rate := float64(s.Rows-samples[j].Rows) / s.At.Sub(samples[j].At).Seconds()
+		return s.At.Add(time.Duration(float64(total-s.Rows) / rate * float64(time.Second))), true
+	}
+	worst := func(estimate func(*RateWindow, int) (time.Time, bool)) (worst float64, where string) {
+		var w RateWindow
+		for i, s := range samples {
 			w.Add(s)
 			// From 10% to the last few chunks (whose remaining time is
 			// a chunk's luck).
 			if s.Rows < total/10 || end.Sub(s.At) < 5*time.Second {
 				continue
 			}
-			e, ok := w.End(total-s.Rows, 0)
+			e, ok := estimate(&w, i)
 			if !ok {
 				t.Fatalf("no ETA at %s", s.At.Sub(t0))
 			}
@@ -143,12 +155,12 @@ func TestRateWindowETAAfterSlowStart(t *testing.T) {
 		}
 		return worst, where
 	}
-	if w, where := worst(&RateWindow{}); w > 0.2 {
+	if w, where := worst(adaptive); w > 0.2 {
 		t.Errorf("worst error %.0f%% %s", 100*w, where)
 	} else {
 		t.Logf("worst error %.0f%% %s", 100*w, where)
 	}
-	if w, where := worst(&RateWindow{MinSpan: DefaultRateWindow}); w <= 0.2 {
+	if w, where := worst(fixed); w <= 0.2 {
 		t.Errorf("a fixed 30 s window was within 20%% too (worst %.0f%% %s): the scenario does not tell them apart", 100*w, where)
 	}
 }
