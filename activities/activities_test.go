@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -142,7 +143,7 @@ func TestCopyChunkRows(t *testing.T) {
 // heartbeat a second later says the same end and a second less left; due
 // at once past the estimate.
 func TestCopyMeterEnd(t *testing.T) {
-	m := &copyMeter{est: 10_000, base: 4_000}
+	m := newCopyMeter(workflows.MoveSpec{EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 4_000}})
 	m.win.MinSpan = 200 * time.Millisecond
 	if _, ok := m.end(); ok {
 		t.Fatal("an estimate before any progress")
@@ -180,7 +181,7 @@ func TestCopyMeterEnd(t *testing.T) {
 // its first chunk; a finished copy keeps none, an idle window is dropped.
 func TestCopyRatesAcrossSlices(t *testing.T) {
 	var r copyRates
-	first := r.meter("m", 10_000, 0)
+	first := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil)
 	first.win.MinSpan = 200 * time.Millisecond
 	first.progress(backfill.Progress{Rows: 0})
 	time.Sleep(100 * time.Millisecond)
@@ -188,7 +189,7 @@ func TestCopyRatesAcrossSlices(t *testing.T) {
 	r.keep("m", first, false)
 	time.Sleep(200 * time.Millisecond) // between slices
 
-	next := r.meter("m", 10_000, 1_000)
+	next := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 1_000}})
 	next.progress(backfill.Progress{Rows: 1_000})
 	end, ok := next.end()
 	if !ok {
@@ -199,16 +200,62 @@ func TestCopyRatesAcrossSlices(t *testing.T) {
 	if eta := time.Until(end); eta < 1100*time.Millisecond {
 		t.Errorf("ETA %s: the time between slices did not count", eta)
 	}
-	if again := r.meter("m", 10_000, 2_000); !again.at.IsZero() {
+	if again := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 2_000}}); !again.at.IsZero() {
 		t.Error("a window handed to a running slice was handed out again")
 	}
 	r.keep("m", next, true)
-	if done := r.meter("m", 10_000, 10_000); !done.at.IsZero() {
+	if done := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 10_000}}); !done.at.IsZero() {
 		t.Error("a finished copy kept its window")
 	}
 	r.keep("m", next, false)
 	r.m["m"] = copyRate{win: r.m["m"].win, at: time.Now().Add(-time.Minute)}
-	if idle := r.meter("m", 10_000, 2_000); !idle.at.IsZero() {
+	if idle := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 2_000}}); !idle.at.IsZero() {
 		t.Error("a window idle for a minute was kept")
+	}
+}
+
+// The copy's work weighs a row by its table's estimated width: with a
+// narrow table copied first, the rows of a wide one left for later are not
+// expected at the narrow one's pace. Rows an earlier slice checkpointed
+// count for their own table.
+func TestCopyMeterWeighsWideRows(t *testing.T) {
+	spec := workflows.MoveSpec{EstRows: 2_000, EstTables: []workflows.TableEstimate{
+		{Table: "public.narrow", Rows: 1_000, Bytes: 0},         // weight 1
+		{Table: "public.wide", Rows: 1_000, Bytes: 1_000 * 512}, // weight 1 + 512/256 = 3
+	}}
+	narrow := ring.Range{Lo: ring.MinToken, Hi: ring.MaxToken}
+	m := newCopyMeter(spec, nil)
+	m.win.MinSpan = 200 * time.Millisecond
+	before := time.Now()
+	m.progress(backfill.Progress{Table: "public.narrow", Range: narrow, UnitRows: 0})
+	time.Sleep(200 * time.Millisecond)
+	m.progress(backfill.Progress{Table: "public.narrow", Range: narrow, UnitRows: 500, Rows: 500})
+	took := time.Since(before)
+	end, ok := m.end()
+	if !ok {
+		t.Fatal("no estimate")
+	}
+	// 500 narrow rows in d: 500 narrow + 1,000 wide rows (3,500 units) take
+	// 7 d; by rows alone, 3 d.
+	if eta := end.Sub(m.at); eta < 1400*time.Millisecond || eta > 7*took {
+		t.Errorf("ETA %s, want 7 times the %s–%s the first 500 rows took", eta, 200*time.Millisecond, took)
+	}
+	if _, left := m.work(); left != 3_500 {
+		t.Errorf("work left %.0f, want 3500", left)
+	}
+	// The next slice: the narrow table done by an earlier one.
+	next := newCopyMeter(spec, []backfill.Checkpoint{{Table: "public.narrow", RangeLo: narrow.Lo, RangeHi: narrow.Hi, Rows: 1_000, Done: true}})
+	if done, left := next.work(); done != 1_000 || left != 3_000 {
+		t.Errorf("work done %.0f, left %.0f; want 1000 and 3000", done, left)
+	}
+}
+
+func TestTableEstimates(t *testing.T) {
+	got := tableEstimates([]tableset.Estimate{
+		{Table: "public.orders", Rows: 10, Bytes: 100}, {Table: "public.users", Rows: 5, Bytes: 500}, {Table: "public.orders", Rows: 20, Bytes: 200},
+	})
+	want := []workflows.TableEstimate{{Table: "public.orders", Rows: 30, Bytes: 300}, {Table: "public.users", Rows: 5, Bytes: 500}}
+	if !slices.Equal(got, want) {
+		t.Errorf("tableEstimates = %v, want %v", got, want)
 	}
 }

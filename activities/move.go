@@ -156,11 +156,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
 	}
-	var base int64
-	for _, c := range before {
-		base += c.Rows
-	}
-	meter := a.rates.meter(in.Move.Spec.ID, in.Move.Spec.EstRows, base)
+	meter := a.rates.meter(in.Move.Spec, before)
 	labels := []string{in.Move.MigrationID, in.Move.Spec.ID}
 	names, err := cdc.NamesFor(in.Move.Spec.ID)
 	if err != nil {

@@ -232,6 +232,16 @@ type MoveSpec struct {
 	Ranges   []ring.Range `json:"ranges"`
 	EstRows  int64        `json:"est_rows"`
 	EstBytes int64        `json:"est_bytes"`
+	// EstTables splits the estimate by table (none in a plan made before
+	// it): the copy's ETA weighs each table's rows by their width.
+	EstTables []TableEstimate `json:"est_tables,omitempty"`
+}
+
+// TableEstimate is one table's share of a move's estimate.
+type TableEstimate struct {
+	Table string `json:"table"` // schema.name, as the copy's checkpoints name it
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
 }
 
 // PhaseTiming is when a phase started and ended (End zero while in it).
