@@ -143,8 +143,8 @@ func TestCopyChunkRows(t *testing.T) {
 // heartbeat a second later says the same end and a second less left; due
 // at once past the estimate.
 func TestCopyMeterEnd(t *testing.T) {
-	m := newCopyMeter(workflows.MoveSpec{EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 4_000}})
-	m.win.MinSpan = 200 * time.Millisecond
+	m := newCopyMeter(workflows.MoveSpec{EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 4_000}})
+	m.rowsWin.MinSpan, m.workWin.MinSpan = 200*time.Millisecond, 200*time.Millisecond
 	if _, ok := m.end(); ok {
 		t.Fatal("an estimate before any progress")
 	}
@@ -181,15 +181,15 @@ func TestCopyMeterEnd(t *testing.T) {
 // its first chunk; a finished copy keeps none, an idle window is dropped.
 func TestCopyRatesAcrossSlices(t *testing.T) {
 	var r copyRates
-	first := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil)
-	first.win.MinSpan = 200 * time.Millisecond
+	first := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, nil)
+	first.rowsWin.MinSpan, first.workWin.MinSpan = 200*time.Millisecond, 200*time.Millisecond
 	first.progress(backfill.Progress{Rows: 0})
 	time.Sleep(100 * time.Millisecond)
 	first.progress(backfill.Progress{Rows: 1_000})
 	r.keep("m", first, false)
 	time.Sleep(200 * time.Millisecond) // between slices
 
-	next := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 1_000}})
+	next := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 1_000}})
 	next.progress(backfill.Progress{Rows: 1_000})
 	end, ok := next.end()
 	if !ok {
@@ -200,16 +200,18 @@ func TestCopyRatesAcrossSlices(t *testing.T) {
 	if eta := time.Until(end); eta < 1100*time.Millisecond {
 		t.Errorf("ETA %s: the time between slices did not count", eta)
 	}
-	if again := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 2_000}}); !again.at.IsZero() {
+	if again := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 2_000}}); !again.at.IsZero() {
 		t.Error("a window handed to a running slice was handed out again")
 	}
 	r.keep("m", next, true)
-	if done := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 10_000}}); !done.at.IsZero() {
+	if done := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 10_000}}); !done.at.IsZero() {
 		t.Error("a finished copy kept its window")
 	}
 	r.keep("m", next, false)
-	r.m["m"] = copyRate{win: r.m["m"].win, at: time.Now().Add(-time.Minute)}
-	if idle := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, []backfill.Checkpoint{{Table: "t", Rows: 2_000}}); !idle.at.IsZero() {
+	kept := r.m["m"]
+	kept.at = time.Now().Add(-time.Minute)
+	r.m["m"] = kept
+	if idle := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 2_000}}); !idle.at.IsZero() {
 		t.Error("a window idle for a minute was kept")
 	}
 }
@@ -220,12 +222,12 @@ func TestCopyRatesAcrossSlices(t *testing.T) {
 // count for their own table.
 func TestCopyMeterWeighsWideRows(t *testing.T) {
 	spec := workflows.MoveSpec{EstRows: 2_000, EstTables: []workflows.TableEstimate{
-		{Table: "public.narrow", Rows: 1_000, Bytes: 0},         // weight 1
-		{Table: "public.wide", Rows: 1_000, Bytes: 1_000 * 512}, // weight 1 + 512/256 = 3
+		{Table: "public.narrow", Rows: 1_000, Bytes: 0},          // weight 1
+		{Table: "public.wide", Rows: 1_000, Bytes: 1_000 * 1024}, // weight 1 + 1024/512 = 3
 	}}
 	narrow := ring.Range{Lo: ring.MinToken, Hi: ring.MaxToken}
-	m := newCopyMeter(spec, nil)
-	m.win.MinSpan = 200 * time.Millisecond
+	m := newCopyMeter(spec, nil, nil)
+	m.rowsWin.MinSpan, m.workWin.MinSpan = 200*time.Millisecond, 200*time.Millisecond
 	before := time.Now()
 	m.progress(backfill.Progress{Table: "public.narrow", Range: narrow, UnitRows: 0})
 	time.Sleep(200 * time.Millisecond)
@@ -243,8 +245,14 @@ func TestCopyMeterWeighsWideRows(t *testing.T) {
 	if _, left := m.work(); left != 3_500 {
 		t.Errorf("work left %.0f, want 3500", left)
 	}
+	// Under a rows/s throttle every row takes the same: 1,500 rows left
+	// take 3 d.
+	m.throttle = backfill.NewThrottle(1_000, 0)
+	if end, _ := m.end(); end.Sub(m.at) < 600*time.Millisecond || end.Sub(m.at) > 3*took {
+		t.Errorf("throttled ETA %s, want 3 times the %s–%s the first 500 rows took", end.Sub(m.at), 200*time.Millisecond, took)
+	}
 	// The next slice: the narrow table done by an earlier one.
-	next := newCopyMeter(spec, []backfill.Checkpoint{{Table: "public.narrow", RangeLo: narrow.Lo, RangeHi: narrow.Hi, Rows: 1_000, Done: true}})
+	next := newCopyMeter(spec, nil, []backfill.Checkpoint{{Table: "public.narrow", RangeLo: narrow.Lo, RangeHi: narrow.Hi, Rows: 1_000, Done: true}})
 	if done, left := next.work(); done != 1_000 || left != 3_000 {
 		t.Errorf("work done %.0f, left %.0f; want 1000 and 3000", done, left)
 	}

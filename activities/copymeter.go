@@ -16,12 +16,15 @@ import (
 // recent rate, not from the configured throttle or the average since the
 // start, keeps the ETA right after a throttle change or a pause.
 //
-// The window counts work, not rows: a row weighs 1 plus its table's
-// estimated width over rowOverheadBytes, so that the rows of a wide table
-// left for later are not expected at the pace of a narrow one copied first.
+// Where the machine binds, it counts work, not rows: a row weighs 1 plus
+// its table's estimated width over rowOverheadBytes, so that the rows of a
+// wide table left for later are not expected at the pace of a narrow one
+// copied first. Where a rows/s throttle binds, a row is a row.
 type copyMeter struct {
 	mu          sync.Mutex
-	win         backfill.RateWindow // over the move's work done
+	rowsWin     backfill.RateWindow // over the move's rows
+	workWin     backfill.RateWindow // over the move's work
+	throttle    *backfill.Throttle  // nil: none
 	est         int64               // the move's estimated rows
 	tables      map[string]tableWork
 	units       map[unitKey]int64 // rows done per unit, all runs
@@ -31,11 +34,12 @@ type copyMeter struct {
 }
 
 // rowOverheadBytes is the width a row's own cost is worth (tuple, index
-// entries, WAL record): in the demo a users row (about 400 B with its
-// TOASTed payloads) took 1.7-2 times as long to copy as an orders row (about
-// 100 B), which 1 + width/256 tells apart (2.6 against 1.4); counted by rows
-// alone, an ETA made while the orders copied came out 20-35% short.
-const rowOverheadBytes = 256
+// entries, WAL record). In three demo runs a users row (510 B by the plan's
+// estimate, its TOASTed payloads included) took 1.6-1.9 times as long to
+// copy as an orders row (68 B): 1 + width/512 says 1.8 (256 said 2.4).
+// Counted by rows alone, an ETA made while the orders copied came out up to
+// 37% short; a prior, measured on one machine, until the copy has seen both.
+const rowOverheadBytes = 512
 
 type tableWork struct {
 	rows   int64   // estimated
@@ -47,10 +51,10 @@ type unitKey struct {
 	lo, hi int64
 }
 
-// newCopyMeter starts the meter of a slice of spec's copy from the
-// checkpoints earlier slices left.
-func newCopyMeter(spec workflows.MoveSpec, before []backfill.Checkpoint) *copyMeter {
-	c := &copyMeter{est: spec.EstRows, tables: map[string]tableWork{}, units: map[unitKey]int64{}}
+// newCopyMeter starts the meter of a slice of spec's copy, under th (nil:
+// none), from the checkpoints earlier slices left.
+func newCopyMeter(spec workflows.MoveSpec, th *backfill.Throttle, before []backfill.Checkpoint) *copyMeter {
+	c := &copyMeter{est: spec.EstRows, throttle: th, tables: map[string]tableWork{}, units: map[unitKey]int64{}}
 	for _, t := range spec.EstTables {
 		w := 1.0
 		if t.Rows > 0 {
@@ -71,7 +75,8 @@ func (c *copyMeter) progress(p backfill.Progress) {
 	c.rows, c.bytes, c.at = p.Rows, p.Bytes, time.Now()
 	c.units[unitKey{p.Table, p.Range.Lo, p.Range.Hi}] = p.UnitRows
 	done, _ := c.work()
-	c.win.Add(backfill.Sample{At: c.at, Rows: int64(math.Round(done))})
+	c.rowsWin.Add(backfill.Sample{At: c.at, Rows: c.base + p.Rows})
+	c.workWin.Add(backfill.Sample{At: c.at, Rows: int64(math.Round(done))})
 }
 
 // work is the work done and left: by table where the plan estimated each,
@@ -106,11 +111,25 @@ func (c *copyMeter) end() (time.Time, bool) {
 	if c.est <= 0 {
 		return time.Time{}, false
 	}
-	_, left := c.work()
-	if left < 1 || c.est-c.base-c.rows <= 0 {
+	rowsLeft := c.est - c.base - c.rows
+	_, workLeft := c.work()
+	if rowsLeft <= 0 || workLeft < 1 {
 		return c.at, !c.at.IsZero()
 	}
-	return c.win.End(int64(math.Ceil(left)), 0)
+	if len(c.tables) == 0 || c.rowsThrottled() {
+		return c.rowsWin.End(rowsLeft, 0)
+	}
+	return c.workWin.End(int64(math.Ceil(workLeft)), 0)
+}
+
+// rowsThrottled reports a rows/s limit in force (the operator's or the
+// adaptive throttle's): it, not the machine, sets the pace of every row.
+func (c *copyMeter) rowsThrottled() bool {
+	if c.throttle == nil {
+		return false
+	}
+	rowsPerSec, _ := c.throttle.InForce()
+	return rowsPerSec > 0
 }
 
 // heartbeat is the slice's heartbeat details at now: rows and bytes so far,
@@ -145,19 +164,19 @@ type copyRates struct {
 }
 
 type copyRate struct {
-	win backfill.RateWindow
-	at  time.Time // the last sample's
+	rows, work backfill.RateWindow
+	at         time.Time // the last sample's
 }
 
 // meter starts a slice's meter (newCopyMeter) with the move's window,
 // which the slice owns until it keeps it again (a second attempt of the
 // same slice running alongside starts its own).
-func (r *copyRates) meter(spec workflows.MoveSpec, before []backfill.Checkpoint) *copyMeter {
-	c := newCopyMeter(spec, before)
+func (r *copyRates) meter(spec workflows.MoveSpec, th *backfill.Throttle, before []backfill.Checkpoint) *copyMeter {
+	c := newCopyMeter(spec, th, before)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if kept, ok := r.m[spec.ID]; ok && time.Since(kept.at) <= backfill.DefaultRateWindow {
-		c.win, c.at = kept.win, kept.at
+		c.rowsWin, c.workWin, c.at = kept.rows, kept.work, kept.at
 	}
 	delete(r.m, spec.ID)
 	return c
@@ -167,7 +186,7 @@ func (r *copyRates) meter(spec workflows.MoveSpec, before []backfill.Checkpoint)
 // that is done keeps nothing.
 func (r *copyRates) keep(move string, c *copyMeter, done bool) {
 	c.mu.Lock()
-	win, at := c.win, c.at
+	kept := copyRate{rows: c.rowsWin, work: c.workWin, at: c.at}
 	c.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -176,11 +195,11 @@ func (r *copyRates) keep(move string, c *copyMeter, done bool) {
 			delete(r.m, id)
 		}
 	}
-	if done || at.IsZero() {
+	if done || kept.at.IsZero() {
 		return
 	}
 	if r.m == nil {
 		r.m = map[string]copyRate{}
 	}
-	r.m[move] = copyRate{win: win, at: at}
+	r.m[move] = kept
 }

@@ -156,13 +156,13 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
 	}
-	meter := a.rates.meter(in.Move.Spec, before)
 	labels := []string{in.Move.MigrationID, in.Move.Spec.ID}
 	names, err := cdc.NamesFor(in.Move.Spec.ID)
 	if err != nil {
 		return workflows.CopyProgress{}, badInput("move id: %v", err)
 	}
 	th := backfill.NewThrottle(in.Throttle.RowsPerSec, in.Throttle.BytesPerSec)
+	meter := a.rates.meter(in.Move.Spec, th, before)
 	ad := a.adaptive(in.Move.Spec.ID, in.Throttle.Adaptive, in.Adaptive, true, th, s.src, s.dst, names.Slot)
 	// Every second (the worker sends at most one heartbeat a second, see
 	// runWorker): status shows the rows and the ETA of the last one, and the
