@@ -190,8 +190,8 @@ func (r *copyRates) keep(move string, c *copyMeter, done bool) {
 	c.mu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, kept := range r.m { // moves whose copy stopped here and went on elsewhere, or never
-		if time.Since(kept.at) > backfill.DefaultRateWindow {
+	for id, old := range r.m { // moves whose copy stopped here and went on elsewhere, or never
+		if time.Since(old.at) > backfill.DefaultRateWindow {
 			delete(r.m, id)
 		}
 	}
