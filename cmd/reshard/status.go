@@ -221,7 +221,7 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 // the slice's start, the slice itself reports at its end. The heartbeat
 // carries the end as an instant; an older worker's carries only the time
 // left at its own time, which the server's record of that heartbeat
-// anchors (adding it to now would count the heartbeat's age twice).
+// anchors (added to now, it would add the heartbeat's age to the end).
 func sliceProgress(pending []*workflowpb.PendingActivityInfo) (rows int64, end time.Time) {
 	for _, a := range pending {
 		if a.GetActivityType().GetName() != workflows.ActivityCopySlice || a.GetHeartbeatDetails() == nil {
