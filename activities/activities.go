@@ -88,6 +88,8 @@ type Activities struct {
 	controlMu    sync.Mutex
 	controlReady bool // control schema (topology, cutover journal) ensured
 
+	rates copyRates // the copies' rate windows, from slice to slice
+
 	// SQLCatchUpBytes is the CDC lag past which a stream catches up by SQL
 	// peeks of its slot (cdc.Options.PeekCatchUpBytes): 0 for the default,
 	// negative for never. Set before the worker starts.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -136,30 +137,133 @@ func TestCopyChunkRows(t *testing.T) {
 	}
 }
 
-// The copy's ETA comes from its recent rate: none before two samples; the
+// The copy's end comes from its recent rate: none before two samples; the
 // rows left (estimate − committed before the slice − committed by it) at
-// the window's rate after; zero once the estimate is reached.
-func TestCopyMeterETA(t *testing.T) {
-	m := &copyMeter{est: 10_000, base: 4_000}
-	if _, ok := m.eta(); ok {
-		t.Fatal("an ETA before any progress")
+// the window's rate after, counted from the last committed chunk, so a
+// heartbeat a second later says the same end and a second less left; due
+// at once past the estimate.
+func TestCopyMeterEnd(t *testing.T) {
+	m := newCopyMeter(workflows.MoveSpec{EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 4_000}})
+	m.rowsWin.MinSpan, m.workWin.MinSpan = 200*time.Millisecond, 200*time.Millisecond
+	if _, ok := m.end(); ok {
+		t.Fatal("an estimate before any progress")
 	}
-	if hb := m.heartbeat(); hb[workflows.HeartbeatETAMillis] != -1 {
+	if hb, _, ok := m.heartbeat(time.Now()); ok || hb[workflows.HeartbeatETAMillis] != -1 || hb[workflows.HeartbeatCopyEndMillis] != -1 {
 		t.Fatalf("heartbeat without an estimate: %v", hb)
 	}
 	m.progress(backfill.Progress{Rows: 0})
 	time.Sleep(200 * time.Millisecond)
 	m.progress(backfill.Progress{Rows: 1_000, Bytes: 1})
-	eta, ok := m.eta()
-	// 5,000 rows left at ~5,000 rows/s: about a second.
-	if !ok || eta < 500*time.Millisecond || eta > 1500*time.Millisecond {
-		t.Fatalf("ETA %s %v; want about 1s", eta, ok)
+	chunk := time.Now()
+	end, ok := m.end()
+	// 5,000 rows left at ~5,000 rows/s: about a second after the chunk.
+	if eta := end.Sub(chunk); !ok || eta < 500*time.Millisecond || eta > 1500*time.Millisecond {
+		t.Fatalf("end %s after the last chunk, %v; want about 1s", eta, ok)
 	}
-	if hb := m.heartbeat(); hb[workflows.HeartbeatSliceRows] != 1_000 || hb[workflows.HeartbeatETAMillis] != eta.Milliseconds() {
-		t.Fatalf("heartbeat %v", hb)
+	for _, late := range []time.Duration{0, 300 * time.Millisecond, 5 * time.Second} {
+		now := chunk.Add(late)
+		hb, left, ok := m.heartbeat(now)
+		if want := max(end.Sub(now), 0); !ok || left != want || hb[workflows.HeartbeatETAMillis] != want.Milliseconds() {
+			t.Errorf("heartbeat %s after the chunk: %v, left %s; want %s", late, hb, left, want)
+		}
+		if hb[workflows.HeartbeatSliceRows] != 1_000 || hb[workflows.HeartbeatCopyEndMillis] != end.UnixMilli() {
+			t.Errorf("heartbeat %s after the chunk: %v; want 1000 rows, end %d", late, hb, end.UnixMilli())
+		}
 	}
 	m.progress(backfill.Progress{Rows: 6_000, Bytes: 2})
-	if eta, ok := m.eta(); !ok || eta != 0 {
-		t.Fatalf("ETA at the estimate: %s %v", eta, ok)
+	if end, ok := m.end(); !ok || time.Since(end) > time.Second {
+		t.Fatalf("end at the estimate: %s %v; want now", end, ok)
+	}
+}
+
+// A move's window goes from one slice to the next, so the time between
+// slices counts against the rate and the next slice has an estimate from
+// its first chunk; a finished copy keeps none, an idle window is dropped.
+func TestCopyRatesAcrossSlices(t *testing.T) {
+	var r copyRates
+	first := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, nil)
+	first.rowsWin.MinSpan, first.workWin.MinSpan = 200*time.Millisecond, 200*time.Millisecond
+	first.progress(backfill.Progress{Rows: 0})
+	time.Sleep(100 * time.Millisecond)
+	first.progress(backfill.Progress{Rows: 1_000})
+	r.keep("m", first, false)
+	time.Sleep(200 * time.Millisecond) // between slices
+
+	next := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 1_000}})
+	next.progress(backfill.Progress{Rows: 1_000})
+	end, ok := next.end()
+	if !ok {
+		t.Fatal("no estimate after the next slice's first chunk")
+	}
+	// 2,000 rows in 300 ms or more: 8,000 left take 1.2 s or more; without
+	// the gap, 1,000 rows a 100 ms said 0.8 s.
+	if eta := time.Until(end); eta < 1100*time.Millisecond {
+		t.Errorf("ETA %s: the time between slices did not count", eta)
+	}
+	if again := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 2_000}}); !again.at.IsZero() {
+		t.Error("a window handed to a running slice was handed out again")
+	}
+	r.keep("m", next, true)
+	if done := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 10_000}}); !done.at.IsZero() {
+		t.Error("a finished copy kept its window")
+	}
+	r.keep("m", next, false)
+	kept := r.m["m"]
+	kept.at = time.Now().Add(-time.Minute)
+	r.m["m"] = kept
+	if idle := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 2_000}}); !idle.at.IsZero() {
+		t.Error("a window idle for a minute was kept")
+	}
+}
+
+// The copy's work weighs a row by its table's estimated width: with a
+// narrow table copied first, the rows of a wide one left for later are not
+// expected at the narrow one's pace. Rows an earlier slice checkpointed
+// count for their own table.
+func TestCopyMeterWeighsWideRows(t *testing.T) {
+	spec := workflows.MoveSpec{EstRows: 2_000, EstTables: []workflows.TableEstimate{
+		{Table: "public.narrow", Rows: 1_000, Bytes: 0},          // weight 1
+		{Table: "public.wide", Rows: 1_000, Bytes: 1_000 * 1024}, // weight 1 + 1024/512 = 3
+	}}
+	narrow := ring.Range{Lo: ring.MinToken, Hi: ring.MaxToken}
+	m := newCopyMeter(spec, nil, nil)
+	m.rowsWin.MinSpan, m.workWin.MinSpan = 200*time.Millisecond, 200*time.Millisecond
+	before := time.Now()
+	m.progress(backfill.Progress{Table: "public.narrow", Range: narrow, UnitRows: 0})
+	time.Sleep(200 * time.Millisecond)
+	m.progress(backfill.Progress{Table: "public.narrow", Range: narrow, UnitRows: 500, Rows: 500})
+	took := time.Since(before)
+	end, ok := m.end()
+	if !ok {
+		t.Fatal("no estimate")
+	}
+	// 500 narrow rows in d: 500 narrow + 1,000 wide rows (3,500 units) take
+	// 7 d; by rows alone, 3 d.
+	if eta := end.Sub(m.at); eta < 1400*time.Millisecond || eta > 7*took {
+		t.Errorf("ETA %s, want 7 times the %s–%s the first 500 rows took", eta, 200*time.Millisecond, took)
+	}
+	if _, left := m.work(); left != 3_500 {
+		t.Errorf("work left %.0f, want 3500", left)
+	}
+	// Under a rows/s throttle every row takes the same: 1,500 rows left
+	// take 3 d.
+	m.throttle = backfill.NewThrottle(1_000, 0)
+	if end, _ := m.end(); end.Sub(m.at) < 600*time.Millisecond || end.Sub(m.at) > 3*took {
+		t.Errorf("throttled ETA %s, want 3 times the %s–%s the first 500 rows took", end.Sub(m.at), 200*time.Millisecond, took)
+	}
+	// The next slice: the narrow table done by an earlier one.
+	next := newCopyMeter(spec, nil, []backfill.Checkpoint{{Table: "public.narrow", RangeLo: narrow.Lo, RangeHi: narrow.Hi, Rows: 1_000, Done: true}})
+	if done, left := next.work(); done != 1_000 || left != 3_000 {
+		t.Errorf("work done %.0f, left %.0f; want 1000 and 3000", done, left)
+	}
+}
+
+func TestTableEstimates(t *testing.T) {
+	got := tableEstimates([]tableset.Estimate{
+		{Table: "public.orders", Rows: 10, Bytes: 100}, {Table: "public.users", Rows: 5, Bytes: 500}, {Table: "public.orders", Rows: 20, Bytes: 200},
+	})
+	want := []workflows.TableEstimate{{Table: "public.orders", Rows: 30, Bytes: 300}, {Table: "public.users", Rows: 5, Bytes: 500}}
+	if !slices.Equal(got, want) {
+		t.Errorf("tableEstimates = %v, want %v", got, want)
 	}
 }

@@ -156,22 +156,23 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
 	}
-	meter := &copyMeter{est: in.Move.Spec.EstRows}
-	for _, c := range before {
-		meter.base += c.Rows
-	}
 	labels := []string{in.Move.MigrationID, in.Move.Spec.ID}
 	names, err := cdc.NamesFor(in.Move.Spec.ID)
 	if err != nil {
 		return workflows.CopyProgress{}, badInput("move id: %v", err)
 	}
 	th := backfill.NewThrottle(in.Throttle.RowsPerSec, in.Throttle.BytesPerSec)
+	meter := a.rates.meter(in.Move.Spec, th, before)
 	ad := a.adaptive(in.Move.Spec.ID, in.Throttle.Adaptive, in.Adaptive, true, th, s.src, s.dst, names.Slot)
-	stop := keepBeating(ctx, 5*time.Second, func() any {
-		if eta, ok := meter.eta(); ok {
-			a.metrics.eta.WithLabelValues(labels...).Set(eta.Seconds())
+	// Every second (the worker sends at most one heartbeat a second, see
+	// runWorker): status shows the rows and the ETA of the last one, and the
+	// copy's first estimate, two chunks in, while the copy is young.
+	stop := keepBeating(ctx, time.Second, func() any {
+		hb, left, ok := meter.heartbeat(time.Now())
+		if ok {
+			a.metrics.eta.WithLabelValues(labels...).Set(left.Seconds())
 		}
-		return beats{meter.heartbeat(), adaptiveStatus(ad)}
+		return beats{hb, adaptiveStatus(ad)}
 	})
 	var stats backfill.Stats
 	// The slice's deadline ends the copy and the throttle's steps alike; a
@@ -203,11 +204,15 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 		}
 	}
 	p.Left = max(stats.Units-finished, 0)
-	a.progressGauges(in, p, meter)
+	if end, ok := meter.end(); ok && !p.Done {
+		p.CopyEnd = end
+	}
+	a.rates.keep(in.Move.Spec.ID, meter, p.Done)
+	a.progressGauges(in, p)
 	return p, nil
 }
 
-func (a *Activities) progressGauges(in workflows.CopySliceInput, p workflows.CopyProgress, meter *copyMeter) {
+func (a *Activities) progressGauges(in workflows.CopySliceInput, p workflows.CopyProgress) {
 	est := in.Move.Spec.EstBytes
 	rowsLeft := max(in.Move.Spec.EstRows-p.Rows, 0)
 	if p.Done {
@@ -219,11 +224,11 @@ func (a *Activities) progressGauges(in workflows.CopySliceInput, p workflows.Cop
 	}
 	labels := []string{in.Move.MigrationID, in.Move.Spec.ID}
 	a.metrics.bytesRemaining.WithLabelValues(labels...).Set(bytesLeft)
-	switch eta, ok := meter.eta(); {
+	switch {
 	case p.Done:
 		a.metrics.eta.WithLabelValues(labels...).Set(0)
-	case ok:
-		a.metrics.eta.WithLabelValues(labels...).Set(eta.Seconds())
+	case !p.CopyEnd.IsZero():
+		a.metrics.eta.WithLabelValues(labels...).Set(max(time.Until(p.CopyEnd), 0).Seconds())
 	}
 }
 

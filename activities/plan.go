@@ -84,7 +84,7 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 		for _, w := range rep.Warnings {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("move %s: %v", sp.ID, w))
 		}
-		sp.EstRows, sp.EstBytes = rep.Rows(), rep.Bytes()
+		sp.EstRows, sp.EstBytes, sp.EstTables = rep.Rows(), rep.Bytes(), tableEstimates(rep.Estimates)
 		res.EstRows += sp.EstRows
 		res.EstBytes += sp.EstBytes
 		if eta := rep.ETA(req.Throttle.RowsPerSec, req.Throttle.BytesPerSec); eta > res.ETA {
@@ -236,6 +236,23 @@ func planWeights(after *ring.Ring, req workflows.MigrationRequest) map[string]fl
 
 // groupMoves makes one MoveSpec per (source, target) pair, in the order the
 // pairs first appear in token order.
+// tableEstimates sums a move's estimates by table, in the order met.
+func tableEstimates(es []tableset.Estimate) []workflows.TableEstimate {
+	var out []workflows.TableEstimate
+	idx := map[string]int{}
+	for _, e := range es {
+		i, ok := idx[e.Table]
+		if !ok {
+			i = len(out)
+			idx[e.Table] = i
+			out = append(out, workflows.TableEstimate{Table: e.Table})
+		}
+		out[i].Rows += e.Rows
+		out[i].Bytes += e.Bytes
+	}
+	return out
+}
+
 func groupMoves(migration string, moves []ring.Move) []workflows.MoveSpec {
 	var specs []workflows.MoveSpec
 	idx := map[[2]string]int{}

@@ -86,7 +86,7 @@ func TestMoveSeriesBounded(t *testing.T) {
 		if n := touchMoveSeries(t, m, ref.Spec.ID); n < 10 {
 			t.Fatalf("%d metric families carry a move label; want the copy's, the streams' and the progress gauges (10 or more)", n)
 		}
-		a.progressGauges(workflows.CopySliceInput{Move: ref}, workflows.CopyProgress{Rows: 40, Bytes: 400}, &copyMeter{est: 100})
+		a.progressGauges(workflows.CopySliceInput{Move: ref}, workflows.CopyProgress{Rows: 40, Bytes: 400})
 		// The cutover stops the forward stream: its gauges go at once.
 		a.metrics.streamStopped(ref.Spec.ID)
 		if n := gaugesOf(t, reg, ref.Spec.ID); n != 0 {

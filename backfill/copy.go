@@ -331,8 +331,11 @@ func (c *copier) chooseOrder(ctx context.Context, t tableset.Table) (Order, erro
 // rows) and, for the first chunks of a unit, prefers a (parallel) scan of
 // the whole rest of the table and a sort — once per chunk, which reads the
 // table as many times as there are chunks. Keyset pagination must read each
-// row once. SET LOCAL lasts for the statement's implicit transaction.
-const pagingSettings = "SET LOCAL enable_seqscan = off; SET LOCAL max_parallel_workers_per_gather = 0; "
+// row once. Past the first chunk of a composite key it prefers a bitmap
+// scan of the rest of the key and a sort just as well: each chunk then
+// costs as much as the rows left (TestChunkReadWalksTheKey). SET LOCAL
+// lasts for the statement's implicit transaction.
+const pagingSettings = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL max_parallel_workers_per_gather = 0; "
 
 // read produces the unit's chunks, each read by one statement (its own short
 // transaction) on the source, waiting for pause, pressure and throttle first.

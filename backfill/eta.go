@@ -12,20 +12,34 @@ type Sample struct {
 	Bytes int64
 }
 
-// RateWindow keeps the samples of the last Span (and the one just before it,
-// so the window is covered whole) and estimates the copy's rate over them: a
-// throttle change, a pause or a slow start stop counting once they are Span
-// old, where a rate since the start would carry them to the end. Pure: the
-// caller supplies the clock in each Sample.
+// RateWindow estimates a copy's rate over its recent samples, so that a
+// throttle change, a pause or a slow start stop counting once they are a
+// window old, where a rate since the start would carry them to the end.
+//
+// The window's span grows with the copy: half the time since its first
+// sample, at least MinSpan and at most Span. A copy a few seconds old is
+// judged on its last second or two (its start — connections, cold caches, a
+// throttle's first bucket — is forgotten as quickly as it happened); a long
+// one on its last Span, which smooths the chunk-by-chunk progress of a
+// throttled copy. Pure: the caller supplies the clock in each Sample.
 type RateWindow struct {
-	Span    time.Duration // default DefaultRateWindow
+	Span    time.Duration // the longest window; default DefaultRateWindow
+	MinSpan time.Duration // the shortest; default MinRateWindow
+	first   time.Time     // the first sample since the copy (re)started
 	samples []Sample
 }
 
-// DefaultRateWindow is RateWindow's default span: long enough to smooth the
+// DefaultRateWindow is RateWindow's longest span: long enough to smooth the
 // chunk-by-chunk progress of a throttled copy, short enough that a throttle
 // change is forgotten within half a minute.
 const DefaultRateWindow = 30 * time.Second
+
+// MinRateWindow is RateWindow's shortest span: a second's worth of chunks is
+// too few to tell a rate from the luck of one chunk. No rate is told before
+// the samples cover half of it: the first few chunks of a copy (a burst
+// before the other moves' copies start, a cold cache) said 2-4 times the
+// rate of the next seconds in the demo.
+const MinRateWindow = 2 * time.Second
 
 // Add records a sample. Samples must come in time order; an older one than
 // the last is ignored, and so is progress that goes backwards (a new run
@@ -40,28 +54,57 @@ func (w *RateWindow) Add(s Sample) {
 			w.samples = w.samples[:0]
 		}
 	}
+	if len(w.samples) == 0 {
+		w.first = s.At
+	}
 	w.samples = append(w.samples, s)
-	span := w.Span
-	if span <= 0 {
-		span = DefaultRateWindow
-	}
-	// Drop samples older than the window, keeping the newest of them.
-	cut := 0
-	for cut+1 < len(w.samples) && !w.samples[cut+1].At.After(s.At.Add(-span)) {
-		cut++
-	}
+	// Drop samples older than the longest window, keeping the newest of them.
+	cut := w.start(s.At, w.maxSpan())
 	if cut > 0 {
 		w.samples = append(w.samples[:0], w.samples[cut:]...)
 	}
 }
 
+func (w *RateWindow) maxSpan() time.Duration {
+	if w.Span > 0 {
+		return w.Span
+	}
+	return DefaultRateWindow
+}
+
+func (w *RateWindow) minSpan() time.Duration {
+	if w.MinSpan > 0 {
+		return w.MinSpan
+	}
+	return MinRateWindow
+}
+
+// span is the window at time now: half the copy's age, within [MinSpan, Span].
+func (w *RateWindow) span(now time.Time) time.Duration {
+	return min(max(now.Sub(w.first)/2, w.minSpan()), w.maxSpan())
+}
+
+// start is the index of the window's first sample: the newest one at least
+// span before now, so that the window is covered whole (or the oldest).
+func (w *RateWindow) start(now time.Time, span time.Duration) int {
+	i := 0
+	for i+1 < len(w.samples) && !w.samples[i+1].At.After(now.Add(-span)) {
+		i++
+	}
+	return i
+}
+
 // Rate is the rows and bytes per second over the window; ok is false until
-// two samples some time apart exist.
+// the samples cover half of MinSpan.
 func (w *RateWindow) Rate() (rowsPerSec, bytesPerSec float64, ok bool) {
 	if len(w.samples) < 2 {
 		return 0, 0, false
 	}
-	first, last := w.samples[0], w.samples[len(w.samples)-1]
+	last := w.samples[len(w.samples)-1]
+	if last.At.Sub(w.samples[0].At) < w.minSpan()/2 {
+		return 0, 0, false
+	}
+	first := w.samples[w.start(last.At, w.span(last.At))]
 	dt := last.At.Sub(first.At).Seconds()
 	if dt <= 0 {
 		return 0, 0, false
@@ -96,4 +139,17 @@ func (w *RateWindow) ETA(rowsLeft, bytesLeft int64) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(secs * float64(time.Second)), true
+}
+
+// End is when the copy should end: the last sample's time plus the ETA of
+// what was left at it. The work left is known as of the last sample, so the
+// estimate is anchored there, not at whenever it is read: an estimate read
+// later (a heartbeat recorded a second ago, a status shown after it) is the
+// same instant, and the time left is End minus the reader's clock.
+func (w *RateWindow) End(rowsLeft, bytesLeft int64) (time.Time, bool) {
+	eta, ok := w.ETA(rowsLeft, bytesLeft)
+	if !ok {
+		return time.Time{}, false
+	}
+	return w.samples[len(w.samples)-1].At.Add(eta), true
 }

@@ -1,7 +1,9 @@
 package backfill
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -21,6 +23,7 @@ func TestRateWindowETA(t *testing.T) {
 		{"no samples", nil, 100, 0, 0, false},
 		{"one sample", []Sample{{at(0), 0, 0}}, 100, 0, 0, false},
 		{"same instant", []Sample{{at(1), 0, 0}, {at(1), 10, 10}}, 100, 0, 0, false},
+		{"under half the shortest window", []Sample{{at(0), 0, 0}, {at(0.5), 100, 0}, {at(0.9), 900, 0}}, 100, 0, 0, false},
 		{"steady rows", []Sample{{at(0), 0, 0}, {at(10), 1000, 0}}, 500, 0, 5 * time.Second, true},
 		{"bytes bind", []Sample{{at(0), 0, 0}, {at(10), 1000, 1000}}, 500, 2000, 20 * time.Second, true},
 		{"nothing left", []Sample{{at(0), 0, 0}, {at(10), 1000, 1000}}, 0, 0, 0, true},
@@ -29,6 +32,11 @@ func TestRateWindowETA(t *testing.T) {
 		{"window drops the old rate", []Sample{{at(0), 0, 0}, {at(100), 10000, 0}, {at(140), 10400, 0}, {at(200), 11000, 0}}, 1000, 0, 100 * time.Second, true},
 		{"older sample ignored", []Sample{{at(0), 0, 0}, {at(10), 100, 0}, {at(5), 0, 0}}, 100, 0, 10 * time.Second, true},
 		{"progress restarts", []Sample{{at(0), 0, 0}, {at(10), 1000, 0}, {at(20), 10, 0}, {at(30), 110, 0}}, 100, 0, 10 * time.Second, true},
+		// 8 s old: the window is its last 4 s, at 1000 rows/s, not the
+		// 100 rows/s of its first 4
+		{"young copy forgets its start", []Sample{{at(0), 0, 0}, {at(4), 400, 0}, {at(5), 1400, 0}, {at(6), 2400, 0}, {at(7), 3400, 0}, {at(8), 4400, 0}}, 1000, 0, time.Second, true},
+		// 1 s old: the window is never shorter than MinRateWindow
+		{"shortest window", []Sample{{at(0), 0, 0}, {at(0.5), 100, 0}, {at(1), 1000, 0}}, 1000, 0, time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := RateWindow{Span: time.Minute}
@@ -38,6 +46,10 @@ func TestRateWindowETA(t *testing.T) {
 			got, ok := w.ETA(tc.rowsLeft, tc.bytesLeft)
 			if ok != tc.ok || (ok && got.Round(time.Millisecond) != tc.want) {
 				t.Errorf("ETA = %s, %v; want %s, %v", got, ok, tc.want, tc.ok)
+			}
+			end, ok := w.End(tc.rowsLeft, tc.bytesLeft)
+			if ok != tc.ok || (ok && end.Sub(w.samples[len(w.samples)-1].At) != got) {
+				t.Errorf("End = %s, %v; want the last sample + ETA %s", end.Sub(t0), ok, got)
 			}
 		})
 	}
@@ -89,5 +101,66 @@ func TestRateWindowETAOnThrottledCopy(t *testing.T) {
 	}
 	if worstSinceStart <= 0.2 {
 		t.Errorf("the since-start average was within 20%% too (worst %.0f%%): the scenario does not tell the estimators apart", 100*worstSinceStart)
+	}
+}
+
+// A throttled copy of 100,000 rows at 1,000 rows/s (chunks of a second's
+// rows, as Throttle.ChunkRows cuts them, each taking 0.7-1.3 s) whose first
+// 5 s run at a fifth of that (connections, a cold cache, an adaptive
+// throttle feeling its way): from 10% on, the window's ETA is within 20% of
+// the real remaining time. A window of a fixed 30 s still holds the slow
+// start at 10% (14 s in).
+func TestRateWindowETAAfterSlowStart(t *testing.T) {
+	const total = 100_000
+	rng := rand.New(rand.NewPCG(1, 2))
+	var samples []Sample
+	s, rows := 0.0, 0
+	for rows < total {
+		rate := 1000.0
+		if s < 5 {
+			rate = 200
+		}
+		s += 0.7 + 0.6*rng.Float64()
+		rows += int(rate)
+		samples = append(samples, Sample{At: at(s), Rows: int64(rows), Bytes: int64(rows) * 100})
+	}
+	end := samples[len(samples)-1].At
+	// The window's end, and that of a window of a fixed 30 s.
+	adaptive := func(w *RateWindow, _ int) (time.Time, bool) { return w.End(total-w.samples[len(w.samples)-1].Rows, 0) }
+	fixed := func(_ *RateWindow, i int) (time.Time, bool) {
+		s, j := samples[i], 0
+		for j+1 < i && !samples[j+1].At.After(s.At.Add(-DefaultRateWindow)) {
+			j++
+		}
+		rate := float64(s.Rows-samples[j].Rows) / s.At.Sub(samples[j].At).Seconds()
+		return s.At.Add(time.Duration(float64(total-s.Rows) / rate * float64(time.Second))), true
+	}
+	worst := func(estimate func(*RateWindow, int) (time.Time, bool)) (worst float64, where string) {
+		var w RateWindow
+		for i, s := range samples {
+			w.Add(s)
+			// From 10% to the last few chunks (whose remaining time is
+			// a chunk's luck).
+			if s.Rows < total/10 || end.Sub(s.At) < 5*time.Second {
+				continue
+			}
+			e, ok := estimate(&w, i)
+			if !ok {
+				t.Fatalf("no ETA at %s", s.At.Sub(t0))
+			}
+			actual := end.Sub(s.At)
+			if err := math.Abs(e.Sub(end).Seconds()) / actual.Seconds(); err > worst {
+				worst, where = err, fmt.Sprintf("at %s (%d rows): ETA %s, actual %s", s.At.Sub(t0).Round(time.Millisecond), s.Rows, e.Sub(s.At).Round(time.Millisecond), actual.Round(time.Millisecond))
+			}
+		}
+		return worst, where
+	}
+	if w, where := worst(adaptive); w > 0.2 {
+		t.Errorf("worst error %.0f%% %s", 100*w, where)
+	} else {
+		t.Logf("worst error %.0f%% %s", 100*w, where)
+	}
+	if w, where := worst(fixed); w <= 0.2 {
+		t.Errorf("a fixed 30 s window was within 20%% too (worst %.0f%% %s): the scenario does not tell them apart", 100*w, where)
 	}
 }

@@ -128,6 +128,9 @@ type CopyProgress struct {
 	Left  int   `json:"units_left"`
 	// Adaptive: the slice's adaptive throttle at its end (nil: none).
 	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
+	// CopyEnd is when the copy should end at the slice's recent rate
+	// (zero: no estimate, or done).
+	CopyEnd time.Time `json:"copy_end,omitzero"`
 }
 
 // CDCInput starts a move's stream: forward (source → target, from L0) or
@@ -162,8 +165,13 @@ type VerifyInput struct {
 const (
 	HeartbeatSliceRows  = "slice_rows"
 	HeartbeatSliceBytes = "slice_bytes"
-	// HeartbeatETAMillis is the copy's time left at its recent rate (-1:
-	// no estimate yet).
+	// HeartbeatCopyEndMillis is when the copy should end at its recent
+	// rate, in Unix milliseconds (-1: no estimate yet). An instant, not a
+	// time left: the reader subtracts its own clock, so a heartbeat read a
+	// while after it was recorded shows no older figure.
+	HeartbeatCopyEndMillis = "copy_end_ms"
+	// HeartbeatETAMillis is the time left at the heartbeat's own time (-1:
+	// no estimate yet), for readers older than HeartbeatCopyEndMillis.
 	HeartbeatETAMillis = "eta_ms"
 )
 

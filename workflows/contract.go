@@ -232,6 +232,16 @@ type MoveSpec struct {
 	Ranges   []ring.Range `json:"ranges"`
 	EstRows  int64        `json:"est_rows"`
 	EstBytes int64        `json:"est_bytes"`
+	// EstTables splits the estimate by table (none in a plan made before
+	// it): the copy's ETA weighs each table's rows by their width.
+	EstTables []TableEstimate `json:"est_tables,omitempty"`
+}
+
+// TableEstimate is one table's share of a move's estimate.
+type TableEstimate struct {
+	Table string `json:"table"` // schema.name, as the copy's checkpoints name it
+	Rows  int64  `json:"rows"`
+	Bytes int64  `json:"bytes"`
 }
 
 // PhaseTiming is when a phase started and ended (End zero while in it).
@@ -313,9 +323,10 @@ type MoveState struct {
 	// activities of the move being retried and their last failure (a shard
 	// down, a password changed), which the workflow itself cannot see.
 	Retrying string `json:"retrying,omitempty"`
-	// CopyETA, filled by reshard status too: the running copy slice's
-	// estimate of the time left, at its recent rate (0: none).
-	CopyETA time.Duration `json:"copy_eta,omitempty"`
+	// CopyEnd is when the copy should end at its recent rate (zero: no
+	// estimate): the last slice's estimate, which reshard status replaces
+	// with the running slice's from its last heartbeat. ETAText shows it.
+	CopyEnd time.Time `json:"copy_end,omitzero"`
 	// Adaptive is the adaptive throttle of the copy as its last slice left
 	// it; reshard status replaces it with the running activity's (copy,
 	// verify or cleanup), from its heartbeat.
@@ -439,6 +450,44 @@ func (m MoveState) LagText() string {
 		}
 	}
 	return "-"
+}
+
+// ETAText is the copy's time left as status, the UI and the demo show it:
+// the copy's own estimate at its recent rate (CopyEnd, less now: "0s" once
+// it is due), else the rate since the copy started, else the throttle; "-"
+// outside the copy, "?" when nothing tells.
+func (m MoveState) ETAText(t Throttle, now time.Time) string {
+	if m.CopyDone || m.Phase.Terminal() {
+		return "-"
+	}
+	if m.Paused {
+		return "paused"
+	}
+	if !m.CopyEnd.IsZero() {
+		return max(m.CopyEnd.Sub(now), 0).Round(time.Second).String()
+	}
+	left := m.Spec.EstRows - m.RowsCopied
+	if left <= 0 {
+		return "-"
+	}
+	var start time.Time
+	for _, pt := range m.Timings {
+		if pt.Phase == PhaseSnapshotCopy {
+			start = pt.Start
+		}
+	}
+	at := m.UpdatedAt
+	if at.IsZero() {
+		at = now
+	}
+	if !start.IsZero() && m.RowsCopied > 0 && at.After(start) {
+		rate := float64(m.RowsCopied) / at.Sub(start).Seconds()
+		return (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String()
+	}
+	if t.RowsPerSec > 0 {
+		return (time.Duration(float64(left)/t.RowsPerSec) * time.Second).Round(time.Second).String()
+	}
+	return "?"
 }
 
 // Text lists the watched limits: "latency +10%, replica lag 2s".

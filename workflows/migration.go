@@ -486,7 +486,7 @@ func (r *migrationRun) details(ctx workflow.Context) {
 		moves = moves[r.window[0]:r.window[1]]
 	}
 	if len(moves) > 0 {
-		b.WriteString(movesTable(moves, workflow.Now(ctx)))
+		b.WriteString(movesTable(moves, r.state.ThrottleNow(), workflow.Now(ctx)))
 	}
 	if r.state.Error != "" {
 		fmt.Fprintf(&b, "\n**error:** %s\n", r.state.Error)
@@ -511,10 +511,10 @@ func phaseCounts(moves []MoveState) string {
 
 // movesTable renders moves as the markdown table of the UI's current
 // details.
-func movesTable(moves []MoveState, now time.Time) string {
+func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 	var b strings.Builder
-	b.WriteString("| move | source → target | ranges | phase | rows copied / est. | lag | verify | write pause |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| move | source → target | ranges | phase | rows copied / est. | copy ETA | lag | verify | write pause |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range moves {
 		v := "—"
 		if m.Verify != nil {
@@ -525,8 +525,12 @@ func movesTable(moves []MoveState, now time.Time) string {
 			wp = "—"
 		}
 		phase := m.PhaseText()
-		fmt.Fprintf(&b, "| %s | %s → %s | %d | %s | %d / %d | %s | %s | %s |\n",
-			m.Spec.ID, m.Spec.Source, m.Spec.Target, len(m.Spec.Ranges), phase, m.RowsCopied, m.Spec.EstRows, m.LagText(), v, wp)
+		eta := m.ETAText(t, now)
+		if eta == "-" {
+			eta = "—"
+		}
+		fmt.Fprintf(&b, "| %s | %s → %s | %d | %s | %d / %d | %s | %s | %s | %s |\n",
+			m.Spec.ID, m.Spec.Source, m.Spec.Target, len(m.Spec.Ranges), phase, m.RowsCopied, m.Spec.EstRows, eta, m.LagText(), v, wp)
 	}
 	return b.String()
 }

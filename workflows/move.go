@@ -324,7 +324,7 @@ func (m *moveRun) notify(ctx workflow.Context, force bool) {
 }
 
 func (m *moveRun) details(ctx workflow.Context) {
-	workflow.SetCurrentDetails(ctx, "### move "+m.in.Spec.ID+"\n\n"+movesTable([]MoveState{m.state}, workflow.Now(ctx)))
+	workflow.SetCurrentDetails(ctx, "### move "+m.in.Spec.ID+"\n\n"+movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx)))
 }
 
 // opts are the activity options of a phase; long activities heartbeat.
@@ -370,6 +370,7 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 			return m.to(ctx, PhaseRollingBack)
 		}
 		if m.paused {
+			m.state.CopyEnd = time.Time{} // the rate before a pause says nothing of the end
 			if err := workflow.Await(ctx, func() bool { return !m.paused || m.rollbackAsked }); err != nil {
 				return err
 			}
@@ -391,6 +392,9 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 		m.state.BytesCopied += p.Bytes
 		m.state.CopyDone = p.Done
 		m.state.Adaptive = p.Adaptive
+		if !p.CopyEnd.IsZero() || p.Done {
+			m.state.CopyEnd = p.CopyEnd // a slice too short to estimate keeps the last estimate
+		}
 		m.details(ctx)
 		m.notify(ctx, false)
 	}

@@ -354,18 +354,25 @@ type demoSummary struct {
 }
 
 // etaCheck compares the copy ETA status showed once a move had copied 10%
-// of its estimated rows with the time its copy then really took.
+// of its estimated rows with the time its copy then really took: the
+// predicted end (the instant status showed the ETA at, plus the ETA: the
+// copy's own CopyEnd) against the end of SNAPSHOT_COPY in the move's
+// timings, the error relative to the time that was left when it was shown.
 type etaCheck struct {
-	At        time.Time     // when the move first showed 10% or more with an ETA
-	Predicted time.Duration // the ETA shown then
+	At     time.Time // when the move first showed 10% or more with an ETA
+	End    time.Time // the end it predicted (At + the ETA shown)
+	Copied float64   // the fraction of the estimate copied then
 }
 
 func (e *etaCheck) observe(m workflows.MoveState, now time.Time) {
-	if !e.At.IsZero() || m.CopyDone || m.CopyETA <= 0 || m.Spec.EstRows <= 0 || m.RowsCopied*10 < m.Spec.EstRows {
+	if !e.At.IsZero() || m.CopyDone || m.CopyEnd.IsZero() || m.Spec.EstRows <= 0 || m.RowsCopied*10 < m.Spec.EstRows {
 		return
 	}
-	e.At, e.Predicted = now, m.CopyETA
+	e.At, e.End, e.Copied = now, m.CopyEnd, float64(m.RowsCopied)/float64(m.Spec.EstRows)
 }
+
+// predicted is the ETA status showed (never below zero, as status shows it).
+func (e *etaCheck) predicted() time.Duration { return max(e.End.Sub(e.At), 0) }
 
 // actual is the rest of the copy as it happened: from the prediction to
 // the end of SNAPSHOT_COPY in the move's own timings (0: not known).
@@ -454,9 +461,10 @@ func (s demoSummary) print(out io.Writer) {
 			continue
 		}
 		if act := e.actual(m); act > 0 {
-			errPct := 100 * math.Abs(float64(e.Predicted-act)) / float64(act)
+			errPct := 100 * math.Abs(float64(e.predicted()-act)) / float64(act)
 			worst = max(worst, errPct)
-			etaParts = append(etaParts, fmt.Sprintf("%s→%s %s vs %s", m.Spec.Source, m.Spec.Target, e.Predicted.Round(time.Second), act.Round(100*time.Millisecond)))
+			etaParts = append(etaParts, fmt.Sprintf("%s→%s at %.0f%% %s vs %s (%.0f%%)", m.Spec.Source, m.Spec.Target, 100*e.Copied,
+				e.predicted().Round(100*time.Millisecond), act.Round(100*time.Millisecond), errPct))
 		}
 	}
 	if len(etaParts) > 0 {

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/ring"
@@ -548,7 +549,7 @@ func TestStatusView(t *testing.T) {
 	if v := viewMove(workflows.MoveState{Phase: workflows.PhaseCDCCatchUp}, workflows.Throttle{}, start); v.Lag != "0 B" {
 		t.Errorf("lag of a move catching up with none left: %q, want 0 B", v.Lag)
 	}
-	if got := copyETA(workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}}, workflows.Throttle{RowsPerSec: 100}, start); got != "10s" {
+	if got := viewMove(workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}}, workflows.Throttle{RowsPerSec: 100}, start).ETA; got != "10s" {
 		t.Errorf("ETA from the throttle before any row: %s", got)
 	}
 	if got := textBar(2000, 1000, 10); got != "[==========] 100%" {
@@ -604,25 +605,51 @@ func TestPasswordNeverPrinted(t *testing.T) {
 }
 
 // status adds the running copy slice's heartbeat to the move's rows, so the
-// count moves every few seconds instead of at the end of each slice.
+// count moves every second instead of at the end of each slice, and shows
+// the end the heartbeat predicted less its own clock: a heartbeat read 5 s
+// after it was recorded shows 5 s less, not the time left it was sent with.
 func TestSliceRowsFromHeartbeat(t *testing.T) {
-	hb, err := converter.GetDefaultDataConverter().ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatSliceBytes: 99, workflows.HeartbeatETAMillis: 42_000})
+	sent := time.Now().Add(-5 * time.Second).Truncate(time.Millisecond)
+	end := sent.Add(42 * time.Second)
+	dc := converter.GetDefaultDataConverter()
+	hb, err := dc.ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatSliceBytes: 99,
+		workflows.HeartbeatETAMillis: 42_000, workflows.HeartbeatCopyEndMillis: end.UnixMilli()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pending := []*workflowpb.PendingActivityInfo{
 		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityRunCDC}},
-		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityCopySlice}, HeartbeatDetails: hb},
+		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityCopySlice}, HeartbeatDetails: hb, LastHeartbeatTime: timestamppb.New(sent)},
 	}
-	if rows, eta := sliceProgress(pending); rows != 1234 || eta != 42*time.Second {
-		t.Errorf("slice rows %d, ETA %s; want 1234, 42s", rows, eta)
+	if rows, got := sliceProgress(pending); rows != 1234 || !got.Equal(end) {
+		t.Errorf("slice rows %d, end %s; want 1234, %s", rows, got, end)
 	}
-	if rows, eta := sliceProgress(pending[:1]); rows != 0 || eta != 0 {
-		t.Errorf("no copy slice: %d %s", rows, eta)
+	if rows, got := sliceProgress(pending[:1]); rows != 0 || !got.IsZero() {
+		t.Errorf("no copy slice: %d %s", rows, got)
 	}
-	m := workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}, RowsCopied: 10, CopyETA: 42 * time.Second}
-	if got := copyETA(m, workflows.Throttle{}, time.Now()); got != "42s" {
-		t.Errorf("status ETA %s, want the copy's own 42s", got)
+	// An older worker's heartbeat has the time left only: anchored at the
+	// server's record of it.
+	old, err := dc.ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatETAMillis: 42_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending[1].HeartbeatDetails = old
+	if _, got := sliceProgress(pending); !got.Equal(end) {
+		t.Errorf("end from an older heartbeat %s; want %s", got, end)
+	}
+	// No estimate yet.
+	none, err := dc.ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 5, workflows.HeartbeatETAMillis: -1, workflows.HeartbeatCopyEndMillis: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending[1].HeartbeatDetails = none
+	if _, got := sliceProgress(pending); !got.IsZero() {
+		t.Errorf("end without an estimate: %s", got)
+	}
+	now := sent.Add(5 * time.Second)
+	m := workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}, Phase: workflows.PhaseSnapshotCopy, RowsCopied: 10, CopyEnd: end}
+	if got := viewMove(m, workflows.Throttle{}, now).ETA; got != "37s" {
+		t.Errorf("status ETA %s 5 s after the heartbeat, want the copy's own 42s less 5s", got)
 	}
 }
 

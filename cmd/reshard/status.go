@@ -203,9 +203,11 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 		if m := &st.Moves[i]; !m.Phase.Terminal() {
 			pending := describe(workflows.MoveWorkflowID(wfID, m.Spec.ID))
 			m.Retrying = retryText(pending, now)
-			rows, eta := sliceProgress(pending)
+			rows, end := sliceProgress(pending)
 			m.RowsCopied += rows
-			m.CopyETA = eta
+			if !end.IsZero() {
+				m.CopyEnd = end
+			}
 			if a := liveAdaptive(pending); a != nil {
 				m.Adaptive = a
 			}
@@ -213,24 +215,31 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 	}
 }
 
-// sliceProgress is what the running copy slice has committed so far and its
-// ETA at its recent rate (0: none), from its last heartbeat (a few seconds
-// old at most): the state's count is the checkpoints' at the slice's start,
-// the slice itself reports at its end.
-func sliceProgress(pending []*workflowpb.PendingActivityInfo) (rows int64, eta time.Duration) {
+// sliceProgress is what the running copy slice has committed so far and
+// when it should end at its recent rate (zero: no estimate), from its last
+// heartbeat (a second or so old): the state's count is the checkpoints' at
+// the slice's start, the slice itself reports at its end. The heartbeat
+// carries the end as an instant; an older worker's carries only the time
+// left at its own time, which the server's record of that heartbeat
+// anchors (added to now, it would add the heartbeat's age to the end).
+func sliceProgress(pending []*workflowpb.PendingActivityInfo) (rows int64, end time.Time) {
 	for _, a := range pending {
 		if a.GetActivityType().GetName() != workflows.ActivityCopySlice || a.GetHeartbeatDetails() == nil {
 			continue
 		}
 		var hb map[string]int64
 		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) == nil {
-			if ms, ok := hb[workflows.HeartbeatETAMillis]; ok && ms >= 0 {
-				eta = time.Duration(ms) * time.Millisecond
+			if ms, ok := hb[workflows.HeartbeatCopyEndMillis]; ok {
+				if ms >= 0 {
+					end = time.UnixMilli(ms)
+				}
+			} else if ms, ok := hb[workflows.HeartbeatETAMillis]; ok && ms >= 0 && a.GetLastHeartbeatTime() != nil {
+				end = a.GetLastHeartbeatTime().AsTime().Add(time.Duration(ms) * time.Millisecond)
 			}
-			return hb[workflows.HeartbeatSliceRows], eta
+			return hb[workflows.HeartbeatSliceRows], end
 		}
 	}
-	return 0, 0
+	return 0, time.Time{}
 }
 
 // liveAdaptive is the adaptive throttle of the running copy slice, verify
@@ -304,7 +313,7 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 	}
 	v.Rows = fmt.Sprintf("%d/%d rows", m.RowsCopied, m.Spec.EstRows)
 	v.Lag = m.LagText()
-	v.ETA = copyETA(m, throttle, now)
+	v.ETA = m.ETAText(throttle, now)
 	v.Verify = "-"
 	if m.Verify != nil {
 		v.Verify = m.Verify.Text(now)
@@ -314,42 +323,6 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 		v.Pause = "-"
 	}
 	return v
-}
-
-// copyETA estimates the rest of the copy from the rate so far (or the
-// throttle when nothing is copied yet).
-func copyETA(m workflows.MoveState, t workflows.Throttle, now time.Time) string {
-	if m.CopyDone || m.Phase.Terminal() {
-		return "-"
-	}
-	if m.Paused {
-		return "paused"
-	}
-	if m.CopyETA > 0 { // the copy's own, at its recent rate
-		return m.CopyETA.Round(time.Second).String()
-	}
-	left := m.Spec.EstRows - m.RowsCopied
-	if left <= 0 {
-		return "-"
-	}
-	var start time.Time
-	for _, pt := range m.Timings {
-		if pt.Phase == workflows.PhaseSnapshotCopy {
-			start = pt.Start
-		}
-	}
-	at := m.UpdatedAt
-	if at.IsZero() {
-		at = now
-	}
-	if !start.IsZero() && m.RowsCopied > 0 && at.After(start) {
-		rate := float64(m.RowsCopied) / at.Sub(start).Seconds()
-		return (time.Duration(float64(left)/rate) * time.Second).Round(time.Second).String()
-	}
-	if t.RowsPerSec > 0 {
-		return (time.Duration(float64(left)/t.RowsPerSec) * time.Second).Round(time.Second).String()
-	}
-	return "?"
 }
 
 // textBar is a fixed-width bar for one-shot output.
