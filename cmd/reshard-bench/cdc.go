@@ -209,7 +209,9 @@ func (e *env) noSourceAutovacuum(ctx context.Context) (restore func(), err error
 	if _, err := e.srcPool.Exec(ctx, `ALTER TABLE users SET (autovacuum_enabled = false)`); err != nil {
 		return nil, err
 	}
-	return func() { _, _ = e.srcPool.Exec(context.WithoutCancel(ctx), `ALTER TABLE users RESET (autovacuum_enabled)`) }, nil
+	return func() {
+		_, _ = e.srcPool.Exec(context.WithoutCancel(ctx), `ALTER TABLE users RESET (autovacuum_enabled)`)
+	}, nil
 }
 
 // runCDCHot measures the apply of 200k single-row updates over 2,000 keys
