@@ -28,6 +28,14 @@ func (s *Stream) WaitApplied(ctx context.Context, lsn pglogrepl.LSN) error {
 
 // DrainToMarker implements Controller.
 func (s *Stream) DrainToMarker(ctx context.Context, payload string) (pglogrepl.LSN, error) {
+	s.mu.Lock()
+	s.drains++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.drains--
+		s.mu.Unlock()
+	}()
 	var at pglogrepl.LSN
 	err := s.wait(ctx, func() (bool, error) {
 		lsn, ok := s.markers[payload]

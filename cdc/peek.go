@@ -310,9 +310,13 @@ func (r *runner) advance(ctx context.Context, conn *pgx.Conn) error {
 
 // switchToPeek, between batches of a streaming applier: when the stream is
 // more than PeekCatchUpBytes behind, it closes the walsender, catches up by
-// SQL and streams again from where that left off.
+// SQL and streams again from where that left off. Not while a drain waits
+// (a cutover's write pause would wait for the switch).
 func (r *runner) switchToPeek(ctx context.Context) error {
-	if r.o.PeekCatchUpBytes < 0 || r.holdPending() || r.peekOff {
+	r.s.mu.Lock()
+	draining := r.s.drains > 0
+	r.s.mu.Unlock()
+	if r.o.PeekCatchUpBytes < 0 || r.holdPending() || r.peekOff || draining {
 		return nil
 	}
 	src, err := r.sourceConn(ctx)

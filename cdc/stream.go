@@ -205,6 +205,7 @@ type Stream struct {
 	held     bool
 	holdGen  uint64
 	markers  map[string]pglogrepl.LSN
+	drains   int // DrainToMarker calls waiting (a cutover's write pause)
 	running  bool
 	runErr   error
 	wake     func() // interrupts the runner's wait for the next message
