@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -17,11 +18,14 @@ import (
 // buffer it was given, the next read waits readCoalesce first, so a busy
 // stream is read a few kilobytes at a time. An idle stream costs nothing
 // (the wait comes after data, never instead of it), and no message waits
-// more than readCoalesce longer than it would have.
+// more than readCoalesce longer than it would have. The applier turns it
+// on only while it is behind (catching up, where throughput counts): a
+// stream that keeps up — a cutover's drain — reads every message at once.
 type coalescingConn struct {
 	net.Conn
 	wait    time.Duration
-	partial bool // the last read returned less than it could have
+	on      *atomic.Bool // nil: always
+	partial bool         // the last read returned less than it could have
 }
 
 // readCoalesce is how long a read waits after a partial one. At the
@@ -31,7 +35,7 @@ type coalescingConn struct {
 const readCoalesce = 300 * time.Microsecond
 
 func (c *coalescingConn) Read(p []byte) (int, error) {
-	if c.partial {
+	if c.partial && (c.on == nil || c.on.Load()) {
 		time.Sleep(c.wait)
 	}
 	n, err := c.Conn.Read(p)
@@ -40,8 +44,8 @@ func (c *coalescingConn) Read(p []byte) (int, error) {
 }
 
 // ConnectReplication opens a replication connection (dsn has
-// replication=database) whose reads coalesce.
-func ConnectReplication(ctx context.Context, dsn string) (*pgconn.PgConn, error) {
+// replication=database) whose reads coalesce while on is true (nil: always).
+func ConnectReplication(ctx context.Context, dsn string, on *atomic.Bool) (*pgconn.PgConn, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
@@ -52,7 +56,7 @@ func ConnectReplication(ctx context.Context, dsn string) (*pgconn.PgConn, error)
 		if err != nil {
 			return nil, err
 		}
-		return &coalescingConn{Conn: conn, wait: readCoalesce}, nil
+		return &coalescingConn{Conn: conn, wait: readCoalesce, on: on}, nil
 	}
 	return pgconn.ConnectConfig(ctx, cfg)
 }

@@ -334,6 +334,7 @@ type runner struct {
 	// behind: the last source transaction arrived more than BatchDelay after
 	// its commit, and no wait for a message has timed out since.
 	behind         bool
+	coalesce       atomic.Bool   // reads coalesce (coalesce.go): set to behind
 	lastEnd        pglogrepl.LSN // end LSN of the last source transaction received
 	lastCommit     pglogrepl.LSN // commit LSN of the last source transaction received
 	lastCommitTime time.Time
@@ -441,6 +442,7 @@ func (r *runner) run(ctx context.Context) error {
 			}
 			if pgconn.Timeout(err) {
 				r.behind = false // nothing more to read: caught up
+				r.coalesce.Store(false)
 			}
 			if pgconn.Timeout(err) || errors.Is(err, errWoken) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				continue // deadline or wake-up
@@ -471,7 +473,7 @@ func (r *runner) startReplication(ctx context.Context, start pglogrepl.LSN) erro
 	deadline := time.Now().Add(slotBusyWait)
 	for {
 		var err error
-		r.repl, err = ConnectReplication(ctx, r.o.SourceReplicationDSN)
+		r.repl, err = ConnectReplication(ctx, r.o.SourceReplicationDSN, &r.coalesce)
 		if err != nil {
 			return wrapOp("connect to the source for replication", err)
 		}
@@ -823,6 +825,7 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		r.batchTxns++
 		now := time.Now()
 		r.behind = now.Sub(m.CommitTime) > r.o.BatchDelay
+		r.coalesce.Store(r.behind)
 		if len(r.txnMarkers) > 0 || r.batchChanges >= r.o.BatchChanges || now.Sub(r.batchStart) >= r.batchDelay() {
 			return r.commitBatch(ctx)
 		}

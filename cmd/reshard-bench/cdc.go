@@ -725,7 +725,7 @@ type streamResult struct {
 // marker: the rate no applier fed by START_REPLICATION can pass. It
 // acknowledges nothing, so the slot still holds every change afterwards.
 func (e *env) streamCeiling(ctx context.Context, names cdc.Names, marker string) (streamResult, error) {
-	conn, err := cdc.ConnectReplication(ctx, e.src.DSN("postgres", false)+"&replication=database")
+	conn, err := cdc.ConnectReplication(ctx, e.src.DSN("postgres", false)+"&replication=database", nil)
 	if err != nil {
 		return streamResult{}, err
 	}
