@@ -81,7 +81,11 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 		p50, p99, max time.Duration
 		ops, late     int
 		copyRows      int64
+		// probes are the source's probe readings (PGSignals, as the
+		// throttle reads them), one a second: what the throttle could see.
+		probes []time.Duration
 	}
+	probe := &backfill.PGSignals{Source: e.srcPool, ProbeSQL: adaptiveProbe}
 	measure := func(name string, work func(ctx context.Context) (int64, error)) (result, error) {
 		res := result{name: name}
 		wctx, cancel := context.WithTimeout(ctx, window)
@@ -95,6 +99,22 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 				res.copyRows, copyErr = work(wctx)
 			}()
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case <-t.C:
+				}
+				if s, err := probe.Read(wctx); err == nil {
+					res.probes = append(res.probes, s.SourceProbe)
+				}
+			}
+		}()
 		lat, err := workload(wctx, e, window)
 		cancel()
 		wg.Wait()
@@ -113,8 +133,8 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 		if err != nil {
 			return res, err
 		}
-		fmt.Fprintf(e.out, "%s: %d ops, p50 %s, p99 %s, max %s, copy %.0f rows/s\n", res.name, res.ops, res.p50, res.p99, res.max,
-			float64(res.copyRows)/window.Seconds())
+		fmt.Fprintf(e.out, "%s: %d ops, p50 %s, p99 %s, max %s, copy %.0f rows/s; probe readings: %s\n", res.name, res.ops, res.p50, res.p99, res.max,
+			float64(res.copyRows)/window.Seconds(), spread(res.probes))
 		return res, nil
 	}
 	// adaptiveRun copies under the adaptive throttle; the throttle's state
@@ -245,6 +265,16 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 		d := what(len(k.rs))
 		r.add("workload p50, "+k.name, median(p50s(k.rs)), "ms", "median; "+d+": "+list(p50s(k.rs)))
 		r.add("workload p99, "+k.name, median(p99s(k.rs)), "ms", "median; "+d+": "+list(p99s(k.rs)))
+		var all []time.Duration
+		for _, res := range k.rs {
+			all = append(all, res.probes...)
+		}
+		if len(all) > 0 {
+			slices.Sort(all)
+			r.add("probe reading, "+k.name, float64(pct(all, 0.5))/float64(time.Microsecond), "µs",
+				fmt.Sprintf("median of the source's probe readings (%q, median of 5 back to back, one reading a second) over the windows; p10–p90 %s–%s",
+					adaptiveProbe, pct(all, 0.1).Round(time.Microsecond), pct(all, 0.9).Round(time.Microsecond)))
+		}
 	}
 	idle50 := median(p50s(idles))
 	r.add("workload p50 increase, unthrottled copy", 100*(median(p50s(fulls))/idle50-1), "%", "medians, over idle")
@@ -298,6 +328,16 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 			list(rates(adaps)), adaptiveProbe, ad.Controller.SourceBaseline.Round(time.Microsecond), adaptiveRebaseline, 100*limited.Seconds()/max(watched.Seconds(), 1)))
 	r.add("copy rate, adaptive, at the end", median(ends), "rows/s", "median of the rate the throttle had set at the end of each window: "+list(ends))
 	return nil
+}
+
+// spread says a window's probe readings: median and p10–p90.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Sorted(slices.Values(ds))
+	us := func(d time.Duration) string { return d.Round(time.Microsecond).String() }
+	return fmt.Sprintf("median %s, p10–p90 %s–%s (%d)", us(pct(s, 0.5)), us(pct(s, 0.1)), us(pct(s, 0.9)), len(s))
 }
 
 // workload runs the clients at their fixed offered rate until ctx ends and
