@@ -72,6 +72,9 @@ type config struct {
 	// round copies at each of them too): the frontier the adaptive throttle
 	// should find.
 	adaptiveRates []float64
+	// adaptiveProbe is the adaptive throttle's probe query in section
+	// adaptive.
+	adaptiveProbe string
 }
 
 func main() {
@@ -89,6 +92,7 @@ func main() {
 	flag.StringVar(&cfg.out, "out", "", "also write the final table as markdown, with the machine and the date, to this file")
 	flag.DurationVar(&cfg.adaptiveWindow, "adaptive-window", 20*time.Second, "length of each measurement of section adaptive")
 	flag.IntVar(&cfg.adaptiveRounds, "adaptive-rounds", 3, "rounds of section adaptive (idle, unthrottled copy, adaptive copy each)")
+	flag.StringVar(&cfg.adaptiveProbe, "adaptive-probe", adaptiveReadProbe, "the adaptive throttle's probe query in section adaptive (the workload's read, or e.g. "+strconv.Quote(adaptiveWriteProbe)+")")
 	rates := flag.String("adaptive-rates", "2000,10000,30000,100000", "fixed copy rates (rows/s, comma-separated; empty: none) section adaptive also measures the workload under, each round")
 	flag.StringVar(&cfg.cdcProfile, "cdc-profile", "", "write a CPU profile of the CDC apply (small transactions) to this file")
 	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
