@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -23,9 +24,10 @@ import (
 // are comparable — measured idle, during an unthrottled copy of the users
 // table, during copies at fixed rates (the sweep: which rate the workload
 // bears within the target, the frontier the throttle should find), and
-// during a copy under the adaptive throttle with a target of +10% probe
-// latency, then idle again (the machine is shared: the second
-// idle window shows how far the floor moved meanwhile). Latency counts from
+// during copies under the adaptive throttle with a target of +10% probe
+// latency, one steered by a read probe and one by a commit probe, then idle
+// again (the machine is shared: the last idle window shows how far the
+// floor moved meanwhile). Latency counts from
 // each operation's scheduled start, so a client that falls behind is not
 // hidden (no coordinated omission).
 const (
@@ -144,56 +146,72 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 			float64(res.copyRows)/window.Seconds(), spread(res.probes[0]), spread(res.probes[1]))
 		return res, nil
 	}
-	// adaptiveRun copies under the adaptive throttle; the throttle's state
-	// carries from one round to the next (as from one copy slice to the
-	// next), its baseline measured once, before the first.
-	th := backfill.NewThrottle(0, 0)
-	ad := &backfill.Adaptive{Throttle: th, Reader: &backfill.PGSignals{Source: e.srcPool, Target: e.dstPool, ProbeSQL: e.cfg.adaptiveProbe},
-		Controller: backfill.Controller{Limits: backfill.AdaptiveLimits{MaxLatencyIncrease: adaptiveTarget}},
-		// The worker measures again every 5 minutes; windows of 20 s call
-		// for the same at a shorter scale.
-		Rebaseline: adaptiveRebaseline}
-	var limited, watched time.Duration
-	adaptiveRun := func(ctx context.Context) (int64, error) {
-		var rows int64
-		// Sample what holds the throttle back, every 250 ms.
-		sctx, stop := context.WithCancel(ctx)
-		var sw sync.WaitGroup
-		sw.Add(1)
-		go func() {
-			defer sw.Done()
-			t := time.NewTicker(250 * time.Millisecond)
-			defer t.Stop()
-			for {
-				select {
-				case <-sctx.Done():
-					return
-				case <-t.C:
-					watched += 250 * time.Millisecond
-					if s := ad.State(); s.Signal != backfill.SignalNone && s.Signal != "" {
-						limited += 250 * time.Millisecond
+	// An arm copies under an adaptive throttle steered by one of the probes;
+	// its state carries from one round to the next (as from one copy slice to
+	// the next), its baseline measured before the first and again every
+	// adaptiveRebaseline. Both arms run in every round, so the two probes
+	// are compared on the same machine at about the same time.
+	type arm struct {
+		name, probe      string
+		ad               *backfill.Adaptive
+		th               *backfill.Throttle
+		limited, watched time.Duration
+		held             map[string]time.Duration // by limiting signal
+		results          []result
+		ends             []float64 // the rate at the end of each window
+	}
+	var arms []*arm
+	for i, sql := range probeSQL {
+		th := backfill.NewThrottle(0, 0)
+		arms = append(arms, &arm{name: probeName[i], probe: sql, th: th, held: map[string]time.Duration{},
+			ad: &backfill.Adaptive{Throttle: th, Reader: &backfill.PGSignals{Source: e.srcPool, Target: e.dstPool, ProbeSQL: sql},
+				Controller: backfill.Controller{Limits: backfill.AdaptiveLimits{MaxLatencyIncrease: adaptiveTarget}},
+				// The worker measures again every 5 minutes; windows of 20 s
+				// call for the same at a shorter scale.
+				Rebaseline: adaptiveRebaseline}})
+	}
+	adaptiveRun := func(a *arm) func(ctx context.Context) (int64, error) {
+		return func(ctx context.Context) (int64, error) {
+			var rows int64
+			// Sample what holds the throttle back, every 250 ms.
+			sctx, stop := context.WithCancel(ctx)
+			var sw sync.WaitGroup
+			sw.Add(1)
+			go func() {
+				defer sw.Done()
+				t := time.NewTicker(250 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-sctx.Done():
+						return
+					case <-t.C:
+						a.watched += 250 * time.Millisecond
+						if s := a.ad.State(); s.Signal != backfill.SignalNone && s.Signal != "" {
+							a.limited += 250 * time.Millisecond
+							a.held[s.Signal] += 250 * time.Millisecond
+						}
 					}
 				}
+			}()
+			err := a.ad.With(ctx, func(ctx context.Context) error {
+				var err error
+				rows, err = copyLoop(ctx, a.th)
+				return err
+			})
+			stop()
+			sw.Wait()
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				err = nil
 			}
-		}()
-		err := ad.With(ctx, func(ctx context.Context) error {
-			var err error
-			rows, err = copyLoop(ctx, th)
-			return err
-		})
-		stop()
-		sw.Wait()
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-			err = nil
+			return rows, err
 		}
-		return rows, err
 	}
 	// Rounds of idle, unthrottled, each fixed rate of the sweep, adaptive,
 	// then idle once more: the machine is shared, and its floor moves from
 	// one window to the next.
-	var idles, fulls, adaps []result
+	var idles, fulls []result
 	fixed := make([][]result, len(e.cfg.adaptiveRates))
-	var ends []float64 // the adaptive rate at the end of each window
 	for round := range e.cfg.adaptiveRounds {
 		res, err := add(measure(fmt.Sprintf("round %d idle", round+1), nil))
 		if err != nil {
@@ -214,12 +232,15 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 			}
 			fixed[i] = append(fixed[i], res)
 		}
-		if res, err = add(measure(fmt.Sprintf("round %d adaptive copy (+%.0f%%)", round+1, adaptiveTarget), adaptiveRun)); err != nil {
-			return err
+		for _, a := range arms {
+			if res, err = add(measure(fmt.Sprintf("round %d adaptive copy (+%.0f%%, %s)", round+1, adaptiveTarget, a.name), adaptiveRun(a))); err != nil {
+				return err
+			}
+			a.results = append(a.results, res)
+			st := a.ad.State()
+			a.ends = append(a.ends, st.RowsPerSec)
+			fmt.Fprintf(e.out, "  adaptive (%s): rate at the end %.0f rows/s, %s\n", a.name, st.RowsPerSec, st.Reason)
 		}
-		adaps = append(adaps, res)
-		ends = append(ends, ad.State().RowsPerSec)
-		fmt.Fprintf(e.out, "  adaptive: rate at the end %.0f rows/s, %s\n", ad.State().RowsPerSec, ad.State().Reason)
 	}
 	res, err := add(measure("idle at the end", nil))
 	if err != nil {
@@ -267,7 +288,9 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 	for i, rate := range e.cfg.adaptiveRates {
 		kinds = append(kinds, kind{fmt.Sprintf("copy at %.0f rows/s", rate), fixed[i]})
 	}
-	kinds = append(kinds, kind{fmt.Sprintf("adaptive copy (+%.0f%%)", adaptiveTarget), adaps})
+	for _, a := range arms {
+		kinds = append(kinds, kind{fmt.Sprintf("adaptive copy (+%.0f%%, %s)", adaptiveTarget, a.name), a.results})
+	}
 	for _, k := range kinds {
 		d := what(len(k.rs))
 		r.add("workload p50, "+k.name, median(p50s(k.rs)), "ms", "median; "+d+": "+list(p50s(k.rs)))
@@ -287,7 +310,9 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 	}
 	idle50 := median(p50s(idles))
 	r.add("workload p50 increase, unthrottled copy", 100*(median(p50s(fulls))/idle50-1), "%", "medians, over idle")
-	r.add("workload p50 increase, adaptive copy", 100*(median(p50s(adaps))/idle50-1), "%", "medians, over idle")
+	for _, a := range arms {
+		r.add(fmt.Sprintf("workload p50 increase, adaptive copy (%s)", a.name), 100*(median(p50s(a.results))/idle50-1), "%", "medians, over idle")
+	}
 	idle := median(p99s(idles))
 	lo, hi := slices.Min(p99s(idles)), slices.Max(p99s(idles))
 	// A verdict only where the machine allows one: when the idle windows'
@@ -329,27 +354,43 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 		r.add("copy frontier, workload p99 within the idle noise", inNoise, "rows/s",
 			fmt.Sprintf("the highest fixed rate whose median p99 is at most the idle windows' highest (%s ms) (0: none)", format(hi)))
 	}
-	verdict := "within it"
-	if median(p99s(adaps)) > idle*(1+adaptiveTarget/100) {
-		verdict = "NOT within it"
-	}
-	if noisy {
-		verdict = "no verdict: " + noise + ", more than the target — the machine's other load, not the copy, sets the tail here"
-		if median(p99s(adaps)) <= hi {
-			verdict += "; within the idle noise"
-		} else {
-			verdict += "; above the idle noise"
-		}
-	}
-	r.add("workload p99 increase, adaptive copy", 100*(median(p99s(adaps))/idle-1), "%",
-		fmt.Sprintf("medians, over idle; target +%.0f%%: %s", adaptiveTarget, verdict))
 	r.add("copy rate, unthrottled", median(rates(fulls)), "rows/s", "median over the windows (the whole users table, copied again and again): "+list(rates(fulls)))
-	r.add("copy rate, adaptive", median(rates(adaps)), "rows/s",
-		fmt.Sprintf("median over the windows, slow start included: %s; probe %q (median of 5, smoothed), baseline (last: %s on the source, its own spread +%.0f%%) measured with the workload running, again every %s with the copy held; a signal held the rate back %.0f%% of the time",
-			list(rates(adaps)), e.cfg.adaptiveProbe, ad.Controller.SourceBaseline.Round(time.Microsecond),
-			100*float64(ad.Controller.SourceNoise)/float64(max(ad.Controller.SourceBaseline, 1)), adaptiveRebaseline, 100*limited.Seconds()/max(watched.Seconds(), 1)))
-	r.add("copy rate, adaptive, at the end", median(ends), "rows/s", "median of the rate the throttle had set at the end of each window: "+list(ends))
+	for _, a := range arms {
+		p99 := median(p99s(a.results))
+		verdict := "within it"
+		if p99 > idle*(1+adaptiveTarget/100) {
+			verdict = "NOT within it"
+		}
+		if noisy {
+			verdict = "no verdict: " + noise + ", more than the target — the machine's other load, not the copy, sets the tail here"
+			if p99 <= hi {
+				verdict += "; within the idle noise"
+			} else {
+				verdict += "; above the idle noise"
+			}
+		}
+		r.add(fmt.Sprintf("workload p99 increase, adaptive copy (%s)", a.name), 100*(p99/idle-1), "%",
+			fmt.Sprintf("medians, over idle; target +%.0f%%: %s", adaptiveTarget, verdict))
+		c := a.ad.Controller
+		r.add(fmt.Sprintf("copy rate, adaptive (%s)", a.name), median(rates(a.results)), "rows/s",
+			fmt.Sprintf("median over the windows, slow start included: %s; probe %q (median of 5, smoothed), baseline (last: %s on the source, its own spread +%.0f%%) measured with the workload running, again every %s with the copy held; a signal held the rate back %.0f%% of the time (%s)",
+				list(rates(a.results)), a.probe, c.SourceBaseline.Round(time.Microsecond), 100*float64(c.SourceNoise)/float64(max(c.SourceBaseline, 1)),
+				adaptiveRebaseline, 100*a.limited.Seconds()/max(a.watched.Seconds(), 1), bySignal(a.held, a.watched)))
+		r.add(fmt.Sprintf("copy rate, adaptive (%s), at the end", a.name), median(a.ends), "rows/s", "median of the rate the throttle had set at the end of each window: "+list(a.ends))
+	}
 	return nil
+}
+
+// bySignal says the share of watched each signal held the rate back.
+func bySignal(held map[string]time.Duration, watched time.Duration) string {
+	var parts []string
+	for _, sig := range slices.Sorted(maps.Keys(held)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", sig, 100*held[sig].Seconds()/max(watched.Seconds(), 1)))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // spread says a window's probe readings: median and p10–p90.

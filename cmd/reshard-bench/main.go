@@ -42,7 +42,7 @@ var sections = []section{
 	{name: "backfill", about: "range copy vs raw COPY pipe and pgcopydb", run: runBackfill},
 	{name: "cutover", about: "write pause of cutovers under router writers; fence trigger overhead (pgbench)", run: runCutover},
 	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},
-	{name: "adaptive", about: "a 2-client read/update workload on the source idle, during an unthrottled copy, copies at fixed rates (-adaptive-rates) and a copy under the adaptive throttle (+10% probe latency): its p50/p99 and the copy rate of each", run: runAdaptive},
+	{name: "adaptive", about: "a 2-client read/update workload on the source idle, during an unthrottled copy, copies at fixed rates (-adaptive-rates) and copies under the adaptive throttle (+10% probe latency, a read probe and a commit probe): its p50/p99 and the copy rate of each", run: runAdaptive},
 	{name: "cdc", about: "apply rate and CPU for small transactions vs the source and its walsender, staged vs text[] flushes, peak RSS for one huge transaction", run: runCDC},
 	{name: "cdc-hot", about: "apply rate for 200k single-row updates over 2,000 keys vs the source's decoding of them", run: runCDCHot},
 	{name: "cdc-stage", about: "staged vs text[] flushes by flush size: where staging starts to pay (cdc.DefaultStageMinRows)", run: runCDCStage},
@@ -72,9 +72,6 @@ type config struct {
 	// round copies at each of them too): the frontier the adaptive throttle
 	// should find.
 	adaptiveRates []float64
-	// adaptiveProbe is the adaptive throttle's probe query in section
-	// adaptive.
-	adaptiveProbe string
 }
 
 func main() {
@@ -92,7 +89,6 @@ func main() {
 	flag.StringVar(&cfg.out, "out", "", "also write the final table as markdown, with the machine and the date, to this file")
 	flag.DurationVar(&cfg.adaptiveWindow, "adaptive-window", 20*time.Second, "length of each measurement of section adaptive")
 	flag.IntVar(&cfg.adaptiveRounds, "adaptive-rounds", 3, "rounds of section adaptive (idle, unthrottled copy, adaptive copy each)")
-	flag.StringVar(&cfg.adaptiveProbe, "adaptive-probe", adaptiveReadProbe, "the adaptive throttle's probe query in section adaptive (the workload's read, or e.g. "+strconv.Quote(adaptiveWriteProbe)+")")
 	rates := flag.String("adaptive-rates", "2000,10000,30000,100000", "fixed copy rates (rows/s, comma-separated; empty: none) section adaptive also measures the workload under, each round")
 	flag.StringVar(&cfg.cdcProfile, "cdc-profile", "", "write a CPU profile of the CDC apply (small transactions) to this file")
 	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
