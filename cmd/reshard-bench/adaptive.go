@@ -40,7 +40,7 @@ const (
 	// in a commit's WAL flush, which a read never waits for.
 	adaptiveReadProbe  = "SELECT v FROM bench_kv WHERE k = 1"
 	adaptiveWriteProbe = "UPDATE bench_kv SET v = v + 1 WHERE k = 0"
-	adaptiveRebaseline = 10 * time.Second
+	adaptiveRebaseline = 30 * time.Second
 )
 
 func runAdaptive(ctx context.Context, e *env, r *report) error {
@@ -167,7 +167,8 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 			ad: &backfill.Adaptive{Throttle: th, Reader: &backfill.PGSignals{Source: e.srcPool, Target: e.dstPool, ProbeSQL: sql},
 				Controller: backfill.Controller{Limits: backfill.AdaptiveLimits{MaxLatencyIncrease: adaptiveTarget}},
 				// The worker measures again every 5 minutes; windows of 20 s
-				// call for the same at a shorter scale.
+				// call for the same at a shorter scale (each measurement
+				// holds the copy about 2 s: every 30 s is 7% of the time).
 				Rebaseline: adaptiveRebaseline}})
 	}
 	adaptiveRun := func(a *arm) func(ctx context.Context) (int64, error) {
