@@ -54,6 +54,6 @@ func adaptiveStatus(ad *backfill.Adaptive) *workflows.AdaptiveStatus {
 }
 
 // Rebaseline is how often the adaptive throttle measures its probe
-// baselines again, the work held for about 2 s meanwhile (0.7 % of the
+// baselines again, the work held for about 1.5 s meanwhile (0.5 % of the
 // time): the shards' own load drifts over a long copy.
 const Rebaseline = 5 * time.Minute

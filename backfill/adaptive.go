@@ -3,7 +3,6 @@ package backfill
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 )
@@ -118,53 +117,44 @@ type Controller struct {
 	// latency near the limit.
 	SourceNoise, TargetNoise time.Duration
 	Min, Max                 float64 // rows/s; Min defaults to DefaultMinRate
-	// Window is how many of the latest probe readings the latency the law
-	// compares with its limits is the median of (default DefaultWindow; 1:
-	// the reading itself). A sub-millisecond probe on a busy machine jumps by
-	// more than a 10 % target from one reading to the next, and now and then
-	// by several times, when it meets a moment of the machine's other work: a
-	// mean of the readings moves with every such spike (an exponentially
-	// weighted one held the bench's copy near its floor), a median does not
-	// until most of the window is high.
-	Window int
+	// Smoothing is the weight of a new probe reading in the latency the law
+	// compares with its limits, an exponentially weighted mean (default
+	// DefaultSmoothing; 1: none). A sub-millisecond probe on a busy machine
+	// jumps by more than a 10 % target from one reading to the next: unsmoothed,
+	// noise alone holds the rate at the floor.
+	Smoothing float64
 
 	rate     float64
-	knee     float64            // the rate of the last cut (0: none yet)
-	settle   int                // steps left in which the readings still show the rate before the last cut
-	congests bool               // slow start is over
-	window   [2][]time.Duration // the latest probe readings of each side, for Window
+	knee     float64 // the rate of the last cut (0: none yet)
+	settle   int     // steps left in which the readings still show the rate before the last cut
+	congests bool    // slow start is over
+	smoothed [2]time.Duration
 }
 
-// DefaultWindow is the default Window: a sustained rise shows in full at
-// the third reading, up to two readings in five can be spikes of any height.
-const DefaultWindow = 5
+// DefaultSmoothing is the default weight of a new probe reading: a
+// sustained rise shows in full within about 5 readings, a lone spike by a
+// third of its height.
+const DefaultSmoothing = 0.3
 
-// smooth returns s with each probe latency replaced by the median of its
-// latest readings.
+// smooth returns the smoothed probe latencies of s.
 func (c *Controller) smooth(s Signals) Signals {
-	n := c.Window
-	if n <= 0 {
-		n = DefaultWindow
+	a := c.Smoothing
+	if a <= 0 || a > 1 {
+		a = DefaultSmoothing
 	}
 	for i, p := range []*time.Duration{&s.SourceProbe, &s.TargetProbe} {
-		if *p <= 0 {
-			continue
+		switch {
+		case *p <= 0:
+		case c.smoothed[i] <= 0:
+			c.smoothed[i] = *p // the first reading seeds the mean
+		default:
+			c.smoothed[i] = time.Duration(a*float64(*p) + (1-a)*float64(c.smoothed[i]))
 		}
-		w := append(c.window[i], *p)
-		if len(w) > n {
-			w = w[len(w)-n:]
+		if *p > 0 {
+			*p = c.smoothed[i]
 		}
-		c.window[i] = w
-		*p = medianOf(w)
 	}
 	return s
-}
-
-// medianOf is the median of ds, the lower one for an even count (the
-// first two readings after a new baseline: one spike is not the median).
-func medianOf(ds []time.Duration) time.Duration {
-	s := slices.Sorted(slices.Values(ds))
-	return s[(len(s)-1)/2]
 }
 
 // Decision is one step's outcome.

@@ -204,7 +204,7 @@ func (a *Adaptive) measure(ctx context.Context) error {
 	c := &a.Controller
 	n := a.BaselineReadings
 	if n <= 0 {
-		n = defaultBaselineReadings
+		n = 9
 	}
 	var src, dst []time.Duration
 	for i := range n {
@@ -223,31 +223,25 @@ func (a *Adaptive) measure(ctx context.Context) error {
 	}
 	c.SourceBaseline, c.SourceNoise = baseline(src)
 	c.TargetBaseline, c.TargetNoise = baseline(dst)
-	c.window = [2][]time.Duration{}
+	c.smoothed = [2]time.Duration{}
 	a.MeasuredAt = time.Now()
 	return nil
 }
 
-// defaultBaselineReadings is how many readings a baseline is measured from:
-// the median of 9 readings of a probe that jumps ±25% is itself off by 12%
-// or more one time in twenty, and the law then takes the shard's own idle
-// latency for the work's load.
-const defaultBaselineReadings = 15
-
-// baseline is the median of readings and their spread: the distance
-// between their quartiles. The law compares the median of its latest
-// readings (Controller.Window) with a baseline that is itself the median of
-// a few noisy readings: both move by about that much with no work at all. The
-// highest readings are moments of the machine's other work (spikes the law's
-// median ignores): a spread taken from them would widen the limit by several
-// times.
+// baseline is the median of readings and their spread above it: the
+// second highest reading's distance from the median (one outlier among the
+// readings is a moment, not the machine's noise).
 func baseline(readings []time.Duration) (median, noise time.Duration) {
 	s := slices.Sorted(slices.Values(readings))
 	n := len(s)
 	if n == 0 {
 		return 0, 0
 	}
-	return s[n/2], s[3*n/4] - s[n/4]
+	median = s[n/2]
+	if n >= 3 {
+		noise = s[n-2] - median
+	}
+	return median, noise
 }
 
 // rebaseline holds the work, measures the baselines again and lets the

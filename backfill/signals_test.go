@@ -262,7 +262,7 @@ func TestCopyUnderAdaptiveThrottle(t *testing.T) {
 	if got := promtest.Gauge(t, reg, "reshard_throttle_limiting_signal", "m_adaptive", SignalSourceLatency); got != 0 {
 		t.Fatalf("limiting signal gauge %g after the copy ended, want its series gone", got)
 	}
-	// Calm again: once the median of the readings is back down, the rate grows.
+	// Calm again: once the smoothed probe is back down, the rate grows.
 	var d Decision
 	for range 15 {
 		d = a.Controller.Step(Signals{SourceProbe: time.Millisecond, SlotWAL: -1}, 0)
@@ -280,7 +280,7 @@ func TestAdaptiveRebaseline(t *testing.T) {
 	sig := &fakeSignals{s: Signals{SourceProbe: time.Millisecond, SlotWAL: -1}}
 	th := NewThrottle(0, 0)
 	a := &Adaptive{Throttle: th, Reader: sig, Interval: 20 * time.Millisecond, BaselineReadings: 3, Rebaseline: 600 * time.Millisecond,
-		Settle: 50 * time.Millisecond, Controller: Controller{Limits: AdaptiveLimits{MaxLatencyIncrease: 10}, Window: 1}}
+		Settle: 50 * time.Millisecond, Controller: Controller{Limits: AdaptiveLimits{MaxLatencyIncrease: 10}, Smoothing: 1}}
 	var (
 		heldSeen   bool
 		pinned     AdaptiveState

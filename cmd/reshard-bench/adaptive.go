@@ -374,7 +374,7 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 			fmt.Sprintf("medians, over idle; target +%.0f%%: %s", adaptiveTarget, verdict))
 		c := a.ad.Controller
 		r.add(fmt.Sprintf("copy rate, adaptive (%s)", a.name), median(rates(a.results)), "rows/s",
-			fmt.Sprintf("median over the windows, slow start included: %s; probe %q (a reading: the median of 5 back to back; the law: the median of the last 5 readings), baseline (last: %s on the source, its own spread +%.0f%%) measured with the workload running, again every %s with the copy held; a signal held the rate back %.0f%% of the time (%s)",
+			fmt.Sprintf("median over the windows, slow start included: %s; probe %q (median of 5, smoothed), baseline (last: %s on the source, its own spread +%.0f%%) measured with the workload running, again every %s with the copy held; a signal held the rate back %.0f%% of the time (%s)",
 				list(rates(a.results)), a.probe, c.SourceBaseline.Round(time.Microsecond), 100*float64(c.SourceNoise)/float64(max(c.SourceBaseline, 1)),
 				adaptiveRebaseline, 100*a.limited.Seconds()/max(a.watched.Seconds(), 1), bySignal(a.held, a.watched)))
 		r.add(fmt.Sprintf("copy rate, adaptive (%s), at the end", a.name), median(a.ends), "rows/s", "median of the rate the throttle had set at the end of each window: "+list(a.ends))
