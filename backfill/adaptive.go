@@ -121,7 +121,9 @@ type Controller struct {
 	// compares with its limits, an exponentially weighted mean (default
 	// DefaultSmoothing; 1: none). A sub-millisecond probe on a busy machine
 	// jumps by more than a 10 % target from one reading to the next: unsmoothed,
-	// noise alone holds the rate at the floor.
+	// noise alone holds the rate at the floor. A mean, not a median: the
+	// copy harms an application's tail by more slow moments, and a median
+	// of readings, deaf to those, let the bench's copy run unthrottled.
 	Smoothing float64
 
 	rate     float64

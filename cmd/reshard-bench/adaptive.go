@@ -168,7 +168,7 @@ func runAdaptive(ctx context.Context, e *env, r *report) error {
 				Controller: backfill.Controller{Limits: backfill.AdaptiveLimits{MaxLatencyIncrease: adaptiveTarget}},
 				// The worker measures again every 5 minutes; windows of 20 s
 				// call for the same at a shorter scale (each measurement
-				// holds the copy about 2 s: every 30 s is 7% of the time).
+				// holds the copy about 1.5 s: every 30 s is 5% of the time).
 				Rebaseline: adaptiveRebaseline}})
 	}
 	adaptiveRun := func(a *arm) func(ctx context.Context) (int64, error) {
