@@ -30,8 +30,9 @@ func (a *Activities) adaptive(move string, limits *workflows.AdaptiveThrottle, f
 	ad.Rebaseline = Rebaseline
 	if from != nil {
 		ad.Controller.SourceBaseline, ad.Controller.TargetBaseline, ad.MeasuredAt = from.SourceBaseline, from.TargetBaseline, from.BaselineAt
+		ad.Controller.SourceNoise, ad.Controller.TargetNoise = from.SourceNoise, from.TargetNoise
 		if target == nil {
-			ad.Controller.TargetBaseline = 0
+			ad.Controller.TargetBaseline, ad.Controller.TargetNoise = 0, 0
 		}
 		if keepRate {
 			ad.Controller.SetRate(from.RowsPerSec)
@@ -48,7 +49,8 @@ func adaptiveStatus(ad *backfill.Adaptive) *workflows.AdaptiveStatus {
 	}
 	s := ad.State()
 	return &workflows.AdaptiveStatus{RowsPerSec: s.RowsPerSec, Signal: s.Signal, Reason: s.Reason,
-		SourceBaseline: s.SourceBaseline, TargetBaseline: s.TargetBaseline, BaselineAt: s.BaselineAt}
+		SourceBaseline: s.SourceBaseline, TargetBaseline: s.TargetBaseline, SourceNoise: s.SourceNoise, TargetNoise: s.TargetNoise,
+		BaselineAt: s.BaselineAt}
 }
 
 // Rebaseline is how often the adaptive throttle measures its probe

@@ -47,8 +47,24 @@ func (l AdaptiveLimits) Enabled() bool {
 // holds the rate (no increase): increases stop before the limit is reached,
 // so the rate settles below it instead of crossing it every few steps.
 const (
-	decreaseFactor = 0.5
-	holdAt         = 0.8
+	// A cut is proportional to how far over its limit the worst signal is
+	// (the rate divided by the ratio), between these: a reading just over
+	// the limit trims the rate, one twice over halves it.
+	deepestCut, gentlestCut = 0.5, 0.9
+	holdAt                  = 0.8
+	// After a cut the rate climbs back quickly to nearKnee of the rate it
+	// was cut from (halfway there each step), creeps by kneeStep (a fraction
+	// of the rate) from there to beyondKnee of it — the readings lag the
+	// rate by a few steps, and a fast climb past the rate that was too much
+	// would overshoot it again by as many steps — and above that (the
+	// shards bear more now) grows by probeStep, the rate doubling in about
+	// 7 steps from any rate, the floor included.
+	nearKnee, beyondKnee = 0.9, 1.1
+	kneeStep, probeStep  = 0.02, 0.1
+	// settleSteps is how many steps after a cut the readings are taken to
+	// still show the rate before it (the smoothing's lag): over the limit
+	// they hold rather than cut again, so one excess is not cut twice.
+	settleSteps = 2
 	// DefaultStartRate is the rate of the first step (rows/s): low, since
 	// nothing is known yet; slow start doubles it every step until a
 	// signal first comes near its limit.
@@ -70,29 +86,50 @@ const (
 )
 
 // Controller is the adaptive throttle's control law, pure (no clock, no
-// I/O): each Step takes one reading and returns the next rows/s, AIMD with a
-// slow start. Over a limit the rate halves; near one (holdAt) it holds;
-// below every limit it doubles during slow start (until a signal first comes
-// near its limit) and then grows by a tenth of the rate it last held or was
-// cut to. It never exceeds twice the rate the work achieved in the last
-// interval (a rate nobody uses would take many halvings to come down when
-// load arrives), nor Max when Max is set (the operator's fixed rows/s).
+// I/O): each Step takes one reading and returns the next rows/s. Over a
+// limit the rate is cut in proportion to the excess (deepestCut to
+// gentlestCut), once: the next settleSteps readings still show the rate
+// before the cut; near a limit (holdAt) it holds; below every limit it
+// doubles during slow start (until a signal first comes near its limit),
+// then climbs back fast to just below the rate it was last cut from, creeps
+// past that rate, and grows by probeStep well beyond it.
+//
+// A probe reading within the baseline's own spread (the noise measured with
+// the work held) is not congestion: on a busy machine a sub-millisecond probe
+// moves by more than a 10 % target with no work at all, and a law that takes
+// that for load sits at its floor. The price: the law sees no rise smaller
+// than the probe's own noise.
+//
+// The rate never exceeds twice the rate the work achieved in the last
+// interval (a rate nobody uses would take many cuts to come down when load
+// arrives), nor Max when Max is set (the operator's fixed rows/s).
 type Controller struct {
 	Limits AdaptiveLimits
 	// Baseline probe latencies (0: not measured; the increase limit then
 	// does not apply to that side).
 	SourceBaseline, TargetBaseline time.Duration
-	Min, Max                       float64 // rows/s; Min defaults to DefaultMinRate
+	// SourceNoise and TargetNoise are the baselines' own spread: how far
+	// above its baseline a reading went while the baseline was measured (0:
+	// none known). MaxLatencyIncrease counts from the top of it: the
+	// increase allowed is the spread's (in percent of the baseline) plus
+	// MaxLatencyIncrease. Counted from the median alone, a baseline measured
+	// a little low (9 readings of a noisy probe) puts the shard's own idle
+	// latency near the limit.
+	SourceNoise, TargetNoise time.Duration
+	Min, Max                 float64 // rows/s; Min defaults to DefaultMinRate
 	// Smoothing is the weight of a new probe reading in the latency the law
 	// compares with its limits, an exponentially weighted mean (default
 	// DefaultSmoothing; 1: none). A sub-millisecond probe on a busy machine
 	// jumps by more than a 10 % target from one reading to the next: unsmoothed,
-	// noise alone holds the rate at the floor.
+	// noise alone holds the rate at the floor. A mean, not a median: the
+	// copy harms an application's tail by more slow moments, and a median
+	// of readings, deaf to those, let the bench's copy run unthrottled.
 	Smoothing float64
 
 	rate     float64
-	step     float64
-	congests bool // slow start is over
+	knee     float64 // the rate of the last cut (0: none yet)
+	settle   int     // steps left in which the readings still show the rate before the last cut
+	congests bool    // slow start is over
 	smoothed [2]time.Duration
 }
 
@@ -140,7 +177,7 @@ func (c *Controller) Rate() float64 { return c.rate }
 // slow start.
 func (c *Controller) SetRate(rate float64) {
 	if rate > 0 {
-		c.rate, c.congests, c.step = rate, true, rate/10
+		c.rate, c.congests, c.knee, c.settle = rate, true, 0, 0
 	}
 }
 
@@ -156,16 +193,24 @@ func (c *Controller) readings(s Signals) []reading {
 	var out []reading
 	pct := func(v, base time.Duration) float64 { return 100 * (float64(v)/float64(base) - 1) }
 	for _, side := range []struct {
-		name, signal string
-		v, base      time.Duration
-	}{{"source", SignalSourceLatency, s.SourceProbe, c.SourceBaseline}, {"target", SignalTargetLatency, s.TargetProbe, c.TargetBaseline}} {
+		name, signal   string
+		v, base, noise time.Duration
+	}{{"source", SignalSourceLatency, s.SourceProbe, c.SourceBaseline, c.SourceNoise},
+		{"target", SignalTargetLatency, s.TargetProbe, c.TargetBaseline, c.TargetNoise}} {
 		if side.v <= 0 {
 			continue
 		}
 		if l.MaxLatencyIncrease > 0 && side.base > 0 {
 			p := pct(side.v, side.base)
-			out = append(out, reading{side.signal, fmt.Sprintf("%s probe latency %+.0f%% (%s over %s) vs +%.0f%%", side.name, p,
-				roundDur(side.v), roundDur(side.base), l.MaxLatencyIncrease), p / l.MaxLatencyIncrease})
+			// The target counts from the top of the baseline's own spread:
+			// a reading within it is the shard as it was without the work.
+			allowed, limit := l.MaxLatencyIncrease, fmt.Sprintf("+%.0f%%", l.MaxLatencyIncrease)
+			if spread := pct(side.base+side.noise, side.base); spread >= 0.5 {
+				allowed += spread
+				limit = fmt.Sprintf("+%.0f%% (+%.0f%% over the baseline's own spread, +%.0f%%)", allowed, l.MaxLatencyIncrease, spread)
+			}
+			out = append(out, reading{side.signal, fmt.Sprintf("%s probe latency %+.0f%% (%s over %s) vs %s", side.name, p,
+				roundDur(side.v), roundDur(side.base), limit), p / allowed})
 		}
 		if l.MaxProbeLatency > 0 {
 			out = append(out, reading{side.signal, fmt.Sprintf("%s probe latency %s vs %s", side.name, roundDur(side.v), roundDur(l.MaxProbeLatency)),
@@ -205,21 +250,27 @@ func (c *Controller) Step(s Signals, achieved float64) Decision {
 		}
 	}
 	d := Decision{Signal: SignalNone}
+	settling := c.settle > 0
+	c.settle = max(c.settle-1, 0)
 	switch {
-	case worst.ratio > 1:
-		c.rate = c.rate * decreaseFactor
-		c.congests = true
-		c.step = max(c.rate/10, minRate)
+	case worst.ratio > 1 && !settling:
+		c.knee = c.rate
+		c.rate *= min(gentlestCut, max(deepestCut, 1/worst.ratio))
+		c.congests, c.settle = true, settleSteps
 		d.Cut, d.Signal, d.Reason = true, worst.signal, strings.Replace(worst.reason, " vs ", " > ", 1)
+	case worst.ratio > 1:
+		d.Held, d.Signal, d.Reason = true, worst.signal, "holding after a cut: "+strings.Replace(worst.reason, " vs ", " > ", 1)
 	case worst.ratio >= holdAt:
-		if !c.congests {
-			c.congests, c.step = true, max(c.rate/10, minRate)
-		}
+		c.congests = true
 		d.Held, d.Signal, d.Reason = true, worst.signal, "holding: "+strings.Replace(worst.reason, " vs ", " near ", 1)
 	case !c.congests:
 		c.rate *= 2
+	case c.rate < nearKnee*c.knee:
+		c.rate = min(c.rate+max((nearKnee*c.knee-c.rate)/2, kneeStep*c.rate, minRate), nearKnee*c.knee)
+	case c.rate < beyondKnee*c.knee:
+		c.rate += max(kneeStep*c.rate, minRate)
 	default:
-		c.rate += max(c.step, minRate)
+		c.rate += max(probeStep*c.rate, minRate)
 	}
 	if achieved > 0 && !d.Cut {
 		if cap := 2 * max(achieved, minRate); c.rate > cap {

@@ -170,7 +170,8 @@ type AdaptiveState struct {
 	Signal, Reason                 string
 	Signals                        Signals
 	SourceBaseline, TargetBaseline time.Duration
-	BaselineAt                     time.Time // when the baselines were measured
+	SourceNoise, TargetNoise       time.Duration // the baselines' own spread
+	BaselineAt                     time.Time     // when the baselines were measured
 	At                             time.Time
 }
 
@@ -192,7 +193,7 @@ func (a *Adaptive) Prepare(ctx context.Context) error {
 	a.Throttle.SetAdaptive(c.Rate())
 	a.mu.Lock()
 	a.state = AdaptiveState{RowsPerSec: c.Rate(), Signal: SignalNone, SourceBaseline: c.SourceBaseline, TargetBaseline: c.TargetBaseline,
-		BaselineAt: a.MeasuredAt, At: time.Now()}
+		SourceNoise: c.SourceNoise, TargetNoise: c.TargetNoise, BaselineAt: a.MeasuredAt, At: time.Now()}
 	a.mu.Unlock()
 	return nil
 }
@@ -220,12 +221,27 @@ func (a *Adaptive) measure(ctx context.Context) error {
 		}
 		src, dst = append(src, s.SourceProbe), append(dst, s.TargetProbe)
 	}
-	slices.Sort(src)
-	slices.Sort(dst)
-	c.SourceBaseline, c.TargetBaseline = src[n/2], dst[n/2]
+	c.SourceBaseline, c.SourceNoise = baseline(src)
+	c.TargetBaseline, c.TargetNoise = baseline(dst)
 	c.smoothed = [2]time.Duration{}
 	a.MeasuredAt = time.Now()
 	return nil
+}
+
+// baseline is the median of readings and their spread above it: the
+// second highest reading's distance from the median (one outlier among the
+// readings is a moment, not the machine's noise).
+func baseline(readings []time.Duration) (median, noise time.Duration) {
+	s := slices.Sorted(slices.Values(readings))
+	n := len(s)
+	if n == 0 {
+		return 0, 0
+	}
+	median = s[n/2]
+	if n >= 3 {
+		noise = s[n-2] - median
+	}
+	return median, noise
 }
 
 // rebaseline holds the work, measures the baselines again and lets the
@@ -250,7 +266,7 @@ func (a *Adaptive) rebaseline(ctx context.Context, log *slog.Logger) {
 		return
 	}
 	log.Debug("adaptive throttle: baseline measured again", "source_before", before, "source", a.Controller.SourceBaseline,
-		"target", a.Controller.TargetBaseline)
+		"source_noise", a.Controller.SourceNoise, "target", a.Controller.TargetBaseline, "target_noise", a.Controller.TargetNoise)
 }
 
 // Run steps the throttle every Interval until ctx ends; it returns nil then.
@@ -305,7 +321,8 @@ func (a *Adaptive) Run(ctx context.Context) error {
 		}
 		a.mu.Lock()
 		a.state = AdaptiveState{RowsPerSec: d.RowsPerSec, Signal: d.Signal, Reason: d.Reason, Signals: s,
-			SourceBaseline: a.Controller.SourceBaseline, TargetBaseline: a.Controller.TargetBaseline, BaselineAt: a.MeasuredAt, At: now}
+			SourceBaseline: a.Controller.SourceBaseline, TargetBaseline: a.Controller.TargetBaseline,
+			SourceNoise: a.Controller.SourceNoise, TargetNoise: a.Controller.TargetNoise, BaselineAt: a.MeasuredAt, At: now}
 		a.mu.Unlock()
 	}
 }

@@ -107,6 +107,10 @@ type AdaptiveStatus struct {
 	Reason         string        `json:"reason,omitempty"`
 	SourceBaseline time.Duration `json:"source_baseline,omitempty"`
 	TargetBaseline time.Duration `json:"target_baseline,omitempty"`
+	// SourceNoise and TargetNoise are the baselines' own spread: a reading
+	// within it is not taken for load (backfill.Controller).
+	SourceNoise time.Duration `json:"source_noise,omitempty"`
+	TargetNoise time.Duration `json:"target_noise,omitempty"`
 	// BaselineAt is when the baselines were measured (they are measured
 	// again every activities.Rebaseline, the work held meanwhile).
 	BaselineAt time.Time `json:"baseline_at,omitzero"`

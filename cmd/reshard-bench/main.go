@@ -42,7 +42,7 @@ var sections = []section{
 	{name: "backfill", about: "range copy vs raw COPY pipe and pgcopydb", run: runBackfill},
 	{name: "cutover", about: "write pause of cutovers under router writers; fence trigger overhead (pgbench)", run: runCutover},
 	{name: "verify", about: "chunked checksum verification vs a plain checksum scan", run: runVerify},
-	{name: "adaptive", about: "a 2-client read/update workload on the source idle, during an unthrottled copy and during a copy under the adaptive throttle (+10% probe latency): its p50/p99 and the copy rate of each", run: runAdaptive},
+	{name: "adaptive", about: "a 2-client read/update workload on the source idle, during an unthrottled copy, copies at fixed rates (-adaptive-rates) and copies under the adaptive throttle (+10% probe latency, a read probe and a commit probe): its p50/p99 and the copy rate of each", run: runAdaptive},
 	{name: "cdc", about: "apply rate and CPU for small transactions vs the source and its walsender, staged vs text[] flushes, peak RSS for one huge transaction", run: runCDC},
 	{name: "cdc-hot", about: "apply rate for 200k single-row updates over 2,000 keys vs the source's decoding of them", run: runCDCHot},
 	{name: "cdc-stage", about: "staged vs text[] flushes by flush size: where staging starts to pay (cdc.DefaultStageMinRows)", run: runCDCStage},
@@ -68,6 +68,10 @@ type config struct {
 	// adaptiveRounds how many rounds of them it takes.
 	adaptiveWindow time.Duration
 	adaptiveRounds int
+	// adaptiveRates are the fixed rows/s of section adaptive's sweep (each
+	// round copies at each of them too): the frontier the adaptive throttle
+	// should find.
+	adaptiveRates []float64
 }
 
 func main() {
@@ -85,6 +89,7 @@ func main() {
 	flag.StringVar(&cfg.out, "out", "", "also write the final table as markdown, with the machine and the date, to this file")
 	flag.DurationVar(&cfg.adaptiveWindow, "adaptive-window", 20*time.Second, "length of each measurement of section adaptive")
 	flag.IntVar(&cfg.adaptiveRounds, "adaptive-rounds", 3, "rounds of section adaptive (idle, unthrottled copy, adaptive copy each)")
+	rates := flag.String("adaptive-rates", "2000,10000,30000,100000", "fixed copy rates (rows/s, comma-separated; empty: none) section adaptive also measures the workload under, each round")
 	flag.StringVar(&cfg.cdcProfile, "cdc-profile", "", "write a CPU profile of the CDC apply (small transactions) to this file")
 	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
@@ -101,6 +106,14 @@ func main() {
 	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 {
 		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds and -adaptive-window must be positive")
 		os.Exit(2)
+	}
+	for _, f := range strings.FieldsFunc(*rates, func(r rune) bool { return r == ',' }) {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v <= 0 {
+			fmt.Fprintf(os.Stderr, "reshard-bench: -adaptive-rates: %q is not a positive rows/s\n", f)
+			os.Exit(2)
+		}
+		cfg.adaptiveRates = append(cfg.adaptiveRates, v)
 	}
 	if cfg.rebalanceMaxParallel < 0 {
 		fmt.Fprintln(os.Stderr, "reshard-bench: -rebalance-max-parallel-moves must be 0 (no bound) or more")
