@@ -22,10 +22,14 @@ func TestPeekHoldAtUnderLiveWrites(t *testing.T)    { testHoldAtUnderLiveWrites(
 
 // forcePeek: a stream of e peeks when it is one byte behind, looks every
 // 100ms and peeks 64 kB of WAL at a time (or twice the slot's restart lag).
-func forcePeek(e *env) {
+// It logs to the buffer returned.
+func forcePeek(e *env) *logBuffer {
+	logs := &logBuffer{}
 	e.tweak = func(o *Options) {
 		o.PeekCatchUpBytes, o.PeekBytes, o.PeekCheckInterval = 1, 64<<10, 100*time.Millisecond
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}
+	return logs
 }
 
 func peekName(move string, peek bool) string {
@@ -58,13 +62,7 @@ func assertPeeked(t *testing.T, s *Stream, peek bool) {
 // converges, and it did try.
 func TestPeekRefusedStreamsInstead(t *testing.T) {
 	e := newEnv(t, "refused", usersOnly...)
-	forcePeek(e)
-	force := e.tweak
-	var logs logBuffer
-	e.tweak = func(o *Options) {
-		force(o)
-		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	}
+	logs := forcePeek(e)
 	e.src.Exec(t, "ALTER DATABASE "+pgx.Identifier{e.src.Name}.Sanitize()+" SET work_mem = '64kB'")
 	e.src.Exec(t, "ALTER DATABASE "+pgx.Identifier{e.src.Name}.Sanitize()+" SET temp_file_limit = '64kB'")
 	seedSource(t, e)
@@ -119,13 +117,7 @@ func (l *logBuffer) String() string {
 // memory), not peeked whole.
 func TestPeekBigTransactionStreams(t *testing.T) {
 	e := newEnv(t, "bigpeek", usersOnly...)
-	forcePeek(e)
-	force := e.tweak
-	var logs logBuffer
-	e.tweak = func(o *Options) {
-		force(o)
-		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	}
+	logs := forcePeek(e)
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	e.createSlot(t)
