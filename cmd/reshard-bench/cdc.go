@@ -424,7 +424,8 @@ func (e *env) cdcLeave(ctx context.Context, names cdc.Names) error {
 func (e *env) cdcOptions(names cdc.Names, set tableset.Set, ranges []ring.Range) cdc.Options {
 	return cdc.Options{Move: "bench", SourceReplicationDSN: e.src.DSN("postgres", false) + "&replication=database",
 		Slot: names.Slot, Publication: names.Publication, Origin: names.Origin,
-		TargetDSN: e.dst.DSN("postgres", false) + "&application_name=" + applyAppName, Set: set, Ranges: ranges}
+		TargetDSN: e.dst.DSN("postgres", false) + "&application_name=" + applyAppName, Set: set, Ranges: ranges,
+		PeekCatchUpBytes: e.cfg.sqlCatchUp}
 }
 
 // smallTransactions runs n single-row UPDATE transactions on ids 1..keys
