@@ -14,7 +14,7 @@ import (
 
 // batchDelay is how long the open batch may stay open.
 func (r *runner) batchDelay() time.Duration {
-	if r.behind {
+	if r.behind.Load() {
 		return r.o.CatchUpBatchDelay
 	}
 	return r.o.BatchDelay

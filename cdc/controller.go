@@ -90,15 +90,10 @@ func (s *Stream) HoldAt(ctx context.Context, lsn pglogrepl.LSN) error {
 // LSN, so that the stream receives a commit past the hold even when nothing
 // else is written there.
 func (s *Stream) emitHoldMarker(ctx context.Context, gen uint64) error {
-	dsn := s.opts.SourceDSN
-	if dsn == "" {
-		dsn = s.opts.SourceReplicationDSN
-	}
-	cfg, err := pgx.ParseConfig(dsn)
+	cfg, err := s.opts.sourceConfig()
 	if err != nil {
-		return fmt.Errorf("parse source connection string: %w", redactParseError(err))
+		return err
 	}
-	delete(cfg.RuntimeParams, "replication")
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return wrapOp("connect to the source to emit a hold marker", err)

@@ -132,6 +132,12 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 		if err != nil {
 			return from, err
 		}
+		r.serverEnd = max(r.serverEnd, insert)
+		// Stop at half the threshold: a stream that just fell behind does
+		// not go back and forth between the two.
+		if peeks > 0 && int64(insert-min(insert, from)) < r.o.PeekCatchUpBytes/2 {
+			break
+		}
 		held, err := r.peekOnce(ctx, conn, from, upto)
 		if fallBack(err) {
 			// The source refused the peek itself (temp_file_limit, a
@@ -139,9 +145,7 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 			// from the walsender, from the last commit.
 			r.s.log.Warn("cdc SQL peek refused by the source; streaming instead", "err", err)
 			r.peekOff = true
-			r.tg.rollback(ctx)
-			r.batchTxns, r.batchChanges = 0, 0
-			r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
+			r.rewindToCommitted(ctx)
 			return max(from, r.committedEnd), nil
 		}
 		if err != nil {
@@ -162,15 +166,6 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 			r.s.log.Info("cdc transaction bigger than a SQL peek; streaming it", "lsn", from.String(), "peek_to", upto.String())
 			break
 		}
-		// Stop at half the threshold: a stream that just fell behind does
-		// not go back and forth between the two.
-		if lag, err = lagBehind(ctx, src, from); err != nil {
-			return from, err
-		}
-		r.serverEnd = max(r.serverEnd, from+pglogrepl.LSN(lag))
-		if lag < r.o.PeekCatchUpBytes/2 {
-			break
-		}
 	}
 	r.s.log.Info("cdc caught up by SQL peeks; streaming", "lsn", from.String(), "peeks", peeks, "took", time.Since(t0).Round(time.Millisecond))
 	return from, nil
@@ -184,13 +179,23 @@ func (r *runner) resetDecoding() {
 	r.inTxn, r.skipTxn, r.txnMarkers = false, false, r.txnMarkers[:0]
 }
 
+// rewindToCommitted drops what is applied but not committed on the target
+// and what was being read: the next message read is the one after the last
+// committed transaction.
+func (r *runner) rewindToCommitted(ctx context.Context) {
+	r.tg.rollback(ctx)
+	r.resetDecoding()
+	r.batchTxns, r.batchChanges = 0, 0
+	r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
+}
+
 // peekConn is the session that peeks (a plain one: fetch reads rows on
 // r.src while a peek's result is being read).
 func (r *runner) peekConn(ctx context.Context) (*pgx.Conn, error) {
 	if r.peek != nil && !r.peek.IsClosed() {
 		return r.peek, nil
 	}
-	cfg, err := r.sourceConfig()
+	cfg, err := r.o.sourceConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +340,7 @@ func (r *runner) switchToPeek(ctx context.Context) error {
 	if err != nil || lag < r.o.PeekCatchUpBytes {
 		return err
 	}
-	r.tg.rollback(ctx) // nothing is pending between batches; the open transaction, if any, is empty
+	r.rewindToCommitted(ctx) // between batches: nothing to drop but an empty transaction
 	if r.stopWatch != nil {
 		r.stopWatch()
 		r.stopWatch = nil
@@ -346,7 +351,6 @@ func (r *runner) switchToPeek(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
 	return r.startReplication(ctx, start)
 }
 

@@ -39,6 +39,16 @@ func peekName(move string, peek bool) string {
 	return move
 }
 
+// peeks is how many SQL peeks s made.
+func peeks(t *testing.T, s *Stream) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := s.mPeeks.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
 // assertPeeked fails unless s caught up by SQL peeks more than once: a
 // forced test that only streamed proves nothing about them.
 func assertPeeked(t *testing.T, s *Stream, peek bool) {
@@ -46,11 +56,7 @@ func assertPeeked(t *testing.T, s *Stream, peek bool) {
 	if !peek {
 		return
 	}
-	var m dto.Metric
-	if err := s.mPeeks.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	n := m.GetCounter().GetValue()
+	n := peeks(t, s)
 	if n < 2 {
 		t.Errorf("the stream peeked %v times; forced, it should have peeked often", n)
 	}
@@ -83,11 +89,7 @@ func TestPeekRefusedStreamsInstead(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertConverged(t, e, owned)
-	var m dto.Metric
-	if err := s.mPeeks.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if m.GetCounter().GetValue() < 1 {
+	if peeks(t, s) < 1 {
 		t.Error("the stream never tried to peek")
 	}
 	if !strings.Contains(logs.String(), "SQL peek refused by the source; streaming instead") || !strings.Contains(logs.String(), "53400") {

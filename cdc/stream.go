@@ -332,9 +332,9 @@ type runner struct {
 	batchChanges   int
 	batchStart     time.Time
 	// behind: the last source transaction arrived more than BatchDelay after
-	// its commit, and no wait for a message has timed out since.
-	behind         bool
-	coalesce       atomic.Bool   // reads coalesce (coalesce.go): set to behind
+	// its commit, and no wait for a message has timed out since. The
+	// replication connection's reads coalesce while it is set (coalesce.go).
+	behind         atomic.Bool
 	lastEnd        pglogrepl.LSN // end LSN of the last source transaction received
 	lastCommit     pglogrepl.LSN // commit LSN of the last source transaction received
 	lastCommitTime time.Time
@@ -441,8 +441,7 @@ func (r *runner) run(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
-				r.behind = false // nothing more to read: caught up
-				r.coalesce.Store(false)
+				r.behind.Store(false) // nothing more to read: caught up
 			}
 			if pgconn.Timeout(err) || errors.Is(err, errWoken) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				continue // deadline or wake-up
@@ -473,7 +472,7 @@ func (r *runner) startReplication(ctx context.Context, start pglogrepl.LSN) erro
 	deadline := time.Now().Add(slotBusyWait)
 	for {
 		var err error
-		r.repl, err = ConnectReplication(ctx, r.o.SourceReplicationDSN, &r.coalesce)
+		r.repl, err = ConnectReplication(ctx, r.o.SourceReplicationDSN, &r.behind)
 		if err != nil {
 			return wrapOp("connect to the source for replication", err)
 		}
@@ -502,13 +501,8 @@ func (r *runner) startReplication(ctx context.Context, start pglogrepl.LSN) erro
 // that was already in the open batch.
 func (r *runner) restart(ctx context.Context) error {
 	r.rewind = false
-	r.tg.rollback(ctx)
 	r.repl.Close(ctx)
-	r.dec = NewDecoder()
-	clear(r.binds)
-	r.inTxn, r.skipTxn, r.txnMarkers = false, false, r.txnMarkers[:0]
-	r.batchTxns, r.batchChanges = 0, 0
-	r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
+	r.rewindToCommitted(ctx)
 	r.s.mu.Lock()
 	applied := r.s.applied
 	r.s.mu.Unlock()
@@ -607,7 +601,7 @@ func (r *runner) sourceConn(ctx context.Context) (*pgx.Conn, error) {
 	if r.src != nil && !r.src.IsClosed() {
 		return r.src, nil
 	}
-	cfg, err := r.sourceConfig()
+	cfg, err := r.o.sourceConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -620,10 +614,10 @@ func (r *runner) sourceConn(ctx context.Context) (*pgx.Conn, error) {
 
 // sourceConfig is a plain (not replication) session's configuration on the
 // source.
-func (r *runner) sourceConfig() (*pgx.ConnConfig, error) {
-	dsn := r.o.SourceDSN
+func (o *Options) sourceConfig() (*pgx.ConnConfig, error) {
+	dsn := o.SourceDSN
 	if dsn == "" {
-		dsn = r.o.SourceReplicationDSN
+		dsn = o.SourceReplicationDSN
 	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -824,8 +818,7 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		r.lastEnd, r.lastCommit, r.lastCommitTime = m.EndLSN, m.CommitLSN, m.CommitTime
 		r.batchTxns++
 		now := time.Now()
-		r.behind = now.Sub(m.CommitTime) > r.o.BatchDelay
-		r.coalesce.Store(r.behind)
+		r.behind.Store(now.Sub(m.CommitTime) > r.o.BatchDelay)
 		if len(r.txnMarkers) > 0 || r.batchChanges >= r.o.BatchChanges || now.Sub(r.batchStart) >= r.batchDelay() {
 			return r.commitBatch(ctx)
 		}
