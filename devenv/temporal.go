@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	sdkclient "go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 )
 
 // TemporalVersion is the pinned Temporal CLI that `make tools` installs.
@@ -154,15 +158,34 @@ func waitTemporal(ctx context.Context, t Temporal, exited <-chan error) error {
 			resp, err := client.Get(t.UIURL())
 			if err == nil {
 				resp.Body.Close()
-				if resp.StatusCode < 500 {
+				if resp.StatusCode < 500 && frontendHealthy(ctx, t) {
 					return nil
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			return errors.New("frontend or UI not answering after 90s")
+			return errors.New("frontend or UI not answering, or the frontend not healthy, after 90s")
 		}
 	}
+}
+
+// frontendHealthy dials the frontend as a client does: its port answers a
+// little before its health check passes, and a client dialled in between
+// fails with "Frontend is not healthy yet".
+func frontendHealthy(ctx context.Context, t Temporal) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := sdkclient.DialContext(ctx, sdkclient.Options{
+		HostPort:  t.Address(),
+		Namespace: Namespace,
+		Logger:    sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
+	})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_, err = c.CheckHealth(ctx, &sdkclient.CheckHealthRequest{})
+	return err == nil
 }
 
 // StopTemporal ends the server's process group: SIGTERM, then SIGKILL.
