@@ -13,30 +13,49 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// The stream tests again, with every stream catching up by SQL peeks
-// whenever it is behind at all (forcePeek): each switches between peeks and
-// the walsender many times, under live writes, killed connections and holds.
-func TestPeekConvergesUnderLiveWrites(t *testing.T) { testConvergesUnderLiveWrites(t, true) }
-func TestPeekCrashResume(t *testing.T)              { testCrashResume(t, true) }
-func TestPeekHoldAtUnderLiveWrites(t *testing.T)    { testHoldAtUnderLiveWrites(t, true) }
+// The stream tests again, with every stream catching up by SQL whenever it
+// is behind at all (forcePeek): each switches between SQL and the walsender
+// many times, under live writes, killed connections and holds; reading a
+// temporary copy of the slot ahead of the applier, and peeking the slot
+// itself one read at a time (as when the source has no slot to spare).
+func TestPeekConvergesUnderLiveWrites(t *testing.T) { testConvergesUnderLiveWrites(t, readAhead) }
+func TestPeekCrashResume(t *testing.T)              { testCrashResume(t, readAhead) }
+func TestPeekHoldAtUnderLiveWrites(t *testing.T)    { testHoldAtUnderLiveWrites(t, readAhead) }
+func TestSerialPeekConvergesUnderLiveWrites(t *testing.T) {
+	testConvergesUnderLiveWrites(t, serialPeek)
+}
+func TestSerialPeekCrashResume(t *testing.T)           { testCrashResume(t, serialPeek) }
+func TestSerialPeekHoldAtUnderLiveWrites(t *testing.T) { testHoldAtUnderLiveWrites(t, serialPeek) }
 
-// forcePeek: a stream of e peeks when it is one byte behind, looks every
-// 100ms and peeks 64 kB of WAL at a time (or twice the slot's restart lag).
-// It logs to the buffer returned.
-func forcePeek(e *env) *logBuffer {
+// peekMode is how a test's stream catches up.
+type peekMode int
+
+const (
+	streamOnly peekMode = iota // the defaults: a test stream is never far enough behind to peek
+	readAhead                  // SQL, reading a copy of the slot ahead
+	serialPeek                 // SQL, peeking the slot itself
+)
+
+// forcePeek: unless mode is streamOnly, a stream of e reads by SQL when it
+// is one byte behind, looks every 100ms and reads 64 kB of WAL at a time (or
+// twice the slot's restart lag). It logs to the buffer returned (also
+// e.peekLogs).
+func forcePeek(e *env, mode peekMode) *logBuffer {
+	if mode == streamOnly {
+		return nil
+	}
 	logs := &logBuffer{}
 	e.tweak = func(o *Options) {
 		o.PeekCatchUpBytes, o.PeekBytes, o.PeekCheckInterval = 1, 64<<10, 100*time.Millisecond
+		o.serialPeeks = mode == serialPeek
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}
+	e.peekLogs = logs
 	return logs
 }
 
-func peekName(move string, peek bool) string {
-	if peek {
-		return move + "_peek"
-	}
-	return move
+func peekName(move string, mode peekMode) string {
+	return move + [...]string{"", "_peek", "_speek"}[mode]
 }
 
 // peeks is how many SQL peeks s made.
@@ -49,18 +68,35 @@ func peeks(t *testing.T, s *Stream) float64 {
 	return m.GetCounter().GetValue()
 }
 
-// assertPeeked fails unless s caught up by SQL peeks more than once: a
-// forced test that only streamed proves nothing about them.
-func assertPeeked(t *testing.T, s *Stream, peek bool) {
+// assertPeeked fails unless s caught up by SQL more than once, in the way
+// mode asks: a forced test that only streamed proves nothing about them.
+func assertPeeked(t *testing.T, e *env, s *Stream, mode peekMode) {
 	t.Helper()
-	if !peek {
+	if mode == streamOnly {
 		return
 	}
 	n := peeks(t, s)
 	if n < 2 {
 		t.Errorf("the stream peeked %v times; forced, it should have peeked often", n)
 	}
-	t.Logf("SQL peeks: %v", n)
+	logs := e.peekLogs.String()
+	ahead, serial := strings.Count(logs, "read_ahead=true"), strings.Count(logs, "read_ahead=false")
+	if mode == readAhead && (ahead == 0 || serial > 0) || mode == serialPeek && (serial == 0 || ahead > 0) {
+		t.Errorf("catch-ups reading a copy ahead: %d, peeking the slot: %d; mode %d wants only the other", ahead, serial, mode)
+	}
+	// A copy goes with its session: one whose Run was cancelled in a read
+	// goes when the source sees the session closed.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n := e.src.QueryInt64(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`, e.names.Slot+"\\_p%")
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d temporary copies of slot %s are left on the source", n, e.names.Slot)
+			break
+		}
+	}
+	t.Logf("SQL reads: %v in %d catch-ups (%d reading ahead)", n, ahead+serial, ahead)
 }
 
 // A source that refuses the peek itself (here its temp_file_limit, which
@@ -68,7 +104,7 @@ func assertPeeked(t *testing.T, s *Stream, peek bool) {
 // converges, and it did try.
 func TestPeekRefusedStreamsInstead(t *testing.T) {
 	e := newEnv(t, "refused", usersOnly...)
-	logs := forcePeek(e)
+	logs := forcePeek(e, readAhead)
 	e.src.Exec(t, "ALTER DATABASE "+pgx.Identifier{e.src.Name}.Sanitize()+" SET work_mem = '64kB'")
 	e.src.Exec(t, "ALTER DATABASE "+pgx.Identifier{e.src.Name}.Sanitize()+" SET temp_file_limit = '64kB'")
 	seedSource(t, e)
@@ -119,7 +155,7 @@ func (l *logBuffer) String() string {
 // memory), not peeked whole.
 func TestPeekBigTransactionStreams(t *testing.T) {
 	e := newEnv(t, "bigpeek", usersOnly...)
-	logs := forcePeek(e)
+	logs := forcePeek(e, readAhead)
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	e.createSlot(t)

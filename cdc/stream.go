@@ -96,8 +96,11 @@ type Options struct {
 	PeekCatchUpBytes  int64
 	PeekBytes         int64
 	PeekCheckInterval time.Duration
-	Logger            *slog.Logger
-	Metrics           *Metrics
+	// serialPeeks (tests): peek the slot one read at a time, as when the
+	// source refuses the temporary copy that is read ahead.
+	serialPeeks bool
+	Logger      *slog.Logger
+	Metrics     *Metrics
 }
 
 func (o *Options) defaults() error {

@@ -44,6 +44,7 @@ type env struct {
 	names    Names
 	l0       pglogrepl.LSN
 	tweak    func(*Options) // applied by options (forcePeek)
+	peekLogs *logBuffer     // the stream's log, when forcePeek set it
 }
 
 func newEnv(t *testing.T, move string, tables ...tableset.TableSpec) *env {
@@ -365,13 +366,11 @@ func seedTargetOwned(t *testing.T, e *env) map[string][]string {
 	return owned
 }
 
-func TestConvergesUnderLiveWrites(t *testing.T) { testConvergesUnderLiveWrites(t, false) }
+func TestConvergesUnderLiveWrites(t *testing.T) { testConvergesUnderLiveWrites(t, streamOnly) }
 
-func testConvergesUnderLiveWrites(t *testing.T, peek bool) {
+func testConvergesUnderLiveWrites(t *testing.T, peek peekMode) {
 	e := newEnv(t, peekName("live", peek), usersOnly...)
-	if peek {
-		forcePeek(e)
-	}
+	forcePeek(e, peek)
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	w := startWriter(t, e.src, false, 1)
@@ -395,7 +394,7 @@ func testConvergesUnderLiveWrites(t *testing.T, peek bool) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	assertPeeked(t, s, peek)
+	assertPeeked(t, e, s, peek)
 }
 
 // supervise runs the stream, restarting it after retryable errors as the
@@ -422,13 +421,11 @@ func supervise(t *testing.T, s *Stream) (stop func()) {
 	return stop
 }
 
-func TestCrashResume(t *testing.T) { testCrashResume(t, false) }
+func TestCrashResume(t *testing.T) { testCrashResume(t, streamOnly) }
 
-func testCrashResume(t *testing.T, peek bool) {
+func testCrashResume(t *testing.T, peek peekMode) {
 	e := newEnv(t, peekName("crash", peek), usersOnly...)
-	if peek {
-		forcePeek(e)
-	}
+	forcePeek(e, peek)
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	w := startWriter(t, e.src, false, 2)
@@ -479,7 +476,7 @@ func testCrashResume(t *testing.T, peek bool) {
 	if lsn, _ := pglogrepl.ParseLSN(origin); lsn <= firstApplied {
 		t.Errorf("origin remote_lsn %s did not advance past %s", origin, firstApplied)
 	}
-	assertPeeked(t, s, peek)
+	assertPeeked(t, e, s, peek)
 }
 
 // outsideUser returns user ids whose token is outside the moving ranges.
@@ -624,13 +621,11 @@ func slotSnapshot(t *testing.T, e *env) (pglogrepl.LSN, []string) {
 	return lsn, rows
 }
 
-func TestHoldAtUnderLiveWrites(t *testing.T) { testHoldAtUnderLiveWrites(t, false) }
+func TestHoldAtUnderLiveWrites(t *testing.T) { testHoldAtUnderLiveWrites(t, streamOnly) }
 
-func testHoldAtUnderLiveWrites(t *testing.T, peek bool) {
+func testHoldAtUnderLiveWrites(t *testing.T, peek peekMode) {
 	e := newEnv(t, peekName("hold", peek), usersOnly...)
-	if peek {
-		forcePeek(e)
-	}
+	forcePeek(e, peek)
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	e.createSlot(t)
@@ -670,7 +665,7 @@ func testHoldAtUnderLiveWrites(t *testing.T, peek bool) {
 		t.Fatal(err)
 	}
 	assertConverged(t, e, owned)
-	assertPeeked(t, s, peek)
+	assertPeeked(t, e, s, peek)
 }
 
 // An idle stream (no writes in its ranges) still moves its acknowledged
