@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/semaphore"
 )
 
 // Catch-up through SQL.
@@ -22,16 +23,18 @@ import (
 // each) against 1.3 s through pg_logical_slot_peek_binary_changes to the
 // same client on a quiet machine, 6.8 s against 1.0 s on a busy one (make
 // bench, section cdc-hot); and the walsender's CPU is taken from the
-// applier's on the same cores. A stream far behind — after a snapshot copy, a worker
-// restart, a write peak — therefore catches up by peeking the slot in
-// large reads over a plain session, applying them exactly as streamed
+// applier's on the same cores. A stream far behind — after a snapshot copy,
+// a worker restart, a write peak — therefore catches up by reading the slot
+// in large reads over a plain session, applying them exactly as streamed
 // messages (same decoder, same batches, the origin's progress committed
-// with each), and moving the slot with pg_replication_slot_advance once
-// they are committed on the target. Nothing is acknowledged before its
-// commit, as with the walsender; a crash between the commit and the advance
-// re-reads transactions that the origin says are applied, and those are
-// skipped. Holds (cutover) are left to the walsender: a peek stops at the
-// first transaction after a HoldAt and streaming takes over.
+// with each). The reads are of a temporary copy of the slot, consumed ahead
+// of the applier, so the source's decoding and the target's writes
+// overlap; the slot itself moves with pg_replication_slot_advance only to
+// what is committed on the target. Nothing is acknowledged before its
+// commit, as with the walsender; a crash drops the copy with its session,
+// and the transactions between the slot and the origin's position are read
+// again and skipped. Holds (cutover) are left to the walsender: a read
+// stops at the first transaction after a HoldAt and streaming takes over.
 
 // DefaultPeekCatchUpBytes is Options.PeekCatchUpBytes' default: a lag of
 // this much WAL is read by SQL peeks.
@@ -137,8 +140,8 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 	r.s.applied = max(r.s.applied, start)
 	r.s.mu.Unlock()
 	r.serverEnd = max(r.serverEnd, start+pglogrepl.LSN(lag))
-	f := &feed{r: r, conn: conn, chunks: make(chan feedChunk, 8), quit: make(chan struct{}), acks: make(chan struct{}, 1)}
-	if !r.o.serialPeeks {
+	f := newFeed(r, conn)
+	if !r.o.PeekInPlace {
 		f.copySlot(ctx)
 	}
 	r.s.log.Info("cdc catching up by SQL peeks", "lsn", start.String(), "lag_bytes", lag, "read_ahead", f.copy != "")
@@ -174,22 +177,20 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 func (r *runner) applyFeed(ctx context.Context, f *feed, start pglogrepl.LSN) (from pglogrepl.LSN, peeks int, err error) {
 	defer func() {
 		close(f.quit)
+		f.cancelRoom()
 		for range f.chunks { // f may be blocked on a send
 		}
 	}()
 	from = start
 	skipping, held := false, false
 	for c := range f.chunks {
+		f.room.Release(c.room())
 		if c.err != nil {
 			return from, peeks, c.err
 		}
-		for _, data := range c.msgs {
+		for _, m := range c.msgs {
 			if held {
 				break
-			}
-			m, err := r.dec.Decode(data)
-			if err != nil {
-				return from, peeks, wrapOp("decode pgoutput peeked from slot "+r.o.Slot, err)
 			}
 			at := r.lastEnd
 			switch m := m.(type) {
@@ -334,17 +335,40 @@ func advanceSlot(ctx context.Context, conn *pgx.Conn, s *Stream, slot string) er
 type feed struct {
 	r    *runner
 	conn *pgx.Conn
+	dec  *Decoder // the applier's decoding is done here, on the feed's core
 	// copy is the temporary copy of the slot that is read ahead of the
 	// applier; empty, the slot itself is peeked.
 	copy   string
 	chunks chan feedChunk
-	quit   chan struct{} // closed by the applier: stop
-	acks   chan struct{} // the applier committed a read (needed to peek the next)
+	// room bounds the bytes of messages read and not yet applied
+	// (feedAheadBytes); roomCtx ends when the applier quits.
+	room       *semaphore.Weighted
+	roomCtx    context.Context
+	cancelRoom context.CancelFunc
+	quit       chan struct{} // closed by the applier: stop
+	acks       chan struct{} // the applier committed a read (needed to peek the next)
 }
 
-// feedChunk is some of one read's messages, in order.
+func newFeed(r *runner, conn *pgx.Conn) *feed {
+	f := &feed{r: r, conn: conn, dec: NewDecoder(), room: semaphore.NewWeighted(feedAheadBytes),
+		chunks: make(chan feedChunk, feedAheadBytes/(64<<10)), quit: make(chan struct{}), acks: make(chan struct{}, 1)}
+	f.roomCtx, f.cancelRoom = context.WithCancel(context.Background())
+	return f
+}
+
+// feedAheadBytes bounds what the feed reads ahead of the applier: the
+// pgoutput messages of this many bytes, decoded. A read's result is held
+// on the source until it is read whole, and the next read starts after it:
+// the feed must be able to hold about a read (PeekBytes of WAL yields less
+// in messages, whose full-page images and index records it leaves out) for
+// the source to decode the next one while the target writes this one.
+const feedAheadBytes = 64 << 20
+
+// feedChunk is some of one read's messages, decoded, in order; bytes is
+// their size as read (what they take of the feed's room).
 type feedChunk struct {
-	msgs [][]byte
+	msgs  []Message
+	bytes int
 	// end: the read's last messages; upto is where it stopped and insert
 	// the source's WAL position before it. bigTxn: it found nothing before
 	// upto, which is short of insert: a transaction bigger than a read.
@@ -354,8 +378,11 @@ type feedChunk struct {
 	err          error
 }
 
-// Chunks carry at most this many messages or bytes (the applier holds
-// eight in its queue at most).
+// room is what c takes of the feed's room: its bytes, or the whole room for
+// a message bigger than that.
+func (c feedChunk) room() int64 { return int64(min(c.bytes, feedAheadBytes)) }
+
+// Chunks carry at most this many messages or bytes of them.
 const (
 	chunkMsgs  = 2048
 	chunkBytes = 1 << 20
@@ -383,6 +410,9 @@ func (f *feed) stopped() bool {
 }
 
 func (f *feed) send(c feedChunk) bool {
+	if c.bytes > 0 && f.room.Acquire(f.roomCtx, c.room()) != nil {
+		return false
+	}
 	select {
 	case f.chunks <- c:
 		return true
@@ -434,10 +464,15 @@ func (f *feed) run(ctx context.Context) {
 			n, err = f.read(ctx, query, slot, upto)
 			return err
 		})
-		if err != nil {
-			if !errors.Is(err, errFeedStopped) {
-				f.send(feedChunk{err: &peekError{wrapOp("read slot "+slot+" by SQL", err)}})
-			}
+		var de *decodeError
+		switch {
+		case errors.Is(err, errFeedStopped):
+			return
+		case errors.As(err, &de):
+			f.send(feedChunk{err: de.err})
+			return
+		case err != nil:
+			f.send(feedChunk{err: &peekError{wrapOp("read slot "+slot+" by SQL", err)}})
 			return
 		}
 		f.r.s.mPeeks.Inc()
@@ -450,32 +485,35 @@ func (f *feed) run(ctx context.Context) {
 
 var errFeedStopped = errors.New("feed stopped")
 
-// read runs one read and sends its messages in chunks, copied out of the
-// rows' buffers; n is how many there were.
+// decodeError is a message the feed could not decode (not the source's
+// refusal of a read).
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return e.err.Error() }
+
+// read runs one read and sends its messages, decoded (the decoder copies
+// what it keeps out of the rows' buffers), in chunks; n is how many there
+// were.
 func (f *feed) read(ctx context.Context, query, slot string, upto pglogrepl.LSN) (n int, err error) {
 	rows, _ := f.conn.Query(ctx, query, slot, f.r.o.Publication, upto.String())
 	defer rows.Close()
-	var (
-		c    feedChunk
-		slab []byte
-	)
+	var c feedChunk
 	for rows.Next() {
 		if f.stopped() {
 			return n, errFeedStopped
 		}
 		raw := rows.RawValues()[0]
-		if cap(slab)-len(slab) < len(raw) {
-			slab = make([]byte, 0, max(chunkBytes, len(raw)))
+		m, err := f.dec.Decode(raw)
+		if err != nil {
+			return n, &decodeError{wrapOp("decode pgoutput read from slot "+f.r.o.Slot, err)}
 		}
-		off := len(slab)
-		slab = append(slab, raw...)
-		c.msgs = append(c.msgs, slab[off:len(slab):len(slab)])
+		c.msgs = append(c.msgs, m)
 		n++
-		if len(c.msgs) >= chunkMsgs || len(slab) >= chunkBytes {
+		if c.bytes += len(raw); len(c.msgs) >= chunkMsgs || c.bytes >= chunkBytes {
 			if !f.send(c) {
 				return n, errFeedStopped
 			}
-			c, slab = feedChunk{}, nil
+			c = feedChunk{}
 		}
 	}
 	rows.Close()

@@ -47,7 +47,7 @@ func forcePeek(e *env, mode peekMode) *logBuffer {
 	logs := &logBuffer{}
 	e.tweak = func(o *Options) {
 		o.PeekCatchUpBytes, o.PeekBytes, o.PeekCheckInterval = 1, 64<<10, 100*time.Millisecond
-		o.serialPeeks = mode == serialPeek
+		o.PeekInPlace = mode == serialPeek
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}
 	e.peekLogs = logs

@@ -96,9 +96,11 @@ type Options struct {
 	PeekCatchUpBytes  int64
 	PeekBytes         int64
 	PeekCheckInterval time.Duration
-	// serialPeeks (tests): peek the slot one read at a time, as when the
-	// source refuses the temporary copy that is read ahead.
-	serialPeeks bool
+	// PeekInPlace peeks the slot itself, one read at a time, as the stream
+	// does when the source has no replication slot to spare for the copy it
+	// reads ahead (peek.go); for comparison (reshard-bench, section
+	// cdc-long) and tests.
+	PeekInPlace bool
 	Logger      *slog.Logger
 	Metrics     *Metrics
 }

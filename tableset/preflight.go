@@ -331,6 +331,9 @@ func (rep *Report) checkServer(ctx context.Context, q Querier, name string, opts
 		rep.add(&Problem{Check: CheckSlots, Shard: name,
 			Problem: fmt.Sprintf("%s has %d free replication slots (max_replication_slots %d, %d in use), the move needs %d", name, free, maxSlots, usedSlots, opts.Slots),
 			Fix:     "drop unused slots (pg_drop_replication_slot) or raise max_replication_slots and restart"})
+	} else if free == opts.Slots {
+		rep.Warnings = append(rep.Warnings, Warning{Shard: name,
+			Message: fmt.Sprintf("%s has %d free replication slots, just what the move needs: none is left for the temporary copy a CDC catch-up reads ahead of its applier, so a stream far behind catches up one read at a time, more slowly (raise max_replication_slots to leave one spare)", name, free)})
 	}
 	if free := maxSenders - ws; free < opts.WalSenders {
 		rep.add(&Problem{Check: CheckWalSenders, Shard: name,

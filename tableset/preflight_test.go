@@ -216,6 +216,29 @@ func TestPreflightRefusesFullSlots(t *testing.T) {
 	}
 }
 
+// A server with just the slots the move needs passes, with a warning that
+// a catch-up has no slot left for the copy it reads ahead.
+func TestPreflightWarnsNoSpareSlot(t *testing.T) {
+	src, dst := preflightPair(t)
+	ctx := context.Background()
+	free := dst.QueryInt64(t, `SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)`)
+	dst.Exec(t, `SELECT pg_create_physical_replication_slot('preflight_spare_' || g) FROM generate_series(1, $1::int) g`, free-1)
+	t.Cleanup(func() {
+		_, _ = dst.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'preflight_spare_%'`)
+	})
+	rep, err := runPreflight(t, src, dst, nil, nil, PreflightOptions{})
+	if err != nil {
+		t.Fatalf("preflight refused a server with the one slot needed: %v", err)
+	}
+	var warned bool
+	for _, w := range rep.Warnings {
+		warned = warned || w.Shard == "target" && strings.Contains(w.Message, "temporary copy")
+	}
+	if !warned {
+		t.Fatalf("no warning about the spare slot; warnings %+v", rep.Warnings)
+	}
+}
+
 // TestPreflightPrivileges: a role without superuser passes once
 // deploy/reshard-role.sql granted it what reshard needs; without one of
 // those privileges it gets exactly the Problem naming it, whose Fix, run by a

@@ -285,6 +285,76 @@ func runCDCHot(ctx context.Context, e *env, r *report) error {
 	return e.cdcLeave(ctx, names)
 }
 
+// runCDCLong measures a catch-up that takes many SQL reads, as one after a
+// long copy does: 300k single-row transactions, 15 rounds of one update of
+// each of 20k keys, with a CHECKPOINT after each round (each logs the running transactions, as the source
+// does every 15 s of a longer backlog, so a slot's restart position can
+// follow its reads) and reads of 4 MB. One slot is caught up reading a
+// temporary copy ahead of the applier (the default), another peeking
+// the slot itself one read at a time (cdc.Options.PeekInPlace, what a source
+// without a spare slot gets), each twice.
+func runCDCLong(ctx context.Context, e *env, r *report) error {
+	restore, err := e.noSourceAutovacuum(ctx)
+	if err != nil {
+		return err
+	}
+	defer restore()
+	const n, round = 300_000, 20_000
+	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	set, err := e.cdcTarget(ctx)
+	if err != nil {
+		return err
+	}
+	// Four slots see the same transactions, applied in place, ahead, ahead,
+	// in place: an apply runs faster after another (the target's pages are
+	// warm), so each way is measured once in each position.
+	var slots [4]cdc.Names
+	for i, move := range []string{"bench_long_in_place_1", "bench_long_ahead_1", "bench_long_ahead_2", "bench_long_in_place_2"} {
+		if slots[i], err = e.cdcJoin(ctx, move, set, all); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < n; i += round {
+		if err := e.smallTransactions(ctx, round, min(round, e.cfg.rows)); err != nil {
+			return err
+		}
+		if _, err := e.srcPool.Exec(ctx, `CHECKPOINT`); err != nil {
+			return err
+		}
+	}
+	if err := e.mark(ctx, "bench-long-end"); err != nil {
+		return err
+	}
+	apply := func(names cdc.Names, inPlace bool) (applyResult, error) {
+		opts := e.cdcOptions(names, set, all)
+		opts.PeekBytes, opts.PeekInPlace = 4<<20, inPlace
+		res, err := applyUntilMarker(ctx, opts, "bench-long-end", e)
+		if err != nil {
+			return res, err
+		}
+		if err := e.sameBalances(ctx); err != nil {
+			return res, err
+		}
+		return res, e.cdcLeave(ctx, names)
+	}
+	var res [4]applyResult
+	for i, names := range slots {
+		if res[i], err = apply(names, i == 0 || i == 3); err != nil {
+			return err
+		}
+	}
+	resInPlace, resAhead := res[0], res[1]
+	resInPlace.elapsed = (res[0].elapsed + res[3].elapsed) / 2
+	resAhead.elapsed = (res[1].elapsed + res[2].elapsed) / 2
+	rateAhead, rateInPlace := float64(n)/resAhead.elapsed.Seconds(), float64(n)/resInPlace.elapsed.Seconds()
+	r.add("cdc_long_apply_changes_per_s", rateAhead, "changes/s", fmt.Sprintf("%d single-row transactions (rounds of one update of each of %d keys, a CHECKPOINT after each), reads of 4 MB, reading a copy of the slot ahead: caught up in %s and %s (2nd and 3rd of four applies); CPU of the first: %s",
+		n, round, res[1].elapsed.Round(time.Millisecond), res[2].elapsed.Round(time.Millisecond), res[1].cpu))
+	r.add("cdc_long_in_place_apply_changes_per_s", rateInPlace, "changes/s", fmt.Sprintf("the same, each slot peeked in place one read at a time: caught up in %s and %s (1st and 4th); CPU of the first: %s",
+		res[0].elapsed.Round(time.Millisecond), res[3].elapsed.Round(time.Millisecond), res[0].cpu))
+	r.add("cdc_long_ahead_vs_in_place", rateAhead/rateInPlace, "ratio", "cdc_long_apply_changes_per_s / cdc_long_in_place_apply_changes_per_s: what reading ahead buys when a catch-up takes many reads")
+	return nil
+}
+
 // peekRate decodes a slot's pending changes on the source (no network, no
 // apply): the walsender's ceiling.
 func (e *env) peekRate(ctx context.Context, names cdc.Names, n int) (float64, time.Duration, error) {
