@@ -113,6 +113,18 @@ func (c *cluster) sqlCatchUps() int {
 	return strings.Count(c.workerLogs(), `msg="cdc catching up by SQL peeks"`)
 }
 
+// readAheadCatchUps counts those that read a copy of the slot ahead of the
+// applier (not peeking it in place).
+func (c *cluster) readAheadCatchUps() int {
+	n := 0
+	for _, l := range strings.Split(c.workerLogs(), "\n") {
+		if strings.Contains(l, `msg="cdc catching up by SQL peeks"`) && strings.Contains(l, "read_ahead=true") {
+			n++
+		}
+	}
+	return n
+}
+
 func newCluster(t *testing.T, users int) *cluster { return newClusterOn(t, users, 0) }
 
 // newClusterOn is newCluster with the control database on server ctlServer

@@ -81,7 +81,7 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 	st := c.wait(run, time.Until(deadline)+time.Minute)
 	c.stopWriters()
 	c.recordHistories(st, "worker-kills")
-	t.Logf("killed the worker in: %s; %d workers in all; moves: %s; catch-ups by SQL peeks: %d", strings.Join(killedIn, ", "), c.nWorkers, summary(st), c.sqlCatchUps())
+	t.Logf("killed the worker in: %s; %d workers in all; moves: %s; catch-ups by SQL: %d (%d reading ahead)", strings.Join(killedIn, ", "), c.nWorkers, summary(st), c.sqlCatchUps(), c.readAheadCatchUps())
 	if c.sqlCatchUps() == 0 {
 		t.Error("no stream caught up by SQL peeks, forced to")
 	}
