@@ -682,13 +682,19 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error 
 	if err != nil {
 		return err
 	}
+	// The deletes run on the new owner: its signals alone, against a
+	// baseline measured now (the streams are stopped; the copy measured
+	// that shard under its own writes).
+	th := backfill.NewThrottle(0, 0)
+	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, nil, false, th, s.dst, nil, "")
 	o := rollback.Options{Store: store, Control: control, Old: old, VerifyRunIDs: in.VerifyRunIDs, Budget: in.Budget,
-		MigrationID: in.Move.MigrationID, Logger: a.log.With("move", in.Move.Spec.ID)}
-	stop := keepBeating(ctx, 5*time.Second, func() any { return "rolling back" })
+		MigrationID: in.Move.MigrationID, Logger: a.log.With("move", in.Move.Spec.ID), Throttle: th}
+	stop := keepBeating(ctx, 5*time.Second, func() any { return beats{"rolling back", adaptiveStatus(ad)} })
 	defer stop()
 	mv := s.move(in.Move)
 	if !in.Grace {
-		if err := rollback.BeforeCutover(ctx, mv, o); err != nil {
+		err := ad.With(ctx, func(ctx context.Context) error { return rollback.BeforeCutover(ctx, mv, o) })
+		if err != nil {
 			return fmt.Errorf("rollback of move %s: %w", in.Move.Spec.ID, err)
 		}
 		return store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
@@ -697,7 +703,11 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error 
 	if err != nil {
 		return err
 	}
-	if _, err := rollback.DuringGrace(ctx, mv, rev, o); err != nil {
+	err = ad.With(ctx, func(ctx context.Context) error {
+		_, err := rollback.DuringGrace(ctx, mv, rev, o)
+		return err
+	})
+	if err != nil {
 		// An aborted reverse cutover (budget spent) is retried by the
 		// activity's retry policy, after its backoff.
 		return fmt.Errorf("rollback of move %s during GRACE: %w", in.Move.Spec.ID, err)

@@ -130,6 +130,9 @@ func (t *Throttle) ChunkRows(chunkRows int, rowBytes float64) int {
 	return max(1, int(n))
 }
 
+// Passed is how many rows Wait has let through.
+func (t *Throttle) Passed() int64 { return t.passed.Load() }
+
 // Wait blocks until rows and bytes may pass, and returns how long it waited.
 func (t *Throttle) Wait(ctx context.Context, rows, bytes int) (time.Duration, error) {
 	if t == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
@@ -25,9 +26,11 @@ type Options struct {
 	// Old is the pre-migration ring: the owners the ranges go back to.
 	Old *ring.Ring
 	// BatchRows and RowsPerSec throttle the deletion of the rows on the new
-	// owner (defaults 5000 rows per batch, unlimited).
+	// owner (defaults 5000 rows per batch, unlimited). Throttle, when set, is
+	// used instead of RowsPerSec (an adaptive throttle steers it).
 	BatchRows  int
 	RowsPerSec float64
+	Throttle   *backfill.Throttle
 	// VerifyRunIDs are the move's verify runs, whose work rows are dropped.
 	VerifyRunIDs []string
 	// Budget bounds the reverse cutover's write pause (default 2s).
@@ -122,7 +125,11 @@ func clean(ctx context.Context, m cutover.Move, o Options, log *slog.Logger) err
 	if err := cutover.DropStreams(ctx, m); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
-	n, err := cutover.DeleteRows(ctx, m.Target, m.Set, m.Ranges, o.BatchRows, o.RowsPerSec)
+	th := o.Throttle
+	if th == nil && o.RowsPerSec > 0 {
+		th = backfill.NewThrottle(o.RowsPerSec, 0)
+	}
+	n, err := backfill.DeleteRanges(ctx, m.Target, m.Set, m.Ranges, o.BatchRows, th)
 	if err != nil {
 		return fmt.Errorf("rollback of move %s: delete the rows on %s: %w", m.ID, m.To, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
@@ -135,8 +136,16 @@ func testBeforeCutover(t *testing.T, e *movetest.Env) {
 	if _, err := rollback.DuringGrace(ctx, e.Move, e.ForwardOptions(), options(e)); !errors.Is(err, rollback.ErrNotCutOver) {
 		t.Fatalf("DuringGrace of a move not cut over: %v", err)
 	}
-	if err := rollback.BeforeCutover(ctx, e.Move, options(e)); err != nil {
+	// The deletes go through the throttle given (the activity's adaptive
+	// one), one Wait per batch of rows.
+	copied := e.CountIn(t, "b", "kv", e.Move.Ranges) + e.CountIn(t, "b", "items", e.Move.Ranges)
+	o := options(e)
+	o.Throttle = backfill.NewThrottle(100000, 0)
+	if err := rollback.BeforeCutover(ctx, e.Move, o); err != nil {
 		t.Fatal(err)
+	}
+	if passed := o.Throttle.Passed(); passed < copied {
+		t.Errorf("the throttle let %d rows through, the rollback deleted %d", passed, copied)
 	}
 	if err := rollback.BeforeCutover(ctx, e.Move, options(e)); err != nil {
 		t.Fatalf("again: %v", err)

@@ -95,8 +95,8 @@ type EndInput struct {
 	Grace     bool          `json:"grace,omitempty"`
 	ReverseL0 string        `json:"reverse_l0,omitempty"`
 	Budget    time.Duration `json:"budget,omitempty"`
-	// Adaptive limits of CLEANUP's deletes and the copy's baselines (nil:
-	// not adaptive).
+	// Adaptive limits of CLEANUP's and a rollback's deletes (nil: not
+	// adaptive) and, for CLEANUP, the copy's baselines.
 	Adaptive *AdaptiveThrottle `json:"adaptive,omitempty"`
 	Baseline *AdaptiveStatus   `json:"baseline,omitempty"`
 }

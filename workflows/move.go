@@ -774,7 +774,7 @@ func (m *moveRun) cleanup(ctx workflow.Context) error {
 
 func (m *moveRun) rollback(ctx workflow.Context) error {
 	m.stopCDC(ctx)
-	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs()}
+	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs(), Adaptive: m.throttle.Adaptive}
 	summary := "roll back: drop slot, delete copied rows"
 	// A move that reached GRACE is cut over: its rollback is the reverse
 	// cutover, over the reverse stream.

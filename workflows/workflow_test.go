@@ -596,7 +596,9 @@ func TestRollbackDuringGrace(t *testing.T) {
 		}
 		update(env, UpdateRollback, &err, &done)
 	}, 30*time.Minute)
-	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	req := testRequest()
+	req.Throttle.Adaptive = &AdaptiveThrottle{MaxLatencyIncrease: 10}
+	env.ExecuteWorkflow(MigrationWorkflow, req)
 	st := result[MigrationState](t, env)
 	if !done || err != nil || st.Phase != PhaseRolledBack {
 		t.Fatalf("rollback in GRACE: %v %v, migration %s", done, err, st.Phase)
@@ -604,6 +606,10 @@ func TestRollbackDuringGrace(t *testing.T) {
 	in := f.last[ActivityRollback].(EndInput)
 	if !in.Grace || in.ReverseL0 != "0/2000000" || len(in.VerifyRunIDs) != 1 || in.Move.FromVersion != 1 || in.Move.Request == nil {
 		t.Fatalf("rollback input %+v", in)
+	}
+	// The rollback's deletes are throttled as CLEANUP's are.
+	if in.Adaptive == nil || in.Adaptive.MaxLatencyIncrease != 10 {
+		t.Fatalf("rollback input's adaptive limits %+v, want the request's", in.Adaptive)
 	}
 	if f.count(ActivityCleanup) != 0 {
 		t.Fatal("a rolled back move was cleaned up as completed")

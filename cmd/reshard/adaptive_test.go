@@ -93,6 +93,7 @@ func TestAdaptiveFromHeartbeat(t *testing.T) {
 		{workflows.ActivityCopySlice, copyHB, ad},
 		{workflows.ActivityVerify, verifyHB, ad},
 		{workflows.ActivityCleanup, none, nil},
+		{workflows.ActivityRollback, verifyHB, ad},
 		{workflows.ActivityRunCDC, verifyHB, nil},
 	} {
 		got := liveAdaptive(pending(tc.name, tc.hb))

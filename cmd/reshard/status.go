@@ -242,12 +242,13 @@ func sliceProgress(pending []*workflowpb.PendingActivityInfo) (rows int64, end t
 	return 0, time.Time{}
 }
 
-// liveAdaptive is the adaptive throttle of the running copy slice, verify
-// or cleanup, from the second detail of its last heartbeat (nil: none).
+// liveAdaptive is the adaptive throttle of the running copy slice, verify,
+// cleanup or rollback, from the second detail of its last heartbeat (nil:
+// none).
 func liveAdaptive(pending []*workflowpb.PendingActivityInfo) *workflows.AdaptiveStatus {
 	for _, a := range pending {
 		switch a.GetActivityType().GetName() {
-		case workflows.ActivityCopySlice, workflows.ActivityVerify, workflows.ActivityCleanup:
+		case workflows.ActivityCopySlice, workflows.ActivityVerify, workflows.ActivityCleanup, workflows.ActivityRollback:
 		default:
 			continue
 		}
