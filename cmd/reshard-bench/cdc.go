@@ -347,9 +347,9 @@ func runCDCLong(ctx context.Context, e *env, r *report) error {
 	resInPlace.elapsed = (res[0].elapsed + res[3].elapsed) / 2
 	resAhead.elapsed = (res[1].elapsed + res[2].elapsed) / 2
 	rateAhead, rateInPlace := float64(n)/resAhead.elapsed.Seconds(), float64(n)/resInPlace.elapsed.Seconds()
-	r.add("cdc_long_apply_changes_per_s", rateAhead, "changes/s", fmt.Sprintf("%d single-row transactions (rounds of one update of each of %d keys, a CHECKPOINT after each), reads of 4 MB, reading a copy of the slot ahead: caught up in %s and %s (2nd and 3rd of four applies); CPU of the first: %s",
+	r.add("cdc_long_apply_changes_per_s", rateAhead, "changes/s", fmt.Sprintf("%d single-row transactions (rounds of one update of each of %d keys, a CHECKPOINT after each), reads of 4 MB, reading a copy of the slot ahead: caught up in %s and %s (2nd and 3rd of four applies); the first: %s",
 		n, round, res[1].elapsed.Round(time.Millisecond), res[2].elapsed.Round(time.Millisecond), res[1].cpu))
-	r.add("cdc_long_in_place_apply_changes_per_s", rateInPlace, "changes/s", fmt.Sprintf("the same, each slot peeked in place one read at a time: caught up in %s and %s (1st and 4th); CPU of the first: %s",
+	r.add("cdc_long_in_place_apply_changes_per_s", rateInPlace, "changes/s", fmt.Sprintf("the same, each slot peeked in place one read at a time: caught up in %s and %s (1st and 4th); the first: %s",
 		res[0].elapsed.Round(time.Millisecond), res[3].elapsed.Round(time.Millisecond), res[0].cpu))
 	r.add("cdc_long_ahead_vs_in_place", rateAhead/rateInPlace, "ratio", "cdc_long_apply_changes_per_s / cdc_long_in_place_apply_changes_per_s: what reading ahead buys when a catch-up takes many reads")
 	return nil
