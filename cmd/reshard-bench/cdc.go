@@ -358,6 +358,9 @@ func runCDCLong(ctx context.Context, e *env, r *report) error {
 // peekRate decodes a slot's pending changes on the source (no network, no
 // apply): the walsender's ceiling.
 func (e *env) peekRate(ctx context.Context, names cdc.Names, n int) (float64, time.Duration, error) {
+	if err := e.slotReleased(ctx, names.Slot); err != nil {
+		return 0, 0, err
+	}
 	start := time.Now()
 	var decoded int64
 	if err := e.srcPool.QueryRow(ctx, `SELECT count(*) FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)`,
@@ -366,6 +369,26 @@ func (e *env) peekRate(ctx context.Context, names cdc.Names, n int) (float64, ti
 	}
 	t := time.Since(start)
 	return float64(n) / t.Seconds(), t, nil
+}
+
+// slotReleased waits up to 10 s for slot to be free: the replication
+// session that created or streamed it may still be exiting on a busy
+// machine, and a peek of a slot in use fails (SQLSTATE 55006).
+func (e *env) slotReleased(ctx context.Context, slot string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var active bool
+		if err := e.srcPool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active); err != nil {
+			return fmt.Errorf("read slot %s: %w", slot, err)
+		}
+		if !active {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("slot %s still in use after 10s", slot)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // stageFlushSizes are the flush sizes at which stageThreshold compares the
@@ -838,6 +861,9 @@ func (e *env) streamCeiling(ctx context.Context, names cdc.Names, marker string)
 // pg_logical_slot_peek_binary_changes and drops them: decoding without the
 // walsender's per-message sends. It returns the messages and the time.
 func (e *env) peekToClient(ctx context.Context, names cdc.Names) (int, time.Duration, error) {
+	if err := e.slotReleased(ctx, names.Slot); err != nil {
+		return 0, 0, err
+	}
 	start := time.Now()
 	rows, err := e.srcPool.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL, 'proto_version', '1', 'publication_names', $2)`,
 		names.Slot, names.Publication)
