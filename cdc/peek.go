@@ -176,8 +176,7 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 // stops f and waits for it.
 func (r *runner) applyFeed(ctx context.Context, f *feed, start pglogrepl.LSN) (from pglogrepl.LSN, peeks int, err error) {
 	defer func() {
-		close(f.quit)
-		f.cancelRoom()
+		f.stop()
 		for range f.chunks { // f may be blocked on a send
 		}
 	}()
@@ -341,18 +340,18 @@ type feed struct {
 	copy   string
 	chunks chan feedChunk
 	// room bounds the bytes of messages read and not yet applied
-	// (feedAheadBytes); roomCtx ends when the applier quits.
-	room       *semaphore.Weighted
-	roomCtx    context.Context
-	cancelRoom context.CancelFunc
-	quit       chan struct{} // closed by the applier: stop
-	acks       chan struct{} // the applier committed a read (needed to peek the next)
+	// (feedAheadBytes).
+	room *semaphore.Weighted
+	// stopped ends when the applier quits (stop).
+	stopped context.Context
+	stop    context.CancelFunc
+	acks    chan struct{} // the applier committed a read (needed to peek the next)
 }
 
 func newFeed(r *runner, conn *pgx.Conn) *feed {
 	f := &feed{r: r, conn: conn, dec: NewDecoder(), room: semaphore.NewWeighted(feedAheadBytes),
-		chunks: make(chan feedChunk, feedAheadBytes/(64<<10)), quit: make(chan struct{}), acks: make(chan struct{}, 1)}
-	f.roomCtx, f.cancelRoom = context.WithCancel(context.Background())
+		chunks: make(chan feedChunk, feedAheadBytes/(64<<10)), acks: make(chan struct{}, 1)}
+	f.stopped, f.stop = context.WithCancel(context.Background())
 	return f
 }
 
@@ -400,23 +399,14 @@ func (f *feed) copySlot(ctx context.Context) {
 	f.copy = name
 }
 
-func (f *feed) stopped() bool {
-	select {
-	case <-f.quit:
-		return true
-	default:
-		return false
-	}
-}
-
 func (f *feed) send(c feedChunk) bool {
-	if c.bytes > 0 && f.room.Acquire(f.roomCtx, c.room()) != nil {
+	if c.bytes > 0 && f.room.Acquire(f.stopped, c.room()) != nil {
 		return false
 	}
 	select {
 	case f.chunks <- c:
 		return true
-	case <-f.quit:
+	case <-f.stopped.Done():
 		return false
 	}
 }
@@ -438,11 +428,11 @@ func (f *feed) run(ctx context.Context) {
 			// one must be committed and the slot moved past it.
 			select {
 			case <-f.acks:
-			case <-f.quit:
+			case <-f.stopped.Done():
 				return
 			}
 		}
-		if f.stopped() || f.r.holdPending() {
+		if f.stopped.Err() != nil || f.r.holdPending() {
 			return
 		}
 		if err := advanceSlot(ctx, f.conn, f.r.s, o.Slot); err != nil {
@@ -499,7 +489,7 @@ func (f *feed) read(ctx context.Context, query, slot string, upto pglogrepl.LSN)
 	defer rows.Close()
 	var c feedChunk
 	for rows.Next() {
-		if f.stopped() {
+		if f.stopped.Err() != nil {
 			return n, errFeedStopped
 		}
 		raw := rows.RawValues()[0]
@@ -536,25 +526,6 @@ func (f *feed) dropCopy() {
 	defer cancel()
 	if _, err := f.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, f.copy); err != nil {
 		f.r.s.log.Warn("cdc could not drop the temporary copy of slot "+f.r.o.Slot+"; it goes with its session", "copy", f.copy, "err", err)
-	}
-}
-
-// whileSlotBusy runs op again while it fails because the slot is still
-// held by a walsender just closed (SQLSTATE 55006), as startReplication
-// waits for it.
-func whileSlotBusy(ctx context.Context, op func() error) error {
-	deadline := time.Now().Add(slotBusyWait)
-	for {
-		err := op()
-		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
 	}
 }
 

@@ -466,38 +466,47 @@ func (r *runner) run(ctx context.Context) error {
 	}
 }
 
-// slotBusyWait bounds how long startReplication waits for the slot to be
+// slotBusyWait bounds how long whileSlotBusy waits for the slot to be
 // released by the walsender of a connection just closed (restart closes
 // one and opens the next at once; the server ends the old walsender a
 // moment later).
 const slotBusyWait = 10 * time.Second
 
-func (r *runner) startReplication(ctx context.Context, start pglogrepl.LSN) error {
-	args := []string{"proto_version '1'", "publication_names '" + r.o.Publication + "'", "messages 'true'"}
+// whileSlotBusy runs op again while it fails because the slot is still
+// held by a walsender just closed (SQLSTATE 55006), for slotBusyWait at
+// most.
+func whileSlotBusy(ctx context.Context, op func() error) error {
 	deadline := time.Now().Add(slotBusyWait)
 	for {
-		var err error
-		r.repl, err = ConnectReplication(ctx, r.o.SourceReplicationDSN, &r.behind)
-		if err != nil {
-			return wrapOp("connect to the source for replication", err)
-		}
-		err = pglogrepl.StartReplication(ctx, r.repl, r.o.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
-		if err == nil {
-			r.watch(ctx, r.repl)
-			return nil
-		}
-		r.repl.Close(ctx)
+		err := op()
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
-			return wrapOp("start replication from slot "+r.o.Slot, err)
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+			return err
 		}
-		// SQLSTATE 55006: the slot is still active for another walsender.
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+func (r *runner) startReplication(ctx context.Context, start pglogrepl.LSN) error {
+	args := []string{"proto_version '1'", "publication_names '" + r.o.Publication + "'", "messages 'true'"}
+	return whileSlotBusy(ctx, func() error {
+		var err error
+		r.repl, err = ConnectReplication(ctx, r.o.SourceReplicationDSN, &r.behind)
+		if err != nil {
+			return wrapOp("connect to the source for replication", err)
+		}
+		err = pglogrepl.StartReplication(ctx, r.repl, r.o.Slot, start, pglogrepl.StartReplicationOptions{PluginArgs: args})
+		if err != nil {
+			r.repl.Close(ctx)
+			return wrapOp("start replication from slot "+r.o.Slot, err)
+		}
+		r.watch(ctx, r.repl)
+		return nil
+	})
 }
 
 // restart rolls back what is applied but not committed on the target and

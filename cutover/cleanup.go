@@ -87,11 +87,7 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	if err := DropStreams(ctx, m); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
-	th := o.Throttle
-	if th == nil {
-		th = backfill.NewThrottle(o.RowsPerSec, 0)
-	}
-	if res.Deleted, err = backfill.DeleteRanges(ctx, m.Source, m.Set, m.Ranges, o.BatchRows, th); err != nil {
+	if res.Deleted, err = DeleteRows(ctx, m.Source, m.Set, m.Ranges, o.BatchRows, o.Throttle, o.RowsPerSec); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: delete the moved rows on %s: %w", m.ID, m.From, err)
 	}
 	log.Info("moved rows deleted on the old owner", "shard", m.From, "rows", res.Deleted)
@@ -109,14 +105,11 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 }
 
 // DeleteRows deletes the rows of set in ranges on one shard, batch rows per
-// transaction under the replica role (fences let it through), at most
-// rowsPerSec (0: unlimited).
-func DeleteRows(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, batch int, rowsPerSec float64) (int64, error) {
-	if batch <= 0 {
-		batch = 5000
-	}
-	var th *backfill.Throttle
-	if rowsPerSec > 0 {
+// transaction under the replica role (fences let it through): through th
+// when it is set (an adaptive throttle steers it), else at most rowsPerSec
+// (0: unlimited).
+func DeleteRows(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, batch int, th *backfill.Throttle, rowsPerSec float64) (int64, error) {
+	if th == nil && rowsPerSec > 0 {
 		th = backfill.NewThrottle(rowsPerSec, 0)
 	}
 	return backfill.DeleteRanges(ctx, pool, set, ranges, batch, th)

@@ -125,11 +125,7 @@ func clean(ctx context.Context, m cutover.Move, o Options, log *slog.Logger) err
 	if err := cutover.DropStreams(ctx, m); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
-	th := o.Throttle
-	if th == nil && o.RowsPerSec > 0 {
-		th = backfill.NewThrottle(o.RowsPerSec, 0)
-	}
-	n, err := backfill.DeleteRanges(ctx, m.Target, m.Set, m.Ranges, o.BatchRows, th)
+	n, err := cutover.DeleteRows(ctx, m.Target, m.Set, m.Ranges, o.BatchRows, o.Throttle, o.RowsPerSec)
 	if err != nil {
 		return fmt.Errorf("rollback of move %s: delete the rows on %s: %w", m.ID, m.To, err)
 	}
