@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -182,11 +183,12 @@ func TestCopyMeterEnd(t *testing.T) {
 func TestCopyRatesAcrossSlices(t *testing.T) {
 	var r copyRates
 	first := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, nil)
-	first.rowsWin.MinSpan, first.workWin.MinSpan = 200*time.Millisecond, 200*time.Millisecond
+	first.rowsWin.MinSpan, first.workWin.MinSpan, first.group.win.MinSpan = 200*time.Millisecond, 200*time.Millisecond, 200*time.Millisecond
 	first.progress(backfill.Progress{Rows: 0})
 	time.Sleep(100 * time.Millisecond)
 	first.progress(backfill.Progress{Rows: 1_000})
 	r.keep("m", first, false)
+	r.release("", first)
 	time.Sleep(200 * time.Millisecond) // between slices
 
 	next := r.meter(workflows.MoveSpec{ID: "m", EstRows: 10_000}, nil, []backfill.Checkpoint{{Table: "t", Rows: 1_000}})
@@ -265,5 +267,79 @@ func TestTableEstimates(t *testing.T) {
 	want := []workflows.TableEstimate{{Table: "public.orders", Rows: 30, Bytes: 300}, {Table: "public.users", Rows: 5, Bytes: 500}}
 	if !slices.Equal(got, want) {
 		t.Errorf("tableEstimates = %v, want %v", got, want)
+	}
+}
+
+// Copies into one target share it: each goes at an equal share of the
+// rate they make together, and a copy that ends hands its share to the
+// others.
+func TestSharedEnd(t *testing.T) {
+	at := time.Unix(1000, 0)
+	secs := func(end time.Time, ok bool) float64 {
+		t.Helper()
+		if !ok {
+			t.Fatal("no estimate")
+		}
+		return end.Sub(at).Seconds()
+	}
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-6 {
+			t.Errorf("%s: %.3f s, want %.3f", what, got, want)
+		}
+	}
+	own := pace{at: at, left: 93_000}
+	near("alone", secs(sharedEnd(own, nil, 40_000)), 93_000.0/40_000)
+	// The demo's first move, 93k rows left, when three more with 150k each
+	// copy beside it at 40k rows/s in all: all four share the 40k, and it
+	// ends first, at 4 × 93k / 40k.
+	peers := []pace{{left: 150_000}, {left: 150_000}, {left: 150_000}}
+	near("three beside it", secs(sharedEnd(own, peers, 40_000)), 4*93_000.0/40_000)
+	// A peer with less left ends first: 10 units at 1/s each (2/s in all),
+	// then the own copy alone at 2/s: 10 s + 20/2 s.
+	near("peer ends first", secs(sharedEnd(pace{at: at, left: 30}, []pace{{left: 10}}, 2)), 20)
+	// The own copy ends first: its 10 at half of 2/s.
+	near("own ends first", secs(sharedEnd(pace{at: at, left: 10}, []pace{{left: 30}}, 2)), 10)
+	if _, ok := sharedEnd(pace{at: at, left: 10}, []pace{{left: 30}}, 0); ok {
+		t.Error("an estimate without a rate")
+	}
+}
+
+// A worker's copies into one target see each other while their slices run:
+// a second copy starting beside the first doubles its estimate, and the
+// first is alone again when the second's slice ends. A copy under a rows/s
+// limit keeps its own pace, and so does a copy into another target.
+func TestCopyMetersShareTheirTarget(t *testing.T) {
+	var r copyRates
+	spec := workflows.MoveSpec{ID: "a", Target: "shard5", EstRows: 10_000}
+	a := r.meter(spec, nil, nil)
+	a.workWin.MinSpan, a.group.win.MinSpan = 200*time.Millisecond, 200*time.Millisecond
+	a.progress(backfill.Progress{Rows: 0})
+	time.Sleep(200 * time.Millisecond)
+	a.progress(backfill.Progress{Rows: 1_000})
+	alone, ok := a.end()
+	if !ok {
+		t.Fatal("no estimate")
+	}
+	b := r.meter(workflows.MoveSpec{ID: "b", Target: "shard5", EstRows: 10_000}, nil, nil)
+	other := r.meter(workflows.MoveSpec{ID: "c", Target: "shard6", EstRows: 10_000}, nil, nil)
+	shared, _ := a.end()
+	// 9,000 left at half the rate: twice the time left alone.
+	if got, want := shared.Sub(a.at), 2*alone.Sub(a.at); got < want-time.Millisecond || got > want+time.Millisecond {
+		t.Errorf("beside a starting copy: %s left, want %s (twice %s)", got, want, alone.Sub(a.at))
+	}
+	r.release("shard6", other)
+	r.release("shard5", b)
+	if again, _ := a.end(); !again.Equal(alone) {
+		t.Errorf("after the other copy's slice ended: end %s, want %s", again, alone)
+	}
+	b = r.meter(workflows.MoveSpec{ID: "b", Target: "shard5", EstRows: 10_000}, backfill.NewThrottle(100, 0), nil)
+	if got, _ := a.end(); !got.Equal(alone) {
+		t.Errorf("beside a copy under a rows/s limit: end %s, want its own %s", got, alone)
+	}
+	r.release("shard5", b)
+	r.release("shard5", a)
+	if len(r.live) != 0 {
+		t.Errorf("copies left after every slice ended: %v", r.live)
 	}
 }

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 // copied first. Where a rows/s throttle binds, a row is a row.
 type copyMeter struct {
 	mu          sync.Mutex
+	move        string
 	rowsWin     backfill.RateWindow // over the move's rows
 	workWin     backfill.RateWindow // over the move's work
 	throttle    *backfill.Throttle  // nil: none
@@ -31,6 +33,12 @@ type copyMeter struct {
 	base        int64             // rows committed before the slice
 	rows, bytes int64             // committed by the slice
 	at          time.Time         // of the last committed chunk
+	// group sums the work of the copies into the same target, and peers
+	// are the paces of the others among them that share the machine (nil:
+	// the copy is taken alone).
+	group    *copyGroup
+	peers    func(*copyMeter) []pace
+	credited float64 // the work done as of the last chunk, added to group
 }
 
 // rowOverheadBytes is the width a row's own cost is worth (tuple, index
@@ -54,7 +62,7 @@ type unitKey struct {
 // newCopyMeter starts the meter of a slice of spec's copy, under th (nil:
 // none), from the checkpoints earlier slices left.
 func newCopyMeter(spec workflows.MoveSpec, th *backfill.Throttle, before []backfill.Checkpoint) *copyMeter {
-	c := &copyMeter{est: spec.EstRows, throttle: th, tables: map[string]tableWork{}, units: map[unitKey]int64{}}
+	c := &copyMeter{move: spec.ID, est: spec.EstRows, throttle: th, tables: map[string]tableWork{}, units: map[unitKey]int64{}}
 	for _, t := range spec.EstTables {
 		w := 1.0
 		if t.Rows > 0 {
@@ -77,6 +85,10 @@ func (c *copyMeter) progress(p backfill.Progress) {
 	done, _ := c.work()
 	c.rowsWin.Add(backfill.Sample{At: c.at, Rows: c.base + p.Rows})
 	c.workWin.Add(backfill.Sample{At: c.at, Rows: int64(math.Round(done))})
+	if c.group != nil {
+		c.group.add(c.at, max(done-c.credited, 0))
+	}
+	c.credited = done
 }
 
 // work is the work done and left: by table where the plan estimated each,
@@ -101,25 +113,126 @@ func (c *copyMeter) work() (done, left float64) {
 	return done, left
 }
 
-// end is when the copy should end at the window's rate, anchored at the
-// last committed chunk (RateWindow.End); false when there is no honest
-// estimate (no rate yet, or no progress in the window). A copy past its
-// row estimate is due now: how much more there is, nothing tells.
+// end is when the copy should end, anchored at the last committed chunk;
+// false when there is no honest estimate (no rate yet, or no progress in
+// the window). A copy past its row estimate is due now: how much more there
+// is, nothing tells. Under a rows/s limit the copy's own window says when
+// (RateWindow.End). Else the copy shares the machine with the other copies
+// this worker runs into the same target, and its end is where its share of
+// their summed rate takes it (sharedEnd).
 func (c *copyMeter) end() (time.Time, bool) {
+	own, end, ok, shared := c.ownEnd()
+	if !shared || c.group == nil {
+		return end, ok
+	}
+	rate, _, ok := c.group.rate()
+	if !ok {
+		return time.Time{}, false
+	}
+	return sharedEnd(own, c.peers(c), rate)
+}
+
+// ownEnd is the copy's end at its own window's rate and its pace; shared
+// says whether the pace is the machine's to share (no rows/s limit, work
+// left).
+func (c *copyMeter) ownEnd() (own pace, end time.Time, ok, shared bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.est <= 0 {
-		return time.Time{}, false
+		return pace{}, time.Time{}, false, false
 	}
 	rowsLeft := c.est - c.base - c.rows
 	_, workLeft := c.work()
 	if rowsLeft <= 0 || workLeft < 1 {
-		return c.at, !c.at.IsZero()
+		return pace{}, c.at, !c.at.IsZero(), false
 	}
-	if len(c.tables) == 0 || c.rowsThrottled() {
-		return c.rowsWin.End(rowsLeft, 0)
+	if c.rowsThrottled() {
+		end, ok := c.rowsWin.End(rowsLeft, 0)
+		return pace{}, end, ok, false
 	}
-	return c.workWin.End(int64(math.Ceil(workLeft)), 0)
+	end, ok = c.workWin.End(int64(math.Ceil(workLeft)), 0)
+	return pace{at: c.at, left: math.Ceil(workLeft)}, end, ok, true
+}
+
+// pace is a copy's work left (rows weighed by their table's width) as of
+// its last committed chunk.
+type pace struct {
+	at   time.Time
+	left float64
+}
+
+// sharedEnd is when the copy whose pace is own should end, when it and
+// peers (the other copies into its target, in this worker) share one
+// machine that does rate units of work a second in all: each takes an
+// equal share of it, and the share of a copy that ends goes to the ones
+// left. Copied alone, that is its own rate. In the demo four moves fill one
+// new shard; the first to start copied at 40k rows/s for a second, then at
+// 10k beside the other three, and an estimate from its own rate came out
+// 66% short.
+func sharedEnd(own pace, peers []pace, rate float64) (time.Time, bool) {
+	if rate <= 0 {
+		return time.Time{}, false
+	}
+	lefts := []float64{own.left}
+	for _, p := range peers {
+		lefts = append(lefts, p.left)
+	}
+	// The copies end in the order of the work they have left; between two
+	// ends, each of the n still copying goes at rate/n.
+	slices.Sort(lefts)
+	var secs, done float64
+	for i, l := range lefts {
+		secs += (l - done) * float64(len(lefts)-i) / rate
+		done = l
+		if l >= own.left {
+			break
+		}
+	}
+	if secs >= float64(math.MaxInt64/int64(time.Second)) {
+		return time.Time{}, false
+	}
+	return own.at.Add(time.Duration(secs * float64(time.Second))), true
+}
+
+// copyGroup is the work the copies into one target commit in this worker,
+// summed over a rate window: the rate at which the machine they share
+// copies, whichever of them it serves. A copy that starts adds what it
+// commits from then on; one that ends leaves what it did in the window.
+type copyGroup struct {
+	mu   sync.Mutex
+	win  backfill.RateWindow
+	work float64   // committed since the window started
+	at   time.Time // of the last sample
+}
+
+func (g *copyGroup) add(at time.Time, work float64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.work += work
+	g.at = at
+	g.win.Add(backfill.Sample{At: at, Rows: int64(math.Round(g.work))})
+}
+
+// idle reports a group without work for longer than DefaultRateWindow:
+// its rate says nothing of the next copies'.
+func (g *copyGroup) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.at.IsZero() && time.Since(g.at) > backfill.DefaultRateWindow
+}
+
+func (g *copyGroup) rate() (rate, _ float64, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.win.Rate()
+}
+
+// doneNow is the work done as of the last chunk.
+func (c *copyMeter) doneNow() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	done, _ := c.work()
+	return done
 }
 
 // rowsThrottled reports a rows/s limit in force (the operator's or the
@@ -158,9 +271,14 @@ func (c *copyMeter) heartbeat(now time.Time) (details map[string]int64, left tim
 // said). A window left idle longer than DefaultRateWindow (a pause, a slice
 // on another worker) is dropped: the rate before says nothing of the rate
 // after.
+//
+// It also knows the copies running now, by target shard: a copy's end
+// depends on theirs (copyMeter.end).
 type copyRates struct {
-	mu sync.Mutex
-	m  map[string]copyRate
+	mu     sync.Mutex
+	m      map[string]copyRate
+	live   map[string]map[*copyMeter]bool // by target
+	groups map[string]*copyGroup          // by target
 }
 
 type copyRate struct {
@@ -179,7 +297,59 @@ func (r *copyRates) meter(spec workflows.MoveSpec, th *backfill.Throttle, before
 		c.rowsWin, c.workWin, c.at = kept.rows, kept.work, kept.at
 	}
 	delete(r.m, spec.ID)
+	if r.live == nil {
+		r.live = map[string]map[*copyMeter]bool{}
+	}
+	if r.live[spec.Target] == nil {
+		r.live[spec.Target] = map[*copyMeter]bool{}
+	}
+	r.live[spec.Target][c] = true
+	c.peers = func(c *copyMeter) []pace { return r.peers(spec.Target, c) }
+	if r.groups == nil {
+		r.groups = map[string]*copyGroup{}
+	}
+	g := r.groups[spec.Target]
+	if g == nil || g.idle() {
+		g = &copyGroup{}
+		r.groups[spec.Target] = g
+	}
+	c.group, c.credited = g, c.doneNow()
 	return c
+}
+
+// release says the slice metered by c ended.
+func (r *copyRates) release(target string, c *copyMeter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.live[target], c)
+	if len(r.live[target]) == 0 {
+		delete(r.live, target)
+	}
+	for t, g := range r.groups {
+		if r.live[t] == nil && g.idle() {
+			delete(r.groups, t)
+		}
+	}
+}
+
+// peers are the paces of the copies into target other than c that share
+// the machine.
+func (r *copyRates) peers(target string, c *copyMeter) []pace {
+	r.mu.Lock()
+	others := make([]*copyMeter, 0, len(r.live[target]))
+	for o := range r.live[target] {
+		if o.move != c.move { // another move's copy (a second attempt of c's own slice is not)
+			others = append(others, o)
+		}
+	}
+	r.mu.Unlock()
+	var out []pace // each meter's lock taken alone: two ends asked at once take no two locks
+	for _, o := range others {
+		if p, _, _, shared := o.ownEnd(); shared {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // keep hands the slice's window back for the move's next slice; a copy

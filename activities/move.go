@@ -163,6 +163,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	}
 	th := backfill.NewThrottle(in.Throttle.RowsPerSec, in.Throttle.BytesPerSec)
 	meter := a.rates.meter(in.Move.Spec, th, before)
+	defer a.rates.release(in.Move.Spec.Target, meter)
 	ad := a.adaptive(in.Move.Spec.ID, in.Throttle.Adaptive, in.Adaptive, true, th, s.src, s.dst, names.Slot)
 	// Every second (the worker sends at most one heartbeat a second, see
 	// runWorker): status shows the rows and the ETA of the last one, and the
@@ -180,7 +181,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	err = ad.With(sctx, func(ctx context.Context) error {
 		var err error
 		stats, err = backfill.Copy(ctx, s.src, s.dst, backfill.Options{
-			Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in),
+			Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
 			Throttle: th, Progress: meter.progress,
 			Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
 		})
@@ -210,6 +211,16 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	a.rates.keep(in.Move.Spec.ID, meter, p.Done)
 	a.progressGauges(in, p)
 	return p, nil
+}
+
+// tableRows is the plan's estimate of each table's rows in the move, by
+// which the copy paces its tables together.
+func tableRows(spec workflows.MoveSpec) map[string]int64 {
+	out := make(map[string]int64, len(spec.EstTables))
+	for _, t := range spec.EstTables {
+		out[t.Table] = t.Rows
+	}
+	return out
 }
 
 func (a *Activities) progressGauges(in workflows.CopySliceInput, p workflows.CopyProgress) {

@@ -45,9 +45,17 @@ type Options struct {
 	// Throttle, when set, is used instead of RowsPerSec/BytesPerSec: keep it
 	// to change the limits while the copy runs.
 	Throttle *Throttle
-	// Parallel is the number of units copied at once (default 1). Each uses
-	// one source and one target connection.
+	// Parallel is the number of chunk reads at once (default 1), and of
+	// units of one table copied at once. The tables of the set are copied
+	// side by side, each unit on its own target connection, their reads
+	// taking turns: the next goes to the table furthest behind its share of
+	// TableRows, so all of them end together and the copy's rate stays what
+	// it was at its start (see turns).
 	Parallel int
+	// TableRows is each table's estimated rows in the moving ranges, by
+	// tableset.Table.String() (the plan's estimate). Without it the tables
+	// take turns by rows read.
+	TableRows map[string]int64
 	// Order forces a pagination order (default OrderAuto).
 	Order Order
 	// Pause, when set, pauses and resumes the copy.
@@ -103,6 +111,7 @@ type unit struct {
 	rng   ring.Range   // the checkpoint's key: the span of parts
 	parts []ring.Range // normalized; one for a unit paged by token
 	order Order        // how a unit without a checkpoint pages
+	lane  *lane        // its table's, shared by the table's units
 }
 
 type copier struct {
@@ -111,6 +120,7 @@ type copier struct {
 	moving   []ring.Range
 	throttle *Throttle
 	log      *slog.Logger
+	turns    *turns
 
 	mu        sync.Mutex
 	stats     Stats
@@ -157,10 +167,22 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 		return Stats{}, err
 	}
 	c.stats.Units = len(units)
+	c.turns = newTurns(opts.Parallel)
+	tables := byTable(units)
+	for _, table := range tables {
+		c.turns.expect(table[0].lane)
+	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(opts.Parallel)
-	for _, u := range units {
-		g.Go(func() error { return c.runUnit(gctx, u) })
+	for _, table := range tables {
+		g.Go(func() error {
+			defer c.turns.leave(table[0].lane)
+			tg, tctx := errgroup.WithContext(gctx)
+			tg.SetLimit(opts.Parallel)
+			for _, u := range table {
+				tg.Go(func() error { return c.runUnit(tctx, u) })
+			}
+			return tg.Wait()
+		})
 	}
 	err = g.Wait()
 	c.mu.Lock()
@@ -184,18 +206,35 @@ func (c *copier) units(ctx context.Context) ([]unit, error) {
 		if err != nil {
 			return nil, err
 		}
+		l := &lane{est: c.opts.TableRows[t.String()]}
 		if order == OrderPK {
 			parts := c.moving
-			out = append(out, unit{table: t, rng: ring.Range{Lo: parts[0].Lo, Hi: parts[len(parts)-1].Hi}, parts: parts, order: OrderPK})
+			out = append(out, unit{table: t, rng: ring.Range{Lo: parts[0].Lo, Hi: parts[len(parts)-1].Hi}, parts: parts, order: OrderPK, lane: l})
 			continue
 		}
 		for _, r := range c.moving {
 			for _, sub := range splitRange(r, c.opts.Split) {
-				out = append(out, unit{table: t, rng: sub, parts: []ring.Range{sub}, order: OrderToken})
+				out = append(out, unit{table: t, rng: sub, parts: []ring.Range{sub}, order: OrderToken, lane: l})
 			}
 		}
 	}
 	return out, nil
+}
+
+// byTable groups units by table, in the order units gave them.
+func byTable(units []unit) [][]unit {
+	var out [][]unit
+	idx := map[*lane]int{}
+	for _, u := range units {
+		i, ok := idx[u.lane]
+		if !ok {
+			i = len(out)
+			idx[u.lane] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], u)
+	}
+	return out
 }
 
 // splitRange cuts r into n ranges of (nearly) equal width.
@@ -252,6 +291,9 @@ func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry b
 	if err != nil {
 		return err
 	}
+	if !retry {
+		c.turns.count(u.lane, cp.Rows)
+	}
 	if cp.Done {
 		if !retry {
 			c.mu.Lock()
@@ -275,13 +317,9 @@ func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry b
 	}
 	log.Debug("copy unit", "order", order, "resume_rows", cp.Rows)
 
-	conn, err := c.dst.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("copy %s of %s: connect to target: %w", u.rng, u.table, err)
-	}
-	defer conn.Release()
-	w := &writer{c: c, u: u, conn: conn, order: order, fast: true, unitRows: cp.Rows}
+	w := &writer{c: c, u: u, order: order, fast: true, unitRows: cp.Rows}
 
+	// Every chunk read holds a turn (see turns) until written or dropped.
 	chunks := make(chan chunk, 1)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -290,13 +328,19 @@ func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry b
 	})
 	g.Go(func() error {
 		for ch := range chunks {
-			if err := w.write(gctx, ch); err != nil {
+			err := w.write(gctx, ch)
+			c.turns.give()
+			if err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	return g.Wait()
+	err = g.Wait()
+	for range chunks { // read, never written: the writer failed
+		c.turns.give()
+	}
+	return err
 }
 
 // chooseOrder picks how table t pages the move's ranges.
@@ -348,60 +392,78 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 	var buf bytes.Buffer
 	var rowBytes float64 // bytes per row of the last chunk
 	for {
-		if err := c.waitTurn(ctx); err != nil {
+		if err := c.waitClear(ctx); err != nil {
 			return err
 		}
-		buf.Reset()
 		n := c.throttle.ChunkRows(c.opts.ChunkRows, rowBytes)
-		stmt := setOwnAppName + pagingSettings + chunkSQL(u.table, u.parts, order, pos, n)
-		if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
-			_, err := conn.Conn().PgConn().CopyTo(ctx, &buf, stmt)
-			return err
-		}); err != nil {
-			return fmt.Errorf("copy chunk %s of %s: read from source: %w", u.rng, u.table, err)
-		}
-		data, err := splitChunk(bytes.Clone(buf.Bytes()), nCols, nExtra)
-		if err != nil {
-			return fmt.Errorf("copy chunk %s of %s: %w", u.rng, u.table, err)
-		}
-		ch := chunk{chunkData: data, from: pos, pos: pos, final: data.rows < n}
-		if data.rows > 0 {
-			rowBytes = float64(len(data.data)) / float64(data.rows)
-		}
-		if data.rows > 0 {
-			ch.pos = position{pk: make([]string, len(u.table.PK))}
-			e := data.extras
-			if order == OrderToken {
-				if len(e[0]) != 8 {
-					return fmt.Errorf("copy chunk %s of %s: token of %d bytes", u.rng, u.table, len(e[0]))
-				}
-				ch.pos.token = int64(uint64(e[0][0])<<56 | uint64(e[0][1])<<48 | uint64(e[0][2])<<40 | uint64(e[0][3])<<32 |
-					uint64(e[0][4])<<24 | uint64(e[0][5])<<16 | uint64(e[0][6])<<8 | uint64(e[0][7]))
-				e = e[1:]
-			}
-			for i, v := range e {
-				ch.pos.pk[i] = string(v)
-			}
-		}
-		d, err := c.throttle.Wait(ctx, data.rows, len(data.data))
-		c.waited("rate", d)
-		if err != nil {
+		if err := c.turns.take(ctx, u.lane); err != nil {
 			return err
 		}
-		select {
-		case out <- ch:
-		case <-ctx.Done():
-			return ctx.Err()
+		ch, err := c.readChunk(ctx, u, order, pos, n, &buf, nCols, nExtra)
+		if err == nil {
+			c.turns.count(u.lane, int64(ch.rows))
+			var d time.Duration
+			d, err = c.throttle.Wait(ctx, ch.rows, len(ch.data))
+			c.waited("rate", d)
+		}
+		if err == nil {
+			select {
+			case out <- ch: // the writer gives the turn
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		if err != nil {
+			c.turns.give()
+			return err
 		}
 		if ch.final {
 			return nil
+		}
+		if ch.rows > 0 {
+			rowBytes = float64(len(ch.data)) / float64(ch.rows)
 		}
 		pos = ch.pos
 	}
 }
 
-// waitTurn waits while the copy is paused or the source under pressure.
-func (c *copier) waitTurn(ctx context.Context) error {
+// readChunk reads the unit's next chunk of at most n rows after pos, by
+// one statement on the source, into buf.
+func (c *copier) readChunk(ctx context.Context, u unit, order Order, pos position, n int, buf *bytes.Buffer, nCols, nExtra int) (chunk, error) {
+	buf.Reset()
+	stmt := setOwnAppName + pagingSettings + chunkSQL(u.table, u.parts, order, pos, n)
+	if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
+		_, err := conn.Conn().PgConn().CopyTo(ctx, buf, stmt)
+		return err
+	}); err != nil {
+		return chunk{}, fmt.Errorf("copy chunk %s of %s: read from source: %w", u.rng, u.table, err)
+	}
+	data, err := splitChunk(bytes.Clone(buf.Bytes()), nCols, nExtra)
+	if err != nil {
+		return chunk{}, fmt.Errorf("copy chunk %s of %s: %w", u.rng, u.table, err)
+	}
+	ch := chunk{chunkData: data, from: pos, pos: pos, final: data.rows < n}
+	if data.rows == 0 {
+		return ch, nil
+	}
+	ch.pos = position{pk: make([]string, len(u.table.PK))}
+	e := data.extras
+	if order == OrderToken {
+		if len(e[0]) != 8 {
+			return chunk{}, fmt.Errorf("copy chunk %s of %s: token of %d bytes", u.rng, u.table, len(e[0]))
+		}
+		ch.pos.token = int64(uint64(e[0][0])<<56 | uint64(e[0][1])<<48 | uint64(e[0][2])<<40 | uint64(e[0][3])<<32 |
+			uint64(e[0][4])<<24 | uint64(e[0][5])<<16 | uint64(e[0][6])<<8 | uint64(e[0][7]))
+		e = e[1:]
+	}
+	for i, v := range e {
+		ch.pos.pk[i] = string(v)
+	}
+	return ch, nil
+}
+
+// waitClear waits while the copy is paused or the source under pressure.
+func (c *copier) waitClear(ctx context.Context) error {
 	for {
 		d, err := c.opts.Pause.wait(ctx)
 		c.waited("pause", d)
@@ -446,14 +508,14 @@ func (c *copier) waited(reason string, d time.Duration) {
 	}
 }
 
-// writer writes a unit's chunks on one target connection.
+// writer writes a unit's chunks, each on a target connection of its own
+// from the pool: a unit waiting for its turn holds none, so the units of
+// every table can wait side by side on a pool smaller than their number.
 type writer struct {
 	c        *copier
 	u        unit
-	conn     *pgxpool.Conn
 	order    Order
 	fast     bool // COPY straight into the table until a conflict says otherwise
-	staged   bool
 	unitRows int64
 }
 
@@ -499,7 +561,12 @@ func (w *writer) tx(ctx context.Context, ch chunk, fast bool) error {
 	fail := func(what string, err error) error {
 		return fmt.Errorf("copy chunk %s of %s: %s: %w", w.u.rng, t, what, err)
 	}
-	tx, err := w.conn.Begin(ctx)
+	conn, err := w.c.dst.Acquire(ctx)
+	if err != nil {
+		return fail("connect to target", err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
 	if err != nil {
 		return fail("begin on target", err)
 	}
@@ -515,10 +582,9 @@ func (w *writer) tx(ctx context.Context, ch chunk, fast bool) error {
 				return fail("copy into target", err)
 			}
 		} else {
-			if !w.staged {
-				if _, err := tx.Exec(ctx, stageSQL(t)); err != nil {
-					return fail("create staging table", err)
-				}
+			// The session's staging table, made by its first chunk to need it.
+			if _, err := tx.Exec(ctx, stageSQL(t)); err != nil {
+				return fail("create staging table", err)
 			}
 			if _, err := pg.CopyFrom(ctx, bytes.NewReader(ch.data), copyInSQL(stageName(t), t)); err != nil {
 				return fail("copy into staging table", err)
@@ -537,9 +603,6 @@ func (w *writer) tx(ctx context.Context, ch chunk, fast bool) error {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fail("commit", err)
-	}
-	if !fast {
-		w.staged = true // the staging table now exists for this session
 	}
 	return nil
 }

@@ -3,15 +3,18 @@ package backfill
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -749,4 +752,87 @@ func TestChunkRowsFollowTheThrottle(t *testing.T) {
 			t.Errorf("ChunkRows(%d, %g) at %g rows/s, %g B/s = %d, want %d", tc.chunk, tc.rowBytes, tc.rows, tc.bytes, got, tc.want)
 		}
 	}
+}
+
+// TestTablesAdvanceTogether copies three tables of different sizes, one of
+// them slow to write on the target, one unit of each at a time: each
+// table's share of its estimate stays within a few chunks of the others'
+// from the first chunk to the last (copied table after table, one would be
+// done while the next had not started), so the copy's rate at its start is
+// its rate to the end.
+func TestTablesAdvanceTogether(t *testing.T) {
+	f := newFixture(t, 2000)
+	// Writing users is slow on the target: 20 ms a statement. ENABLE ALWAYS,
+	// as the copy's sessions run as replicas.
+	f.dst.Exec(t, `CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN PERFORM pg_sleep(0.02); RETURN NULL; END$$;
+		CREATE TRIGGER slow AFTER INSERT ON users FOR EACH STATEMENT EXECUTE FUNCTION slow();
+		ALTER TABLE users ENABLE ALWAYS TRIGGER slow`)
+	est := map[string]int64{}
+	for _, table := range []string{"users", "orders", "events"} {
+		est["public."+table] = int64(len(dump(t, f.src, table, f.ranges)))
+	}
+	const chunkRows = 25
+	var mu sync.Mutex
+	units := map[string]int64{} // rows committed, by table and range
+	var worst float64
+	var worstAt string
+	opts := f.opts("together")
+	opts.Parallel, opts.ChunkRows, opts.TableRows = 1, chunkRows, est
+	opts.Progress = func(p Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		units[p.Table+" "+p.Range.String()] = p.UnitRows
+		share := map[string]float64{}
+		for k, n := range units {
+			table := strings.Fields(k)[0]
+			share[table] += float64(n) / float64(est[table])
+		}
+		lo, hi := 1.0, 0.0
+		for table := range est {
+			lo, hi = min(lo, share[table]), max(hi, share[table])
+		}
+		if hi-lo > worst {
+			worst, worstAt = hi-lo, fmt.Sprint(share)
+		}
+	}
+	st, err := Copy(context.Background(), f.src.Pool, f.dst.Pool, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.expectCopied(t)
+	// A table reads only when no other is behind it, so the committed
+	// shares are apart by at most the three chunks a table can hold read and
+	// not yet committed, and the one chunk another read past it.
+	smallest := slices.Min([]int64{est["public.users"], est["public.orders"], est["public.events"]})
+	bound := 4 * float64(chunkRows) / float64(smallest)
+	t.Logf("estimates %v, %d chunks; widest gap between tables' shares %.3f (bound %.3f) at %s", est, st.Chunks, worst, bound, worstAt)
+	if worst > bound {
+		t.Fatalf("tables apart by %.0f%% of their rows at %s; want within %.0f%%", 100*worst, worstAt, 100*bound)
+	}
+}
+
+// TestTablesCopyOnASmallPool copies three tables, two units of each at once
+// (six units waiting for turns side by side), through a target pool of one
+// connection: a unit holds a connection only to write a chunk, so none
+// waits for one that a unit waiting for its turn keeps.
+func TestTablesCopyOnASmallPool(t *testing.T) {
+	f := newFixture(t, 1000)
+	cfg, err := pgxpool.ParseConfig(f.dst.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	dst, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	opts := f.opts("small-pool")
+	opts.Parallel, opts.Split, opts.Order = 2, 3, OrderToken
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := Copy(ctx, f.src.Pool, dst, opts); err != nil {
+		t.Fatal(err)
+	}
+	f.expectCopied(t)
 }

@@ -17,7 +17,12 @@
 // the table while no row of the chunk exists on the target, else through a
 // temporary staging table and an upsert guarded by the moving-range predicate.
 //
+// The tables of a set are copied side by side, the table furthest behind its
+// share of the plan's estimate reading next, so a copy's rate is the same at
+// its start as at its end (turns.go).
+//
 // Layout: copy.go runs a copy (workers, chunks, the collision check);
+// turns.go paces the tables;
 // copybin.go moves a chunk as binary COPY; checkpoint.go keeps progress in
 // the chunk's transaction; control.go is the live throttle and pause;
 // adaptive.go is the adaptive throttle's control law (pure: AIMD over the
