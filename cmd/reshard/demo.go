@@ -186,6 +186,29 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 		stopWorker()
 		<-workerExited
 	}()
+	// Started is when Temporal lists it as polling: before, the migration's
+	// start would warn that no worker runs it.
+	tc, err := cfg.dialTemporal(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	for {
+		polls, err := workerPolls(ctx, tc)
+		if err != nil {
+			return err
+		}
+		if polls {
+			break
+		}
+		select {
+		case <-workerExited:
+			return fmt.Errorf("the worker stopped: %v", workerErr)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	say("worker started (metrics on http://%s/metrics)", o.listen)
 
 	// 5. Writers through the router, each write acknowledged in the ledger.
@@ -244,11 +267,6 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	wfID := workflows.MigrationWorkflowID(plan.Request.ID)
 
 	// 7. Follow it to the end.
-	tc, err := cfg.dialTemporal(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
 	deadline := time.Now().Add(o.timeout)
 	last := map[string]string{}
 	var st workflows.MigrationState
