@@ -16,6 +16,7 @@ import (
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/workflows"
@@ -353,5 +354,19 @@ func TestCopyMetersShareTheirTarget(t *testing.T) {
 	r.release("shard5", a)
 	if len(r.live) != 0 {
 		t.Errorf("copies left after every slice ended: %v", r.live)
+	}
+}
+
+// The pause's steps are the cutover's from the fence to the unfence, and
+// what the journal's records took between them.
+func TestPauseSteps(t *testing.T) {
+	ms := time.Millisecond
+	got := pauseSteps(cutover.Result{WritePause: 90 * ms, Steps: []cutover.StepTiming{
+		{Step: cutover.StepGates, Duration: 500 * ms}, {Step: cutover.StepFenceSource, Duration: 5 * ms},
+		{Step: cutover.StepWaitInFlight, Duration: 10 * ms}, {Step: cutover.StepMarker, Duration: 2 * ms},
+		{Step: cutover.StepDrain, Duration: 60 * ms}, {Step: cutover.StepPublish, Duration: 15 * ms},
+		{Step: cutover.StepUnfenceTarget, Duration: 3 * ms}}}, 105*ms)
+	if s := workflows.PauseStepsText(got); s != "fence-source 5ms, wait-in-flight 10ms, marker 2ms, drain 60ms, publish 15ms, unfence-target 3ms, journal 10ms" {
+		t.Errorf("pause steps %q", s)
 	}
 }

@@ -538,10 +538,14 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (re
 	if err != nil {
 		return workflows.CutoverResult{}, 0, err
 	}
+	var run *cutover.Result // the attempt that succeeded
 	defer func() {
 		if p, perr := j.Pauses(context.WithoutCancel(ctx)); perr == nil {
 			res.Pauses = workflows.WritePauses{Total: p.Total, Longest: p.Longest, Attempts: p.Fenced}
 			paused = p.Total - before.Total
+			if run != nil {
+				res.PauseSteps = pauseSteps(*run, paused)
+			}
 		}
 	}()
 	// Settle an earlier attempt first (a source it left fenced is unfenced as
@@ -571,8 +575,28 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (re
 	if err != nil {
 		return res, 0, fmt.Errorf("cutover of move %s: %w", spec.ID, err)
 	}
-	res.WritePause, res.Version = r.WritePause, r.Version
+	res.WritePause, res.Version, run = r.WritePause, r.Version, &r
 	return res, 0, nil
+}
+
+// pauseSteps are the steps of a cutover inside its write pause, pause as
+// its journal counts it (from the record before the fence to the one after
+// the unfence, what status shows): the fence to the unfence, and the rest
+// as "journal", the records written to the control database between them.
+func pauseSteps(r cutover.Result, pause time.Duration) []workflows.PauseStep {
+	var out []workflows.PauseStep
+	var sum time.Duration
+	for _, s := range r.Steps {
+		if s.Step == cutover.StepGates {
+			continue
+		}
+		out = append(out, workflows.PauseStep{Step: string(s.Step), Duration: s.Duration})
+		sum += s.Duration
+	}
+	if rest := pause - sum; rest > 0 {
+		out = append(out, workflows.PauseStep{Step: "journal", Duration: rest})
+	}
+	return out
 }
 
 // StopForward drops the forward stream's slot and publication on the source

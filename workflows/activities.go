@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/reshard/reshard/keyspace"
@@ -193,6 +195,26 @@ type CutoverResult struct {
 	Version    int64         `json:"version"`
 	// Pauses counts every attempt of the move so far (from its journal).
 	Pauses WritePauses `json:"pauses"`
+	// PauseSteps is where the write pause of the attempt that succeeded went.
+	PauseSteps []PauseStep `json:"pause_steps,omitempty"`
+}
+
+// PauseStep is how long one cutover step took inside the write pause
+// (cutover.Step names; "journal" is the control database's records between
+// the steps).
+type PauseStep struct {
+	Step     string        `json:"step"`
+	Duration time.Duration `json:"duration"`
+}
+
+// PauseStepsText is "drain 80ms, publish 10ms, ...", the steps in order
+// ("" for none).
+func PauseStepsText(steps []PauseStep) string {
+	parts := make([]string, 0, len(steps))
+	for _, s := range steps {
+		parts = append(parts, fmt.Sprintf("%s %s", s.Step, s.Duration.Round(time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // WritePauses is what a move's cutover attempts have cost the application:

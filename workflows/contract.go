@@ -307,6 +307,8 @@ type MoveState struct {
 	// WritePause is the pause of the cutover attempt that succeeded;
 	// Pauses sums every attempt's, aborted ones included.
 	WritePause time.Duration `json:"write_pause"`
+	// PauseSteps is where that pause went, step by step.
+	PauseSteps []PauseStep   `json:"pause_steps,omitempty"`
 	Pauses     WritePauses   `json:"write_pauses"`
 	Attempts   int           `json:"cutover_attempts"`
 	Timings    []PhaseTiming `json:"timings"`

@@ -670,7 +670,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 		return err
 	}
 	m.state.Error = ""
-	m.state.WritePause = res.WritePause
+	m.state.WritePause, m.state.PauseSteps = res.WritePause, res.PauseSteps
 	m.state.Pauses = res.Pauses
 	m.stopCDC(ctx)
 	sactx := m.opts(ctx, "drop the forward slot", 10*time.Minute, 0)

@@ -91,7 +91,7 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 	f.lag = func(int) int64 { return 10 }
 	f.verify = func(VerifyInput, int) (VerifySummary, error) { return VerifySummary{Passed: true, Rows: 200}, nil }
 	f.cutover = func(CutoverInput, int) (CutoverResult, error) {
-		return CutoverResult{WritePause: 40 * time.Millisecond, Version: 3}, nil
+		return CutoverResult{WritePause: 40 * time.Millisecond, Version: 3, PauseSteps: []PauseStep{{"drain", 30 * time.Millisecond}, {"publish", 10 * time.Millisecond}}}, nil
 	}
 	reg := func(name string, fn any) {
 		env.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
@@ -236,6 +236,9 @@ func TestHappyPathToDone(t *testing.T) {
 	for _, m := range st.Moves {
 		if m.Phase != PhaseDone || m.RowsCopied != 200 || !m.CopyDone || m.WritePause != 40*time.Millisecond || m.Verify == nil || !m.Verify.Passed {
 			t.Fatalf("move %s: %+v", m.Spec.ID, m)
+		}
+		if got := PauseStepsText(m.PauseSteps); got != "drain 30ms, publish 10ms" {
+			t.Fatalf("move %s: pause steps %q, want the cutover's", m.Spec.ID, got)
 		}
 		if got := phasesOf(m); !equal(got, want) {
 			t.Fatalf("move %s walked %v, want %v", m.Spec.ID, got, want)

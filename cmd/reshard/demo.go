@@ -469,7 +469,11 @@ func (s demoSummary) print(out io.Writer) {
 		fmt.Fprintf(w, "write pause\tp50 %s, p99 %s, max %s over %d cutovers\n", pct(pauses, 0.50), pct(pauses, 0.99), pauses[len(pauses)-1].Round(time.Millisecond), len(pauses))
 	}
 	for _, m := range st.Moves {
-		fmt.Fprintf(w, "  %s → %s\t%s, %d rows copied, write pause %s\n", m.Spec.Source, m.Spec.Target, m.Phase, m.RowsCopied, m.PauseText())
+		pause := m.PauseText()
+		if len(m.PauseSteps) > 0 {
+			pause += " (" + workflows.PauseStepsText(m.PauseSteps) + ")"
+		}
+		fmt.Fprintf(w, "  %s → %s\t%s, %d rows copied, write pause %s\n", m.Spec.Source, m.Spec.Target, m.Phase, m.RowsCopied, pause)
 	}
 	var worst float64
 	var etaParts []string
