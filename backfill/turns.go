@@ -11,9 +11,9 @@ import (
 // smallest. A table ahead of one still copying waits for it, even with
 // turns free: the one behind may be busy reading a slow chunk or waiting for
 // its writer, and the free turns would let the others run away from it.
-// Every table of a copy then advances at the same pace, so the
-// mix of rows being copied is the same from the first chunk to the last,
-// and so is the copy's rate. Copied table after table, a demo move of
+// Every table of a copy then advances at the same pace, so the mix of rows
+// being copied is the same from the first chunk to the last, and so is the
+// copy's rate. Copied table after table, a demo move of
 // narrow orders and wide users ran at 16k rows/s for the orders and 5k for
 // the users that followed, and an ETA made from the first rate came out
 // 38-46% short; nothing seen before the first table ends tells what the
@@ -49,8 +49,8 @@ type lane struct {
 const turnsPerUnit = 3
 
 // behind is how far the lane has gone: its share of the estimate, or past
-// every estimated lane when it has none (it is copied when they wait on
-// their writers or are done), its rows breaking ties.
+// every estimated lane when it has none (it is copied once they are done),
+// its rows breaking ties.
 func (l *lane) behind() (float64, int64) {
 	if l.est <= 0 {
 		return math.Inf(1), l.rows
@@ -133,11 +133,12 @@ func (t *turns) give() {
 }
 
 // count adds rows to lane l: a chunk read, or what an earlier run of the
-// copy left.
+// copy left. A lane that waited for l may go now.
 func (t *turns) count(l *lane, rows int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l.rows += rows
+	t.dispatch()
 }
 
 // dispatch grants the free turns to the waiting lanes furthest behind,
