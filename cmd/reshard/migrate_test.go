@@ -693,3 +693,28 @@ func TestEndedBadly(t *testing.T) {
 		}
 	}
 }
+
+// Between two copy slices, or past the last one, status takes the copy's
+// progress from the move's own state when the migration's is behind it.
+func TestNewerCopyBetweenSlices(t *testing.T) {
+	copying := []*workflowpb.PendingActivityInfo{{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityCopySlice}}}
+	cdcOnly := []*workflowpb.PendingActivityInfo{{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityRunCDC}}}
+	if !sliceRunning(copying) || sliceRunning(cdcOnly) || sliceRunning(nil) {
+		t.Fatal("sliceRunning does not tell a running copy slice")
+	}
+	end := time.Now().Add(time.Minute)
+	spec := workflows.MoveSpec{ID: "m1", EstRows: 150_000}
+	m := workflows.MoveState{Spec: spec, Phase: workflows.PhaseSnapshotCopy} // the migration has heard of no slice yet
+	newerCopy(&m, workflows.MoveState{Spec: spec, RowsCopied: 148_000, BytesCopied: 9_000, CopyDone: true, CopyEnd: end})
+	if m.RowsCopied != 148_000 || m.BytesCopied != 9_000 || !m.CopyDone || !m.CopyEnd.Equal(end) || m.Phase != workflows.PhaseSnapshotCopy {
+		t.Errorf("after the move's state: %+v", m)
+	}
+	newerCopy(&m, workflows.MoveState{Spec: spec, RowsCopied: 1_000}) // older than what is shown
+	if m.RowsCopied != 148_000 {
+		t.Errorf("an older count replaced a newer one: %d rows", m.RowsCopied)
+	}
+	newerCopy(&m, workflows.MoveState{Spec: workflows.MoveSpec{ID: "m2"}, RowsCopied: 200_000})
+	if m.RowsCopied != 148_000 {
+		t.Errorf("another move's count was taken: %d rows", m.RowsCopied)
+	}
+}

@@ -201,8 +201,19 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 	st.Retrying = retryText(describe(wfID), now)
 	for i := range st.Moves {
 		if m := &st.Moves[i]; !m.Phase.Terminal() {
-			pending := describe(workflows.MoveWorkflowID(wfID, m.Spec.ID))
+			moveID := workflows.MoveWorkflowID(wfID, m.Spec.ID)
+			pending := describe(moveID)
 			m.Retrying = retryText(pending, now)
+			if m.Phase == workflows.PhaseSnapshotCopy && !sliceRunning(pending) {
+				// Between two slices, or past the last one: the move has
+				// counted the slice's rows, the migration may not have heard
+				// yet (it showed 0 rows copied for a second at the end of a
+				// demo copy).
+				var own workflows.MoveState
+				if v, err := tc.QueryWorkflow(ctx, moveID, "", workflows.QueryState); err == nil && v.Get(&own) == nil {
+					newerCopy(m, own)
+				}
+			}
 			rows, end := sliceProgress(pending)
 			m.RowsCopied += rows
 			if !end.IsZero() {
@@ -213,6 +224,25 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 			}
 		}
 	}
+}
+
+// sliceRunning reports a copy slice among the pending activities.
+func sliceRunning(pending []*workflowpb.PendingActivityInfo) bool {
+	for _, a := range pending {
+		if a.GetActivityType().GetName() == workflows.ActivityCopySlice {
+			return true
+		}
+	}
+	return false
+}
+
+// newerCopy takes the copy's progress from the move's own state when it is
+// further on than the migration's copy of it.
+func newerCopy(m *workflows.MoveState, own workflows.MoveState) {
+	if own.Spec.ID != m.Spec.ID || own.RowsCopied < m.RowsCopied {
+		return
+	}
+	m.RowsCopied, m.BytesCopied, m.CopyDone, m.CopyEnd = own.RowsCopied, own.BytesCopied, own.CopyDone, own.CopyEnd
 }
 
 // sliceProgress is what the running copy slice has committed so far and
