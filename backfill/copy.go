@@ -45,12 +45,12 @@ type Options struct {
 	// Throttle, when set, is used instead of RowsPerSec/BytesPerSec: keep it
 	// to change the limits while the copy runs.
 	Throttle *Throttle
-	// Parallel is the number of chunk reads at once (default 1), and of
-	// units of one table copied at once. The tables of the set are copied
-	// side by side, each unit on its own target connection, their reads
-	// taking turns: the next goes to the table furthest behind its share of
-	// TableRows, so all of them end together and the copy's rate stays what
-	// it was at its start (see turns).
+	// Parallel is the number of units of one table copied at once (default
+	// 1). The tables of the set are copied side by side, their chunks taking
+	// turns, three per unit of Parallel: the next goes to the table furthest
+	// behind its share of TableRows, so all of them end together and the
+	// copy's rate stays what it was at its start (see turns). A unit takes a
+	// source connection to read a chunk and a target one to write it.
 	Parallel int
 	// TableRows is each table's estimated rows in the moving ranges, by
 	// tableset.Table.String() (the plan's estimate). Without it the tables
