@@ -90,6 +90,11 @@ type Activities struct {
 
 	rates copyRates // the copies' rate windows, from slice to slice
 
+	// LiveThrottle, when set, returns the throttle the move workflow whose
+	// id it is given has in force now (the worker queries it): a running
+	// verify, CLEANUP or rollback follows it. Set before the worker starts.
+	LiveThrottle func(ctx context.Context, workflowID string) (workflows.Throttle, error)
+
 	// SQLCatchUpBytes is the CDC lag past which a stream catches up by SQL
 	// peeks of its slot (cdc.Options.PeekCatchUpBytes): 0 for the default,
 	// negative for never. Set before the worker starts.

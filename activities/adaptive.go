@@ -1,9 +1,11 @@
 package activities
 
 import (
+	"context"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/activity"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/workflows"
@@ -21,11 +23,8 @@ func (a *Activities) adaptive(move string, limits *workflows.AdaptiveThrottle, f
 	fixed, _ := th.Limits()
 	ad := &backfill.Adaptive{
 		Throttle: th, Move: move, Logger: a.log.With("move", move), Metrics: a.metrics.Backfill,
-		Reader: &backfill.PGSignals{Source: source, Target: target, Slot: slot, ProbeSQL: limits.ProbeQuery},
-		Controller: backfill.Controller{Max: fixed, Limits: backfill.AdaptiveLimits{
-			MaxLatencyIncrease: limits.MaxLatencyIncrease, MaxProbeLatency: limits.MaxProbeLatency,
-			MaxActiveBackends: limits.MaxActiveBackends, MaxReplicaLag: limits.MaxReplicaLag, MaxSlotWAL: limits.MaxSlotWAL,
-		}},
+		Reader:     &backfill.PGSignals{Source: source, Target: target, Slot: slot, ProbeSQL: limits.ProbeQuery},
+		Controller: backfill.Controller{Max: fixed, Limits: adaptiveLimits(limits)},
 	}
 	ad.Rebaseline = Rebaseline
 	if from != nil {
@@ -57,3 +56,79 @@ func adaptiveStatus(ad *backfill.Adaptive) *workflows.AdaptiveStatus {
 // baselines again, the work held for about 1.5 s meanwhile (0.5 % of the
 // time): the shards' own load drifts over a long copy.
 const Rebaseline = 5 * time.Minute
+
+// adaptiveLimits are the operator's limits as the Controller takes them.
+func adaptiveLimits(l *workflows.AdaptiveThrottle) backfill.AdaptiveLimits {
+	if l == nil {
+		return backfill.AdaptiveLimits{}
+	}
+	return backfill.AdaptiveLimits{MaxLatencyIncrease: l.MaxLatencyIncrease, MaxProbeLatency: l.MaxProbeLatency,
+		MaxActiveBackends: l.MaxActiveBackends, MaxReplicaLag: l.MaxReplicaLag, MaxSlotWAL: l.MaxSlotWAL}
+}
+
+// ThrottleFollowInterval is how often a running verify, CLEANUP or
+// rollback asks its move for the throttle in force.
+var ThrottleFollowInterval = 2 * time.Second
+
+// follow keeps a running work's throttle at the one its move's workflow has
+// in force (asked through LiveThrottle every ThrottleFollowInterval), from
+// started, the throttle the work started with, until the returned stop is
+// called: the rows/s of th when rows is true (verify's; CLEANUP and a
+// rollback have none), and the limits of ad. An adaptive throttle that was
+// off when the work started stays off until its next start (its baselines
+// were not measured). Without LiveThrottle, or outside an activity, it
+// does nothing.
+func (a *Activities) follow(ctx context.Context, started workflows.Throttle, th *backfill.Throttle, rows bool, ad *backfill.Adaptive) (stop func()) {
+	if a.LiveThrottle == nil || !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	id := activity.GetInfo(ctx).WorkflowExecution.ID
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(ThrottleFollowInterval)
+		defer t.Stop()
+		last := started
+		for {
+			select {
+			case <-fctx.Done():
+				return
+			case <-t.C:
+			}
+			now, err := a.LiveThrottle(fctx, id)
+			if err != nil {
+				continue // the limits in force stay
+			}
+			changed := false
+			if rows && now.RowsPerSec != last.RowsPerSec {
+				th.SetLimits(now.RowsPerSec, 0)
+				changed = true
+			}
+			if ad != nil && (!sameAdaptive(now.Adaptive, last.Adaptive) || rows && now.RowsPerSec != last.RowsPerSec) {
+				var ceiling float64
+				if rows {
+					ceiling = now.RowsPerSec
+				}
+				ad.Retune(adaptiveLimits(now.Adaptive), ceiling)
+				changed = true
+			}
+			if changed {
+				a.log.Info("throttle changed while the work runs", "workflow", id, "rows_per_sec", now.RowsPerSec,
+					"adaptive", now.Adaptive.Enabled())
+			}
+			last = now
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+func sameAdaptive(a, b *workflows.AdaptiveThrottle) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}

@@ -401,6 +401,7 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 	// rate is not the copy's) against the copy's baselines.
 	th := backfill.NewThrottle(in.RowsPerSec, 0)
 	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, in.Baseline, false, th, s.src, s.dst, "")
+	defer a.follow(ctx, workflows.Throttle{RowsPerSec: in.RowsPerSec, Adaptive: in.Adaptive}, th, true, ad)()
 	// A throttled chunk may take longer than the heartbeat timeout.
 	stop := keepBeating(ctx, 5*time.Second, func() any { return beats{map[string]int64{"chunks": chunks.Load()}, adaptiveStatus(ad)} })
 	defer stop()
@@ -662,6 +663,7 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 	// copy's source baseline; no slot is left by then.
 	th := backfill.NewThrottle(0, 0)
 	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, in.Baseline, false, th, s.src, nil, "")
+	defer a.follow(ctx, workflows.Throttle{Adaptive: in.Adaptive}, th, false, ad)()
 	stop := keepBeating(ctx, 5*time.Second, func() any {
 		return beats{"cleaning up: deleting moved rows from the old owner", adaptiveStatus(ad)}
 	})
@@ -722,6 +724,7 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error 
 	// that shard under its own writes).
 	th := backfill.NewThrottle(0, 0)
 	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, nil, false, th, s.dst, nil, "")
+	defer a.follow(ctx, workflows.Throttle{Adaptive: in.Adaptive}, th, false, ad)()
 	o := rollback.Options{Store: store, Control: control, Old: old, VerifyRunIDs: in.VerifyRunIDs, Budget: in.Budget,
 		MigrationID: in.Move.MigrationID, Logger: a.log.With("move", in.Move.Spec.ID), Throttle: th}
 	stop := keepBeating(ctx, 5*time.Second, func() any { return beats{"rolling back", adaptiveStatus(ad)} })

@@ -159,8 +159,38 @@ type Adaptive struct {
 	Logger     *slog.Logger
 	Metrics    *Metrics
 
-	mu    sync.Mutex
-	state AdaptiveState
+	mu     sync.Mutex
+	state  AdaptiveState
+	retune *retune // limits to take at the next step
+}
+
+type retune struct {
+	limits AdaptiveLimits
+	max    float64
+}
+
+// Retune replaces the Controller's limits and its rows/s ceiling (0: none)
+// while Run steps it: a throttle change the operator made while the work
+// runs. The next step follows them. A nil a does nothing.
+func (a *Adaptive) Retune(limits AdaptiveLimits, maxRowsPerSec float64) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.retune = &retune{limits: limits, max: maxRowsPerSec}
+}
+
+// takeRetune applies a pending Retune (from Run's goroutine, which alone
+// steps the Controller).
+func (a *Adaptive) takeRetune() {
+	a.mu.Lock()
+	r := a.retune
+	a.retune = nil
+	a.mu.Unlock()
+	if r != nil {
+		a.Controller.Limits, a.Controller.Max = r.limits, r.max
+	}
 }
 
 // AdaptiveState is what the adaptive throttle did last.
@@ -293,6 +323,7 @@ func (a *Adaptive) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+		a.takeRetune()
 		if a.Rebaseline > 0 && a.Controller.Limits.MaxLatencyIncrease > 0 && time.Since(a.MeasuredAt) >= a.Rebaseline {
 			a.rebaseline(ctx, log)
 			a.MeasuredAt = time.Now() // a failed measurement is not tried again at once

@@ -317,3 +317,37 @@ func TestAdaptiveRebaseline(t *testing.T) {
 		t.Fatalf("after measuring again: baseline %s, state %+v", a.Controller.SourceBaseline, s)
 	}
 }
+
+// A throttle change while the work runs: Retune's limits and ceiling hold
+// from the next step. Held at the floor by active backends over their
+// limit, the work is let go when the limit is raised, up to the new
+// ceiling.
+func TestAdaptiveRetune(t *testing.T) {
+	sig := &fakeSignals{s: Signals{ActiveBackends: 20, SlotWAL: -1}}
+	th := NewThrottle(0, 0)
+	a := &Adaptive{Throttle: th, Reader: sig, Interval: 10 * time.Millisecond, Move: "m_retune",
+		Controller: Controller{Limits: AdaptiveLimits{MaxActiveBackends: 10}, Min: 100}}
+	var held, after AdaptiveState
+	err := a.With(context.Background(), func(ctx context.Context) error {
+		time.Sleep(300 * time.Millisecond)
+		held = a.State()
+		a.Retune(AdaptiveLimits{MaxActiveBackends: 100}, 5000)
+		time.Sleep(500 * time.Millisecond)
+		after = a.State()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held.Signal != SignalActive || held.RowsPerSec != 100 {
+		t.Fatalf("before the change: %+v; want held at the floor by active backends", held)
+	}
+	if after.Signal != SignalNone || after.RowsPerSec <= 100 || after.RowsPerSec > 5000 {
+		t.Fatalf("after raising the limit to 100 backends and the ceiling to 5000 rows/s: %+v", after)
+	}
+	if a.Controller.Limits.MaxActiveBackends != 100 || a.Controller.Max != 5000 {
+		t.Fatalf("controller limits %+v, max %g", a.Controller.Limits, a.Controller.Max)
+	}
+	var nilA *Adaptive
+	nilA.Retune(AdaptiveLimits{}, 0) // no adaptive throttle: nothing to do
+}

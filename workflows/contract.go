@@ -21,6 +21,10 @@ const (
 
 	// QueryState returns a MigrationState (parent) or a MoveState (child).
 	QueryState = "state"
+	// QueryThrottle returns the Throttle a move's work runs under now (the
+	// Move workflow): a running verify, CLEANUP or rollback asks it, and so
+	// takes a throttle change while it runs.
+	QueryThrottle = "throttle-in-force"
 
 	UpdatePause    = "pause"           // no args
 	UpdateResume   = "resume"          // no args

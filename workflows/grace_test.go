@@ -113,3 +113,33 @@ func TestGracePeriodJSON(t *testing.T) {
 		t.Errorf("explicit 0 encodes as %s (%v), want grace_period 0", b, err)
 	}
 }
+
+// A move answers the throttle it has in force: the request's, then the
+// operator's change (a running verify, CLEANUP or rollback asks it).
+func TestMoveAnswersItsThrottle(t *testing.T) {
+	env, _ := newEnv(t)
+	req := testRequest()
+	req.Throttle = Throttle{RowsPerSec: 500}
+	changed := Throttle{RowsPerSec: 2000, Adaptive: &AdaptiveThrottle{MaxActiveBackends: 8}}
+	ask := func() Throttle {
+		var th Throttle
+		v, err := env.QueryWorkflow(QueryThrottle)
+		if err != nil || v.Get(&th) != nil {
+			t.Errorf("query %s: %v", QueryThrottle, err)
+		}
+		return th
+	}
+	env.RegisterDelayedCallback(func() {
+		if got := ask(); got.RowsPerSec != 500 || got.Adaptive != nil {
+			t.Errorf("throttle in force %+v, want the request's 500 rows/s", got)
+		}
+		env.SignalWorkflow(SignalControl, MoveControl{Op: UpdateThrottle, Throttle: &changed})
+	}, time.Second)
+	env.RegisterDelayedCallback(func() {
+		if got := ask(); got.RowsPerSec != 2000 || got.Adaptive == nil || got.Adaptive.MaxActiveBackends != 8 {
+			t.Errorf("throttle in force %+v after the change, want %+v", got, changed)
+		}
+	}, 2*time.Second)
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: req, Spec: testPlan().Moves[0]})
+	result[MoveState](t, env)
+}

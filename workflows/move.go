@@ -110,6 +110,9 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 	if err := workflow.SetQueryHandler(ctx, QueryState, func() (MoveState, error) { return m.state, nil }); err != nil {
 		return m.state, err
 	}
+	if err := workflow.SetQueryHandler(ctx, QueryThrottle, func() (Throttle, error) { return m.throttle, nil }); err != nil {
+		return m.state, err
+	}
 	ch := workflow.GetSignalChannel(ctx, SignalControl)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {

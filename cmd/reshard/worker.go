@@ -127,6 +127,16 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, wf 
 		return fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is it running? (reshard dev status)", cfg.Temporal.Address, cfg.Temporal.Namespace, err)
 	}
 	defer tc.Close()
+	acts.LiveThrottle = func(ctx context.Context, workflowID string) (workflows.Throttle, error) {
+		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		var t workflows.Throttle
+		v, err := tc.QueryWorkflow(qctx, workflowID, "", workflows.QueryThrottle)
+		if err == nil {
+			err = v.Get(&t)
+		}
+		return t, err
+	}
 
 	// An activity learns that the workflow cancelled it (a phase is over, a
 	// rollback) from the answer to a heartbeat, and the SDK holds heartbeats
