@@ -396,6 +396,15 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 			return err
 		}
 		n := c.throttle.ChunkRows(c.opts.ChunkRows, rowBytes)
+		if n < c.opts.ChunkRows {
+			// A second of the throttle is shared by the units reading side
+			// by side (each table's, Parallel of each): each read waits for
+			// its rows after reading them, and a chunk still waiting when a
+			// copy slice ends is thrown away. A second's worth each made
+			// three tables at 100 rows/s copy nothing in 2 s slices
+			// (TestThrottledTablesKeepTheRateInShortSlices).
+			n = max(1, n/(c.turns.copying()*c.opts.Parallel))
+		}
 		if err := c.turns.take(ctx, u.lane); err != nil {
 			return err
 		}

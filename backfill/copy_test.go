@@ -836,3 +836,28 @@ func TestTablesCopyOnASmallPool(t *testing.T) {
 	}
 	f.expectCopied(t)
 }
+
+// Tables copied side by side under a rows/s throttle share its second's
+// worth of rows per chunk: in 2 s slices, where a chunk still waiting for
+// the throttle at the slice's end is thrown away, the copy keeps most of the
+// throttle's rate (a second's worth each, three tables copied at a third
+// of it).
+func TestThrottledTablesKeepTheRateInShortSlices(t *testing.T) {
+	f := newFixture(t, 3000)
+	opts := f.opts("slices-tables")
+	opts.Parallel, opts.ChunkRows, opts.RowsPerSec = 1, 500, 100
+	const slices = 3
+	for range slices {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
+		cancel()
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatal(err)
+		}
+	}
+	rows, _, _ := checkpointRows(t, f, "slices-tables")
+	t.Logf("%d rows in %d slices of 2 s at 100 rows/s", rows, slices)
+	if want := int64(0.6 * slices * 2 * 100); rows < want {
+		t.Fatalf("%d rows copied in %d slices of 2 s at 100 rows/s; want at least %d", rows, slices, want)
+	}
+}

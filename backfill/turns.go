@@ -124,6 +124,19 @@ func (t *turns) take(ctx context.Context, l *lane) error {
 	}
 }
 
+// copying is the number of lanes that have not left.
+func (t *turns) copying() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, l := range t.lanes {
+		if !l.left {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
 // give ends a turn.
 func (t *turns) give() {
 	t.mu.Lock()

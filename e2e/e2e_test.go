@@ -110,13 +110,24 @@ var forceSQLCatchUp = []string{"--cdc-sql-catch-up-bytes", "1"}
 
 // sqlCatchUps counts the catch-ups by SQL peeks in the workers' logs.
 func (c *cluster) sqlCatchUps() int {
-	return strings.Count(c.workerLogs(), `msg="cdc catching up by SQL peeks"`)
+	return strings.Count(c.allWorkerLogs(), `msg="cdc catching up by SQL peeks"`)
 }
 
 // readAheadCatchUps counts those that read a copy of the slot ahead of the
 // applier (not peeking it in place): the attribute is that line's alone.
 func (c *cluster) readAheadCatchUps() int {
-	return strings.Count(c.workerLogs(), `read_ahead=true`)
+	return strings.Count(c.allWorkerLogs(), `read_ahead=true`)
+}
+
+// allWorkerLogs is every line every worker logged (workerLogs is the part
+// worth printing).
+func (c *cluster) allWorkerLogs() string {
+	var b strings.Builder
+	for i := 1; i <= c.nWorkers; i++ {
+		out, _ := os.ReadFile(filepath.Join(c.dir, fmt.Sprintf("worker%d.log", i)))
+		b.Write(out)
+	}
+	return b.String()
 }
 
 func newCluster(t *testing.T, users int) *cluster { return newClusterOn(t, users, 0) }
@@ -857,12 +868,18 @@ func TestVerifyFailureRolledBack(t *testing.T) {
 // TestRollbackDuringGrace cuts every move over, then rolls the migration
 // back from GRACE: the reverse cutover must bring every write made on the
 // new shard back to the old owners (reverse CDC) and restore the old ring.
-func TestRollbackDuringGrace(t *testing.T) {
+func TestRollbackDuringGrace(t *testing.T) { rollbackDuringGrace(t, "e2e_grb", nil) }
+
+// rollbackDuringGrace runs TestRollbackDuringGrace as migration id, with
+// adaptive limits when given (copy, verify and the rollback's deletes run
+// under the adaptive throttle then).
+func rollbackDuringGrace(t *testing.T, id string, adaptive *workflows.AdaptiveThrottle) {
 	c := newCluster(t, 5_000)
 	c.startWorker()
 	c.startWriters()
-	req := c.request("e2e_grb")
+	req := c.request(id)
 	req.GracePeriod = new(10 * time.Minute)
+	req.Throttle.Adaptive = adaptive
 	run := c.start(req)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
@@ -882,7 +899,7 @@ func TestRollbackDuringGrace(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{UpdateID: "rollback-grb", WorkflowID: run.GetID(),
+	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{UpdateID: "rollback-" + id, WorkflowID: run.GetID(),
 		UpdateName: workflows.UpdateRollback, WaitForStage: client.WorkflowUpdateStageCompleted})
 	var msg string
 	if err == nil {
@@ -894,7 +911,11 @@ func TestRollbackDuringGrace(t *testing.T) {
 	t.Logf("rollback: %s", msg)
 	st := c.wait(run, time.Until(deadline)+time.Minute)
 	c.stopWriters()
-	c.recordHistories(st, "grace-rollback")
+	name := "grace-rollback"
+	if adaptive != nil {
+		name += "-adaptive"
+	}
+	c.recordHistories(st, name)
 	if st.Phase != workflows.PhaseRolledBack {
 		t.Fatalf("migration ended %s", st.Phase)
 	}
