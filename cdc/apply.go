@@ -292,9 +292,13 @@ type target struct {
 	// inflight is the last flush, sent but not yet answered: the target
 	// executes it while the stream receives and decodes what follows.
 	inflight *inflight
-	// counters since the last commit
+	// written: the rows sent in the open transaction (deletes, updates
+	// and upserts, one per key and flush).
 	written int
 }
+
+// batchRows is the rows the open batch writes: sent, and pending.
+func (tg *target) batchRows() int { return tg.written + tg.npend }
 
 // inflight is one flush of one table in pipeline mode: its statements
 // (deletes, then updates, then upserts) followed by a Sync.

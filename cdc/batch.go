@@ -105,7 +105,6 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 }
 
 func (r *runner) counted(k ChangeKind) {
-	r.batchChanges++
 	r.s.mChanges[k].Inc()
 }
 
@@ -142,7 +141,7 @@ func (r *runner) commitBatch(ctx context.Context) error {
 	r.s.notify()
 	r.s.mu.Unlock()
 	r.txnMarkers = r.txnMarkers[:0]
-	r.batchTxns, r.batchChanges = 0, 0
+	r.batchTxns = 0
 	r.committedEnd, r.committedCommit = r.lastEnd, r.lastCommit
 	r.mLag(r.lastCommitTime)
 	return nil

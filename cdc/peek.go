@@ -273,7 +273,7 @@ func (r *runner) resetDecoding() {
 func (r *runner) rewindToCommitted(ctx context.Context) {
 	r.tg.rollback(ctx)
 	r.resetDecoding()
-	r.batchTxns, r.batchChanges = 0, 0
+	r.batchTxns = 0
 	r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
 }
 

@@ -39,7 +39,7 @@ func insideUsers(n int, from int64) []int64 {
 // before the marker is one target transaction.
 func oneBatch(o Options, stageMin int) Options {
 	o.StageMinRows = stageMin
-	o.BatchChanges = 1 << 30
+	o.BatchRows = 1 << 30
 	o.BatchDelay = time.Hour
 	o.FlushRows = 1 << 20
 	return o
@@ -308,7 +308,7 @@ func TestCatchUpBatches(t *testing.T) {
 		catchUp time.Duration
 	}{{"catch-up", time.Minute}, {"off", time.Millisecond}} {
 		o := e.options()
-		o.BatchDelay, o.CatchUpBatchDelay, o.BatchChanges = time.Millisecond, c.catchUp, 1<<30
+		o.BatchDelay, o.CatchUpBatchDelay, o.BatchRows = time.Millisecond, c.catchUp, 1<<30
 		if c.name == "off" {
 			o.Move, o.Slot, o.Origin, o.StartLSN = "off", off.Slot, off.Origin, offL0
 		}
@@ -323,5 +323,40 @@ func TestCatchUpBatches(t *testing.T) {
 	t.Logf("batches: %v", batches)
 	if batches["catch-up"] > 3 || batches["off"] < 10 {
 		t.Errorf("batches for a backlog of 3000 transactions: %v with catch-up batching, %v without; want <= 3 and >= 10", batches["catch-up"], batches["off"])
+	}
+}
+
+// TestHotKeyBatchesCountRowsWritten: a batch is bounded by the rows it
+// writes, not by the changes it receives. A backlog of 3,000 updates of 50
+// keys writes each key once per batch, so with BatchRows 100 it fits one
+// batch (ended by the marker's commit); counted by changes received, it
+// took one per 100 changes in the ranges. (The updates set the TOASTed
+// payload: an update that leaves it unchanged is written by itself, see
+// target.partial.)
+func TestHotKeyBatchesCountRowsWritten(t *testing.T) {
+	e := newEnv(t, "hotbatch", usersOnly...)
+	seedSource(t, e)
+	owned := seedTargetOwned(t, e)
+	e.createSlot(t)
+	e.copyRanges(t)
+	e.src.Exec(t, `DO $$ BEGIN FOR i IN 1..3000 LOOP
+		UPDATE users SET balance = balance + 1, payload = 'p' || i WHERE id = i % 50 + 1; COMMIT;
+	END LOOP; END $$`)
+	o := e.options()
+	o.BatchDelay, o.CatchUpBatchDelay, o.BatchRows, o.FlushRows = time.Millisecond, time.Minute, 100, 1000
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyToMarker(t, e, s)
+	assertConverged(t, e, owned)
+	changes := counterValue(s.mChanges[Update])
+	batches := counterValue(s.mBatches)
+	t.Logf("%v updates applied in %v target transactions", changes, batches)
+	if changes < 1000 {
+		t.Fatalf("%v updates in the ranges applied, want most of 3000 (is the test's key range still moving?)", changes)
+	}
+	if batches > 2 {
+		t.Errorf("%v target transactions for %v updates of at most 50 keys with BatchRows 100, want <= 2", batches, changes)
 	}
 }

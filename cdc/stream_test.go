@@ -124,7 +124,7 @@ func (e *env) copyRanges(t *testing.T) {
 func (e *env) options() Options {
 	o := Options{Move: "test", SourceReplicationDSN: e.src.ReplicationDSN(), TargetDSN: e.dst.DSN + "&application_name=reshard_cdc_test",
 		Slot: e.names.Slot, Publication: e.names.Publication, Origin: e.names.Origin, StartLSN: e.l0, Set: e.set, Ranges: testRanges,
-		BatchChanges: 500, BatchDelay: 20 * time.Millisecond, FlushRows: 300, StatusInterval: 500 * time.Millisecond}
+		BatchRows: 500, BatchDelay: 20 * time.Millisecond, FlushRows: 300, StatusInterval: 500 * time.Millisecond}
 	if e.tweak != nil {
 		e.tweak(&o)
 	}
