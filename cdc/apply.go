@@ -261,6 +261,10 @@ type pendingOp struct {
 	// other operation on the key pending before it, so the target row is
 	// expected to exist and the staged path writes it by UPDATE.
 	update bool
+	// partial: an update of the key's row that did not send its unchanged
+	// TOAST columns (ColUnchanged in row), which only sets the columns
+	// sent (partial.go).
+	partial bool
 }
 
 // pendingTable collects a table's full-row operations until they are flushed
@@ -353,7 +357,7 @@ func (tg *target) pendingRow(p *tablePlan, pk []string) []Col {
 	if pt == nil {
 		return nil
 	}
-	if op := pt.ops[pkMapKey(pk)]; op != nil && op.upsert {
+	if op := pt.ops[pkMapKey(pk)]; op != nil && (op.upsert || op.partial) {
 		return op.row
 	}
 	return nil
@@ -432,6 +436,12 @@ func textArrayParams(arrs []textArray) (vals [][]byte, oids []uint32) {
 func (tg *target) flushTable(ctx context.Context, p *tablePlan) error {
 	pt := tg.pending[p]
 	if pt == nil || len(pt.order) == 0 {
+		return nil
+	}
+	if err := tg.flushPartials(ctx, p, pt); err != nil {
+		return err
+	}
+	if len(pt.order) == 0 {
 		return nil
 	}
 	if err := tg.begin(ctx); err != nil {

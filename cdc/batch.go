@@ -68,24 +68,29 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 			return fmt.Errorf("%s of %s: primary key not sent", c.Kind, p.t)
 		}
 		r.counted(c.Kind)
+		samePK := pkMapKey(oldPK) == pkMapKey(newPK)
 		if hasUnchanged(newRow) {
 			// Unchanged TOAST values carried over from the key's image
-			// pending in this batch; without one, only the sent columns
-			// are set.
-			prev := r.tg.pendingRow(p, oldPK)
-			if prev == nil {
-				return r.tg.partial(ctx, p, oldPK, newRow)
-			}
-			merged := make([]Col, len(newRow))
-			for i, c := range newRow {
-				if c.Kind == ColUnchanged {
-					c = prev[i]
+			// pending in this batch; those it lacks too stay as the target
+			// has them: only the sent columns are set.
+			if prev := r.tg.pendingRow(p, oldPK); prev != nil {
+				merged := make([]Col, len(newRow))
+				for i, c := range newRow {
+					if c.Kind == ColUnchanged {
+						c = prev[i]
+					}
+					merged[i] = c
 				}
-				merged[i] = c
+				newRow = merged
 			}
-			newRow = merged
+			if hasUnchanged(newRow) {
+				if !samePK || c.Kind != Update {
+					return r.tg.partial(ctx, p, oldPK, newRow) // rare: written at once
+				}
+				r.tg.add(p, &pendingOp{pk: newPK, row: newRow, partial: true})
+				return nil
+			}
 		}
-		samePK := pkMapKey(oldPK) == pkMapKey(newPK)
 		if !samePK {
 			r.tg.add(p, &pendingOp{pk: oldPK})
 		}

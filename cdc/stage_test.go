@@ -92,12 +92,13 @@ func TestBatchSemantics(t *testing.T) {
 			owned := seedTargetOwned(t, e)
 			e.createSlot(t)
 			e.copyRanges(t)
-			in := insideUsers(8, 1)
+			in := insideUsers(11, 1)
 			fresh := insideUsers(4, 10_000_000)
 			out := outsideUsers(2, 20_000_000)
 			// e6: the copy has not reached it yet (the source's UPDATE
 			// finds no target row).
 			e.dst.Exec(t, "DELETE FROM users WHERE id = $1", in[6])
+			e.dst.Exec(t, "DELETE FROM users WHERE id = $1", in[8])
 			for _, q := range []struct {
 				sql  string
 				args []any
@@ -119,6 +120,14 @@ func TestBatchSemantics(t *testing.T) {
 				{"UPDATE users SET email = 'e1' WHERE id = $1", []any{in[1]}},
 				// no earlier image: the TOAST column is left as it is
 				{"UPDATE users SET balance = balance + 3 WHERE id = $1", []any{in[2]}},
+				// ... and twice: the second image takes the first's columns
+				{"UPDATE users SET balance = balance + 4 WHERE id = $1", []any{in[9]}},
+				{"UPDATE users SET email = 'e9' WHERE id = $1", []any{in[9]}},
+				// ... then deleted
+				{"UPDATE users SET balance = balance + 5 WHERE id = $1", []any{in[10]}},
+				{"DELETE FROM users WHERE id = $1", []any{in[10]}},
+				// ... on a row the copy has not reached: read from the source
+				{"UPDATE users SET balance = balance + 6 WHERE id = $1", []any{in[8]}},
 				// the key leaves the ranges: a delete on the target
 				{"UPDATE users SET balance = balance + 1 WHERE id = $1", []any{in[3]}},
 				{"UPDATE users SET id = $2 WHERE id = $1", []any{in[3], out[0]}},
@@ -154,7 +163,7 @@ func TestBatchSemantics(t *testing.T) {
 			if (path.stageMin == 1) != (staged > 0) {
 				t.Errorf("%v staged flushes on the %s path", staged, path.name)
 			}
-			for _, id := range []int64{fresh[1], in[0], in[3], in[4]} {
+			for _, id := range []int64{fresh[1], in[0], in[3], in[4], in[10]} {
 				if n := e.dst.QueryInt64(t, "SELECT count(*) FROM users WHERE id = $1", id); n != 0 {
 					t.Errorf("user %d should be gone from the target", id)
 				}
@@ -168,19 +177,23 @@ func TestBatchSemantics(t *testing.T) {
 
 // TestStagedCollisionStops: a change whose key the target holds outside the
 // moving ranges stops the stream with a CollisionError, whether it arrives
-// as an INSERT or as an UPDATE (which the staged path writes by UPDATE), and
+// as an INSERT, as an UPDATE (which the staged path writes by UPDATE) or as
+// an UPDATE that left a TOASTed column out (a partial update), and
 // the whole batch is rolled back with its origin progress: the rows and the
 // applied position stay those of the last committed batch.
 func TestStagedCollisionStops(t *testing.T) {
 	for _, path := range applyPaths {
-		for _, kind := range []string{"insert", "update"} {
+		for _, kind := range []string{"insert", "update", "partial"} {
 			t.Run(path.name+"/"+kind, func(t *testing.T) {
 				e := newEnv(t, "col"+path.name+kind, usersOrders...)
 				seedSource(t, e)
 				outside := outsideUsers(1, 1)[0]
 				in := insideUsers(12, 1)
-				if kind == "update" { // a source row the copy skipped: the target has its own 9001
+				switch kind { // a source row the copy skipped: the target has its own 9001
+				case "update":
 					e.src.Exec(t, "INSERT INTO orders VALUES (9001, $1, 7, 'theirs')", in[0])
+				case "partial": // updated below with its TOASTed note unchanged
+					e.src.Exec(t, "INSERT INTO orders VALUES (9001, $1, 7, "+bigSQL+")", in[0])
 				}
 				e.createSlot(t)
 				e.copyRanges(t)
@@ -200,9 +213,12 @@ func TestStagedCollisionStops(t *testing.T) {
 				}
 				// The next batch: good changes, then the collision.
 				e.src.Exec(t, "UPDATE users SET email = 'second' WHERE id = ANY($1)", in[1:])
-				if kind == "update" {
+				switch kind {
+				case "update":
 					e.src.Exec(t, "UPDATE orders SET note = 'theirs2' WHERE id = 9001")
-				} else {
+				case "partial":
+					e.src.Exec(t, "UPDATE orders SET amount = amount + 1 WHERE id = 9001")
+				default:
 					e.src.Exec(t, "INSERT INTO orders VALUES (9001, $1, 7, 'theirs')", in[0])
 				}
 				e.src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', 'end')")
@@ -330,17 +346,23 @@ func TestCatchUpBatches(t *testing.T) {
 // writes, not by the changes it receives. A backlog of 3,000 updates of 50
 // keys writes each key once per batch, so with BatchRows 100 it fits one
 // batch (ended by the marker's commit); counted by changes received, it
-// took one per 100 changes in the ranges. (The updates set the TOASTed
-// payload: an update that leaves it unchanged is written by itself, see
-// target.partial.)
+// took one per 100 changes in the ranges. Whether the updates set the
+// TOASTed payload (full rows) or leave it unchanged (partial updates, which
+// were written one by one: 15 transactions).
 func TestHotKeyBatchesCountRowsWritten(t *testing.T) {
-	e := newEnv(t, "hotbatch", usersOnly...)
+	for _, c := range []struct{ name, set string }{{"full", ", payload = 'p' || i"}, {"partial", ""}} {
+		t.Run(c.name, func(t *testing.T) { testHotKeyBatches(t, c.name, c.set) })
+	}
+}
+
+func testHotKeyBatches(t *testing.T, name, set string) {
+	e := newEnv(t, "hotbatch"+name, usersOnly...)
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	e.createSlot(t)
 	e.copyRanges(t)
 	e.src.Exec(t, `DO $$ BEGIN FOR i IN 1..3000 LOOP
-		UPDATE users SET balance = balance + 1, payload = 'p' || i WHERE id = i % 50 + 1; COMMIT;
+		UPDATE users SET balance = balance + 1`+set+` WHERE id = i % 50 + 1; COMMIT;
 	END LOOP; END $$`)
 	o := e.options()
 	o.BatchDelay, o.CatchUpBatchDelay, o.BatchRows, o.FlushRows = time.Millisecond, time.Minute, 100, 1000
