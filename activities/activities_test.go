@@ -352,8 +352,10 @@ func TestCopyMetersShareTheirTarget(t *testing.T) {
 	}
 	r.release("shard5", b)
 	r.release("shard5", a)
-	if len(r.live) != 0 {
-		t.Errorf("copies left after every slice ended: %v", r.live)
+	for name, tc := range r.targets {
+		if len(tc.live) != 0 {
+			t.Errorf("copies into %s left after every slice ended: %v", name, tc.live)
+		}
 	}
 }
 

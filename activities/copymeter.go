@@ -292,10 +292,16 @@ func (c *copyMeter) heartbeat(now time.Time) (details map[string]int64, left tim
 // It also knows the copies running now, by target shard: a copy's end
 // depends on theirs (copyMeter.end).
 type copyRates struct {
-	mu     sync.Mutex
-	m      map[string]copyRate
-	live   map[string]map[*copyMeter]bool // by target
-	groups map[string]*copyGroup          // by target
+	mu      sync.Mutex
+	m       map[string]copyRate
+	targets map[string]*targetCopies
+}
+
+// targetCopies are the copies into one target: the slices running now, and
+// the group whose rate they share.
+type targetCopies struct {
+	live  map[*copyMeter]bool
+	group *copyGroup
 }
 
 type copyRate struct {
@@ -314,24 +320,21 @@ func (r *copyRates) meter(spec workflows.MoveSpec, th *backfill.Throttle, before
 		c.rowsWin, c.workWin, c.at = kept.rows, kept.work, kept.at
 	}
 	delete(r.m, spec.ID)
-	if r.live == nil {
-		r.live = map[string]map[*copyMeter]bool{}
+	if r.targets == nil {
+		r.targets = map[string]*targetCopies{}
 	}
-	if r.live[spec.Target] == nil {
-		r.live[spec.Target] = map[*copyMeter]bool{}
+	t := r.targets[spec.Target]
+	if t == nil {
+		t = &targetCopies{live: map[*copyMeter]bool{}}
+		r.targets[spec.Target] = t
 	}
-	r.live[spec.Target][c] = true
+	t.live[c] = true
 	c.peers = func(c *copyMeter) []pace { return r.peers(spec.Target, c) }
-	if r.groups == nil {
-		r.groups = map[string]*copyGroup{}
+	if t.group == nil || t.group.idle() {
+		t.group = &copyGroup{}
 	}
-	g := r.groups[spec.Target]
-	if g == nil || g.idle() {
-		g = &copyGroup{}
-		r.groups[spec.Target] = g
-	}
-	g.join(spec.ID)
-	c.group, c.credited = g, c.doneNow()
+	t.group.join(spec.ID)
+	c.group, c.credited = t.group, c.doneNow()
 	return c
 }
 
@@ -339,13 +342,12 @@ func (r *copyRates) meter(spec workflows.MoveSpec, th *backfill.Throttle, before
 func (r *copyRates) release(target string, c *copyMeter) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.live[target], c)
-	if len(r.live[target]) == 0 {
-		delete(r.live, target)
+	if t := r.targets[target]; t != nil {
+		delete(t.live, c)
 	}
-	for t, g := range r.groups {
-		if r.live[t] == nil && g.idle() {
-			delete(r.groups, t)
+	for name, t := range r.targets {
+		if len(t.live) == 0 && t.group.idle() {
+			delete(r.targets, name)
 		}
 	}
 }
@@ -354,10 +356,12 @@ func (r *copyRates) release(target string, c *copyMeter) {
 // the machine.
 func (r *copyRates) peers(target string, c *copyMeter) []pace {
 	r.mu.Lock()
-	others := make([]*copyMeter, 0, len(r.live[target]))
-	for o := range r.live[target] {
-		if o.move != c.move { // another move's copy (a second attempt of c's own slice is not)
-			others = append(others, o)
+	var others []*copyMeter
+	if t := r.targets[target]; t != nil {
+		for o := range t.live {
+			if o.move != c.move { // another move's copy (a second attempt of c's own slice is not)
+				others = append(others, o)
+			}
 		}
 	}
 	r.mu.Unlock()
