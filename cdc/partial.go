@@ -141,6 +141,7 @@ func (tg *target) updatePartials(ctx context.Context, p *tablePlan, mask string,
 			a++
 		}
 	}
+	tg.mFlushes[0].Inc() // text[] parameters
 	vals, oids := textArrayParams(arrs)
 	res := tg.conn.PgConn().ExecParams(ctx, p.partialsSQL(mask), vals, oids, nil, nil).Read()
 	if res.Err != nil {

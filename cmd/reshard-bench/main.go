@@ -45,6 +45,7 @@ var sections = []section{
 	{name: "adaptive", about: "a 2-client read/update workload on the source idle, during an unthrottled copy, copies at fixed rates (-adaptive-rates) and copies under the adaptive throttle (+10% probe latency, a read probe and a commit probe): its p50/p99 and the copy rate of each", run: runAdaptive},
 	{name: "cdc", about: "apply rate and CPU for small transactions vs the source and its walsender, staged vs text[] flushes, peak RSS for one huge transaction", run: runCDC},
 	{name: "cdc-hot", about: "apply rate for 200k single-row updates over 2,000 keys vs the source's decoding of them", run: runCDCHot},
+	{name: "cdc-toast", about: "apply rate for 200k single-row updates over 2,000 keys that leave a TOASTed column unchanged vs the source's decoding of them", run: runCDCToast},
 	{name: "cdc-long", about: "catch-up over many SQL reads: reading a copy of the slot ahead of the applier vs peeking the slot one read at a time", run: runCDCLong},
 	{name: "cdc-stage", about: "staged vs text[] flushes by flush size: where staging starts to pay (cdc.DefaultStageMinRows)", run: runCDCStage},
 	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
