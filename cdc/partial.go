@@ -60,7 +60,8 @@ func (p *tablePlan) partialsSQL(mask string) string {
 }
 
 // flushPartials writes the table's pending partial updates before the rest
-// of its flush. A key the UPDATE did not find (it just entered the ranges,
+// of its flush, after its deletes (as a flush sends them: a key that left
+// the ranges frees its unique values before another row takes them). A key the UPDATE did not find (it just entered the ranges,
 // or the copy has not reached it) is read from the source and joins the
 // flush as a whole-row upsert, which also finds a row of the key held
 // outside the ranges (a collision); a key gone from the source is dropped:
@@ -85,6 +86,9 @@ func (tg *target) flushPartials(ctx context.Context, p *tablePlan, pt *pendingTa
 		return err
 	}
 	if err := tg.begin(ctx); err != nil {
+		return err
+	}
+	if err := tg.deleteNow(ctx, p, pt); err != nil {
 		return err
 	}
 	for _, m := range masks {
@@ -120,6 +124,31 @@ func (tg *target) flushPartials(ctx context.Context, p *tablePlan, pt *pendingTa
 	n := len(pt.order)
 	pt.order = slices.DeleteFunc(pt.order, func(k string) bool { return pt.ops[k] == nil })
 	tg.npend -= n - len(pt.order)
+	return nil
+}
+
+// deleteNow runs the table's pending deletes.
+func (tg *target) deleteNow(ctx context.Context, p *tablePlan, pt *pendingTable) error {
+	arrs := make([]textArray, len(p.pk))
+	n := 0
+	for _, k := range pt.order {
+		if op := pt.ops[k]; op.row == nil {
+			for j := range p.pk {
+				arrs[j].add([]byte(op.pk[j]), false)
+			}
+			delete(pt.ops, k)
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	tg.mFlushes[0].Inc() // text[] parameters
+	vals, oids := textArrayParams(arrs)
+	if res := tg.conn.PgConn().ExecParams(ctx, p.deleteSQL, vals, oids, nil, nil).Read(); res.Err != nil {
+		return wrapOp(fmt.Sprintf("apply %d deletes to %s", n, p.t), res.Err)
+	}
+	tg.written += n
 	return nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/reshard/reshard/internal/pgtest"
 )
 
 // applyPaths are the two ways a flush reaches the target; every test below
@@ -380,5 +382,33 @@ func testHotKeyBatches(t *testing.T, name, set string) {
 	}
 	if batches > 2 {
 		t.Errorf("%v target transactions for %v updates of at most 50 keys with BatchRows 100, want <= 2", batches, changes)
+	}
+}
+
+// TestPartialAfterDeletes: a partial update that takes a unique value a
+// delete in the same flush frees runs after the delete, as the flush's
+// upserts do: the deletes of a table go first.
+func TestPartialAfterDeletes(t *testing.T) {
+	for _, path := range applyPaths {
+		t.Run(path.name, func(t *testing.T) {
+			e := newEnv(t, "partdel"+path.name, usersOnly...)
+			seedSource(t, e)
+			owned := seedTargetOwned(t, e)
+			e.createSlot(t)
+			e.copyRanges(t)
+			for _, db := range []*pgtest.DB{e.src, e.dst} {
+				db.Exec(t, "CREATE UNIQUE INDEX users_email ON users (email) WHERE email <> 'own'") // the target's own rows share one
+			}
+			in := insideUsers(2, 1)
+			e.src.Exec(t, "DELETE FROM users WHERE id = $1", in[0])
+			// email sent, the TOASTed payload not: a partial update
+			e.src.Exec(t, "UPDATE users SET email = 'u' || $1::bigint WHERE id = $2", in[0], in[1])
+			s, err := New(oneBatch(e.options(), path.stageMin))
+			if err != nil {
+				t.Fatal(err)
+			}
+			applyToMarker(t, e, s)
+			assertConverged(t, e, owned)
+		})
 	}
 }
