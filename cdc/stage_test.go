@@ -259,14 +259,16 @@ func TestStagedCollisionStops(t *testing.T) {
 
 // TestStagedBigTransaction: one source transaction larger than FlushRows
 // goes through the stage in several flushes within one target transaction
-// (the stage is emptied between them) and converges.
+// (the stage is emptied between them) and converges; so does one of
+// partial updates (its TOASTed payload unchanged), in several UPDATEs.
 func TestStagedBigTransaction(t *testing.T) {
 	e := newEnv(t, "stagebig", usersOnly...)
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	e.createSlot(t)
 	e.copyRanges(t)
-	e.src.Exec(t, "UPDATE users SET balance = balance + 1, email = email || 'x'")
+	e.src.Exec(t, "UPDATE users SET balance = balance + 1, email = email || 'x', payload = payload || 'y'")
+	e.src.Exec(t, "UPDATE users SET balance = balance + 1")
 	e.src.Exec(t, "DELETE FROM users WHERE id % 7 = 0")
 	e.src.Exec(t, "INSERT INTO users SELECT g, 'b'||g, g, 'p' FROM generate_series(3000, 4000) g")
 	o := oneBatch(e.options(), 1)
@@ -279,6 +281,9 @@ func TestStagedBigTransaction(t *testing.T) {
 	assertConverged(t, e, owned)
 	if n := counterValue(s.mFlushes[1]); n < 5 {
 		t.Errorf("%v staged flushes, want several", n)
+	}
+	if n := counterValue(s.mFlushes[0]); n < 5 {
+		t.Errorf("%v text[] flushes (the partial updates'), want several", n)
 	}
 	if n := counterValue(s.mBatches); n != 1 {
 		t.Errorf("%v target transactions, want 1", n)
