@@ -32,8 +32,10 @@
 // Layout: decode.go is pure (bytes in, typed messages out, fuzzed), and so is
 // visible.go (is a source transaction visible in a snapshot); apply.go builds
 // the target's statements and sends the text[] flushes; stage.go the staged
-// ones; stream.go owns the connections, the replication protocol and the
-// dispatch of messages; batch.go the applier's batches, their commit with the
+// ones; partial.go the updates that left unchanged TOAST columns out (one
+// UPDATE per set of columns sent, after the table's deletes); stream.go
+// owns the connections, the replication protocol and the dispatch of
+// messages; batch.go the applier's batches, their commit with the
 // origin's progress and the acknowledgements; controller.go the Controller
 // API (HoldAt, Release, Positions, WaitApplied, DrainToMarker) and how the
 // runner holds; joining.go creates and drops the publication, slot and
