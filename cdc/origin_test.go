@@ -22,6 +22,11 @@ import (
 // trigger on the target refuses ("refused"); in "killed", the session is
 // killed while that trigger holds its COMMIT, after the xact_setup and
 // before the commit record.
+//
+// A cutover's DrainToMarker waiting for the marker of the failed batch
+// ends with the stream's error as soon as the stream stops (the cutover
+// then aborts and unfences), not at its deadline: the next stream is a new
+// Stream, which the waiting drain never sees.
 func TestFailedBatchLeavesOriginAtLastCommit(t *testing.T) {
 	for _, path := range applyPaths {
 		for _, end := range []string{"refused", "killed"} {
@@ -53,6 +58,8 @@ func TestFailedBatchLeavesOriginAtLastCommit(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				drained := make(chan error, 1)
+				go func() { _, err := s.DrainToMarker(ctx, "end"); drained <- err }()
 				ran := make(chan error, 1)
 				go func() { ran <- s.Run(ctx) }()
 				if end == "killed" {
@@ -65,6 +72,14 @@ func TestFailedBatchLeavesOriginAtLastCommit(t *testing.T) {
 				}
 				if err := <-ran; err == nil || errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("Run = %v, want the failed commit", err)
+				}
+				select {
+				case err := <-drained:
+					if err == nil || errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("DrainToMarker of the failed batch's marker = %v, want the stream's error", err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatal("DrainToMarker of the failed batch's marker still waits 5 s after its stream stopped")
 				}
 				_, committed, _ := s.Positions()
 				if first, ok := s.markers["first"]; !ok || committed != first {
