@@ -522,9 +522,15 @@ func (e *env) cdcOptions(names cdc.Names, set tableset.Set, ranges []ring.Range)
 }
 
 // smallTransactions runs n single-row UPDATE transactions on ids 1..keys
-// (round robin) from two sessions (a COMMIT per row; synchronous_commit off
-// only makes the generator faster, the WAL and the stream are the same).
+// of users (round robin) from two sessions (a COMMIT per row;
+// synchronous_commit off only makes the generator faster, the WAL and the
+// stream are the same).
 func (e *env) smallTransactions(ctx context.Context, n, keys int) error {
+	return e.singleRowUpdates(ctx, "users", "balance = balance + 1", n, keys)
+}
+
+// singleRowUpdates is smallTransactions on table, setting set.
+func (e *env) singleRowUpdates(ctx context.Context, table, set string, n, keys int) error {
 	g, gctx := errgroup.WithContext(ctx)
 	const sessions = 2
 	for i := range sessions {
@@ -540,13 +546,13 @@ func (e *env) smallTransactions(ctx context.Context, n, keys int) error {
 			// One statement: a multi-statement string would run as one
 			// transaction block, where COMMIT is refused.
 			_, err = conn.Exec(gctx, fmt.Sprintf(`DO $$ BEGIN FOR i IN %d..%d BY %d LOOP
-					UPDATE users SET balance = balance + 1 WHERE id = (i - 1) %% %d + 1; COMMIT;
-				END LOOP; END $$`, i+1, n, sessions, keys))
+					UPDATE %s SET %s WHERE id = (i - 1) %% %d + 1; COMMIT;
+				END LOOP; END $$`, i+1, n, sessions, pgx.Identifier{table}.Sanitize(), set, keys))
 			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return fmt.Errorf("single-row transactions: %w", err)
+		return fmt.Errorf("single-row updates of %s: %w", table, err)
 	}
 	return nil
 }

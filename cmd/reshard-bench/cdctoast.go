@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"golang.org/x/sync/errgroup"
-
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -44,26 +41,8 @@ func runCDCToast(ctx context.Context, e *env, r *report) error {
 		return err
 	}
 	start := time.Now()
-	g, gctx := errgroup.WithContext(ctx)
-	const sessions = 2
-	for i := range sessions {
-		g.Go(func() error {
-			conn, err := pgx.Connect(gctx, e.src.DSN("postgres", false))
-			if err != nil {
-				return err
-			}
-			defer conn.Close(context.WithoutCancel(gctx))
-			if _, err := conn.Exec(gctx, `SET synchronous_commit = off`); err != nil {
-				return err
-			}
-			_, err = conn.Exec(gctx, fmt.Sprintf(`DO $$ BEGIN FOR i IN %d..%d BY %d LOOP
-					UPDATE bench_toast SET n = n + 1 WHERE id = (i - 1) %% %d + 1; COMMIT;
-				END LOOP; END $$`, i+1, n, sessions, keys))
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return fmt.Errorf("single-row updates of bench_toast: %w", err)
+	if err := e.singleRowUpdates(ctx, "bench_toast", "n = n + 1", n, keys); err != nil {
+		return err
 	}
 	genRate := float64(n) / time.Since(start).Seconds()
 	if err := e.mark(ctx, "bench-toast-end"); err != nil {
