@@ -241,6 +241,19 @@ func hasUnchanged(row []Col) bool {
 	return false
 }
 
+// fillUnchanged is row with its unchanged TOAST columns taken from from (an
+// earlier image of the key, or its row read from the source).
+func fillUnchanged(row, from []Col) []Col {
+	out := make([]Col, len(row))
+	for i, c := range row {
+		if c.Kind == ColUnchanged {
+			c = from[i]
+		}
+		out[i] = c
+	}
+	return out
+}
+
 func (p *tablePlan) describeKey(pk []string) string {
 	parts := make([]string, len(pk))
 	for j, i := range p.pk {
@@ -630,14 +643,7 @@ func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row
 	if !found {
 		return nil // gone on the source since: a later change in the stream deletes or moves it
 	}
-	full := make([]Col, len(row))
-	for i, c := range row {
-		if c.Kind == ColUnchanged {
-			c = cur[i]
-		}
-		full[i] = c
-	}
-	tg.add(p, &pendingOp{pk: newPK, row: full, upsert: true})
+	tg.add(p, &pendingOp{pk: newPK, row: fillUnchanged(row, cur), upsert: true})
 	return nil
 }
 

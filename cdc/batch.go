@@ -74,14 +74,7 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 			// pending in this batch; those it lacks too stay as the target
 			// has them: only the sent columns are set.
 			if prev := r.tg.pendingRow(p, oldPK); prev != nil {
-				merged := make([]Col, len(newRow))
-				for i, c := range newRow {
-					if c.Kind == ColUnchanged {
-						c = prev[i]
-					}
-					merged[i] = c
-				}
-				newRow = merged
+				newRow = fillUnchanged(newRow, prev)
 			}
 			if hasUnchanged(newRow) {
 				if !samePK || c.Kind != Update {

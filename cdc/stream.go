@@ -56,7 +56,7 @@ type Options struct {
 	// transaction is never split. Rows are counted as written, one per key
 	// and flush (only the last image of a key pending is written), not as
 	// changes received: 200k updates of 2,000 hot keys took 21 transactions
-	// of 2,000 rows each when batches were 10,000 changes, and take 3-4
+	// of 2,000 rows each when batches were 10,000 changes, and take 2-3
 	// bounded by time now (target backend CPU 0.7-0.9 s → 0.1 s; apply
 	// 82-93k → 111k changes/s in cmd/reshard-bench -sections cdc-hot).
 	BatchRows  int
