@@ -100,12 +100,12 @@ func (a *Activities) follow(ctx context.Context, started workflows.Throttle, th 
 			if err != nil {
 				continue // the limits in force stay
 			}
-			changed := false
-			if rows && now.RowsPerSec != last.RowsPerSec {
+			rowsChanged := rows && now.RowsPerSec != last.RowsPerSec
+			changed := rowsChanged
+			if rowsChanged {
 				th.SetLimits(now.RowsPerSec, 0)
-				changed = true
 			}
-			if ad != nil && (!sameAdaptive(now.Adaptive, last.Adaptive) || rows && now.RowsPerSec != last.RowsPerSec) {
+			if ad != nil && (rowsChanged || !sameAdaptive(now.Adaptive, last.Adaptive)) {
 				var ceiling float64
 				if rows {
 					ceiling = now.RowsPerSec
