@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -61,30 +63,6 @@ const (
 	getSQL  = `SELECT data FROM pg_logical_slot_get_binary_changes($1, $3::pg_lsn, NULL, 'proto_version', '1', 'publication_names', $2, 'messages', 'true')`
 )
 
-// peekBound is where the next read of slot stops: PeekBytes past its
-// confirmed position, or twice its restart lag; confirmed is where that read
-// starts, insert the source's WAL insert position (the read takes all there
-// is when upto is past it).
-func (o *Options) peekBound(ctx context.Context, conn *pgx.Conn, slot string) (upto, confirmed, insert pglogrepl.LSN, err error) {
-	var confirmedS, restartS, insertS string
-	err = conn.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn, '0/0')::text, coalesce(restart_lsn, '0/0')::text, pg_current_wal_insert_lsn()::text
-		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&confirmedS, &restartS, &insertS)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, 0, 0, fmt.Errorf("replication slot %s does not exist", slot)
-	}
-	if err != nil {
-		return 0, 0, 0, wrapOp("read replication slot "+slot, err)
-	}
-	var lsn [3]pglogrepl.LSN
-	for i, v := range []string{confirmedS, restartS, insertS} {
-		if lsn[i], err = pglogrepl.ParseLSN(v); err != nil {
-			return 0, 0, 0, err
-		}
-	}
-	span := min(max(o.PeekBytes, 2*int64(lsn[0]-min(lsn[1], lsn[0]))), maxPeekSpans*o.PeekBytes)
-	return lsn[0] + pglogrepl.LSN(span), lsn[0], lsn[2], nil
-}
-
 // lagBehind is how far the source's WAL insert position is past applied.
 func lagBehind(ctx context.Context, conn *pgx.Conn, applied pglogrepl.LSN) (int64, error) {
 	var lag int64
@@ -129,7 +107,7 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 	if err != nil || lag < r.o.PeekCatchUpBytes || r.holdPending() || start < r.noPeekBefore || r.peekOff {
 		return start, err
 	}
-	conn, err := r.peekConn(ctx)
+	conn, err := r.peekConn(ctx, 0)
 	if err != nil {
 		return start, err
 	}
@@ -140,16 +118,14 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 	r.s.applied = max(r.s.applied, start)
 	r.s.mu.Unlock()
 	r.serverEnd = max(r.serverEnd, start+pglogrepl.LSN(lag))
-	f := newFeed(r, conn)
-	if !r.o.PeekInPlace {
-		f.copySlot(ctx)
-	}
-	r.s.log.Info("cdc catching up by SQL peeks", "lsn", start.String(), "lag_bytes", lag, "read_ahead", f.copy != "")
+	f := newFeed(r)
+	f.addReaders(ctx, conn, r.o.PeekInPlace)
+	r.s.log.Info("cdc catching up by SQL peeks", "lsn", start.String(), "lag_bytes", lag, "read_ahead", f.readers[0].copy != "", "readers", len(f.readers))
 	r.resetDecoding()
 	r.peeking = true
 	defer func() { r.peeking = false; r.resetDecoding() }()
 	t0 := time.Now()
-	go f.run(ctx)
+	f.run(ctx)
 	from, peeks, err := r.applyFeed(ctx, f, start)
 	if fallBack(err) {
 		// The source refused the peek itself (temp_file_limit, a
@@ -177,13 +153,11 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 func (r *runner) applyFeed(ctx context.Context, f *feed, start pglogrepl.LSN) (from pglogrepl.LSN, peeks int, err error) {
 	defer func() {
 		f.stop()
-		for range f.chunks { // f may be blocked on a send
-		}
+		<-f.done
 	}()
 	from = start
 	skipping, held := false, false
-	for c := range f.chunks {
-		f.room.Release(c.room())
+	for c := range f.chunks() {
 		if c.err != nil {
 			return from, peeks, c.err
 		}
@@ -250,6 +224,7 @@ func (r *runner) applyFeed(ctx context.Context, f *feed, start pglogrepl.LSN) (f
 			// is past where the source's WAL was.
 			r.noPeekBefore = c.insert
 			r.s.log.Info("cdc transaction bigger than a SQL peek; streaming it", "lsn", from.String(), "peek_to", c.upto.String())
+			return from, peeks, nil
 		}
 		select {
 		case f.acks <- struct{}{}:
@@ -277,20 +252,26 @@ func (r *runner) rewindToCommitted(ctx context.Context) {
 	r.lastEnd, r.lastCommit = r.committedEnd, r.committedCommit
 }
 
-// peekConn is the session that peeks (a plain one: fetch reads rows on
-// r.src while a peek's result is being read).
-func (r *runner) peekConn(ctx context.Context) (*pgx.Conn, error) {
-	if r.peek != nil && !r.peek.IsClosed() {
-		return r.peek, nil
+// peekConn is the feed's i-th session (a plain one: fetch reads rows on
+// r.src while a peek's result is being read), kept for the next catch-up.
+func (r *runner) peekConn(ctx context.Context, i int) (*pgx.Conn, error) {
+	if i < len(r.peeks) && !r.peeks[i].IsClosed() {
+		return r.peeks[i], nil
 	}
 	cfg, err := r.o.sourceConfig()
 	if err != nil {
 		return nil, err
 	}
-	if r.peek, err = pgx.ConnectConfig(ctx, cfg); err != nil {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
 		return nil, wrapOp("connect to the source to peek slot "+r.o.Slot, err)
 	}
-	return r.peek, nil
+	if i < len(r.peeks) {
+		r.peeks[i] = conn
+	} else {
+		r.peeks = append(r.peeks, conn)
+	}
+	return conn, nil
 }
 
 // advance moves the slot to the last transaction committed on the target,
@@ -328,31 +309,82 @@ func advanceSlot(ctx context.Context, conn *pgx.Conn, s *Stream, slot string) er
 	return nil
 }
 
-// feed reads a slot's changes by SQL for catchUpBySQL on its own session,
-// beside the applier: it uses only the runner's options and, under its
-// lock, the stream's positions.
+// feed reads a slot's changes by SQL for catchUpBySQL beside the applier,
+// in spans of WAL: each is read by one of its readers (sessions), which
+// take turns; the spans reach the applier in the order of the WAL. It uses
+// only the runner's options and, under its lock, the stream's positions.
+//
+// A read's result is decoded whole on the source before its first row is
+// sent (pg_logical_slot_get_binary_changes keeps it in a tuplestore), so a
+// single session alternates: the source decodes, then sends, then decodes
+// the next span (200k single-row transactions, 62 MB of WAL in two reads:
+// 0.56 s to the first row of each, 0.9 s each in all, one after the other).
+// Two readers, each with its own copy of the slot, decode the next span
+// while this one is sent and applied: the second copy is moved to where the
+// first read stops (pg_replication_slot_advance, which decodes without
+// output) and read from there. A read of a slot that stops at upto returns
+// the transactions whose commit record starts before upto, and a slot moved
+// to upto returns those whose commit record starts at or after it: the
+// spans meet without a gap or an overlap. Spans stop short of the source's
+// flushed WAL (where both stop anyway) except the last.
 type feed struct {
-	r    *runner
-	conn *pgx.Conn
-	dec  *Decoder // the applier's decoding is done here, on the feed's core
-	// copy is the temporary copy of the slot that is read ahead of the
-	// applier; empty, the slot itself is peeked.
-	copy   string
-	chunks chan feedChunk
-	// room bounds the bytes of messages read and not yet applied
-	// (feedAheadBytes).
-	room *semaphore.Weighted
-	// stopped ends when the applier quits (stop).
+	r       *runner
+	readers []*feedReader
+	spans   chan *feedSpan // in the order of the WAL; closed after the last
+	// stopped ends when the applier quits (stop); done closes when every
+	// reader quit and the copies are dropped.
 	stopped context.Context
 	stop    context.CancelFunc
-	acks    chan struct{} // the applier committed a read (needed to peek the next)
+	done    chan struct{}
+	acks    chan struct{} // the applier committed a read (needed to peek the slot itself again)
 }
 
-func newFeed(r *runner, conn *pgx.Conn) *feed {
-	f := &feed{r: r, conn: conn, dec: NewDecoder(), room: semaphore.NewWeighted(feedAheadBytes),
-		chunks: make(chan feedChunk, feedAheadBytes/(64<<10)), acks: make(chan struct{}, 1)}
+// feedReader is one session of a feed and the copy of the slot it reads
+// (empty: it peeks the slot itself, one read at a time).
+type feedReader struct {
+	i    int // its place in the feed's turns
+	conn *pgx.Conn
+	copy string
+	dec  *Decoder // the applier's decoding is done here, on the reader's core
+	// room bounds the bytes of messages this reader read and the applier
+	// did not apply yet (roomBytes: the feed's share of feedAheadBytes).
+	room      *semaphore.Weighted
+	roomBytes int64
+	turn      chan spanTurn // this reader plans the next span
+}
+
+// spanTurn is the next span to plan: its number and, past the first, where
+// the span before it stops.
+type spanTurn struct {
+	k     int
+	start pglogrepl.LSN
+}
+
+// feedSpan is one read's messages, in chunks, as its reader sends them
+// (chunks closes after the last).
+type feedSpan struct {
+	rd     *feedReader
+	chunks chan feedChunk
+}
+
+// CatchUpSlots is how many temporary copies of its slot a catch-up reads
+// with, when the source can spare them: the feed's readers.
+const CatchUpSlots = 2
+
+const feedReaders = CatchUpSlots
+
+func newFeed(r *runner) *feed {
+	f := &feed{r: r, spans: make(chan *feedSpan, feedReaders), done: make(chan struct{}), acks: make(chan struct{}, 1)}
 	f.stopped, f.stop = context.WithCancel(context.Background())
 	return f
+}
+
+func (f *feed) addReader(conn *pgx.Conn, copy string) {
+	f.readers = append(f.readers, &feedReader{i: len(f.readers), conn: conn, copy: copy, dec: NewDecoder(), turn: make(chan spanTurn, 1)})
+	for _, rd := range f.readers {
+		rd.roomBytes = feedAheadBytes / int64(len(f.readers))
+		rd.room = semaphore.NewWeighted(rd.roomBytes)
+	}
 }
 
 // feedAheadBytes bounds what the feed reads ahead of the applier: the
@@ -364,10 +396,11 @@ func newFeed(r *runner, conn *pgx.Conn) *feed {
 const feedAheadBytes = 64 << 20
 
 // feedChunk is some of one read's messages, decoded, in order; bytes is
-// their size as read (what they take of the feed's room).
+// their size as read, held what they take of their reader's room.
 type feedChunk struct {
 	msgs  []Message
 	bytes int
+	held  int64
 	// end: the read's last messages; upto is where it stopped and insert
 	// the source's WAL position before it. bigTxn: it found nothing before
 	// upto, which is short of insert: a transaction bigger than a read.
@@ -377,100 +410,294 @@ type feedChunk struct {
 	err          error
 }
 
-// room is what c takes of the feed's room: its bytes, or the whole room for
-// a message bigger than that.
-func (c feedChunk) room() int64 { return int64(min(c.bytes, feedAheadBytes)) }
-
 // Chunks carry at most this many messages or bytes of them.
 const (
 	chunkMsgs  = 2048
 	chunkBytes = 1 << 20
 )
 
-// copySlot makes the temporary copy that the feed reads ahead. A refusal
-// (no free replication slot, for one) leaves the feed peeking the slot
-// itself.
-func (f *feed) copySlot(ctx context.Context) {
-	name := fmt.Sprintf("%s_p%08x", f.r.o.Slot, rand.Uint32())
-	if _, err := f.conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, f.r.o.Slot, name); err != nil {
-		f.r.s.log.Warn("cdc could not copy slot "+f.r.o.Slot+" to read ahead of the applier; peeking it one read at a time", "err", err)
-		return
+// addReaders gives f its readers: up to feedReaders sessions on copies of
+// the slot, the first on conn; or, where the source refuses the first copy
+// (no free replication slot, for one), conn alone, peeking the slot itself.
+func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) {
+	for i := range feedReaders {
+		if inPlace {
+			break
+		}
+		if i > 0 {
+			var err error
+			if conn, err = f.r.peekConn(ctx, i); err != nil {
+				f.r.s.log.Warn("cdc could not open another session to read slot "+f.r.o.Slot+" ahead", "err", err)
+				break
+			}
+		}
+		name := fmt.Sprintf("%s_p%08x", f.r.o.Slot, rand.Uint32())
+		if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, f.r.o.Slot, name); err != nil {
+			how := "peeking it one read at a time"
+			if i > 0 {
+				how = fmt.Sprintf("reading it with %d copies", i)
+			}
+			f.r.s.log.Warn("cdc could not copy slot "+f.r.o.Slot+" to read ahead of the applier; "+how, "err", err)
+			break
+		}
+		f.addReader(conn, name)
 	}
-	f.copy = name
+	if len(f.readers) == 0 {
+		f.addReader(conn, "")
+	}
 }
 
-func (f *feed) send(c feedChunk) bool {
-	if c.bytes > 0 && f.room.Acquire(f.stopped, c.room()) != nil {
+// send passes c to the applier in sp, once the reader has room for it (a
+// message bigger than the room takes it all).
+func (f *feed) send(sp *feedSpan, c feedChunk) bool {
+	c.held = min(int64(c.bytes), sp.rd.roomBytes)
+	if c.held > 0 && sp.rd.room.Acquire(f.stopped, c.held) != nil {
 		return false
 	}
 	select {
-	case f.chunks <- c:
+	case sp.chunks <- c:
 		return true
 	case <-f.stopped.Done():
 		return false
 	}
 }
 
-// run reads until the source's WAL is less than half PeekCatchUpBytes
-// ahead, a hold is pending, a read finds a transaction bigger than itself,
-// or the applier quits; then it drops the copy and closes f.chunks.
-func (f *feed) run(ctx context.Context) {
-	defer close(f.chunks)
-	defer f.dropCopy()
-	o := f.r.o
-	slot, query := o.Slot, peekSQL
-	if f.copy != "" {
-		slot, query = f.copy, getSQL
-	}
-	for reads := 0; ; reads++ {
-		if reads > 0 && f.copy == "" {
-			// A peek starts at the slot's confirmed position: the last
-			// one must be committed and the slot moved past it.
-			select {
-			case <-f.acks:
-			case <-f.stopped.Done():
+// chunks yields the spans' chunks in order, each once its room is given
+// back to its reader. A span that ends with neither its end nor an error
+// (which no reader sends) would leave out the rest of its read: it yields
+// an error.
+func (f *feed) chunks() iter.Seq[feedChunk] {
+	return func(yield func(feedChunk) bool) {
+		for sp := range f.spans {
+			ended := false
+			for c := range sp.chunks {
+				sp.rd.room.Release(c.held)
+				ended = c.end || c.err != nil
+				if !yield(c) {
+					return
+				}
+			}
+			if !ended {
+				yield(feedChunk{err: errors.New("a read of slot " + f.r.o.Slot + " by SQL ended before its end")})
 				return
 			}
 		}
-		if f.stopped.Err() != nil || f.r.holdPending() {
+	}
+}
+
+// push passes sp to the applier, after the spans before it.
+func (f *feed) push(sp *feedSpan) bool {
+	select {
+	case f.spans <- sp:
+		return true
+	case <-f.stopped.Done():
+		return false
+	}
+}
+
+// run starts the readers, the first with the first span; it returns at
+// once. The feed reads until the source's WAL is less than half
+// PeekCatchUpBytes ahead, a hold is pending, a read finds a transaction
+// bigger than itself, or the applier quits; then it drops the copies and
+// closes done.
+func (f *feed) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for i := range f.readers {
+		wg.Go(func() { f.runReader(ctx, i) })
+	}
+	f.readers[0].turn <- spanTurn{}
+	go func() {
+		wg.Wait()
+		for _, rd := range f.readers {
+			rd.dropCopy(f.r)
+		}
+		close(f.done)
+	}()
+}
+
+// runReader plans the spans it is given the turn for, passes the turn to
+// the next reader, and reads them. The reader with the turn is the only one
+// to push a span or close f.spans.
+func (f *feed) runReader(ctx context.Context, i int) {
+	rd := f.readers[i]
+	for {
+		var t spanTurn
+		select {
+		case t = <-rd.turn:
+		case <-f.stopped.Done():
 			return
 		}
-		if err := advanceSlot(ctx, f.conn, f.r.s, o.Slot); err != nil {
-			f.send(feedChunk{err: err})
-			return
-		}
-		upto, from, insert, err := o.peekBound(ctx, f.conn, slot)
+		sp, plan, more, err := f.plan(ctx, rd, t)
 		if err != nil {
-			f.send(feedChunk{err: err})
+			sp = &feedSpan{rd: rd, chunks: make(chan feedChunk, 1)}
+			sp.chunks <- feedChunk{err: err}
+			close(sp.chunks)
+			f.push(sp)
+			close(f.spans)
 			return
 		}
-		// Stop at half the threshold: a stream that just fell behind does
-		// not go back and forth between the two.
-		if reads > 0 && int64(insert-min(insert, from)) < o.PeekCatchUpBytes/2 {
+		if sp == nil {
+			close(f.spans)
 			return
 		}
-		var n int
-		err = whileSlotBusy(ctx, func() error {
-			n, err = f.read(ctx, query, slot, upto)
-			return err
-		})
-		var de *decodeError
-		switch {
-		case errors.Is(err, errFeedStopped):
-			return
-		case errors.As(err, &de):
-			f.send(feedChunk{err: de.err})
-			return
-		case err != nil:
-			f.send(feedChunk{err: &peekError{wrapOp("read slot "+slot+" by SQL", err)}})
+		if !f.push(sp) {
 			return
 		}
-		f.r.s.mPeeks.Inc()
-		big := n == 0 && upto < insert
-		if !f.send(feedChunk{end: true, upto: upto, insert: insert, bigTxn: big}) || big || upto >= insert {
+		if more {
+			f.readers[(i+1)%len(f.readers)].turn <- spanTurn{k: t.k + 1, start: plan.upto}
+		} else {
+			close(f.spans)
+		}
+		if !f.read(ctx, sp, plan) {
 			return
 		}
 	}
+}
+
+// spanPlan is where one read starts (from), stops (upto), and the source's
+// WAL positions when it was planned; confirmed is the position of the slot
+// read (its copy's).
+type spanPlan struct {
+	from, upto, confirmed, insert pglogrepl.LSN
+}
+
+// plan makes span t: it moves the slot to what the target committed and
+// bounds the read. Nil: no more spans. more: the next span starts where
+// this one stops.
+func (f *feed) plan(ctx context.Context, rd *feedReader, t spanTurn) (sp *feedSpan, p spanPlan, more bool, err error) {
+	o := f.r.o
+	if t.k > 0 && rd.copy == "" {
+		// A peek starts at the slot's confirmed position: the last one
+		// must be committed and the slot moved past it.
+		select {
+		case <-f.acks:
+		case <-f.stopped.Done():
+			return nil, p, false, nil
+		}
+	}
+	if f.stopped.Err() != nil || f.r.holdPending() {
+		return nil, p, false, nil
+	}
+	if err := advanceSlot(ctx, rd.conn, f.r.s, o.Slot); err != nil {
+		return nil, p, false, err
+	}
+	slot := o.Slot
+	if rd.copy != "" {
+		slot = rd.copy
+	}
+	pos, err := readSlot(ctx, rd.conn, slot)
+	if err != nil {
+		return nil, p, false, err
+	}
+	p.from, p.confirmed, p.insert = pos.confirmed, pos.confirmed, pos.insert
+	if t.k > 0 && rd.copy != "" {
+		p.from = t.start
+	}
+	// Stop at half the threshold: a stream that just fell behind does not
+	// go back and forth between the two.
+	if t.k > 0 && int64(pos.insert-min(pos.insert, p.from)) < o.PeekCatchUpBytes/2 {
+		return nil, p, false, nil
+	}
+	p.upto = p.from + pglogrepl.LSN(o.spanBytes(p.from, pos.restart))
+	sp = &feedSpan{rd: rd, chunks: make(chan feedChunk, rd.roomBytes/(64<<10))}
+	if rd.copy == "" {
+		// The next peek waits for this one's commit.
+		return sp, p, p.upto < pos.insert, nil
+	}
+	return sp, p, p.upto < pos.flush, nil
+}
+
+// spanBytes is the WAL a read from from covers: PeekBytes, or twice the
+// restart lag of the slot read (restart its restart_lsn).
+func (o *Options) spanBytes(from, restart pglogrepl.LSN) int64 {
+	return min(max(o.PeekBytes, 2*int64(from-min(restart, from))), maxPeekSpans*o.PeekBytes)
+}
+
+// slotPosition is a slot's positions and the source's WAL positions.
+type slotPosition struct {
+	confirmed, restart, insert, flush pglogrepl.LSN
+}
+
+func readSlot(ctx context.Context, conn *pgx.Conn, slot string) (slotPosition, error) {
+	var v [4]string
+	err := conn.QueryRow(ctx, `SELECT coalesce(confirmed_flush_lsn, '0/0')::text, coalesce(restart_lsn, '0/0')::text,
+		pg_current_wal_insert_lsn()::text, pg_current_wal_flush_lsn()::text
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&v[0], &v[1], &v[2], &v[3])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return slotPosition{}, fmt.Errorf("replication slot %s does not exist", slot)
+	}
+	if err != nil {
+		return slotPosition{}, wrapOp("read replication slot "+slot, err)
+	}
+	var lsn [4]pglogrepl.LSN
+	for i := range v {
+		if lsn[i], err = pglogrepl.ParseLSN(v[i]); err != nil {
+			return slotPosition{}, err
+		}
+	}
+	return slotPosition{confirmed: lsn[0], restart: lsn[1], insert: lsn[2], flush: lsn[3]}, nil
+}
+
+// read moves rd's copy to where sp starts and reads sp, sending its
+// messages, decoded, in chunks (the decoder copies what it keeps out of the
+// rows' buffers), then its end. False: the reader is done (the applier
+// quit, or the read failed and the applier is told).
+func (f *feed) read(ctx context.Context, sp *feedSpan, p spanPlan) bool {
+	defer close(sp.chunks)
+	rd, o := sp.rd, f.r.o
+	slot, query := o.Slot, peekSQL
+	if rd.copy != "" {
+		slot, query = rd.copy, getSQL
+	}
+	fail := func(err error) bool {
+		f.send(sp, feedChunk{err: err})
+		return false
+	}
+	if rd.copy != "" && p.confirmed < p.from {
+		if err := moveCopy(ctx, rd.conn, rd.copy, p.from); err != nil {
+			return fail(err)
+		}
+	}
+	var n int
+	t0 := time.Now()
+	err := whileSlotBusy(ctx, func() error {
+		var err error
+		n, err = f.readRows(ctx, sp, query, slot, p.upto)
+		return err
+	})
+	var de *decodeError
+	switch {
+	case errors.Is(err, errFeedStopped):
+		return false
+	case errors.As(err, &de):
+		return fail(de.err)
+	case err != nil:
+		return fail(&peekError{wrapOp("read slot "+slot+" by SQL", err)})
+	}
+	f.r.s.mPeeks.Inc()
+	f.r.s.log.Debug("cdc SQL read", "reader", rd.i, "from", p.from.String(), "upto", p.upto.String(), "messages", n, "took", time.Since(t0).Round(time.Millisecond))
+	big := n == 0 && p.upto < p.insert
+	return f.send(sp, feedChunk{end: true, upto: p.upto, insert: p.insert, bigTxn: big}) && !big
+}
+
+// moveCopy moves copy (a reader's copy of the slot, not being read) to to,
+// where the read before it stops. A slot moves no further than the
+// source's flushed WAL, which to never passes: anything short of it would
+// read transactions twice.
+func moveCopy(ctx context.Context, conn *pgx.Conn, copy string, to pglogrepl.LSN) error {
+	var endS string
+	err := conn.QueryRow(ctx, `SELECT end_lsn::text FROM pg_replication_slot_advance($1, $2::pg_lsn)`, copy, to.String()).Scan(&endS)
+	if err != nil {
+		return wrapOp("advance slot "+copy+" to "+to.String(), err)
+	}
+	end, err := pglogrepl.ParseLSN(endS)
+	if err != nil {
+		return err
+	}
+	if end < to {
+		return fmt.Errorf("slot %s advanced to %s, short of %s", copy, end, to)
+	}
+	return nil
 }
 
 var errFeedStopped = errors.New("feed stopped")
@@ -481,11 +708,10 @@ type decodeError struct{ err error }
 
 func (e *decodeError) Error() string { return e.err.Error() }
 
-// read runs one read and sends its messages, decoded (the decoder copies
-// what it keeps out of the rows' buffers), in chunks; n is how many there
-// were.
-func (f *feed) read(ctx context.Context, query, slot string, upto pglogrepl.LSN) (n int, err error) {
-	rows, _ := f.conn.Query(ctx, query, slot, f.r.o.Publication, upto.String())
+// readRows runs one read and sends its messages in chunks; n is how many
+// there were.
+func (f *feed) readRows(ctx context.Context, sp *feedSpan, query, slot string, upto pglogrepl.LSN) (n int, err error) {
+	rows, _ := sp.rd.conn.Query(ctx, query, slot, f.r.o.Publication, upto.String())
 	defer rows.Close()
 	var c feedChunk
 	for rows.Next() {
@@ -493,14 +719,14 @@ func (f *feed) read(ctx context.Context, query, slot string, upto pglogrepl.LSN)
 			return n, errFeedStopped
 		}
 		raw := rows.RawValues()[0]
-		m, err := f.dec.Decode(raw)
+		m, err := sp.rd.dec.Decode(raw)
 		if err != nil {
 			return n, &decodeError{wrapOp("decode pgoutput read from slot "+f.r.o.Slot, err)}
 		}
 		c.msgs = append(c.msgs, m)
 		n++
 		if c.bytes += len(raw); len(c.msgs) >= chunkMsgs || c.bytes >= chunkBytes {
-			if !f.send(c) {
+			if !f.send(sp, c) {
 				return n, errFeedStopped
 			}
 			c = feedChunk{}
@@ -510,22 +736,23 @@ func (f *feed) read(ctx context.Context, query, slot string, upto pglogrepl.LSN)
 	if err := rows.Err(); err != nil {
 		return n, err
 	}
-	if len(c.msgs) > 0 && !f.send(c) {
+	if len(c.msgs) > 0 && !f.send(sp, c) {
 		return n, errFeedStopped
 	}
 	return n, nil
 }
 
-// dropCopy drops the temporary copy (it would go with the session anyway,
-// but a session lost or cancelled may linger a moment on the source).
-func (f *feed) dropCopy() {
-	if f.copy == "" || f.conn.IsClosed() {
+// dropCopy drops rd's copy of the slot (it would go with its session
+// anyway, but a session lost or cancelled may linger a moment on the
+// source).
+func (rd *feedReader) dropCopy(r *runner) {
+	if rd.copy == "" || rd.conn.IsClosed() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := f.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, f.copy); err != nil {
-		f.r.s.log.Warn("cdc could not drop the temporary copy of slot "+f.r.o.Slot+"; it goes with its session", "copy", f.copy, "err", err)
+	if _, err := rd.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, rd.copy); err != nil {
+		r.s.log.Warn("cdc could not drop the temporary copy of slot "+r.o.Slot+"; it goes with its session", "copy", rd.copy, "err", err)
 	}
 }
 

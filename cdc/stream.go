@@ -335,7 +335,7 @@ type runner struct {
 	repl  *pgconn.PgConn
 	tg    *target
 	src   *pgx.Conn
-	peek  *pgx.Conn // catch-up by SQL (peek.go)
+	peeks []*pgx.Conn // catch-up by SQL (peek.go): the feed's sessions
 	binds map[uint32]*binding
 	// peeking: messages come from a SQL peek, not a walsender.
 	peeking       bool
@@ -389,8 +389,8 @@ func (r *runner) close() {
 	if r.src != nil {
 		r.src.Close(bg)
 	}
-	if r.peek != nil {
-		r.peek.Close(bg)
+	for _, c := range r.peeks {
+		c.Close(bg)
 	}
 }
 
