@@ -11,6 +11,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
@@ -127,6 +128,7 @@ func (a *Activities) preflight(ctx context.Context, spec tableset.Spec, mv workf
 	}
 	return tableset.Preflight(ctx, src, dst, spec, tableset.PreflightOptions{
 		SourceName: "source " + mv.Source, TargetName: "target " + mv.Target, Ranges: mv.Ranges,
+		CatchUpSlots: cdc.CatchUpSlots,
 	})
 }
 

@@ -76,6 +76,10 @@ type PreflightOptions struct {
 	// each server must have: the forward stream uses one on the source, the
 	// reverse stream of GRACE one on the target. Zero means 1.
 	Slots, WalSenders int
+	// CatchUpSlots are the temporary copies of its slot a CDC catch-up
+	// reads with, beside the move's slots (cdc.CatchUpSlots): a server
+	// with fewer to spare is warned of a slower catch-up. Zero means 1.
+	CatchUpSlots int
 }
 
 // Report is the outcome of Preflight.
@@ -140,6 +144,9 @@ func Preflight(ctx context.Context, source, target *pgxpool.Pool, spec Spec, opt
 	}
 	if opts.WalSenders <= 0 {
 		opts.WalSenders = 1
+	}
+	if opts.CatchUpSlots <= 0 {
+		opts.CatchUpSlots = 1
 	}
 	if len(spec.Tables) == 0 {
 		return Report{}, fmt.Errorf("table set %q lists no tables: add at least one table with its key column", spec.Name)
@@ -331,9 +338,14 @@ func (rep *Report) checkServer(ctx context.Context, q Querier, name string, opts
 		rep.add(&Problem{Check: CheckSlots, Shard: name,
 			Problem: fmt.Sprintf("%s has %d free replication slots (max_replication_slots %d, %d in use), the move needs %d", name, free, maxSlots, usedSlots, opts.Slots),
 			Fix:     "drop unused slots (pg_drop_replication_slot) or raise max_replication_slots and restart"})
-	} else if free == opts.Slots {
+	} else if spare := free - opts.Slots; spare < opts.CatchUpSlots {
+		how := "one read at a time, the source decoding while the target waits"
+		if spare > 0 {
+			how = fmt.Sprintf("with %d of them, more slowly", spare)
+		}
 		rep.Warnings = append(rep.Warnings, Warning{Shard: name,
-			Message: fmt.Sprintf("%s has %d free replication slots, just what the move needs: none is left for the temporary copy a CDC catch-up reads ahead of its applier, so a stream far behind catches up one read at a time, more slowly (raise max_replication_slots to leave one spare)", name, free)})
+			Message: fmt.Sprintf("%s has %d free replication slots, the move needs %d: %d left for the %d temporary copies of its slot a CDC catch-up reads with, so a stream far behind catches up %s (raise max_replication_slots to leave %d spare)",
+				name, free, opts.Slots, spare, opts.CatchUpSlots, how, opts.CatchUpSlots)})
 	}
 	if free := maxSenders - ws; free < opts.WalSenders {
 		rep.add(&Problem{Check: CheckWalSenders, Shard: name,

@@ -217,25 +217,40 @@ func TestPreflightRefusesFullSlots(t *testing.T) {
 }
 
 // A server with just the slots the move needs passes, with a warning that
-// a catch-up has no slot left for the copy it reads ahead.
+// a catch-up has no slot left for the copies it reads with; one with one
+// spare of two, with a warning that it reads with one.
 func TestPreflightWarnsNoSpareSlot(t *testing.T) {
 	src, dst := preflightPair(t)
 	ctx := context.Background()
-	free := dst.QueryInt64(t, `SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)`)
-	dst.Exec(t, `SELECT pg_create_physical_replication_slot('preflight_spare_' || g) FROM generate_series(1, $1::int) g`, free-1)
 	t.Cleanup(func() {
 		_, _ = dst.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'preflight_spare_%'`)
 	})
-	rep, err := runPreflight(t, src, dst, nil, nil, PreflightOptions{})
-	if err != nil {
-		t.Fatalf("preflight refused a server with the one slot needed: %v", err)
-	}
-	var warned bool
-	for _, w := range rep.Warnings {
-		warned = warned || w.Shard == "target" && strings.Contains(w.Message, "temporary copy")
-	}
-	if !warned {
-		t.Fatalf("no warning about the spare slot; warnings %+v", rep.Warnings)
+	for _, c := range []struct {
+		spare int
+		want  string
+	}{{1, "1 left for the 2 temporary copies of its slot a CDC catch-up reads with, so a stream far behind catches up with 1 of them"},
+		{0, "0 left for the 2 temporary copies of its slot a CDC catch-up reads with, so a stream far behind catches up one read at a time"}} {
+		free := dst.QueryInt64(t, `SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)`)
+		n := free - 1 - int64(c.spare)
+		dst.Exec(t, `SELECT pg_create_physical_replication_slot('preflight_spare_' || $2::int || '_' || g) FROM generate_series(1, $1::int) g`, n, c.spare)
+		rep, err := runPreflight(t, src, dst, nil, nil, PreflightOptions{CatchUpSlots: 2})
+		if err != nil {
+			t.Fatalf("%d spare: preflight refused a server with the one slot needed: %v", c.spare, err)
+		}
+		var warned bool
+		for _, w := range rep.Warnings {
+			warned = warned || w.Shard == "target" && strings.Contains(w.Message, c.want)
+		}
+		if !warned {
+			t.Fatalf("%d spare: no warning %q; warnings %+v", c.spare, c.want, rep.Warnings)
+		}
+		var srcWarned bool
+		for _, w := range rep.Warnings {
+			srcWarned = srcWarned || w.Shard == "source" && strings.Contains(w.Message, "temporary copies")
+		}
+		if srcWarned {
+			t.Fatalf("%d spare: the source, with slots to spare, is warned: %+v", c.spare, rep.Warnings)
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -132,6 +133,7 @@ func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan) (p
 		pf, err := tableset.Preflight(ctx, pools[pr.Source], pools[pr.Target], r.Tables, tableset.PreflightOptions{
 			SourceName: pr.Source, TargetName: pr.Target, Ranges: pr.Ranges,
 			Slots: max(slots[pr.Source], slots[pr.Target]), WalSenders: max(slots[pr.Source], slots[pr.Target]),
+			CatchUpSlots: cdc.CatchUpSlots,
 		})
 		if err != nil && len(pf.Problems) == 0 {
 			return planReport{}, fmt.Errorf("preflight %s → %s: %w", pr.Source, pr.Target, err)
