@@ -435,7 +435,7 @@ func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) {
 		if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, f.r.o.Slot, name); err != nil {
 			how := "peeking it one read at a time"
 			if i > 0 {
-				how = fmt.Sprintf("reading it with %d copies", i)
+				how = fmt.Sprintf("reading it with %d of %d copies", i, feedReaders)
 			}
 			f.r.s.log.Warn("cdc could not copy slot "+f.r.o.Slot+" to read ahead of the applier; "+how, "err", err)
 			break

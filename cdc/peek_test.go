@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -183,12 +184,25 @@ func TestPeekBigTransactionStreams(t *testing.T) {
 // fails here). Each also updates the row of the one before, which a
 // transaction applied twice would undo: those the spans overlap on (a copy
 // moved 3 kB short) are skipped by their position.
-func TestPeekSpansMeet(t *testing.T) {
+func TestPeekSpansMeet(t *testing.T) { testSpansMeet(t, false) }
+
+// A source with one slot to spare, not two, is read in spans by one reader
+// from one copy.
+func TestPeekOneCopySpansMeet(t *testing.T) { testSpansMeet(t, true) }
+
+func testSpansMeet(t *testing.T, oneSpare bool) {
 	e := newEnv(t, "spans", usersOnly...)
 	logs := forcePeek(e, readAhead)
 	seedSource(t, e)
 	owned := seedTargetOwned(t, e)
 	e.createSlot(t)
+	if oneSpare {
+		free := e.src.QueryInt64(t, `SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)`)
+		e.src.Exec(t, `SELECT pg_create_physical_replication_slot('spans_fill_' || g) FROM generate_series(1, $1::int) g`, free-1)
+		t.Cleanup(func() {
+			_, _ = e.src.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'spans_fill_%'`)
+		})
+	}
 	e.copyRanges(t)
 	e.src.Exec(t, `DO $$ BEGIN
 		FOR i IN 1..10000 LOOP
@@ -213,8 +227,12 @@ func TestPeekSpansMeet(t *testing.T) {
 			reads[l[strings.Index(l, "reader="):][:len("reader=0")]]++
 		}
 	}
-	if reads["reader=0"] < 2 || reads["reader=1"] < 1 {
+	t.Logf("reads by reader: %v", reads)
+	refused := strings.Contains(logs.String(), "to read ahead of the applier; reading it with 1 of 2 copies")
+	switch {
+	case oneSpare && (reads["reader=0"] < 3 || reads["reader=1"] > 0 || !refused):
+		t.Errorf("reads by reader: %v, second copy refused: %v; one slot to spare should give one reader, reading the backlog in turns", reads, refused)
+	case !oneSpare && (reads["reader=0"] < 2 || reads["reader=1"] < 1 || refused):
 		t.Errorf("reads by reader: %v; the backlog should have taken turns of both readers, the first twice", reads)
 	}
-	t.Logf("reads by reader: %v", reads)
 }
