@@ -142,6 +142,8 @@ type binding struct {
 	rel  *Relation
 	plan *tablePlan
 	cols []int // relation column i -> plan column
+	// same: cols is i -> i (the source's column order is the target's)
+	same bool
 }
 
 // bind checks a Relation message against the target's shape: a difference
@@ -171,6 +173,10 @@ func bind(rel *Relation, p *tablePlan) (*binding, error) {
 	if len(e.OnlySource)+len(e.OnlyTarget)+len(e.TypeChanged) > 0 {
 		return nil, e
 	}
+	b.same = true
+	for i, j := range b.cols {
+		b.same = b.same && i == j
+	}
 	return b, nil
 }
 
@@ -180,6 +186,9 @@ func bind(rel *Relation, p *tablePlan) (*binding, error) {
 func (b *binding) row(t Tuple, kind byte) []Col {
 	if t == nil {
 		return nil
+	}
+	if b.same && kind != 'K' {
+		return t // the decoder's tuple, used once
 	}
 	r := make([]Col, len(b.plan.cols))
 	for i := range r {

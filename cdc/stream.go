@@ -840,10 +840,10 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		r.s.mu.Unlock()
 	case *Commit:
 		r.inTxn = false
-		r.lastHeartbeat = time.Now()
+		now := time.Now() // once per transaction: a clock read costs as much as a change's decoding here
+		r.lastHeartbeat = now
 		r.lastEnd, r.lastCommit, r.lastCommitTime = m.EndLSN, m.CommitLSN, m.CommitTime
 		r.batchTxns++
-		now := time.Now()
 		r.behind.Store(now.Sub(m.CommitTime) > r.o.BatchDelay)
 		if len(r.txnMarkers) > 0 || r.tg.batchRows() >= r.o.BatchRows || now.Sub(r.batchStart) >= r.batchDelay() {
 			return r.commitBatch(ctx)
