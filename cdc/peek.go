@@ -29,13 +29,13 @@ import (
 // a worker restart, a write peak — therefore catches up by reading the slot
 // in large reads over a plain session, applying them exactly as streamed
 // messages (same decoder, same batches, the origin's progress committed
-// with each). The reads are of a temporary copy of the slot, consumed ahead
-// of the applier, so the source's decoding and the target's writes
-// overlap; the slot itself moves with pg_replication_slot_advance only to
-// what is committed on the target. Nothing is acknowledged before its
-// commit, as with the walsender; a crash drops the copy with its session,
-// and the transactions between the slot and the origin's position are read
-// again and skipped. Holds (cutover) are left to the walsender: a read
+// with each). The reads are of temporary copies of the slot, consumed ahead
+// of the applier by two sessions in turn (feed), so the source's decoding,
+// its sending and the target's writes overlap; the slot itself moves with
+// pg_replication_slot_advance only to what is committed on the target.
+// Nothing is acknowledged before its commit, as with the walsender; a
+// crash drops the copies with their sessions, and the transactions between
+// the slot and the origin's position are read again and skipped. Holds (cutover) are left to the walsender: a read
 // stops at the first transaction after a HoldAt and streaming takes over.
 
 // DefaultPeekCatchUpBytes is Options.PeekCatchUpBytes' default: a lag of
@@ -85,16 +85,18 @@ func (r *runner) holdPending() bool {
 // stream from: start, or the last transaction it committed. The slot must
 // not be streaming (no walsender holds it).
 //
-// The reading (a feeder goroutine, on its own session) runs ahead of the
-// applying: it copies the slot into a temporary one and consumes that copy
-// with pg_logical_slot_get_binary_changes, so the source decodes the next
-// span while the target writes this one. The slot itself moves only to what
-// the target committed (pg_replication_slot_advance, which reads the WAL
-// without decoding its changes: 0.15 s against 1.0 s for 200k
-// transactions); the copy dies with its session, so a crash leaves only the
-// slot, at or before the origin's position. Where the source refuses the
-// copy (no free replication slot), it peeks the slot itself, one span at a
-// time: each waits for the previous one's commit.
+// The reading (the feed's readers, each a goroutine on its own session)
+// runs ahead of the applying: each copies the slot into a temporary one and
+// consumes its copy with pg_logical_slot_get_binary_changes, span by span
+// in turn with the other, so the source decodes the next span while this
+// one is sent and written. The slot itself moves only to what the target
+// committed (pg_replication_slot_advance, which reads the WAL without
+// decoding its changes: 0.15 s against 1.0 s for 200k transactions); a
+// copy dies with its session, so a crash leaves only the slot, at or before
+// the origin's position. Where the source refuses the second copy, one
+// reader reads every span; where it refuses the first (no free replication
+// slot), one reader peeks the slot itself, one span at a time: each waits
+// for the previous one's commit.
 func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogrepl.LSN, error) {
 	if r.o.PeekCatchUpBytes < 0 {
 		return start, nil
