@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/reshard/reshard/internal/pgerr"
 )
 
 // Catch-up through SQL.
@@ -121,7 +123,9 @@ func (r *runner) catchUpBySQL(ctx context.Context, start pglogrepl.LSN) (pglogre
 	r.s.mu.Unlock()
 	r.serverEnd = max(r.serverEnd, start+pglogrepl.LSN(lag))
 	f := newFeed(r)
-	f.addReaders(ctx, conn, r.o.PeekInPlace)
+	if err := f.addReaders(ctx, conn, r.o.PeekInPlace); err != nil {
+		return start, err
+	}
 	r.s.log.Info("cdc catching up by SQL peeks", "lsn", start.String(), "lag_bytes", lag, "read_ahead", f.readers[0].copy != "", "readers", len(f.readers))
 	r.resetDecoding()
 	r.peeking = true
@@ -255,10 +259,16 @@ func (r *runner) rewindToCommitted(ctx context.Context) {
 }
 
 // peekConn is the feed's i-th session (a plain one: fetch reads rows on
-// r.src while a peek's result is being read), kept for the next catch-up.
+// r.src while a peek's result is being read), kept for the next catch-up
+// if it still answers.
 func (r *runner) peekConn(ctx context.Context, i int) (*pgx.Conn, error) {
 	if i < len(r.peeks) && !r.peeks[i].IsClosed() {
-		return r.peeks[i], nil
+		// Kept since the last catch-up: the source may have ended it
+		// since (a reader killed between its reads), unseen until used.
+		if r.peeks[i].Ping(ctx) == nil {
+			return r.peeks[i], nil
+		}
+		r.peeks[i].Close(ctx)
 	}
 	cfg, err := r.o.sourceConfig()
 	if err != nil {
@@ -421,7 +431,8 @@ const (
 // addReaders gives f its readers: up to feedReaders sessions on copies of
 // the slot, the first on conn; or, where the source refuses the first copy
 // (no free replication slot, for one), conn alone, peeking the slot itself.
-func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) {
+// A session lost is an error (the Run's retry reconnects), not a refusal.
+func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) error {
 	for i := range feedReaders {
 		if inPlace {
 			break
@@ -435,6 +446,10 @@ func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) {
 		}
 		name := fmt.Sprintf("%s_p%08x", f.r.o.Slot, rand.Uint32())
 		if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, f.r.o.Slot, name); err != nil {
+			if sessionLost(err) || ctx.Err() != nil {
+				f.dropCopies()
+				return wrapOp("copy slot "+f.r.o.Slot, err)
+			}
 			how := "peeking it one read at a time"
 			if i > 0 {
 				how = fmt.Sprintf("reading it with %d of %d copies", i, feedReaders)
@@ -446,6 +461,14 @@ func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) {
 	}
 	if len(f.readers) == 0 {
 		f.addReader(conn, "")
+	}
+	return nil
+}
+
+// dropCopies drops the readers' copies (see dropCopy).
+func (f *feed) dropCopies() {
+	for _, rd := range f.readers {
+		rd.dropCopy(f.r)
 	}
 }
 
@@ -510,9 +533,7 @@ func (f *feed) run(ctx context.Context) {
 	f.readers[0].turn <- spanTurn{}
 	go func() {
 		wg.Wait()
-		for _, rd := range f.readers {
-			rd.dropCopy(f.r)
-		}
+		f.dropCopies()
 		close(f.done)
 	}()
 }
@@ -805,13 +826,20 @@ func (e *peekError) Unwrap() error { return e.err }
 
 // fallBack: err is the source's refusal of a peek (temp_file_limit is a
 // resource error, 53400), where the walsender may still do. A lost
-// connection or a server shutting down (classes 08 and 57P) is retried as
-// any other.
+// connection or a server shutting down is retried as any other.
 func fallBack(err error) bool {
 	var pe *peekError
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pe) || !errors.As(err, &pgErr) {
-		return false
+	return errors.As(err, &pe) && errors.As(err, &pgErr) && !sessionLost(err)
+}
+
+// sessionLost: err ended the session (or came from a server shutting
+// down: classes 08 and 57P), where an error of another class is the
+// server's answer to the statement.
+func sessionLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
 	}
-	return !strings.HasPrefix(pgErr.Code, "08") && !strings.HasPrefix(pgErr.Code, "57P")
+	return pgerr.ConnectionLost(err)
 }

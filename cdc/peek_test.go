@@ -236,3 +236,43 @@ func testSpansMeet(t *testing.T, oneSpare bool) {
 		t.Errorf("reads by reader: %v; the backlog should have taken turns of both readers, the first twice", reads)
 	}
 }
+
+// A reader's session killed in the middle of a catch-up (its copy goes with
+// it) fails the Run, which resumes from the target's origin and converges;
+// the other reader's copy goes when the Run stops.
+func TestPeekReaderKilled(t *testing.T) {
+	e := newEnv(t, "readerkill", usersOnly...)
+	forcePeek(e, readAhead)
+	seedSource(t, e)
+	owned := seedTargetOwned(t, e)
+	e.createSlot(t)
+	e.copyRanges(t)
+	w := startWriter(t, e.src, false, 3)
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := supervise(t, s)
+	killed := int64(0)
+	for deadline := time.Now().Add(10 * time.Second); killed < 2 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		killed += e.src.QueryInt64(t, `SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots
+			WHERE slot_name LIKE $1 AND active_pid IS NOT NULL`, e.names.Slot+"\\_p%")
+		if killed == 1 {
+			time.Sleep(300 * time.Millisecond) // the next kill in another catch-up
+		}
+	}
+	w.finish(t)
+	if killed < 2 {
+		t.Fatalf("killed %d reader sessions in 10 s; the stream should have caught up by SQL often", killed)
+	}
+	time.Sleep(time.Second) // the Run that lost its reader fails; supervise starts the next (a drain waiting then fails with it)
+	drain(t, e, s)
+	stop()
+	assertConverged(t, e, owned)
+	for _, l := range strings.Split(e.peekLogs.String(), "\n") {
+		if strings.Contains(l, "could not copy") || strings.Contains(l, "level=WARN") {
+			t.Log(l)
+		}
+	}
+	assertPeeked(t, e, s, readAhead)
+}
