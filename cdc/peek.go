@@ -37,8 +37,9 @@ import (
 // pg_replication_slot_advance only to what is committed on the target.
 // Nothing is acknowledged before its commit, as with the walsender; a
 // crash drops the copies with their sessions, and the transactions between
-// the slot and the origin's position are read again and skipped. Holds (cutover) are left to the walsender: a read
-// stops at the first transaction after a HoldAt and streaming takes over.
+// the slot and the origin's position are read again and skipped. Holds
+// (cutover) are left to the walsender: a read stops at the first
+// transaction after a HoldAt and streaming takes over.
 
 // DefaultPeekCatchUpBytes is Options.PeekCatchUpBytes' default: a lag of
 // this much WAL is read by SQL peeks.
@@ -393,10 +394,14 @@ func newFeed(r *runner) *feed {
 
 func (f *feed) addReader(conn *pgx.Conn, copy string) {
 	f.readers = append(f.readers, &feedReader{i: len(f.readers), conn: conn, copy: copy, dec: NewDecoder(), turn: make(chan spanTurn, 1)})
-	for _, rd := range f.readers {
-		rd.roomBytes = feedAheadBytes / int64(len(f.readers))
-		rd.room = semaphore.NewWeighted(rd.roomBytes)
+}
+
+// source is the slot rd reads and the query that reads it.
+func (rd *feedReader) source(o *Options) (slot, query string) {
+	if rd.copy != "" {
+		return rd.copy, getSQL
 	}
+	return o.Slot, peekSQL
 }
 
 // feedAheadBytes bounds what the feed reads ahead of the applier: the
@@ -433,10 +438,11 @@ const (
 // (no free replication slot, for one), conn alone, peeking the slot itself.
 // A session lost is an error (the Run's retry reconnects), not a refusal.
 func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) error {
-	for i := range feedReaders {
-		if inPlace {
-			break
-		}
+	copies := feedReaders
+	if inPlace {
+		copies = 0
+	}
+	for i := range copies {
 		if i > 0 {
 			var err error
 			if conn, err = f.r.peekConn(ctx, i); err != nil {
@@ -461,6 +467,10 @@ func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) err
 	}
 	if len(f.readers) == 0 {
 		f.addReader(conn, "")
+	}
+	for _, rd := range f.readers {
+		rd.roomBytes = feedAheadBytes / int64(len(f.readers))
+		rd.room = semaphore.NewWeighted(rd.roomBytes)
 	}
 	return nil
 }
@@ -604,10 +614,7 @@ func (f *feed) plan(ctx context.Context, rd *feedReader, t spanTurn) (sp *feedSp
 	if err := advanceSlot(ctx, rd.conn, f.r.s, o.Slot); err != nil {
 		return nil, p, false, err
 	}
-	slot := o.Slot
-	if rd.copy != "" {
-		slot = rd.copy
-	}
+	slot, _ := rd.source(o)
 	pos, err := readSlot(ctx, rd.conn, slot)
 	if err != nil {
 		return nil, p, false, err
@@ -667,11 +674,8 @@ func readSlot(ctx context.Context, conn *pgx.Conn, slot string) (slotPosition, e
 // quit, or the read failed and the applier is told).
 func (f *feed) read(ctx context.Context, sp *feedSpan, p spanPlan) bool {
 	defer close(sp.chunks)
-	rd, o := sp.rd, f.r.o
-	slot, query := o.Slot, peekSQL
-	if rd.copy != "" {
-		slot, query = rd.copy, getSQL
-	}
+	rd := sp.rd
+	slot, query := rd.source(f.r.o)
 	fail := func(err error) bool {
 		f.send(sp, feedChunk{err: err})
 		return false

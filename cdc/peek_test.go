@@ -167,11 +167,7 @@ func TestPeekBigTransactionStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := runStream(t, s)
-	drain(t, e, s)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	applyToMarker(t, e, s)
 	assertConverged(t, e, owned)
 	if !strings.Contains(logs.String(), "cdc transaction bigger than a SQL peek; streaming it") {
 		t.Errorf("the big transaction was not left to the walsender:\n%s", logs.String())
@@ -215,11 +211,7 @@ func testSpansMeet(t *testing.T, oneSpare bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := runStream(t, s)
-	drain(t, e, s)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	applyToMarker(t, e, s)
 	assertConverged(t, e, owned)
 	reads := map[string]int{}
 	for _, l := range strings.Split(logs.String(), "\n") {
