@@ -39,7 +39,12 @@ const applyAppName = "reshard_bench_apply"
 // runCDC measures the applier: changes/s for many small source transactions
 // against the source's own single-statement UPDATE of as many rows, and the
 // worker's peak RSS while it applies one source transaction of the whole
-// table (in a child process, so the figure is the applier's alone).
+// table (in a child process, so the figure is the applier's alone). The
+// catch-up and its ceilings are measured in -cdc-rounds rounds, and each
+// ratio is the median of the rounds' own: on a 2-core machine one round's
+// ratio moved by a third from one run to the next (0.71-1.36 against the
+// source's generate rate, 0.81-1.46 against the walsender's CPU), from the
+// machine rather than the code.
 func runCDC(ctx context.Context, e *env, r *report) error {
 	restore, err := e.noSourceAutovacuum(ctx)
 	if err != nil {
@@ -68,73 +73,36 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 	if err != nil {
 		return err
 	}
-
-	// Two slots see the same transactions: one is applied by the default
-	// applier (staged flushes), the other with every flush as text[] arrays.
-	names, err := e.cdcJoin(ctx, "bench_small", set, all)
-	if err != nil {
-		return err
-	}
-	namesArray, err := e.cdcJoin(ctx, "bench_small_array", set, all)
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	if err := e.smallTransactions(ctx, n, n); err != nil {
-		return err
-	}
-	genRate := float64(n) / time.Since(start).Seconds()
-	r.add("cdc_generate_txns_per_s", genRate, "txn/s",
-		fmt.Sprintf("%d single-row UPDATE transactions on distinct keys, 2 sessions, synchronous_commit off (the rate the source produces them)", n))
-	if err := e.mark(ctx, "bench-small-end"); err != nil {
-		return err
-	}
-	// Decoding alone (no network, no apply): the walsender's ceiling.
-	decodeRate, decodeT, err := e.peekRate(ctx, names, n)
-	if err != nil {
-		return err
-	}
-	r.add("pgoutput_decode_changes_per_s", decodeRate, "changes/s",
-		fmt.Sprintf("pg_logical_slot_peek_binary_changes of the %d transactions, %s: the source's decoding ceiling", n, decodeT.Round(time.Millisecond)))
-
-	stream, err := e.streamCeiling(ctx, names, "bench-small-end")
-	if err != nil {
-		return err
-	}
-	// The source update just before leaves dirty buffers that its
-	// checkpointer and background writer would flush during the apply,
-	// where the source's CPU is measured as all its processes.
-	if _, err := e.srcPool.Exec(ctx, `CHECKPOINT`); err != nil {
-		return err
-	}
-	opts := e.cdcOptions(names, set, all)
-	stop, err := e.startCDCProfile("")
-	if err != nil {
-		return err
-	}
-	res, err := applyUntilMarker(ctx, opts, "bench-small-end", e)
-	stop()
-	if err != nil {
-		return err
-	}
-	rate := float64(n) / res.elapsed.Seconds()
-	if err := e.sameBalances(ctx); err != nil {
-		return err
-	}
-	if err := e.cdcLeave(ctx, names); err != nil {
-		return err
-	}
-	optsArray := e.cdcOptions(namesArray, set, all)
-	optsArray.StageMinRows = math.MaxInt32
-	resArray, err := applyUntilMarker(ctx, optsArray, "bench-small-end", e)
-	if err != nil {
-		return err
-	}
-	if err := e.sameBalances(ctx); err != nil {
-		return err
-	}
-	if err := e.cdcLeave(ctx, namesArray); err != nil {
-		return err
+	var rounds []catchUp
+	var resArray applyResult
+	for i := range max(e.cfg.cdcRounds, 1) {
+		// In the first round a second slot sees the same transactions, to
+		// be applied with every flush as text[] arrays.
+		var namesArray cdc.Names
+		c, err := e.catchUpRound(ctx, set, "bench_small", "", i, n, n, func() (err error) {
+			if i == 0 {
+				namesArray, err = e.cdcJoin(ctx, "bench_small_array", set, all)
+			}
+			return err
+		}, nil)
+		if err != nil {
+			return err
+		}
+		rounds = append(rounds, c)
+		if i > 0 {
+			continue
+		}
+		optsArray := e.cdcOptions(namesArray, set, all)
+		optsArray.StageMinRows = math.MaxInt32
+		if resArray, err = applyUntilMarker(ctx, optsArray, c.marker, e); err != nil {
+			return err
+		}
+		if err := e.sameBalances(ctx); err != nil {
+			return err
+		}
+		if err := e.cdcLeave(ctx, namesArray); err != nil {
+			return err
+		}
 	}
 	up, err := e.targetUpsertCeiling(ctx, n)
 	if err != nil {
@@ -147,29 +115,40 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 	// No slot saw this second baseline: the whole-table transaction below
 	// rewrites every row on the target, and the check after it covers them.
 	base := (base0 + base1) / 2
-	r.add("source_update_rows_per_s", base, "rows/s", fmt.Sprintf("UPDATE users SET balance = balance + 1 WHERE id <= %d, one statement; mean of %.0f (before the apply) and %.0f (after)", n, base0, base1))
-	r.add("cdc_apply_changes_per_s", rate, "changes/s", fmt.Sprintf("%d single-row source transactions caught up in %s; %s", n, res.elapsed.Round(time.Millisecond), res.cpu))
-	r.add("cdc_apply_vs_generate", rate/genRate, "ratio", "cdc_apply_changes_per_s / cdc_generate_txns_per_s on distinct keys: catch-up converges under the peak write load when > 1; goal >= 1.2")
-	r.add("cdc_apply_cpu_per_change_us", perChange(res.applyCPU(), n), "µs", fmt.Sprintf("applier %.1f + target backend %.1f µs CPU per change",
-		perChange(res.applierCPU, n), perChange(res.targetCPU, n)))
-	r.add("cdc_source_cpu_per_change_us", perChange(res.sourceCPU, n), "µs", "the source's CPU per change during the same apply (every process of the server: the SQL peeks or walsender that decode, background writers)")
-	r.add("cdc_walsender_cpu_per_change_us", perChange(stream.walsenderCPU, n), "µs",
-		fmt.Sprintf("a walsender streaming the same transactions to a reader that drops them (%s): what decoding costs the source through START_REPLICATION", stream.elapsed.Round(time.Millisecond)))
-	r.add("cdc_apply_cpu_vs_walsender", float64(res.applyCPU())/float64(stream.walsenderCPU), "ratio", "cdc_apply_cpu_per_change_us / cdc_walsender_cpu_per_change_us; goal <= 1")
-	r.add("cdc_apply_cpu_vs_source", float64(res.applyCPU())/float64(res.sourceCPU), "ratio", "cdc_apply_cpu_per_change_us / cdc_source_cpu_per_change_us: the apply against what the source spent on it")
-	r.add("cdc_apply_array_changes_per_s", float64(n)/resArray.elapsed.Seconds(), "changes/s", fmt.Sprintf("the same %d transactions from a second slot, every flush as text[] arrays (StageMinRows off), %s; %s; apply CPU %.1f µs per change",
-		n, resArray.elapsed.Round(time.Millisecond), resArray.cpu, perChange(resArray.applyCPU(), n)))
-	r.add("cdc_apply_vs_source_update", rate/base, "ratio", "goal >= 1.5")
+	nr := len(rounds)
+	gen, decode := roundMedian(rounds, func(c catchUp) float64 { return c.gen }), roundMedian(rounds, func(c catchUp) float64 { return c.decode })
+	m := rounds[medianAt(roundValues(rounds, func(c catchUp) float64 { return c.rate }))] // the round of the median apply
+	r.add("cdc_generate_txns_per_s", gen.value, "txn/s",
+		fmt.Sprintf("%d single-row UPDATE transactions on distinct keys, 2 sessions, synchronous_commit off (the rate the source produces them); median of %d rounds: %s", n, nr, gen.list))
+	r.add("pgoutput_decode_changes_per_s", decode.value, "changes/s",
+		fmt.Sprintf("pg_logical_slot_peek_binary_changes of the %d transactions: the source's decoding ceiling; median of %d rounds: %s", n, nr, decode.list))
+	r.add("source_update_rows_per_s", base, "rows/s", fmt.Sprintf("UPDATE users SET balance = balance + 1 WHERE id <= %d, one statement; mean of %.0f (before the applies) and %.0f (after)", n, base0, base1))
+	r.add("cdc_apply_changes_per_s", m.rate, "changes/s", fmt.Sprintf("%d single-row source transactions caught up in %s (the median of %d rounds: %s); %s",
+		n, m.res.elapsed.Round(time.Millisecond), nr, roundMedian(rounds, func(c catchUp) float64 { return c.rate }).list, m.res.cpu))
+	vsGen := roundMedian(rounds, func(c catchUp) float64 { return c.rate / c.gen })
+	r.add("cdc_apply_vs_generate", vsGen.value, "ratio", "cdc_apply_changes_per_s / cdc_generate_txns_per_s on distinct keys, each round's own: catch-up converges under the peak write load when > 1; goal >= 1.2; median of rounds: "+vsGen.list)
+	r.add("cdc_apply_cpu_per_change_us", perChange(m.res.applyCPU(), n), "µs", fmt.Sprintf("applier %.1f + target backend %.1f µs CPU per change (the median apply's round)",
+		perChange(m.res.applierCPU, n), perChange(m.res.targetCPU, n)))
+	r.add("cdc_source_cpu_per_change_us", perChange(m.res.sourceCPU, n), "µs", "the source's CPU per change during the same apply (every process of the server: the SQL peeks or walsender that decode, background writers)")
+	ws := roundMedian(rounds, func(c catchUp) float64 { return perChange(c.stream.walsenderCPU, n) })
+	r.add("cdc_walsender_cpu_per_change_us", ws.value, "µs",
+		fmt.Sprintf("a walsender streaming the same transactions to a reader that drops them: what decoding costs the source through START_REPLICATION; median of rounds: %s", ws.list))
+	vsWs := roundMedian(rounds, func(c catchUp) float64 { return float64(c.res.applyCPU()) / float64(c.stream.walsenderCPU) })
+	r.add("cdc_apply_cpu_vs_walsender", vsWs.value, "ratio", "cdc_apply_cpu_per_change_us / cdc_walsender_cpu_per_change_us, each round's own; goal <= 1; median of rounds: "+vsWs.list)
+	r.add("cdc_apply_cpu_vs_source", float64(m.res.applyCPU())/float64(m.res.sourceCPU), "ratio", "cdc_apply_cpu_per_change_us / cdc_source_cpu_per_change_us: the apply against what the source spent on it")
+	r.add("cdc_apply_array_changes_per_s", float64(n)/resArray.elapsed.Seconds(), "changes/s", fmt.Sprintf("the first round's transactions from a second slot, every flush as text[] arrays (StageMinRows off), %s; %s; apply CPU %.1f µs per change",
+		resArray.elapsed.Round(time.Millisecond), resArray.cpu, perChange(resArray.applyCPU(), n)))
+	r.add("cdc_apply_vs_source_update", m.rate/base, "ratio", "goal >= 1.5")
 	r.add("target_upsert_rows_per_s", up, "rows/s", fmt.Sprintf("the applier's statement (upsert from text[] of 2000 rows) over the same %d rows, in one target session", n))
-	r.add("cdc_ceiling_decode_vs_source_update", decodeRate/base, "ratio", "pgoutput_decode_changes_per_s / source_update_rows_per_s: no applier can beat the walsender's decoding")
+	r.add("cdc_ceiling_decode_vs_source_update", decode.value/base, "ratio", "pgoutput_decode_changes_per_s / source_update_rows_per_s: no applier can beat the walsender's decoding")
 	r.add("cdc_ceiling_target_vs_source_update", up/base, "ratio", "target_upsert_rows_per_s / source_update_rows_per_s: nor the target's own write of the rows")
 
 	// One source transaction of the whole table, applied by a child process.
-	names, err = e.cdcJoin(ctx, "bench_big", set, all)
+	names, err := e.cdcJoin(ctx, "bench_big", set, all)
 	if err != nil {
 		return err
 	}
-	start = time.Now()
+	start := time.Now()
 	tag, err := e.srcPool.Exec(ctx, `UPDATE users SET balance = balance + 1`)
 	if err != nil {
 		return fmt.Errorf("source update of the whole table: %w", err)
@@ -221,7 +200,8 @@ func (e *env) noSourceAutovacuum(ctx context.Context) (restore func(), err error
 }
 
 // runCDCHot measures the apply of 200k single-row updates over 2,000 keys
-// against the source's decoding of the same transactions.
+// against the source's decoding of the same transactions, in -cdc-rounds
+// rounds (as runCDC).
 func runCDCHot(ctx context.Context, e *env, r *report) error {
 	restore, err := e.noSourceAutovacuum(ctx)
 	if err != nil {
@@ -229,60 +209,45 @@ func runCDCHot(ctx context.Context, e *env, r *report) error {
 	}
 	defer restore()
 	const keys = 2000
-	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
 	set, err := e.cdcTarget(ctx)
 	if err != nil {
 		return err
 	}
 	n := cdcUpdates
-	names, err := e.cdcJoin(ctx, "bench_hot", set, all)
-	if err != nil {
-		return err
+	var rounds []catchUp
+	var toClient int
+	var toClientT time.Duration
+	for i := range max(e.cfg.cdcRounds, 1) {
+		c, err := e.catchUpRound(ctx, set, "bench_hot", "hot", i, n, keys, func() error { return nil }, func(names cdc.Names) (err error) {
+			if i == 0 {
+				toClient, toClientT, err = e.peekToClient(ctx, names)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		rounds = append(rounds, c)
 	}
-	start := time.Now()
-	if err := e.smallTransactions(ctx, n, keys); err != nil {
-		return err
-	}
-	genRate := float64(n) / time.Since(start).Seconds()
-	if err := e.mark(ctx, "bench-hot-end"); err != nil {
-		return err
-	}
-	decodeRate, decodeT, err := e.peekRate(ctx, names, n)
-	if err != nil {
-		return err
-	}
-	stream, err := e.streamCeiling(ctx, names, "bench-hot-end")
-	if err != nil {
-		return err
-	}
-	toClient, toClientT, err := e.peekToClient(ctx, names)
-	if err != nil {
-		return err
-	}
-	stop, err := e.startCDCProfile("hot")
-	if err != nil {
-		return err
-	}
-	res, err := applyUntilMarker(ctx, e.cdcOptions(names, set, all), "bench-hot-end", e)
-	stop()
-	if err != nil {
-		return err
-	}
-	if err := e.sameBalances(ctx); err != nil {
-		return err
-	}
-	rate := float64(n) / res.elapsed.Seconds()
-	r.add("cdc_hot_generate_txns_per_s", genRate, "txn/s", fmt.Sprintf("%d single-row UPDATE transactions over %d keys, 2 sessions, synchronous_commit off", n, keys))
-	r.add("pgoutput_decode_hot_changes_per_s", decodeRate, "changes/s", fmt.Sprintf("pg_logical_slot_peek_binary_changes of those transactions, %s", decodeT.Round(time.Millisecond)))
-	r.add("cdc_hot_apply_changes_per_s", rate, "changes/s", fmt.Sprintf("caught up in %s; %s; apply CPU %.1f µs per change", res.elapsed.Round(time.Millisecond), res.cpu, perChange(res.applyCPU(), n)))
+	nr := len(rounds)
+	streamRate := func(c catchUp) float64 { return float64(n) / c.stream.elapsed.Seconds() }
+	gen, decode := roundMedian(rounds, func(c catchUp) float64 { return c.gen }), roundMedian(rounds, func(c catchUp) float64 { return c.decode })
+	m := rounds[medianAt(roundValues(rounds, func(c catchUp) float64 { return c.rate }))]
+	st := rounds[medianAt(roundValues(rounds, streamRate))]
+	r.add("cdc_hot_generate_txns_per_s", gen.value, "txn/s", fmt.Sprintf("%d single-row UPDATE transactions over %d keys, 2 sessions, synchronous_commit off; median of %d rounds: %s", n, keys, nr, gen.list))
+	r.add("pgoutput_decode_hot_changes_per_s", decode.value, "changes/s", "pg_logical_slot_peek_binary_changes of those transactions; median of rounds: "+decode.list)
+	r.add("cdc_hot_apply_changes_per_s", m.rate, "changes/s", fmt.Sprintf("caught up in %s (the median of %d rounds: %s); %s; apply CPU %.1f µs per change",
+		m.res.elapsed.Round(time.Millisecond), nr, roundMedian(rounds, func(c catchUp) float64 { return c.rate }).list, m.res.cpu, perChange(m.res.applyCPU(), n)))
 	r.add("pgoutput_peek_to_client_hot_changes_per_s", float64(n)/toClientT.Seconds(), "changes/s",
-		fmt.Sprintf("the same peek with every message sent to this program over SQL (%d messages, BEGIN and COMMIT included, %s), read and dropped", toClient, toClientT.Round(time.Millisecond)))
-	r.add("pgoutput_stream_hot_changes_per_s", float64(n)/stream.elapsed.Seconds(), "changes/s",
-		fmt.Sprintf("the same transactions streamed by a walsender (START_REPLICATION, reads coalesced as the applier's) to a reader that drops them, %s; walsender CPU %.1f s, %.1f µs per change: the streaming protocol's ceiling",
-			stream.elapsed.Round(time.Millisecond), stream.walsenderCPU.Seconds(), perChange(stream.walsenderCPU, n)))
-	r.add("cdc_hot_apply_vs_decode", rate/decodeRate, "ratio", "cdc_hot_apply_changes_per_s / pgoutput_decode_hot_changes_per_s, same run; goal >= 0.8")
-	r.add("cdc_hot_apply_vs_stream", rate/(float64(n)/stream.elapsed.Seconds()), "ratio", "cdc_hot_apply_changes_per_s / pgoutput_stream_hot_changes_per_s, same run: the apply against the walsender's own streaming rate")
-	return e.cdcLeave(ctx, names)
+		fmt.Sprintf("the first round's peek with every message sent to this program over SQL (%d messages, BEGIN and COMMIT included, %s), read and dropped", toClient, toClientT.Round(time.Millisecond)))
+	r.add("pgoutput_stream_hot_changes_per_s", streamRate(st), "changes/s",
+		fmt.Sprintf("the same transactions streamed by a walsender (START_REPLICATION, reads coalesced as the applier's) to a reader that drops them, %s (the median of rounds: %s); walsender CPU %.1f s, %.1f µs per change: the streaming protocol's ceiling",
+			st.stream.elapsed.Round(time.Millisecond), roundMedian(rounds, streamRate).list, st.stream.walsenderCPU.Seconds(), perChange(st.stream.walsenderCPU, n)))
+	vsDecode := roundMedian(rounds, func(c catchUp) float64 { return c.rate / c.decode })
+	r.add("cdc_hot_apply_vs_decode", vsDecode.value, "ratio", "cdc_hot_apply_changes_per_s / pgoutput_decode_hot_changes_per_s, each round's own; goal >= 0.8; median of rounds: "+vsDecode.list)
+	vsStream := roundMedian(rounds, func(c catchUp) float64 { return c.rate / streamRate(c) })
+	r.add("cdc_hot_apply_vs_stream", vsStream.value, "ratio", "cdc_hot_apply_changes_per_s / pgoutput_stream_hot_changes_per_s, each round's own: the apply against the walsender's own streaming rate; median of rounds: "+vsStream.list)
+	return nil
 }
 
 // runCDCLong measures a catch-up that takes many SQL reads, as one after a
@@ -576,6 +541,109 @@ func (e *env) sameBalances(ctx context.Context) error {
 		return fmt.Errorf("after the catch-up the target's sum(balance) is %d, the source's %d", b, a)
 	}
 	return nil
+}
+
+// catchUp is one round of a catch-up measurement: n new single-row source
+// transactions on a fresh slot, the source's decoding of them by one peek
+// and by a walsender (the ceilings), then their apply.
+type catchUp struct {
+	marker      string
+	gen, decode float64 // txn/s generated, changes/s decoded by one peek
+	stream      streamResult
+	res         applyResult
+	rate        float64 // changes/s applied
+}
+
+// catchUpRound runs round i (0-based) of a catch-up measurement on a slot
+// named prefix (and the round's number after the first): it joins, calls
+// joined (another slot may join to see the same transactions), generates
+// n single-row updates over keys keys, measures the peek and the
+// walsender, calls beforeApply (nil: none), then applies them and checks
+// the target. The first round is the one profiled (-cdc-profile, with
+// profile as the file's suffix).
+func (e *env) catchUpRound(ctx context.Context, set tableset.Set, prefix, profile string, i, n, keys int, joined func() error, beforeApply func(cdc.Names) error) (catchUp, error) {
+	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	slot, marker := prefix, strings.ReplaceAll(prefix, "_", "-")+"-end"
+	if i > 0 {
+		slot, marker = fmt.Sprintf("%s_%d", slot, i+1), fmt.Sprintf("%s-%d", marker, i+1)
+	}
+	c := catchUp{marker: marker}
+	names, err := e.cdcJoin(ctx, slot, set, all)
+	if err != nil {
+		return c, err
+	}
+	if err := joined(); err != nil {
+		return c, err
+	}
+	start := time.Now()
+	if err := e.smallTransactions(ctx, n, keys); err != nil {
+		return c, err
+	}
+	c.gen = float64(n) / time.Since(start).Seconds()
+	if err := e.mark(ctx, marker); err != nil {
+		return c, err
+	}
+	// Decoding alone (no network, no apply): the walsender's ceiling.
+	if c.decode, _, err = e.peekRate(ctx, names, n); err != nil {
+		return c, err
+	}
+	if c.stream, err = e.streamCeiling(ctx, names, marker); err != nil {
+		return c, err
+	}
+	// The updates just before leave dirty buffers that the source's
+	// checkpointer and background writer would flush during the apply,
+	// where the source's CPU is measured as all its processes.
+	if _, err := e.srcPool.Exec(ctx, `CHECKPOINT`); err != nil {
+		return c, err
+	}
+	if beforeApply != nil {
+		if err := beforeApply(names); err != nil {
+			return c, err
+		}
+	}
+	stop := func() {}
+	if i == 0 {
+		if stop, err = e.startCDCProfile(profile); err != nil {
+			return c, err
+		}
+	}
+	c.res, err = applyUntilMarker(ctx, e.cdcOptions(names, set, all), marker, e)
+	stop()
+	if err != nil {
+		return c, err
+	}
+	c.rate = float64(n) / c.res.elapsed.Seconds()
+	if err := e.sameBalances(ctx); err != nil {
+		return c, err
+	}
+	return c, e.cdcLeave(ctx, names)
+}
+
+// roundValues is f of every round.
+func roundValues(rounds []catchUp, f func(catchUp) float64) []float64 {
+	xs := make([]float64, len(rounds))
+	for i, c := range rounds {
+		xs[i] = f(c)
+	}
+	return xs
+}
+
+// medianOf is a figure's median over rounds, and every round's value.
+type medianOf struct {
+	value float64
+	list  string
+}
+
+func roundMedian(rounds []catchUp, f func(catchUp) float64) medianOf {
+	xs := roundValues(rounds, f)
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.FormatFloat(x, 'g', 3, 64)
+		if x >= 1000 {
+			parts[i] = strconv.FormatFloat(x, 'f', 0, 64)
+		}
+	}
+	return medianOf{value: median(xs), list: strings.Join(parts, ", ")}
 }
 
 type applyResult struct {

@@ -64,6 +64,9 @@ type config struct {
 	cdcProfile string
 	// sqlCatchUp is the appliers' cdc.Options.PeekCatchUpBytes.
 	sqlCatchUp int64
+	// cdcRounds is how many times sections cdc and cdc-hot measure a
+	// catch-up and its ceilings; their ratios are the rounds' medians.
+	cdcRounds int
 	// rebalanceUsers sizes the rebalance section's data (two orders per
 	// user); rebalanceMaxParallel is its --max-parallel-moves (0: no bound).
 	rebalanceUsers       int64
@@ -95,6 +98,7 @@ func main() {
 	flag.IntVar(&cfg.adaptiveRounds, "adaptive-rounds", 3, "rounds of section adaptive (idle, unthrottled copy, adaptive copy each)")
 	rates := flag.String("adaptive-rates", "2000,10000,30000,100000", "fixed copy rates (rows/s, comma-separated; empty: none) section adaptive also measures the workload under, each round")
 	flag.StringVar(&cfg.cdcProfile, "cdc-profile", "", "write a CPU profile of the CDC apply (small transactions) to this file")
+	flag.IntVar(&cfg.cdcRounds, "cdc-rounds", 3, "rounds of sections cdc and cdc-hot (new transactions, their decoding, streaming and apply each); the figures are the rounds' medians")
 	flag.Int64Var(&cfg.sqlCatchUp, "cdc-sql-catch-up-bytes", 0, "the appliers' lag past which they catch up by SQL peeks (0: cdc's default, negative: walsender only)")
 	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
