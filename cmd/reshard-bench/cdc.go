@@ -117,14 +117,15 @@ func runCDC(ctx context.Context, e *env, r *report) error {
 	base := (base0 + base1) / 2
 	nr := len(rounds)
 	gen, decode := roundMedian(rounds, func(c catchUp) float64 { return c.gen }), roundMedian(rounds, func(c catchUp) float64 { return c.decode })
-	m := rounds[medianAt(roundValues(rounds, func(c catchUp) float64 { return c.rate }))] // the round of the median apply
+	rate := roundMedian(rounds, applyRate)
+	m := rounds[rate.at] // the round of the median apply
 	r.add("cdc_generate_txns_per_s", gen.value, "txn/s",
 		fmt.Sprintf("%d single-row UPDATE transactions on distinct keys, 2 sessions, synchronous_commit off (the rate the source produces them); median of %d rounds: %s", n, nr, gen.list))
 	r.add("pgoutput_decode_changes_per_s", decode.value, "changes/s",
 		fmt.Sprintf("pg_logical_slot_peek_binary_changes of the %d transactions: the source's decoding ceiling; median of %d rounds: %s", n, nr, decode.list))
 	r.add("source_update_rows_per_s", base, "rows/s", fmt.Sprintf("UPDATE users SET balance = balance + 1 WHERE id <= %d, one statement; mean of %.0f (before the applies) and %.0f (after)", n, base0, base1))
 	r.add("cdc_apply_changes_per_s", m.rate, "changes/s", fmt.Sprintf("%d single-row source transactions caught up in %s (the median of %d rounds: %s); %s",
-		n, m.res.elapsed.Round(time.Millisecond), nr, roundMedian(rounds, func(c catchUp) float64 { return c.rate }).list, m.res.cpu))
+		n, m.res.elapsed.Round(time.Millisecond), nr, rate.list, m.res.cpu))
 	vsGen := roundMedian(rounds, func(c catchUp) float64 { return c.rate / c.gen })
 	r.add("cdc_apply_vs_generate", vsGen.value, "ratio", "cdc_apply_changes_per_s / cdc_generate_txns_per_s on distinct keys, each round's own: catch-up converges under the peak write load when > 1; goal >= 1.2; median of rounds: "+vsGen.list)
 	r.add("cdc_apply_cpu_per_change_us", perChange(m.res.applyCPU(), n), "µs", fmt.Sprintf("applier %.1f + target backend %.1f µs CPU per change (the median apply's round)",
@@ -218,7 +219,7 @@ func runCDCHot(ctx context.Context, e *env, r *report) error {
 	var toClient int
 	var toClientT time.Duration
 	for i := range max(e.cfg.cdcRounds, 1) {
-		c, err := e.catchUpRound(ctx, set, "bench_hot", "hot", i, n, keys, func() error { return nil }, func(names cdc.Names) (err error) {
+		c, err := e.catchUpRound(ctx, set, "bench_hot", "hot", i, n, keys, nil, func(names cdc.Names) (err error) {
 			if i == 0 {
 				toClient, toClientT, err = e.peekToClient(ctx, names)
 			}
@@ -232,17 +233,17 @@ func runCDCHot(ctx context.Context, e *env, r *report) error {
 	nr := len(rounds)
 	streamRate := func(c catchUp) float64 { return float64(n) / c.stream.elapsed.Seconds() }
 	gen, decode := roundMedian(rounds, func(c catchUp) float64 { return c.gen }), roundMedian(rounds, func(c catchUp) float64 { return c.decode })
-	m := rounds[medianAt(roundValues(rounds, func(c catchUp) float64 { return c.rate }))]
-	st := rounds[medianAt(roundValues(rounds, streamRate))]
+	rate, stream := roundMedian(rounds, applyRate), roundMedian(rounds, streamRate)
+	m, st := rounds[rate.at], rounds[stream.at]
 	r.add("cdc_hot_generate_txns_per_s", gen.value, "txn/s", fmt.Sprintf("%d single-row UPDATE transactions over %d keys, 2 sessions, synchronous_commit off; median of %d rounds: %s", n, keys, nr, gen.list))
 	r.add("pgoutput_decode_hot_changes_per_s", decode.value, "changes/s", "pg_logical_slot_peek_binary_changes of those transactions; median of rounds: "+decode.list)
 	r.add("cdc_hot_apply_changes_per_s", m.rate, "changes/s", fmt.Sprintf("caught up in %s (the median of %d rounds: %s); %s; apply CPU %.1f µs per change",
-		m.res.elapsed.Round(time.Millisecond), nr, roundMedian(rounds, func(c catchUp) float64 { return c.rate }).list, m.res.cpu, perChange(m.res.applyCPU(), n)))
+		m.res.elapsed.Round(time.Millisecond), nr, rate.list, m.res.cpu, perChange(m.res.applyCPU(), n)))
 	r.add("pgoutput_peek_to_client_hot_changes_per_s", float64(n)/toClientT.Seconds(), "changes/s",
 		fmt.Sprintf("the first round's peek with every message sent to this program over SQL (%d messages, BEGIN and COMMIT included, %s), read and dropped", toClient, toClientT.Round(time.Millisecond)))
 	r.add("pgoutput_stream_hot_changes_per_s", streamRate(st), "changes/s",
 		fmt.Sprintf("the same transactions streamed by a walsender (START_REPLICATION, reads coalesced as the applier's) to a reader that drops them, %s (the median of rounds: %s); walsender CPU %.1f s, %.1f µs per change: the streaming protocol's ceiling",
-			st.stream.elapsed.Round(time.Millisecond), roundMedian(rounds, streamRate).list, st.stream.walsenderCPU.Seconds(), perChange(st.stream.walsenderCPU, n)))
+			st.stream.elapsed.Round(time.Millisecond), stream.list, st.stream.walsenderCPU.Seconds(), perChange(st.stream.walsenderCPU, n)))
 	vsDecode := roundMedian(rounds, func(c catchUp) float64 { return c.rate / c.decode })
 	r.add("cdc_hot_apply_vs_decode", vsDecode.value, "ratio", "cdc_hot_apply_changes_per_s / pgoutput_decode_hot_changes_per_s, each round's own; goal >= 0.8; median of rounds: "+vsDecode.list)
 	vsStream := roundMedian(rounds, func(c catchUp) float64 { return c.rate / streamRate(c) })
@@ -556,7 +557,7 @@ type catchUp struct {
 
 // catchUpRound runs round i (0-based) of a catch-up measurement on a slot
 // named prefix (and the round's number after the first): it joins, calls
-// joined (another slot may join to see the same transactions), generates
+// joined (nil: none; another slot may join to see the same transactions), generates
 // n single-row updates over keys keys, measures the peek and the
 // walsender, calls beforeApply (nil: none), then applies them and checks
 // the target. The first round is the one profiled (-cdc-profile, with
@@ -572,8 +573,10 @@ func (e *env) catchUpRound(ctx context.Context, set tableset.Set, prefix, profil
 	if err != nil {
 		return c, err
 	}
-	if err := joined(); err != nil {
-		return c, err
+	if joined != nil {
+		if err := joined(); err != nil {
+			return c, err
+		}
 	}
 	start := time.Now()
 	if err := e.smallTransactions(ctx, n, keys); err != nil {
@@ -619,32 +622,27 @@ func (e *env) catchUpRound(ctx context.Context, set tableset.Set, prefix, profil
 	return c, e.cdcLeave(ctx, names)
 }
 
-// roundValues is f of every round.
-func roundValues(rounds []catchUp, f func(catchUp) float64) []float64 {
-	xs := make([]float64, len(rounds))
-	for i, c := range rounds {
-		xs[i] = f(c)
-	}
-	return xs
-}
-
-// medianOf is a figure's median over rounds, and every round's value.
+// medianOf is a figure's median over rounds, the round it comes from
+// (medianAt: the lower one of an even count) and every round's value, as
+// the report formats them.
 type medianOf struct {
 	value float64
+	at    int
 	list  string
 }
 
 func roundMedian(rounds []catchUp, f func(catchUp) float64) medianOf {
-	xs := roundValues(rounds, f)
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = strconv.FormatFloat(x, 'g', 3, 64)
-		if x >= 1000 {
-			parts[i] = strconv.FormatFloat(x, 'f', 0, 64)
-		}
+	xs := make([]float64, len(rounds))
+	parts := make([]string, len(rounds))
+	for i, c := range rounds {
+		xs[i] = f(c)
+		parts[i] = format(xs[i])
 	}
-	return medianOf{value: median(xs), list: strings.Join(parts, ", ")}
+	return medianOf{value: median(xs), at: medianAt(xs), list: strings.Join(parts, ", ")}
 }
+
+// applyRate is a round's apply, in changes/s.
+func applyRate(c catchUp) float64 { return c.rate }
 
 type applyResult struct {
 	elapsed time.Duration
