@@ -127,7 +127,7 @@ func (a *Activities) preflight(ctx context.Context, spec tableset.Spec, mv workf
 		return tableset.Report{}, err
 	}
 	return tableset.Preflight(ctx, src, dst, spec, tableset.PreflightOptions{
-		SourceName: "source " + mv.Source, TargetName: "target " + mv.Target, Ranges: mv.Ranges,
+		SourceName: "source " + mv.Source, TargetName: "target " + mv.Target, TargetShard: mv.Target, Ranges: mv.Ranges,
 		CatchUpSlots: cdc.CatchUpSlots,
 	})
 }

@@ -1,10 +1,12 @@
 package tableset
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,6 +72,10 @@ type Estimate struct {
 type PreflightOptions struct {
 	SourceName string // default "source"
 	TargetName string // default "target"
+	// TargetShard is the target's name in the cluster's configuration:
+	// the fix of a table the target lacks and the source has is
+	// "reshard schema sync <TargetShard>". Empty: TargetName.
+	TargetShard string
 	// Ranges are the moving ranges, for the estimates.
 	Ranges []ring.Range
 	// Slots and WalSenders are the free replication slots and WAL senders
@@ -169,6 +175,7 @@ func Preflight(ctx context.Context, source, target *pgxpool.Pool, spec Spec, opt
 	if rep.Target, err = rep.introspect(ctx, dst, spec, opts.TargetName); err != nil {
 		return Report{}, err
 	}
+	rep.syncFix(opts)
 	rep.compare(opts)
 	for _, side := range []struct {
 		tx   pgx.Tx
@@ -266,6 +273,21 @@ func (rep *Report) introspect(ctx context.Context, q Querier, spec Spec, where s
 		set.Tables = append(set.Tables, t)
 	}
 	return set, nil
+}
+
+// syncFix gives each table the target lacks and the source has the fix that
+// creates it: schema sync copies its definition from a shard that has it.
+func (rep *Report) syncFix(opts PreflightOptions) {
+	shard := cmp.Or(opts.TargetShard, opts.TargetName)
+	for _, p := range rep.Problems {
+		if p.Check != CheckTable || p.Shard != opts.TargetName {
+			continue
+		}
+		if !slices.ContainsFunc(rep.Source.Tables, func(t Table) bool { return t.String() == p.Table }) {
+			continue // the source lacks it too: schema sync has nothing to copy
+		}
+		p.Fix = fmt.Sprintf("create it there with the same schema as on %s: reshard schema sync %s (creates the tables the shard lacks from one that has them)", opts.SourceName, shard)
+	}
 }
 
 // compare checks that both sides have the same tables, columns and keys.

@@ -169,6 +169,10 @@ func TestPreflightRefuses(t *testing.T) {
 		{name: "truncate published for all tables", src: `CREATE PUBLICATION everything FOR ALL TABLES`, check: CheckTruncate, shard: "source", table: "public.orders", want: "publishes TRUNCATE"},
 		{name: "wal senders", opts: PreflightOptions{WalSenders: 10000}, check: CheckWalSenders, shard: "source", want: "raise max_wal_senders"},
 		{name: "names shards as told", dst: `DROP TABLE users`, opts: PreflightOptions{SourceName: "shard1", TargetName: "shard7"}, check: CheckTable, shard: "shard7", table: "public.users", want: "does not exist on shard7"},
+		// The README's Quick start met it: a new shard has no tables until
+		// schema sync gives it the source's.
+		{name: "missing table names schema sync", dst: `DROP TABLE users; DROP TABLE orders`, opts: PreflightOptions{SourceName: "source shard1", TargetName: "target shard7", TargetShard: "shard7"},
+			check: CheckTable, shard: "target shard7", table: "public.users", want: "reshard schema sync shard7"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -131,7 +131,7 @@ func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan) (p
 	var eta time.Duration
 	for _, pr := range p.Pairs {
 		pf, err := tableset.Preflight(ctx, pools[pr.Source], pools[pr.Target], r.Tables, tableset.PreflightOptions{
-			SourceName: pr.Source, TargetName: pr.Target, Ranges: pr.Ranges,
+			SourceName: pr.Source, TargetName: pr.Target, TargetShard: pr.Target, Ranges: pr.Ranges,
 			Slots: max(slots[pr.Source], slots[pr.Target]), WalSenders: max(slots[pr.Source], slots[pr.Target]),
 			CatchUpSlots: cdc.CatchUpSlots,
 		})
