@@ -5,7 +5,7 @@ GOBIN_DIR := $(shell $(GO) env GOPATH)/bin
 # Extra flags for go test, e.g. GOTESTFLAGS=-v (.ci/run sets it).
 GOTESTFLAGS ?=
 
-.PHONY: tools build test fuzz demo bench e2e
+.PHONY: tools build test fuzz demo bench e2e doctest
 
 # The pinned Temporal CLI (dev server), installed only when devenv would not
 # find one: $$TEMPORAL_CLI, PATH, then $$(go env GOPATH)/bin.
@@ -72,3 +72,10 @@ bench: tools
 e2e: tools
 	PATH="$$PATH:$(GOBIN_DIR)" $(GO) test -tags e2e -count=1 -timeout 60m -v ./e2e/
 	PATH="$$PATH:$(GOBIN_DIR)" $(GO) test -tags e2e -count=1 -timeout 60m -v -run '^TestThousandMovesHistoriesStayBounded$$' ./workflows/
+
+# Every ```sh block of README.md and docs/operations.md, run as written
+# against a local cluster of its own (e2e/docs_test.go, TestDocs; make e2e
+# runs it too): about 2 minutes. make test checks the blocks' lines without
+# running them (TestDocBlocksParse).
+doctest: tools
+	PATH="$$PATH:$(GOBIN_DIR)" $(GO) test -tags e2e -count=1 -timeout 30m -v -run '^TestDocs$$' ./e2e/

@@ -47,6 +47,14 @@ func TestDocs(t *testing.T) {
 	if err != nil {
 		pgtest.Unavailable(t, err)
 	}
+	// psql is beside the servers: in the directory pg_ctl resolves to when
+	// the one found is a link (/usr/local/bin/initdb -> /usr/lib/...).
+	if p, err := filepath.EvalSymlinks(filepath.Join(pgbin, "pg_ctl")); err == nil {
+		pgbin = filepath.Dir(p)
+	}
+	if _, err := os.Stat(filepath.Join(pgbin, "psql")); err != nil {
+		pgtest.Unavailable(t, fmt.Errorf("no psql beside the PostgreSQL servers: %w", err))
+	}
 	temporal, err := devenv.FindTemporal()
 	if err != nil {
 		pgtest.Unavailable(t, err)
@@ -68,12 +76,12 @@ func TestDocs(t *testing.T) {
 				continue
 			}
 			t.Run(strings.NewReplacer("/", "_", ".md", "").Replace(b.String()), func(t *testing.T) {
+				ran = append(ran, b.String())
 				began := time.Now()
 				d := &docRun{t: t, root: root, pgbin: pgbin, temporal: temporal}
 				d.run(b)
 				t.Logf("block %s: %d line(s) in %s", b, len(b.Setup)+len(b.Lines), time.Since(began).Round(time.Second))
 			})
-			ran = append(ran, b.String())
 		}
 	}
 	t.Logf("ran %d block(s) in %s: %s", len(ran), time.Since(start).Round(time.Second), strings.Join(ran, ", "))
@@ -158,7 +166,10 @@ func (d *docRun) line(b docblocks.Block, l docblocks.Line, kind string) {
 		t.Fatalf("block %s, %sline %s: TestDocs does not know how to run %s", b, kind, l, l.Program())
 	}
 	args := d.substitute(b, l)
-	t.Logf("$ %s", strings.Join(args, " "))
+	t.Logf("%s:%d $ %s", l.File, l.Line, l.Text)
+	if len(l.Placeholders()) > 0 {
+		t.Logf("  as %q", args)
+	}
 	if l.Background {
 		p := &bgProc{line: l, out: &syncBuffer{}, done: make(chan struct{})}
 		p.cmd = d.command(context.Background(), args)
