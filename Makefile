@@ -64,7 +64,7 @@ bench: tools
 # The fault-injection, availability and bad-input suites and the whole
 # cluster-life scenario (e2e/faults_test.go, e2e/availability_test.go,
 # e2e/temporalkill_test.go, e2e/badinput_test.go, e2e/lifecycle_long_test.go,
-# build tag e2e) with the rest of e2e: whole migrations through the worker
+# build tag e2e) with the rest of e2e (TestDocs among them: make doctest): whole migrations through the worker
 # binary under live writes. About 40 minutes on 2 cores; needs PostgreSQL 15
 # binaries and the temporal CLI.
 # Then a migration of 1,000 moves (real workflows, stubbed activities) on a

@@ -29,7 +29,9 @@ import (
 // too) and deploy/ (the repository's), so a block runs as it would from a
 // clone. How lines are run:
 //   - a line ending with & runs in the background until its block ends;
-//     one that exits meanwhile with an error fails the block;
+//     one that exits meanwhile fails the block at its next line (a worker
+//     whose --listen address, 127.0.0.1:9464 by default, another process
+//     holds: "bind: address already in use");
 //   - a line with --watch runs until its migration is in GRACE (where a
 //     migration waits an hour for rollback or complete) or it exits;
 //   - placeholders (docblocks.Placeholders) are replaced: <id> by the
@@ -146,13 +148,23 @@ func (d *docRun) run(b docblocks.Block) {
 	for _, l := range b.Lines {
 		d.line(b, l, "")
 	}
+	if err := d.backgroundExited(); err != nil {
+		t.Fatalf("block %s: %v", b, err)
+	}
+}
+
+// backgroundExited names a background command of the block that exited
+// (a worker that could not start, say): the lines after it would only
+// wait for it.
+func (d *docRun) backgroundExited() error {
 	for _, p := range d.bg {
 		select {
 		case <-p.done:
-			t.Fatalf("block %s, line %s: the background command exited before the block ended: %v\n%s", b, p.line, p.err, p.out.String())
+			return fmt.Errorf("line %s: the background command exited before the block ended: %v\n%s", p.line, p.err, indent(tail(p.out.String(), 30)))
 		default:
 		}
 	}
+	return nil
 }
 
 // line runs one line of block b, failing the test on a non-zero exit.
@@ -164,6 +176,9 @@ func (d *docRun) line(b docblocks.Block, l docblocks.Line, kind string) {
 	}
 	if !l.Known() {
 		t.Fatalf("block %s, %sline %s: TestDocs does not know how to run %s", b, kind, l, l.Program())
+	}
+	if err := d.backgroundExited(); err != nil {
+		t.Fatalf("block %s, before %sline %s: %v", b, kind, l, err)
 	}
 	args := d.substitute(b, l)
 	t.Logf("%s:%d $ %s", l.File, l.Line, l.Text)
@@ -192,7 +207,7 @@ func (d *docRun) line(b docblocks.Block, l docblocks.Line, kind string) {
 	}
 	var err error
 	if watch(args) {
-		err = waitWatch(ctx, cmd, out)
+		err = waitWatch(ctx, cmd, out, d.backgroundExited)
 	} else {
 		err = cmd.Wait()
 	}
@@ -218,8 +233,9 @@ func watch(args []string) bool {
 }
 
 // waitWatch waits for a watching command to exit, or to print that its
-// migration reached GRACE (then it is interrupted, as a reader would).
-func waitWatch(ctx context.Context, cmd *exec.Cmd, out *syncBuffer) error {
+// migration reached GRACE (then it is interrupted, as a reader would), or
+// for bgErr to say a background command it may need has exited.
+func waitWatch(ctx context.Context, cmd *exec.Cmd, out *syncBuffer, bgErr func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	tick := time.NewTicker(200 * time.Millisecond)
@@ -231,16 +247,18 @@ func waitWatch(ctx context.Context, cmd *exec.Cmd, out *syncBuffer) error {
 		case <-ctx.Done():
 			return fmt.Errorf("no GRACE within the line's time: %w", ctx.Err())
 		case <-tick.C:
-			if graceRe.MatchString(out.String()) {
-				_ = cmd.Process.Signal(os.Interrupt)
-				select {
-				case <-done:
-				case <-time.After(10 * time.Second):
-					_ = cmd.Process.Kill()
-					<-done
-				}
-				return nil
+			bg := bgErr()
+			if bg == nil && !graceRe.MatchString(out.String()) {
+				continue
 			}
+			_ = cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+			return bg
 		}
 	}
 }
