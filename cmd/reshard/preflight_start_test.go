@@ -58,3 +58,28 @@ func TestAuthFailedIsBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A new shard has no tables until schema sync gives it them: plan refuses
+// it naming that command, and passes once it ran (the README's Quick start
+// met "create it there with the same schema as the other shards").
+func TestPlanNamesSchemaSync(t *testing.T) {
+	c := newTestCluster(t, false)
+	for _, s := range []string{"shard1", "shard2"} {
+		c.shards[s].Exec(t, `TRUNCATE users, orders`) // rows on shards that do not own them: init refuses them
+	}
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2", "--table", "users:id", "--table", "orders:user_id"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	c.shards["shard3"].Exec(t, `DROP TABLE users; DROP TABLE orders`)
+	out, code := c.run(t, "plan", "add-node", "shard3")
+	if code != 2 || !strings.Contains(out, "table public.users does not exist on shard3") ||
+		!strings.Contains(out, "fix: create it there with the same schema as on shard1: reshard schema sync shard3") {
+		t.Fatalf("plan add-node onto a shard without the tables: exit %d\n%s", code, out)
+	}
+	if out, code := c.run(t, "schema", "sync", "shard3"); code != 0 {
+		t.Fatalf("schema sync shard3: exit %d\n%s", code, out)
+	}
+	if out, code := c.run(t, "plan", "add-node", "shard3"); code != 0 || !strings.Contains(out, "preflight passed") {
+		t.Fatalf("plan add-node after schema sync: exit %d\n%s", code, out)
+	}
+}
