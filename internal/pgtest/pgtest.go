@@ -441,3 +441,29 @@ func moduleRoot() (string, error) {
 		d = up
 	}
 }
+
+// OddDefaults are two sets of database defaults unlike PostgreSQL's own, and
+// unlike each other, for every setting that shapes a value's text form (the
+// ones internal/pgsession pins): set one on each shard (SetDefaults) and a
+// value that travels as text under the servers' defaults arrives changed —
+// day and month swapped, a float rounded, a timestamptz shifted, an array's
+// NULL read as the string NULL, an xml fragment refused.
+var OddDefaults = [2]map[string]string{{
+	"DateStyle": "SQL, DMY", "IntervalStyle": "sql_standard", "TimeZone": "Asia/Kolkata",
+	"extra_float_digits": "0", "bytea_output": "escape", "xmlbinary": "hex", "xmloption": "document",
+	"array_nulls": "off", "standard_conforming_strings": "off", "lc_monetary": "C.UTF-8",
+}, {
+	"DateStyle": "Postgres, MDY", "IntervalStyle": "postgres_verbose", "TimeZone": "America/St_Johns",
+	"extra_float_digits": "-4", "bytea_output": "escape", "xmlbinary": "hex", "xmloption": "document",
+	"array_nulls": "off", "standard_conforming_strings": "off", "lc_monetary": "C.UTF-8",
+}}
+
+// SetDefaults makes settings the database's defaults (ALTER DATABASE ...
+// SET), as a user's server would have them: they apply to the sessions
+// opened from now on, replication connections included.
+func (db *DB) SetDefaults(t testing.TB, settings map[string]string) {
+	t.Helper()
+	for k, v := range settings {
+		db.Exec(t, "ALTER DATABASE "+pgx.Identifier{db.Name}.Sanitize()+" SET "+k+" = '"+strings.ReplaceAll(v, "'", "''")+"'")
+	}
+}
