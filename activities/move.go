@@ -17,6 +17,7 @@ import (
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
@@ -121,7 +122,12 @@ func (a *Activities) createSlot(ctx context.Context, shard, slot string) (pglogr
 	heartbeat(ctx, "creating slot "+slot+" (waits for running write transactions)")
 	stop := keepBeating(ctx, 5*time.Second, func() any { return "creating slot " + slot })
 	defer stop()
-	rc, err := pgconn.Connect(ctx, dsn)
+	cfg, err := pgsession.ParseConfig(dsn)
+	if err != nil {
+		// The parse error may quote the DSN: do not pass it on.
+		return 0, badInput("the replication DSN of %s does not parse", printable(shard))
+	}
+	rc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return 0, &cdc.ConnError{Op: "replication connection to " + shard, Err: errors.New("cannot connect")}
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/reshard/reshard/internal/pgsession"
 )
 
 // Resolver turns shard names into connections, from the worker's own
@@ -172,7 +173,7 @@ func (p *pools) get(ctx context.Context, key, dsn string) (*pgxpool.Pool, error)
 	if pool, ok := p.m[key]; ok {
 		return pool, nil
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgsession.ParsePoolConfig(dsn)
 	if err != nil {
 		// The parse error may quote the DSN: do not pass it on.
 		return nil, badInput("the DSN configured for %s does not parse", printable(key))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/reshard/reshard/internal/pgsession"
 )
 
 // The walsender sends every pgoutput message on its own (one send() per
@@ -46,7 +47,7 @@ func (c *coalescingConn) Read(p []byte) (int, error) {
 // ConnectReplication opens a replication connection (dsn has
 // replication=database) whose reads coalesce while on is true (nil: always).
 func ConnectReplication(ctx context.Context, dsn string, on *atomic.Bool) (*pgconn.PgConn, error) {
-	cfg, err := pgconn.ParseConfig(dsn)
+	cfg, err := pgsession.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}

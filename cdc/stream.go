@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -580,7 +581,11 @@ func (r *runner) watch(ctx context.Context, conn *pgconn.PgConn) {
 }
 
 func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
-	conn, err := pgx.Connect(ctx, r.o.TargetDSN)
+	cfg, err := pgsession.ParseConnConfig(r.o.TargetDSN)
+	if err != nil {
+		return 0, fmt.Errorf("parse target connection string: %w", redactParseError(err))
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return 0, wrapOp("connect to the target", err)
 	}
@@ -645,7 +650,7 @@ func (o *Options) sourceConfig() (*pgx.ConnConfig, error) {
 	if dsn == "" {
 		dsn = o.SourceReplicationDSN
 	}
-	cfg, err := pgx.ParseConfig(dsn)
+	cfg, err := pgsession.ParseConnConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse source connection string: %w", redactParseError(err))
 	}

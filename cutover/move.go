@@ -12,6 +12,7 @@ import (
 
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -89,7 +90,7 @@ func PrepareReverse(ctx context.Context, m Move, targetReplicationDSN string) (c
 	if err := cdc.CreatePublication(ctx, m.Target, names.Publication, m.Set, m.Ranges); err != nil {
 		return names, 0, fmt.Errorf("reverse publication of move %s on %s: %w", m.ID, m.To, err)
 	}
-	cfg, err := pgconn.ParseConfig(targetReplicationDSN)
+	cfg, err := pgsession.ParseConfig(targetReplicationDSN)
 	if err != nil {
 		var pe *pgconn.ParseConfigError
 		if errors.As(err, &pe) { // the error holds the DSN, maybe a password

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/pgsession"
 )
 
 // Holder stops the CDC applier exactly at a source LSN: HoldAt returns once
@@ -75,6 +76,10 @@ var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
 // snapshot when not empty.
 func begin(ctx context.Context, pool *pgxpool.Pool, snapshot string) (*readTx, error) {
 	cfg := pool.Config().ConnConfig.Copy()
+	// Whoever made the pool, the text form of a value hashed as text
+	// (columnValue) must be the same on both servers, and no policy may
+	// hide a row from the comparison (an error instead: row_security off).
+	pgsession.Pin(cfg.RuntimeParams)
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "reshard verify"
 	}
@@ -96,10 +101,6 @@ func begin(ctx context.Context, pool *pgxpool.Pool, snapshot string) (*readTx, e
 			r.close()
 			return nil, fmt.Errorf("import snapshot %s: %w", snapshot, err)
 		}
-	}
-	if _, err := r.tx.Exec(ctx, sessionSettings); err != nil {
-		r.close()
-		return nil, err
 	}
 	return r, nil
 }
@@ -226,6 +227,7 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n
 // a slot left open would pin WAL for the whole verification).
 func slotSnapshot(ctx context.Context, pool *pgxpool.Pool, n int) ([]*readTx, pglogrepl.LSN, error) {
 	cfg := pool.Config().ConnConfig.Config.Copy()
+	pgsession.Pin(cfg.RuntimeParams)
 	cfg.RuntimeParams["replication"] = "database"
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "reshard verify"

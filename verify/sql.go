@@ -11,12 +11,6 @@ import (
 	"github.com/reshard/reshard/tableset"
 )
 
-// sessionSettings fix every setting that changes the text output of a value,
-// so that the text form of a value hashed as text (columnValue) is the same
-// on both servers.
-const sessionSettings = `SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; ` +
-	`SET LOCAL IntervalStyle = 'postgres'; SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'`
-
 // Built-in type OIDs (pg_type.dat; the same on every server).
 const (
 	oidBool        = 16
@@ -46,7 +40,7 @@ const (
 // integer types, bool, "char", bytea, uuid, date, time, timestamp and
 // timestamptz, and text, varchar and name under the "C" collation (a
 // nondeterministic column collation would hash 'A' and 'a' alike). Every
-// other type is hashed as its text form under sessionSettings, as the row
+// other type is hashed as its text form under pgsession.Settings (begin pins them), as the row
 // text was: numeric (1.5 = 1.50), float (0 = -0), interval ('1 day' = '24
 // hours'), timetz, jsonb and arrays compare equal across different values,
 // enums hash their OIDs, which differ between servers, and a domain or an
@@ -129,7 +123,7 @@ func (q *tableSQL) orderBy() string { return strings.Join(q.pkCols, ", ") }
 
 // where renders "key in (lo, hi] AND token in ranges"; a nil bound is open.
 // Bounds travel as text parameters cast to the key's types, so any key type
-// whose text form round-trips (with sessionSettings) works.
+// whose text form round-trips (under pgsession.Settings) works.
 func (q *tableSQL) where(lo, hi []string) (string, []any) {
 	var conds []string
 	var args []any

@@ -18,6 +18,7 @@ import (
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -163,7 +164,7 @@ func (c *clusterConfig) ShardNames() []string {
 // connConfig is a pool config for dsn with the password set in the struct,
 // never in a string.
 func (c *clusterConfig) connConfig(dsn string) (*pgxpool.Config, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgsession.ParsePoolConfig(dsn)
 	if err != nil {
 		return nil, errors.New("not a valid PostgreSQL connection string")
 	}

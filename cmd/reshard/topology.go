@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -87,7 +88,7 @@ func openControl(ctx context.Context, dsn, keyspace string) (*topology.Store, fu
 	if dsn == "" {
 		return nil, nil, usageError{errors.New("no control database: pass --config FILE or --control-dsn, or set RESHARD_CONTROL_DSN")}
 	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgsession.ParsePoolConfig(dsn)
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("--control-dsn %s is not a valid PostgreSQL connection string (want postgres://user@host:port/db or host=... dbname=...)", redactDSN(dsn))}
 	}
@@ -440,7 +441,7 @@ func shardPools(ctx context.Context, t topology.Topology, reg []topology.Shard, 
 			}
 			dsn = s.Conn.DSN()
 		}
-		cfg, err := pgxpool.ParseConfig(dsn)
+		cfg, err := pgsession.ParsePoolConfig(dsn)
 		if err != nil {
 			closeAll()
 			return nil, nil, usageError{fmt.Errorf("shard %s: %s is not a valid PostgreSQL connection string", name, redactDSN(dsn))}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
@@ -151,7 +152,7 @@ func parseVerifyInput(srcDSN, dstDSN string, tables, ranges []string) (tableset.
 // verifyConnect opens a pool; messages name the side, never the DSN (it
 // may hold a password).
 func verifyConnect(ctx context.Context, side, dsn string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := pgsession.ParsePoolConfig(dsn)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--%s-dsn is not a valid PostgreSQL connection string", side)}
 	}
