@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 )
 
@@ -97,7 +97,7 @@ type ConnRef struct {
 // ParseConnRef takes the connection reference out of a DSN (URL or
 // keyword/value form), dropping any password in it.
 func ParseConnRef(dsn string) (ConnRef, error) {
-	cfg, err := pgconn.ParseConfig(dsn)
+	cfg, err := pgsession.ParseConfig(dsn)
 	if err != nil {
 		// pgconn's error may quote the DSN; do not let a password through.
 		return ConnRef{}, errors.New("parse shard connection string: invalid DSN (want postgres://user@host:port/db or host=... port=... dbname=... user=...)")

@@ -118,7 +118,7 @@ func validateConfig(path string, wc devenv.WorkerConfig) (*clusterConfig, error)
 // readable by anyone who runs the CLI, and DSNs get printed. Errors never
 // quote the DSN.
 func checkDSN(dsn string) error {
-	if _, err := pgconn.ParseConfig(dsn); err != nil {
+	if _, err := pgsession.ParseConfig(dsn); err != nil {
 		return errors.New("not a valid PostgreSQL connection string (want postgres://user@host:port/db?sslmode=disable or host=... dbname=...)")
 	}
 	if dsnHasPassword(dsn) {

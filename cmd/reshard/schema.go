@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgerr"
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -221,7 +221,7 @@ func dumpSchema(ctx context.Context, cfg *clusterConfig, from string, tables []t
 	if err != nil {
 		return "", err
 	}
-	cc, err := pgconn.ParseConfig(cfg.Shards[from])
+	cc, err := pgsession.ParseConfig(cfg.Shards[from])
 	if err != nil {
 		return "", usageError{fmt.Errorf("the DSN of shard %s does not parse", from)}
 	}
