@@ -66,6 +66,13 @@ FROM unnest(ARRAY['pg_replication_origin_create(text)', 'pg_replication_origin_d
 -- Every session's type and state in pg_stat_activity: the cutover's in-flight
 -- wait, the copy's backoff on busy sessions, free WAL senders.
 SELECT format('GRANT pg_read_all_stats TO %I', :'role') \gexec
+-- Row-level security: every reshard session runs with row_security = off, so
+-- a query that a policy would filter fails instead of seeing fewer rows (a
+-- copy of 0 rows, a verify that passes on 0). A table with FORCE ROW LEVEL
+-- SECURITY applies its policies to its owner's members too: only BYPASSRLS
+-- lets reshard move it. It gives the role no more than the owners'
+-- privileges below already do (an owner may disable the table's policies).
+SELECT format('ALTER ROLE %I BYPASSRLS', :'role') \gexec
 -- The owners' privileges: only a table's owner may publish it and drop its
 -- triggers; the copy, CDC and cleanup read and write its rows.
 SELECT format('GRANT %I TO %I', btrim(o), :'role') FROM unnest(string_to_array(:'owners', ',')) o WHERE btrim(o) <> '' \gexec

@@ -195,6 +195,9 @@ func Preflight(ctx context.Context, source, target *pgxpool.Pool, spec Spec, opt
 		return Report{}, err
 	}
 	for _, t := range rep.Source.Tables {
+		if rep.hidden(opts.SourceName, t) {
+			continue // a sample would fail (row_security off); the Problem says why
+		}
 		est, err := EstimateRanges(ctx, src, t, opts.Ranges)
 		if err != nil {
 			return Report{}, fmt.Errorf("preflight: estimate %s on %s: %w", t, opts.SourceName, err)
@@ -205,6 +208,16 @@ func Preflight(ctx context.Context, source, target *pgxpool.Pool, spec Spec, opt
 }
 
 func (rep *Report) add(p *Problem) { rep.Problems = append(rep.Problems, p) }
+
+// hidden reports a row-security Problem of table t on shard.
+func (rep *Report) hidden(shard string, t Table) bool {
+	for _, p := range rep.Problems {
+		if p.Check == CheckRowSecurity && p.Shard == shard && p.Table == t.String() {
+			return true
+		}
+	}
+	return false
+}
 
 // warnUnregistered names the tables of a server that the set leaves out but
 // that have a column named like one of the set's key columns, of the same
@@ -379,6 +392,9 @@ func (rep *Report) checkServer(ctx context.Context, q Querier, name string, opts
 
 func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Table) error {
 	if err := rep.checkOwner(ctx, q, name, t); err != nil {
+		return err
+	}
+	if err := rep.checkRowSecurity(ctx, q, name, t); err != nil {
 		return err
 	}
 	switch {

@@ -412,3 +412,47 @@ func TestTokenIndex(t *testing.T) {
 	}
 	_ = set
 }
+
+// TestPreflightRowSecurity: a table with ENABLE and FORCE ROW LEVEL
+// SECURITY and a policy on a session setting hides every row from a member
+// of its owner. Preflight, run through a pool of reshard's own sessions
+// (row_security off), names the table and the grant while the role of
+// deploy/reshard-role.sql lacks BYPASSRLS, and passes with it or without
+// FORCE (the owner's privileges then bypass the policy).
+func TestPreflightRowSecurity(t *testing.T) {
+	src, dst := preflightPair(t)
+	owner, role := pgtest.RoleName("rls_owner"), pgtest.RoleName("rls_reshard")
+	pgtest.CreateRole(t, owner, src)
+	pgtest.CreateRole(t, role, src)
+	src.Exec(t, `ALTER TABLE users OWNER TO `+quote(owner)+`; ALTER TABLE orders OWNER TO `+quote(owner))
+	src.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": role, "owners": owner})
+	src.Exec(t, `ALTER TABLE users ENABLE ROW LEVEL SECURITY, FORCE ROW LEVEL SECURITY;
+		CREATE POLICY tenant ON users USING (email LIKE current_setting('app.tenant', true) || '%')`)
+	as := src.As(t, role).Pinned(t).Pool
+	problems := func() []*Problem {
+		t.Helper()
+		rep, err := runPreflight(t, src, dst, as, nil, PreflightOptions{Ranges: []ring.Range{{Lo: ring.MinToken, Hi: 0}}})
+		if (err == nil) != (len(rep.Problems) == 0) {
+			t.Fatalf("error %v with problems %v", err, rep.Problems)
+		}
+		return rep.Problems
+	}
+	if got := problems(); len(got) != 0 {
+		t.Fatalf("the role of deploy/reshard-role.sql (BYPASSRLS) is refused: %v", got)
+	}
+	src.Exec(t, `ALTER ROLE `+quote(role)+` NOBYPASSRLS`)
+	got := problems()
+	if len(got) != 1 || got[0].Check != CheckRowSecurity || got[0].Table != "public.users" || got[0].Shard != "source" ||
+		!strings.HasPrefix(got[0].Fix, `ALTER ROLE `+quote(role)+` BYPASSRLS`) || !strings.Contains(got[0].Problem, "FORCE") {
+		t.Fatalf("without BYPASSRLS: problems %v, want one %s of public.users naming ALTER ROLE ... BYPASSRLS", got, CheckRowSecurity)
+	}
+	t.Logf("refused: %v", got[0])
+	src.Exec(t, `ALTER TABLE users NO FORCE ROW LEVEL SECURITY`)
+	if got := problems(); len(got) != 0 {
+		t.Fatalf("ENABLE without FORCE, the owner's member bypasses the policy, yet: %v", got)
+	}
+	src.Exec(t, `ALTER TABLE users FORCE ROW LEVEL SECURITY; ALTER ROLE `+quote(role)+` BYPASSRLS`)
+	if got := problems(); len(got) != 0 {
+		t.Fatalf("after the fix: %v", got)
+	}
+}

@@ -39,6 +39,13 @@ const (
 	// of a shard must be the role's own, to replace the fence functions and
 	// write the fence registry (a schema made by a superuser before).
 	CheckReshardSchema = "reshard_schema_owner"
+	// CheckRowSecurity: a table with row-level security that the role does
+	// not bypass (no BYPASSRLS, and FORCE ROW LEVEL SECURITY or not the
+	// owner's privileges). reshard's sessions run with row_security off
+	// (internal/pgsession), so the copy, the catch-up, verify and cleanup
+	// would fail on it; with a policy filtering them they would move,
+	// compare and delete only the rows it shows.
+	CheckRowSecurity = "row_security"
 )
 
 // OriginFunctions are the replication-origin functions the appliers call
@@ -49,6 +56,39 @@ var OriginFunctions = []string{
 	"pg_replication_origin_session_setup(text)",
 	"pg_replication_origin_session_progress(boolean)",
 	"pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone)",
+}
+
+// checkRowSecurity records a Problem when table t has row-level security
+// that the role q connects as does not bypass. A superuser or a BYPASSRLS
+// role bypasses every policy; the owner's privileges bypass them unless the
+// table FORCEs row level security.
+func (rep *Report) checkRowSecurity(ctx context.Context, q Querier, name string, t Table) error {
+	var (
+		role            string
+		enabled, forced bool
+		owner, bypass   bool
+		policies        int
+	)
+	err := q.QueryRow(ctx, `
+		SELECT current_user, c.relrowsecurity, c.relforcerowsecurity, pg_has_role(c.relowner, 'USAGE'),
+		       r.rolsuper OR r.rolbypassrls, (SELECT count(*) FROM pg_policy p WHERE p.polrelid = c.oid)::int
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace, pg_roles r
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p') AND r.rolname = current_user`,
+		t.Schema, t.Name).Scan(&role, &enabled, &forced, &owner, &bypass, &policies)
+	if err != nil {
+		return fmt.Errorf("preflight: read the row security of %s on %s: %w", t, name, err)
+	}
+	if !enabled || bypass || (owner && !forced) {
+		return nil
+	}
+	how := "ENABLE ROW LEVEL SECURITY"
+	if forced {
+		how = "ENABLE and FORCE ROW LEVEL SECURITY"
+	}
+	rep.add(&Problem{Check: CheckRowSecurity, Shard: name, Table: t.String(),
+		Problem: fmt.Sprintf("table %s on %s has %s (policies: %d) and role %s does not bypass it: a policy would hide rows from the copy, the catch-up, verify and cleanup (reshard refuses to run on fewer rows than the table holds)", t, name, how, policies, role),
+		Fix:     "ALTER ROLE " + pgx.Identifier{role}.Sanitize() + " BYPASSRLS (as a superuser; deploy/reshard-role.sql grants it)"})
+	return nil
 }
 
 // checkPrivileges records a Problem for every privilege the role q connects
