@@ -63,6 +63,7 @@ type Env struct {
 	Keys       []int64 // every key of kv; MovingKeys are those in Move.Ranges
 	MovingKeys []int64
 	Initial    topology.Topology // version 1
+	extra      []tableset.TableSpec
 
 	L0      pglogrepl.LSN
 	Fwd     *cdc.Stream
@@ -94,7 +95,12 @@ func New(t testing.TB, id string, nKeys int, opts ...Option) *Env {
 	for _, o := range opts {
 		o(t, e)
 	}
-	spec := tableset.Spec{Name: "app", Tables: []tableset.TableSpec{{Table: "kv", KeyColumn: "k"}, {Table: "items", KeyColumn: "k"}}}
+	// reshard's own sessions run under internal/pgsession's settings, as
+	// the worker's pools do; the writers' (e.Pools) under the servers'.
+	for n, db := range e.DBs {
+		e.DBs[n] = db.Pinned(t)
+	}
+	spec := tableset.Spec{Name: "app", Tables: append([]tableset.TableSpec{{Table: "kv", KeyColumn: "k"}, {Table: "items", KeyColumn: "k"}}, e.extra...)}
 	var err error
 	if e.Set, err = tableset.Introspect(ctx, e.DBs["b"].Pool, spec, "b"); err != nil {
 		t.Fatal(err)
@@ -151,6 +157,26 @@ func New(t testing.TB, id string, nKeys int, opts ...Option) *Env {
 // anything else is made in them.
 type Option func(testing.TB, *Env)
 
+// Table adds a table to both shards and to the move's table set: ddl
+// creates it, key is its key column. Give it before LeastPrivileged, which
+// hands kv and items only to the tables' owner.
+func Table(ddl, table, key string) Option {
+	return func(t testing.TB, e *Env) {
+		for _, db := range e.DBs {
+			db.Exec(t, ddl)
+		}
+		e.extra = append(e.extra, tableset.TableSpec{Table: table, KeyColumn: key})
+	}
+}
+
+func (e *Env) extraNames() []string {
+	var names []string
+	for _, ts := range e.extra {
+		names = append(names, ts.Table)
+	}
+	return names
+}
+
 // LeastPrivileged makes the move run as a role without superuser, granted
 // only what deploy/reshard-role.sql grants (e.DBs, e.Ctl and the Move's pools
 // connect as it), and the writers write as the role owning the tables
@@ -164,7 +190,9 @@ func LeastPrivileged() Option {
 		e.Ctl.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": reshard, "control": "1", "readers": app})
 		e.Ctl = e.Ctl.As(t, reshard)
 		for n, db := range e.DBs {
-			db.Exec(t, "ALTER TABLE kv OWNER TO "+pgx.Identifier{app}.Sanitize()+"; ALTER TABLE items OWNER TO "+pgx.Identifier{app}.Sanitize())
+			for _, tb := range append([]string{"kv", "items"}, e.extraNames()...) {
+				db.Exec(t, "ALTER TABLE "+pgx.Identifier{tb}.Sanitize()+" OWNER TO "+pgx.Identifier{app}.Sanitize())
+			}
 			db.Psql(t, "deploy/reshard-role.sql", map[string]string{"role": reshard, "owners": app})
 			e.DBs[n], e.Pools[n] = db.As(t, reshard), db.As(t, app).Pool
 		}

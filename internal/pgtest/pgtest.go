@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgsession"
 )
 
 var (
@@ -465,5 +466,103 @@ func (db *DB) SetDefaults(t testing.TB, settings map[string]string) {
 	t.Helper()
 	for k, v := range settings {
 		db.Exec(t, "ALTER DATABASE "+pgx.Identifier{db.Name}.Sanitize()+" SET "+k+" = '"+strings.ReplaceAll(v, "'", "''")+"'")
+	}
+}
+
+// Pinned is the same database with a pool whose sessions run under
+// internal/pgsession's settings, as reshard's own pools do (row_security
+// off among them), closed when the test ends.
+func (db *DB) Pinned(t testing.TB) *DB {
+	t.Helper()
+	cfg, err := pgsession.ParsePoolConfig(db.DSN)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pinned pool for %s: %v", db.Name, err)
+	}
+	t.Cleanup(pool.Close)
+	return &DB{Name: db.Name, Server: db.Server, DSN: db.DSN, Pool: pool}
+}
+
+// ValuesTable is the DDL of a table of every type whose text form a session
+// setting shapes (internal/pgsession), keyed by key (bigint).
+func ValuesTable(name, key string) string {
+	return "CREATE TABLE " + pgx.Identifier{name}.Sanitize() + " (" + pgx.Identifier{key}.Sanitize() + ` bigint PRIMARY KEY, d date, ts timestamptz, tsn timestamp,
+	iv interval, f4 real, f8 double precision, b bytea, m money, x xml, a text[], n numeric)`
+}
+
+// ValuesColumns are ValuesTable's columns after the key.
+const ValuesColumns = "d, ts, tsn, iv, f4, f8, b, m, x, a, n"
+
+// ValueRows are rows of ValuesTable after the key: edge cases of each type,
+// written without literals that a session's settings parse (the writing
+// session may have OddDefaults too: xmloption document,
+// standard_conforming_strings off, DateStyle DMY).
+var ValueRows = []string{
+	`make_date(2024, 3, 4), make_timestamptz(2024, 3, 4, 5, 6, 7.123456, 'UTC'), make_timestamp(2024, 3, 4, 5, 6, 7.5),
+	 make_interval(1, 2, 0, 3, 4, 5, 6.789), '0.1'::real, '0.30000000000000004'::float8, decode('00ff5c27', 'hex'),
+	 12345.67::numeric::money, XMLPARSE(CONTENT '<a>x</a>text'), ARRAY['NULL', NULL, 'a,b', ''], 0.1`,
+	`make_date(1999, 12, 31), make_timestamptz(2024, 10, 27, 1, 30, 0, 'Europe/London'), make_timestamp(1999, 12, 31, 23, 59, 59.999999),
+	 make_interval(days => 1, hours => -2), '3.4028235e38'::real, '1.7976931348623157e308'::float8, decode('', 'hex'),
+	 (-0.01)::numeric::money, XMLPARSE(CONTENT 'only text'), ARRAY[NULL]::text[], -0.000001`,
+	`make_date(-44, 3, 15), 'infinity'::timestamptz, '-infinity'::timestamp,
+	 make_interval(days => -1, secs => -7384.5), '-0'::real, '-0'::float8, decode('5c78', 'hex'),
+	 0::money, XMLPARSE(DOCUMENT '<d/>'), ARRAY['{}', '"', chr(92)], 'NaN'`,
+	`make_date(2024, 12, 1), make_timestamptz(2000, 1, 2, 3, 4, 5, 'Asia/Kolkata'), make_timestamp(2000, 2, 29, 0, 0, 0),
+	 -make_interval(years => 1, mins => 1), '1.17549435e-38'::real, 'NaN'::float8, decode('00', 'hex'),
+	 NULL, NULL, ARRAY['x y'], 1e-20`,
+	`make_date(2001, 2, 3), make_timestamptz(2001, 2, 3, 4, 5, 6, 'America/St_Johns'), make_timestamp(2001, 2, 3, 4, 5, 6),
+	 make_interval(months => 13, secs => 0.000001), 'NaN'::real, 'Infinity'::float8, decode('ffff', 'hex'),
+	 92233720368547758.07::money, NULL, NULL, NULL`,
+	`NULL, NULL, NULL, NULL, 'Infinity'::real, '-Infinity'::float8, NULL, NULL, NULL, NULL, NULL`,
+	`make_date(2024, 1, 13), make_timestamptz(2024, 1, 13, 12, 0, 0, 'UTC'), make_timestamp(2024, 1, 13, 12, 0, 0),
+	 make_interval(secs => -0.5), '1e-45'::real, '5e-324'::float8, NULL, NULL, NULL, NULL, 123456789012345678901234567890.123`,
+}
+
+// RowsAsText lists "key|row as text" of table, ordered by key, read in a
+// session under internal/pgsession's settings: the text form of every value,
+// byte for byte, whatever the database's defaults.
+func (db *DB) RowsAsText(t testing.TB, table, key string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := pgsession.ParseConnConfig(db.DSN)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pgtest: connect to %s: %v", db.Name, err)
+	}
+	defer conn.Close(ctx)
+	k := "v." + pgx.Identifier{key}.Sanitize()
+	rows, err := conn.Query(ctx, "SELECT "+k+"::text || '|' || v::text FROM "+pgx.Identifier{table}.Sanitize()+" v ORDER BY "+k)
+	if err == nil {
+		var out []string
+		out, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		if err == nil {
+			return out
+		}
+	}
+	t.Fatalf("pgtest: rows of %s on %s: %v", table, db.Name, err)
+	return nil
+}
+
+// DiffRows reports, line by line, where two RowsAsText differ.
+func DiffRows(t testing.TB, what string, want, got []string) {
+	t.Helper()
+	for i := range max(len(want), len(got)) {
+		var a, b string
+		if i < len(want) {
+			a = want[i]
+		}
+		if i < len(got) {
+			b = got[i]
+		}
+		if a != b {
+			t.Errorf("%s: row differs:\n want %s\n got  %s", what, a, b)
+		}
 	}
 }
