@@ -128,7 +128,7 @@ func TestStaleRouterRetriesOnNewOwner(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stale write: %v", err)
 	}
-	if len(tried) != 2 || tried[0] != e.Move.Source || tried[1] != e.Move.Target || !topology.IsFenceError(errs[0]) {
+	if len(tried) != 2 || tried[0] != e.Pools["a"] || tried[1] != e.Pools["b"] || !topology.IsFenceError(errs[0]) {
 		t.Fatalf("tries on %d pools (first err %v); want the old owner refusing with the fence error, then the new owner", len(tried), errs)
 	}
 	if stale.Version() != res.Version {

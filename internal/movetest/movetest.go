@@ -53,6 +53,7 @@ type Env struct {
 	Store      *topology.Store
 	Fences     fence.Control // Store and the control pool
 	DBs        map[string]*pgtest.DB
+	Super      map[string]*pgtest.DB // the shards as the superuser, whoever runs the move
 	Pools      map[string]*pgxpool.Pool
 	Set        tableset.Set // as read from b, the target
 	SrcSet     tableset.Set // as read from a
@@ -88,6 +89,7 @@ func New(t testing.TB, id string, nKeys int, opts ...Option) *Env {
 	ctx := Ctx(t)
 	e := &Env{DBs: map[string]*pgtest.DB{"a": pgtest.NewDB(t, 0), "b": pgtest.NewDB(t, 1)}, Ctl: pgtest.NewDB(t, 0), Ledger: ledger.New(), Old: Old()}
 	e.Pools = map[string]*pgxpool.Pool{}
+	e.Super = map[string]*pgtest.DB{"a": e.DBs["a"], "b": e.DBs["b"]}
 	for n, db := range e.DBs {
 		db.Exec(t, Schema)
 		e.Pools[n] = db.Pool
