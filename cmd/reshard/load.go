@@ -45,6 +45,12 @@ type, the same function as routers use: docs/contract.md) and COPYs every row to
 the shard that owns it in the current topology, in batches of --batch-rows rows
 per shard. Each batch is one COPY: it is loaded whole or not at all.
 
+Every shard parses the values alike, under reshard's session settings, whatever
+the servers' defaults: dates as ISO or in year-month-day order (DateStyle ISO,
+YMD), a timestamptz without an offset in UTC, intervals in PostgreSQL's style,
+xml as content, an unquoted NULL in an array as NULL. Write timestamps with
+their offset.
+
 Every shard's fence refuses rows it does not own, so a topology change during the
 load (a cutover) fails the batch it hits instead of misplacing it: the command
 stops, says how many rows each shard took, and the rest can be loaded again
