@@ -1,4 +1,4 @@
-package pgsession
+package pgsession_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/internal/pgtest"
 )
 
@@ -36,7 +37,7 @@ func TestPinnedOverDatabaseDefaults(t *testing.T) {
 		t.Fatalf("an unpinned session has DateStyle %q (%v), want the database's %q: the test sets nothing", ds, err, pgtest.OddDefaults[0]["DateStyle"])
 	}
 
-	cfg, err := ParseConnConfig(db.DSN + "&datestyle=German")
+	cfg, err := pgsession.ParseConnConfig(db.DSN + "&datestyle=German")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestPinnedOverDatabaseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	rcfg, err := ParseConfig(db.ReplicationDSN())
+	rcfg, err := pgsession.ParseConfig(db.ReplicationDSN())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestPinnedOverDatabaseDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer repl.Close(ctx)
-	for _, s := range Settings {
+	for _, s := range pgsession.Settings {
 		var got string
 		if err := conn.QueryRow(ctx, "SELECT current_setting($1)", s.Name).Scan(&got); err != nil {
 			t.Fatal(err)
@@ -80,7 +81,7 @@ func TestPinnedOverDatabaseDefaults(t *testing.T) {
 	if err := as.Pool.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("unpinned owner under FORCE: count %d (%v), want 0 rows hidden by the policy", n, err)
 	}
-	pc, err := ParseConnConfig(as.DSN)
+	pc, err := pgsession.ParseConnConfig(as.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
