@@ -10,6 +10,10 @@
 // a read on the source made while applying a transaction (the unsent TOAST
 // values of a row entering the ranges) uses a snapshot that sees that
 // transaction, which the stream may deliver before its commit is visible.
+// Every session the stream opens (walsender, SQL peeks, fetches, the
+// applier) runs under internal/pgsession's settings: pgoutput's values are
+// text formatted by the decoding session and parsed by the applier's, so
+// both must agree whatever the shards' defaults (TestValuesArriveUnchanged).
 //
 // Memory: the stream asks for pgoutput proto_version 1 without streaming, so a
 // transaction arrives only after it committed, whole and contiguous (the

@@ -9,6 +9,10 @@
 // ranges, planned once per run and open at both ends, so together they cover
 // every moving row whenever it was written; a row's checksum is over its text
 // with the source's columns by name, independent of physical column order.
+// Its sessions run under internal/pgsession's settings whoever made the
+// pools: the text of a value is the same on both servers, and a row that a
+// row-level security policy would hide makes the read fail (row_security
+// off) instead of leaving it out of both counts.
 //
 // Layout: verify.go runs a verify (plan, compare, summarize); plan.go plans
 // chunks and records them on the target for resumption; snapshot.go takes
