@@ -79,7 +79,7 @@ func begin(ctx context.Context, pool *pgxpool.Pool, snapshot string) (*readTx, e
 	// Whoever made the pool, the text form of a value hashed as text
 	// (columnValue) must be the same on both servers, and no policy may
 	// hide a row from the comparison (an error instead: row_security off).
-	pgsession.Pin(cfg.RuntimeParams)
+	pgsession.PinConfig(&cfg.Config)
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "reshard verify"
 	}
@@ -227,7 +227,7 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n
 // a slot left open would pin WAL for the whole verification).
 func slotSnapshot(ctx context.Context, pool *pgxpool.Pool, n int) ([]*readTx, pglogrepl.LSN, error) {
 	cfg := pool.Config().ConnConfig.Config.Copy()
-	pgsession.Pin(cfg.RuntimeParams)
+	pgsession.PinConfig(cfg)
 	cfg.RuntimeParams["replication"] = "database"
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "reshard verify"

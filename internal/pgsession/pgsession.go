@@ -17,6 +17,8 @@
 package pgsession
 
 import (
+	"context"
+	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -80,14 +82,52 @@ func Pinned(params map[string]string) bool {
 }
 
 // ParseConfig is pgconn.ParseConfig with Settings pinned (replication
-// connections included: a walsender formats pgoutput's values under them).
+// connections included: a walsender formats pgoutput's values under them)
+// and checked once connected.
 func ParseConfig(dsn string) (*pgconn.Config, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
-	Pin(cfg.RuntimeParams)
+	PinConfig(cfg)
 	return cfg, nil
+}
+
+// PinConfig pins Settings in cfg and checks them once connected (Check).
+func PinConfig(cfg *pgconn.Config) {
+	Pin(cfg.RuntimeParams)
+	cfg.AfterConnect = Check
+}
+
+// checkSQL reads every pinned setting in one statement, which a
+// replication connection (replication=database) answers too.
+var checkSQL = func() string {
+	parts := make([]string, len(Settings))
+	for i, s := range Settings {
+		parts[i] = "current_setting('" + s.Name + "')"
+	}
+	return "SELECT " + strings.Join(parts, ", ")
+}()
+
+// Check fails unless the session runs under Settings: a server refuses an
+// unknown startup parameter, but something in between (a connection pooler
+// told to ignore some) may drop one, and the session would then format or
+// parse values under the server's defaults. It is every config's
+// AfterConnect: one round trip per connection.
+func Check(ctx context.Context, conn *pgconn.PgConn) error {
+	res, err := conn.Exec(ctx, checkSQL).ReadAll()
+	if err != nil {
+		return fmt.Errorf("read the session's settings: %w", err)
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != len(Settings) {
+		return fmt.Errorf("read the session's settings: unexpected result")
+	}
+	for i, s := range Settings {
+		if got := string(res[0].Rows[0][i]); got != s.Value {
+			return fmt.Errorf("the session runs with %s = %q, not %q as reshard asked in its startup parameters: connect to the server directly, or have whatever is in between (a connection pooler) pass the parameter on", s.Name, got, s.Value)
+		}
+	}
+	return nil
 }
 
 // ParseConnConfig is pgx.ParseConfig with Settings pinned.
@@ -96,7 +136,7 @@ func ParseConnConfig(dsn string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, err
 	}
-	Pin(cfg.RuntimeParams)
+	PinConfig(&cfg.Config)
 	return cfg, nil
 }
 
@@ -106,6 +146,6 @@ func ParsePoolConfig(dsn string) (*pgxpool.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	Pin(cfg.ConnConfig.RuntimeParams)
+	PinConfig(&cfg.ConnConfig.Config)
 	return cfg, nil
 }

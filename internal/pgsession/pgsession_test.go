@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,39 @@ func TestPinnedOverDatabaseDefaults(t *testing.T) {
 	var pe *pgconn.PgError
 	if !(errors.As(err, &pe) && pe.Code == "42501") {
 		t.Fatalf("pinned session under FORCE: count %d, err %v; want 42501 (query would be affected by row-level security policy)", n, err)
+	}
+}
+
+// A setting dropped on the way (as a connection pooler told to ignore
+// startup parameters does) fails the connection, naming the setting,
+// instead of leaving the session on the database's default.
+func TestDroppedSettingFailsTheConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := pgtest.NewDB(t, 0)
+	db.SetDefaults(t, pgtest.OddDefaults[0])
+	for _, repl := range []bool{false, true} {
+		dsn := db.DSN
+		if repl {
+			dsn = db.ReplicationDSN()
+		}
+		cfg, err := pgsession.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatalf("replication %v: pinned: %v", repl, err)
+		}
+		conn.Close(ctx)
+		delete(cfg.RuntimeParams, "extra_float_digits")
+		conn, err = pgconn.ConnectConfig(ctx, cfg)
+		if err == nil {
+			conn.Close(ctx)
+			t.Fatalf("replication %v: connected with extra_float_digits dropped", repl)
+		}
+		if !strings.Contains(err.Error(), `extra_float_digits = "0", not "3"`) {
+			t.Fatalf("replication %v: %v; want the setting named", repl, err)
+		}
 	}
 }
