@@ -120,8 +120,9 @@ func TestForcedRowSecurityMovesEveryRow(t *testing.T) {
 // without BYPASSRLS. Preflight refuses, naming the table and the grant; and
 // were the move run anyway, nothing reads fewer rows than there are: the
 // copy fails on the first chunk (row_security off: 42501) with nothing
-// moved, and verify fails instead of passing on 0 rows. On 6e755b7
-// preflight passed, the copy copied 0 rows and verify passed.
+// moved, verify fails instead of passing on 0 rows, and a cleanup fails
+// instead of deleting only the rows the policy shows. On 6e755b7 preflight
+// passed, the copy copied 0 rows and verify passed.
 func TestForcedRowSecurityRefusedWithoutBypass(t *testing.T) {
 	e := movetest.New(t, "rls_refused", 400, tenantRows, movetest.LeastPrivileged())
 	moving := seedTenants(t, e)
@@ -152,5 +153,13 @@ func TestForcedRowSecurityRefusedWithoutBypass(t *testing.T) {
 	}
 	if _, err := verify.Run(ctx, e.Move.Source, e.Move.Target, verify.Options{Set: e.SrcSet, Ranges: e.Move.Ranges}); !errors.As(err, &pe) || pe.Code != "42501" {
 		t.Fatalf("verify with %d rows hidden: %v, want 42501", moving, err)
+	}
+	// A cleanup of the source (CLEANUP deletes the moved rows there) under
+	// the policy would delete only the rows it sees: it fails, deleting none.
+	if _, err := backfill.DeleteRanges(ctx, e.Move.Source, e.SrcSet, e.Move.Ranges, 100, nil); !errors.As(err, &pe) || pe.Code != "42501" {
+		t.Fatalf("cleanup with %d rows hidden: %v, want 42501", moving, err)
+	}
+	if got := superCount(t, e, "a"); got != moving {
+		t.Fatalf("the refused cleanup left %d of %d tenant rows", got, moving)
 	}
 }
