@@ -291,6 +291,8 @@ func classify(err error) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeSchemaChange, nil)
 	case cdc.IsRetryable(err), backfill.Retryable(err), pgerr.DDLRace(err):
 		return temporal.NewApplicationErrorWithCause(err.Error(), "Retryable", err)
+	case pgerr.RowSecurity(err):
+		return temporal.NewNonRetryableApplicationError(err.Error()+"; fix: "+pgerr.RowSecurityFix, workflows.ErrTypeBadInput, nil)
 	case pgerr.FatalInput(err):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeBadInput, nil)
 	}

@@ -22,7 +22,7 @@ func run(t *testing.T, args ...string) (string, int) {
 	root.SetErr(&out)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(context.Background()); err != nil {
-		out.WriteString("reshard: " + err.Error() + "\n")
+		out.WriteString(errorText(err))
 		return out.String(), exitCode(err)
 	}
 	return out.String(), 0

@@ -15,11 +15,23 @@ package main
 import (
 	"fmt"
 	"os"
+
+	"github.com/reshard/reshard/internal/pgerr"
 )
 
 func main() {
 	if err := newRootCmd().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "reshard:", err)
+		fmt.Fprint(os.Stderr, errorText(err))
 		os.Exit(exitCode(err))
 	}
+}
+
+// errorText is how the CLI reports err, with the fix of an error whose fix
+// is known.
+func errorText(err error) string {
+	s := "reshard: " + err.Error() + "\n"
+	if pgerr.RowSecurity(err) {
+		s += "  fix: " + pgerr.RowSecurityFix + "\n"
+	}
+	return s
 }

@@ -91,6 +91,18 @@ func Privilege(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42501"
 }
 
+// RowSecurity reports a statement refused because a row-level security
+// policy would have filtered it: reshard's sessions run with row_security
+// off (internal/pgsession), so that a policy never hides rows from a copy,
+// a verify or a cleanup. RowSecurityFix says what to grant.
+func RowSecurity(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501" && strings.Contains(pgErr.Message, "row-level security")
+}
+
+// RowSecurityFix is the fix of a RowSecurity error.
+const RowSecurityFix = "reshard must see every row of the tables it moves: as a superuser, ALTER ROLE <the role reshard connects as> BYPASSRLS (deploy/reshard-role.sql grants it; docs/operations.md, Privileges)"
+
 // UndefinedObject reports a statement naming an object, such as a role,
 // that does not exist (SQLSTATE 42704).
 func UndefinedObject(err error) bool {

@@ -51,3 +51,15 @@ func TestPredicates(t *testing.T) {
 		}
 	}
 }
+
+// RowSecurity is a refusal by a row-level security policy, not any 42501.
+func TestRowSecurity(t *testing.T) {
+	rls := fmt.Errorf("copy chunk: %w", &pgconn.PgError{Code: "42501", Message: `query would be affected by row-level security policy for table "users"`})
+	denied := fmt.Errorf("copy chunk: %w", &pgconn.PgError{Code: "42501", Message: "permission denied for table users"})
+	if !RowSecurity(rls) || RowSecurity(denied) || RowSecurity(nil) || RowSecurity(errors.New("row-level security")) {
+		t.Fatalf("RowSecurity: policy %v, permission %v", RowSecurity(rls), RowSecurity(denied))
+	}
+	if !FatalInput(rls) || Retryable(rls) {
+		t.Fatal("a row-security refusal must stop, not retry")
+	}
+}
