@@ -85,7 +85,7 @@ func TestFullMoveUnderWritesLosesNothing(t *testing.T) {
 		if n := e.DBs[s].QueryInt64(t, "SELECT count(*) FROM pg_publication"); n != 0 {
 			t.Errorf("%d publications left on %s", n, s)
 		}
-		if n := e.DBs[s].QueryInt64(t, "SELECT count(*) FROM pg_trigger WHERE tgname = 'reshard_no_truncate'"); n != 0 {
+		if n := e.DBs[s].QueryInt64(t, "SELECT count(*) FROM reshard.fence WHERE guard"); n != 0 { // installed once, turned off
 			t.Errorf("TRUNCATE guard left on %s", s)
 		}
 	}

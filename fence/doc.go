@@ -9,7 +9,13 @@
 // not own plus the ranges cutovers hold on it; Reconcile installs exactly
 // that, and is the only code that lifts a fence.
 //
-// Layout: fence.go is the mechanism (trigger, compiled ranges, guard);
-// reconcile.go the derivation, the holds and Reconcile; inflight.go the
-// in-flight wait; strays.go counts rows on a shard that does not own them.
+// A table's objects are named by its fence identity (Ident: a hash of its
+// quoted name, never a truncatable "<schema>_<table>"); its triggers are
+// installed once, and every later change replaces their functions, which
+// takes no lock on the application's table.
+//
+// Layout: fence.go is the mechanism (identity, triggers, compiled ranges
+// and guard, the layout check); reconcile.go the derivation, the holds,
+// Inspect and Reconcile; inflight.go the in-flight wait; strays.go counts
+// rows on a shard that does not own them.
 package fence

@@ -2,8 +2,12 @@ package fence
 
 import (
 	"context"
+	"crypto/md5"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -20,9 +24,20 @@ import (
 // TruncateSQLState is the SQLSTATE of a TRUNCATE refused during a move.
 const TruncateSQLState = "RST01"
 
+// NullKeySQLState is the SQLSTATE of a write refused because its key is
+// NULL (not_null_violation): a row without a token belongs to no shard, and
+// unlike RSF01 no router should retry it elsewhere.
+const NullKeySQLState = "23502"
+
 // schemaSQL creates the fence registry: one row per fenced table, holding the
-// fenced token ranges as an int8multirange and the topology epoch that set
-// them. One row per table keeps the trigger's lookup a single index probe.
+// fenced token ranges as an int8multirange, the topology epoch that set
+// them, whether TRUNCATE is refused, and the table's fence identity (the
+// name of its functions, see Ident). The functions are generated from the
+// row; the registry is the record Fenced, Inspect and the next change read.
+//
+// The guard column came after the first installs, whose TRUNCATE guard was
+// a trigger created and dropped per move: adding the column carries their
+// state over (a guard trigger calling reshard.refuse_truncate was on).
 const schemaSQL = `
 CREATE SCHEMA IF NOT EXISTS reshard;
 CREATE TABLE IF NOT EXISTS reshard.fence (
@@ -30,29 +45,84 @@ CREATE TABLE IF NOT EXISTS reshard.fence (
 	ranges int8multirange NOT NULL DEFAULT '{}',
 	epoch  bigint NOT NULL DEFAULT 0
 );
-CREATE OR REPLACE FUNCTION reshard.refuse_truncate() RETURNS trigger LANGUAGE plpgsql AS $f$
+ALTER TABLE reshard.fence ADD COLUMN IF NOT EXISTS ident text;
+CREATE UNIQUE INDEX IF NOT EXISTS fence_ident ON reshard.fence (ident);
+DO $d$
 BEGIN
-	RAISE EXCEPTION 'reshard: TRUNCATE of %.% is refused while a move of its token ranges runs', TG_TABLE_SCHEMA, TG_TABLE_NAME
-		USING ERRCODE = 'RST01', HINT = 'delete the rows instead, or wait until the move is cleaned up or rolled back';
-END $f$;
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'reshard.fence'::regclass AND attname = 'guard' AND NOT attisdropped) THEN
+		ALTER TABLE reshard.fence ADD COLUMN guard boolean NOT NULL DEFAULT false;
+		UPDATE reshard.fence f SET guard = true WHERE EXISTS (SELECT 1 FROM pg_trigger g
+			WHERE g.tgrelid = f.tbl AND g.tgname = 'reshard_no_truncate' AND g.tgfoid = to_regprocedure('reshard.refuse_truncate()'));
+	END IF;
+END $d$;
 `
 
-// lockTimeout bounds how long trigger DDL waits behind running transactions
-// before it gives up and retries, so a long transaction never queues every
-// application write behind our ACCESS EXCLUSIVE-ish lock request.
-const lockTimeout = 2 * time.Second
+// lockTimeout bounds how long DDL on an application table (installing its
+// triggers, once) waits for its lock before it gives up and retries later:
+// while our lock request waits, every later statement on the table queues
+// behind it, so the application must not notice the wait.
+const lockTimeout = 50 * time.Millisecond
 
-// EnsureSchema creates the fence registry on a shard; idempotent and safe
-// to run concurrently.
+// registryLockTimeout bounds the waits for the registry's rows (fence
+// changes serialize on them) and for our own schema's DDL: no application
+// statement waits behind those.
+const registryLockTimeout = 2 * time.Second
+
+// EnsureSchema creates the fence registry on a shard, or brings an older
+// one up to date; idempotent and safe to run concurrently.
 func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
-	return withLockRetry(ctx, func() error { return pgddl.Apply(ctx, pool, schemaSQL, lockTimeout) })
+	return withLockRetry(ctx, func() error { return pgddl.Apply(ctx, pool, schemaSQL, registryLockTimeout) })
 }
 
-// triggerFunc is the name of the generated fence function of a table: the key
-// column and the table's fenced ranges are compiled in, so the trigger does
-// no dynamic SQL and reads no table.
-func triggerFunc(t tableset.Table) pgx.Identifier {
+// Ident is the fence identity of a table: the name of its fence function
+// (and, with the suffix _truncate, of its TRUNCATE guard) in the schema
+// reshard. It is a hash of the table's quoted schema-qualified name, so two
+// tables never share it the way a truncated "<schema>_<table>" did (63
+// bytes, and public.a_b vs public_a.b), and it is the same on every shard
+// and after a dump and restore or a schema sync (an OID is neither). The
+// registry's unique index on ident refuses the one collision a hash leaves
+// possible.
+func Ident(t tableset.Table) string {
+	sum := sha256.Sum256([]byte(t.Quoted()))
+	return "fence_" + hex.EncodeToString(sum[:8])
+}
+
+// triggerFunc is the fence function of a table: the key column and the
+// table's fenced ranges are compiled in, so the trigger does no dynamic SQL
+// and reads no table.
+func triggerFunc(t tableset.Table) pgx.Identifier { return pgx.Identifier{"reshard", Ident(t)} }
+
+// guardFunc is the TRUNCATE guard's function of a table: on or off compiled
+// in, so the guard trigger is installed once and a move turns it on and off
+// without DDL on the table.
+func guardFunc(t tableset.Table) pgx.Identifier {
+	return pgx.Identifier{"reshard", Ident(t) + "_truncate"}
+}
+
+// legacyFunc is the fence function of a table as installs before Ident
+// named it (cut at 63 bytes by the server); the upgrade drops it once no
+// trigger calls it.
+func legacyFunc(t tableset.Table) pgx.Identifier {
 	return pgx.Identifier{"reshard", "fence_" + t.Schema + "_" + t.Name}
+}
+
+// keyNullable reports whether the table's key column may hold NULL: the
+// fence function then refuses a NULL key itself (with NOT NULL, the
+// constraint does).
+func keyNullable(t tableset.Table) bool {
+	for _, c := range t.Columns {
+		if c.Name == t.KeyColumn {
+			return !c.NotNull
+		}
+	}
+	return true
+}
+
+// compiled is what a table's generated functions hold: its registry row.
+type compiled struct {
+	ranges string // int8multirange text, '{}' when nothing is fenced
+	epoch  int64
+	guard  bool
 }
 
 // fenceRaise is the refusal of a write whose token tok lies in the fenced
@@ -63,15 +133,31 @@ func fenceRaise(fenced, epoch string) string {
 				USING ERRCODE = 'RSF01', HINT = 'this shard no longer owns the range (or does not own it yet): refresh the topology and retry on the owner';`
 }
 
-// fenceFunctionSQL generates the fence function of t for the fenced ranges
-// ranges (the text of the registry's int8multirange) at epoch epoch.
+// nullRaise is the refusal of a write of a NULL key.
+func nullRaise(t tableset.Table) string {
+	return `RAISE EXCEPTION 'reshard fence: % on %.% refused: key column % is NULL, and a row without a token belongs to no shard', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, ` + quoteLiteral(t.KeyColumn) + `
+			USING ERRCODE = '` + NullKeySQLState + `', COLUMN = ` + quoteLiteral(t.KeyColumn) + `, HINT = 'give the row a key (and make the column NOT NULL)';`
+}
+
+// generatedBy is the head comment of a generated function, naming the table
+// (quoted by Go: a table name holds any character but cannot end the comment).
+func generatedBy(t tableset.Table, what string) string {
+	return "-- Generated by reshard for " + strings.ReplaceAll(strconv.Quote(t.String()), "$", "") + " from its row of reshard.fence (" + what + ");\n-- replaced whenever the fence changes: do not edit.\n"
+}
+
+// fenceBody is the body of the fence function of t compiling c.
 //
 // The ranges are compiled into the function as a constant instead of being
 // read from reshard.fence on every row: that read (an SPI query, a snapshot,
 // an index probe) cost a fifth to a third of a CPU-bound single-row update.
-// reshard.fence stays the record (Fenced, cleanup, the next Fence); every
-// change to it replaces the function in the same transaction (setFence,
-// InstallTriggers), serialized by the registry row's lock.
+// And the test stays in a plpgsql trigger rather than in a WHEN clause
+// calling an inlinable SQL function: the executor prepares a WHEN clause
+// for every statement it runs (and inlines the function again, parsing its
+// body), which measured slower than this function's call (see
+// docs/benchmarks.md). reshard.fence stays the record; every change to it
+// replaces the function in the same transaction (compileTx), serialized by
+// the registry row's lock. Replacing a function takes no lock on the
+// application's table.
 //
 // When does a session use the new body? plpgsql checks on every call that
 // its compiled function still matches the pg_proc row (xmin and ctid) found
@@ -91,101 +177,149 @@ func fenceRaise(fenced, epoch string) string {
 // before the fence is now refused when it writes a fenced key (it must take
 // ROW EXCLUSIVE, so it sees the new body): stricter than a table read under
 // its old snapshot, which let it pass.
-func fenceFunctionSQL(t tableset.Table, ranges string, epoch int64) string {
-	head := `CREATE OR REPLACE FUNCTION ` + triggerFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$
--- Generated by reshard from reshard.fence (fenced token ranges ` + strings.ReplaceAll(ranges, "$", "") + ` at topology epoch ` + strconv.FormatInt(epoch, 10) + `);
--- replaced whenever the fence changes: do not edit.
-`
-	if ranges == "{}" {
+func fenceBody(t tableset.Table, c compiled) string {
+	head := generatedBy(t, "fenced token ranges "+strings.ReplaceAll(c.ranges, "$", "")+" at topology epoch "+strconv.FormatInt(c.epoch, 10))
+	key := "new." + pgx.Identifier{t.KeyColumn}.Sanitize()
+	if c.ranges == "{}" {
 		// No fenced range: return at once (RETURN NEW/OLD of the
 		// unchanged row is plpgsql's cheapest path: no tuple copy).
+		nullCheck := ""
+		if keyNullable(t) {
+			nullCheck = `
+	IF ` + key + ` IS NULL THEN
+		` + nullRaise(t) + `
+	END IF;`
+		}
 		return head + `BEGIN
 	IF TG_OP = 'DELETE' THEN
 		RETURN OLD;
-	END IF;
+	END IF;` + nullCheck + `
 	RETURN NEW;
-END $f$`
+END `
 	}
 	// plpgsql's NEW and OLD are lower-case names once quoted.
 	tokNew := ring.TokenSQL(t.KeyType, "new", t.KeyColumn)
 	tokOld := ring.TokenSQL(t.KeyType, "old", t.KeyColumn)
-	fenced := quoteLiteral(ranges) + "::int8multirange"
+	fenced := quoteLiteral(c.ranges) + "::int8multirange"
 	// Each plpgsql expression costs a setup per transaction, so with one
 	// write per transaction what counts is how many expressions a call
 	// evaluates, not how many tokens: two. The first tests both keys (NEW
 	// is null for a DELETE and OLD for an INSERT: a null token is in no
 	// range; an UPDATE keeping its key hashes it twice, cheaper than a test
-	// whether it changed), by a binary search in the constant multirange.
+	// whether it changed), by a binary search in the constant multirange;
+	// with a nullable key, a NULL new key (the test is not false) takes the
+	// slow path too.
+	test := tokNew + ` <@ ` + fenced
+	nullCheck := ""
+	if keyNullable(t) {
+		test = `(` + tokNew + ` <@ ` + fenced + `) IS NOT FALSE AND TG_OP <> 'DELETE'`
+		nullCheck = `
+		IF TG_OP <> 'DELETE' AND ` + key + ` IS NULL THEN
+			` + nullRaise(t) + `
+		END IF;`
+	}
 	return head + `DECLARE
 	tok bigint;
 BEGIN
-	IF ` + tokNew + ` <@ ` + fenced + ` OR ` + tokOld + ` <@ ` + fenced + ` THEN
+	IF ` + test + ` OR ` + tokOld + ` <@ ` + fenced + ` THEN` + nullCheck + `
 		tok := CASE WHEN ` + tokNew + ` <@ ` + fenced + ` THEN ` + tokNew + ` ELSE ` + tokOld + ` END;
-		` + fenceRaise(fenced, strconv.FormatInt(epoch, 10)) + `
+		` + fenceRaise(fenced, strconv.FormatInt(c.epoch, 10)) + `
 	END IF;
 	IF TG_OP = 'DELETE' THEN
 		RETURN OLD;
 	END IF;
 	RETURN NEW;
-END $f$`
+END `
 }
 
-// compileFence replaces the fence function of t with one for the table's
-// current row in reshard.fence, locked FOR UPDATE so that concurrent fence
-// changes of the table are serialized and each leaves a function matching
-// the registry. Run it inside the transaction that changed the row.
-func compileFence(ctx context.Context, tx pgx.Tx, t tableset.Table) error {
-	var ranges string
-	var epoch int64
-	err := tx.QueryRow(ctx, "SELECT ranges::text, epoch FROM reshard.fence WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass FOR UPDATE").Scan(&ranges, &epoch)
+// guardBody is the body of the TRUNCATE guard's function of t compiling c.
+// TRUNCATE takes ACCESS EXCLUSIVE on the table before the guard runs, and
+// taking a lock brings the catalog cache up to date: a TRUNCATE that
+// started after the guard went on sees it on.
+func guardBody(t tableset.Table, c compiled) string {
+	if !c.guard {
+		return generatedBy(t, "TRUNCATE guard off") + `BEGIN
+	RETURN NULL;
+END `
+	}
+	return generatedBy(t, "TRUNCATE guard on: a move of its token ranges runs") + `BEGIN
+	RAISE EXCEPTION 'reshard: TRUNCATE of %.% is refused while a move of its token ranges runs', TG_TABLE_SCHEMA, TG_TABLE_NAME
+		USING ERRCODE = '` + TruncateSQLState + `', HINT = 'delete the rows instead, or wait until the move is cleaned up or rolled back';
+END `
+}
+
+// compileSQL replaces the functions of t with ones compiling c: no lock on
+// the application's table.
+func compileSQL(t tableset.Table, c compiled) string {
+	return `CREATE OR REPLACE FUNCTION ` + triggerFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + fenceBody(t, c) + `$f$;
+CREATE OR REPLACE FUNCTION ` + guardFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + guardBody(t, c) + `$f$;`
+}
+
+func md5hex(s string) string {
+	sum := md5.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// compileTx replaces the functions of t with ones for the table's current
+// row in reshard.fence, locked FOR UPDATE so that concurrent fence changes
+// of the table are serialized and each leaves functions matching the
+// registry. Run it inside the transaction that changed the row.
+func compileTx(ctx context.Context, tx pgx.Tx, t tableset.Table) error {
+	var c compiled
+	err := tx.QueryRow(ctx, "SELECT ranges::text, epoch, guard FROM reshard.fence WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass FOR UPDATE").Scan(&c.ranges, &c.epoch, &c.guard)
 	if err != nil {
 		return fmt.Errorf("read the fence of %s: %w", t, err)
 	}
-	if _, err := tx.Exec(ctx, fenceFunctionSQL(t, ranges, epoch)); err != nil {
+	if _, err := tx.Exec(ctx, compileSQL(t, c)); err != nil {
 		return fmt.Errorf("compile the fence of %s: %w", t, err)
 	}
 	return nil
 }
 
-// InstallTriggers puts the fence trigger (and, with truncateGuard, the
-// TRUNCATE guard) on every table of the set. Idempotent; trigger DDL waits at
-// most lockTimeout behind running transactions per attempt and is retried.
-// Installing the trigger fences nothing by itself: ranges are fenced by Fence.
+// Trigger names and pg_trigger.tgtype values: the fence a BEFORE ROW
+// trigger on INSERT, UPDATE and DELETE (1|2|4|8|16), the guard a BEFORE
+// STATEMENT trigger on TRUNCATE (2|32).
+const (
+	fenceTrigger = "reshard_fence"
+	guardTrigger = "reshard_no_truncate"
+	fenceTgtype  = 31
+	guardTgtype  = 34
+)
+
+// InstallTriggers puts the fence trigger and the TRUNCATE guard on every
+// table of the set whose triggers are not what this version installs (none,
+// or an older version's), and compiles their functions from the registry;
+// with truncateGuard the guards are turned on. Idempotent; a table whose
+// triggers are right takes no lock. Installing fences nothing by itself:
+// ranges are fenced by Reconcile (or Fence).
+//
+// The triggers are the only DDL on the application's tables, once per
+// table: each table in its own transaction (so we never hold one table's
+// lock while waiting for another's, the deadlock of two tables written in
+// two orders), with a lock_timeout of tens of milliseconds and jittered
+// retries, so that no application statement queues behind our lock request
+// for longer.
 func InstallTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, truncateGuard bool) error {
 	if err := EnsureSchema(ctx, pool); err != nil {
 		return fmt.Errorf("install fence schema: %w", err)
 	}
-	for _, t := range set.Tables {
+	st, err := readLayout(ctx, pool, set)
+	if err != nil {
+		return err
+	}
+	for i, t := range set.Tables {
+		if err := installTable(ctx, pool, t, st[i]); err != nil {
+			return fmt.Errorf("install the fence of %s: %w", t, err)
+		}
+	}
+	if truncateGuard {
 		err := withLockRetry(ctx, func() error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				stmts := []string{
-					"SET LOCAL lock_timeout = '" + strconv.Itoa(int(lockTimeout.Milliseconds())) + "ms'",
-					// The lock CREATE OR REPLACE TRIGGER takes (SHARE ROW
-					// EXCLUSIVE, which readers pass; DROP TRIGGER would take
-					// ACCESS EXCLUSIVE), first: the registry row is locked
-					// (compileFence) only once the table is ours, so a
-					// concurrent Fence never waits behind our lock wait.
-					"LOCK TABLE " + t.Quoted() + " IN SHARE ROW EXCLUSIVE MODE",
-					"INSERT INTO reshard.fence (tbl) VALUES (" + quoteLiteral(t.Quoted()) + "::regclass) ON CONFLICT (tbl) DO NOTHING",
-				}
-				for _, s := range stmts {
-					if _, err := tx.Exec(ctx, s); err != nil {
+				for _, t := range set.Tables {
+					if _, err := tx.Exec(ctx, "UPDATE reshard.fence SET guard = true WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass"); err != nil {
 						return err
 					}
-				}
-				// The function is generated from the registry: installing
-				// again keeps whatever is fenced.
-				if err := compileFence(ctx, tx, t); err != nil {
-					return err
-				}
-				stmts = []string{"CREATE OR REPLACE TRIGGER reshard_fence BEFORE INSERT OR UPDATE OR DELETE ON " + t.Quoted() +
-					" FOR EACH ROW EXECUTE FUNCTION " + triggerFunc(t).Sanitize() + "()"}
-				if truncateGuard {
-					stmts = append(stmts,
-						"CREATE OR REPLACE TRIGGER reshard_no_truncate BEFORE TRUNCATE ON "+t.Quoted()+" FOR EACH STATEMENT EXECUTE FUNCTION reshard.refuse_truncate()")
-				}
-				for _, s := range stmts {
-					if _, err := tx.Exec(ctx, s); err != nil {
+					if err := compileTx(ctx, tx, t); err != nil {
 						return err
 					}
 				}
@@ -193,16 +327,177 @@ func InstallTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, 
 			})
 		})
 		if err != nil {
-			return fmt.Errorf("install fence trigger on %s: %w", t, err)
+			return fmt.Errorf("turn the TRUNCATE guards of set %s on: %w", set.Name, err)
 		}
 	}
 	return nil
 }
 
-// RemoveTriggers drops the fence triggers, TRUNCATE guards and registry rows
-// of the set's tables: a shard leaving reshard's care for good (and the
-// benchmarks' baseline). Migrations never call it: Reconcile keeps every
-// shard of a keyspace fenced where it owns nothing.
+// installTable gives t its registry row, its functions and, unless they
+// are right already, its triggers.
+func installTable(ctx context.Context, pool *pgxpool.Pool, t tableset.Table, l layout) error {
+	// The registry row and the functions first, in a transaction of their
+	// own that takes no lock on the table: the triggers then call
+	// functions that fence what the registry says.
+	err := withLockRetry(ctx, func() error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(int(registryLockTimeout.Milliseconds()))+"ms'"); err != nil {
+				return err
+			}
+			var other string
+			err := tx.QueryRow(ctx, "SELECT tbl::text FROM reshard.fence WHERE ident = $1 AND tbl <> $2::regclass", Ident(t), t.Quoted()).Scan(&other)
+			if err == nil {
+				return fmt.Errorf("its fence identity %s is already the identity of table %s on this shard (a hash collision of their names): rename one of the two tables", Ident(t), other)
+			} else if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO reshard.fence (tbl, ident) VALUES ($1::regclass, $2) ON CONFLICT (tbl) DO UPDATE SET ident = excluded.ident WHERE fence.ident IS DISTINCT FROM excluded.ident", t.Quoted(), Ident(t)); err != nil {
+				return err
+			}
+			return compileTx(ctx, tx, t)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	var stmts []string
+	if !l.fenceOK {
+		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+fenceTrigger+" BEFORE INSERT OR UPDATE OR DELETE ON "+t.Quoted()+
+			" FOR EACH ROW EXECUTE FUNCTION "+triggerFunc(t).Sanitize()+"()")
+	}
+	if !l.guardOK {
+		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+guardTrigger+" BEFORE TRUNCATE ON "+t.Quoted()+
+			" FOR EACH STATEMENT EXECUTE FUNCTION "+guardFunc(t).Sanitize()+"()")
+	}
+	if len(stmts) > 0 {
+		// CREATE OR REPLACE TRIGGER takes SHARE ROW EXCLUSIVE, which
+		// readers pass (DROP TRIGGER would take ACCESS EXCLUSIVE). An
+		// older install's disabled trigger is replaced enabled.
+		stmts = append([]string{"SET LOCAL lock_timeout = '" + strconv.Itoa(int(lockTimeout.Milliseconds())) + "ms'"}, stmts...)
+		if err := withLockRetry(ctx, func() error { return inTx(ctx, pool, stmts) }); err != nil {
+			return err
+		}
+	}
+	// An older install's functions, once no trigger calls them.
+	for _, fn := range []string{legacyFunc(t).Sanitize() + "()", "reshard.refuse_truncate()"} {
+		if _, err := pool.Exec(ctx, `DO $d$
+DECLARE f regprocedure := to_regprocedure(`+quoteLiteral(fn)+`);
+BEGIN
+	IF f IS NOT NULL AND f <> to_regprocedure(`+quoteLiteral(triggerFunc(t).Sanitize()+"()")+`)
+		AND NOT EXISTS (SELECT 1 FROM pg_depend WHERE refclassid = 'pg_proc'::regclass AND refobjid = f AND deptype = 'n') THEN
+		EXECUTE 'DROP FUNCTION ' || f;
+	END IF;
+END $d$`); err != nil {
+			return fmt.Errorf("drop the older fence function %s: %w", fn, err)
+		}
+	}
+	return nil
+}
+
+// layout is what one table has of the objects this version installs.
+type layout struct {
+	registry bool // a registry row, with this version's identity
+	fenceOK  bool // reshard_fence: enabled, calling the table's fence function
+	guardOK  bool // reshard_no_truncate likewise, calling its guard function
+	problems []string
+	c        compiled // the registry row, when there is one
+	fnMD5    string   // md5 of the fence function's body ("" without one)
+	guardMD5 string   // md5 of the guard function's body
+}
+
+// readLayout reads, for every table of the set in order, its registry row,
+// its triggers and its functions' bodies, in one query. Trigger identity is
+// compared by OID (tgfoid against the function the table's identity names),
+// never by a deparsed definition, which depends on the search path.
+func readLayout(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, set tableset.Set) ([]layout, error) {
+	names, fns, guards := make([]string, len(set.Tables)), make([]string, len(set.Tables)), make([]string, len(set.Tables))
+	for i, t := range set.Tables {
+		names[i], fns[i], guards[i] = t.Quoted(), triggerFunc(t).Sanitize()+"()", guardFunc(t).Sanitize()+"()"
+	}
+	rows, err := q.Query(ctx, `
+SELECT f.tbl IS NOT NULL AND f.ident IS NOT DISTINCT FROM ($4::text[])[s.i],
+	coalesce(f.ranges::text, '{}'), coalesce(f.epoch, 0), coalesce(f.guard, false),
+	coalesce(md5(pf.prosrc), ''), coalesce(md5(pg.prosrc), ''),
+	tf.tgfoid::regprocedure::text, tf.tgenabled::text, tf.tgtype, tf.tgnargs, tf.tgqual IS NULL AND tf.tgattr = '',
+	tf.tgfoid = pf.oid,
+	tg.tgfoid::regprocedure::text, tg.tgenabled::text, tg.tgtype, tg.tgfoid = pg.oid
+FROM generate_subscripts($1::text[], 1) AS s(i)
+CROSS JOIN LATERAL (SELECT ($1::text[])[s.i]::regclass AS rel) r
+LEFT JOIN reshard.fence f ON f.tbl = r.rel
+LEFT JOIN pg_proc pf ON pf.oid = to_regprocedure(($2::text[])[s.i])
+LEFT JOIN pg_proc pg ON pg.oid = to_regprocedure(($3::text[])[s.i])
+LEFT JOIN pg_trigger tf ON tf.tgrelid = r.rel AND tf.tgname = '`+fenceTrigger+`'
+LEFT JOIN pg_trigger tg ON tg.tgrelid = r.rel AND tg.tgname = '`+guardTrigger+`'
+ORDER BY s.i`, names, fns, guards, identsOf(set))
+	if err != nil {
+		return nil, fmt.Errorf("read the fence objects: %w", err)
+	}
+	defer rows.Close()
+	var out []layout
+	for rows.Next() {
+		var l layout
+		var fCalls, fEnabled, gCalls, gEnabled *string
+		var fType, fNargs, gType *int16
+		var fPlain, fRight, gRight *bool
+		if err := rows.Scan(&l.registry, &l.c.ranges, &l.c.epoch, &l.c.guard, &l.fnMD5, &l.guardMD5,
+			&fCalls, &fEnabled, &fType, &fNargs, &fPlain, &fRight, &gCalls, &gEnabled, &gType, &gRight); err != nil {
+			return nil, fmt.Errorf("read the fence objects: %w", err)
+		}
+		t := set.Tables[len(out)]
+		switch {
+		case fCalls == nil:
+			l.problems = append(l.problems, "no fence trigger")
+		case fRight == nil || !*fRight:
+			l.problems = append(l.problems, fmt.Sprintf("fence trigger %s calls %s, not %s", fenceTrigger, *fCalls, triggerFunc(t).Sanitize()+"()"))
+		case *fEnabled != "O":
+			l.problems = append(l.problems, fmt.Sprintf("fence trigger %s is not enabled as installed (tgenabled %s, not O)", fenceTrigger, *fEnabled))
+		case *fType != fenceTgtype || *fNargs != 0 || !*fPlain:
+			l.problems = append(l.problems, fmt.Sprintf("fence trigger %s is not the one reshard installs (BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW, no WHEN, no column list)", fenceTrigger))
+		default:
+			l.fenceOK = true
+		}
+		switch {
+		case gCalls == nil:
+			l.problems = append(l.problems, "no TRUNCATE guard trigger")
+		case gRight == nil || !*gRight:
+			l.problems = append(l.problems, fmt.Sprintf("TRUNCATE guard trigger %s calls %s, not %s", guardTrigger, *gCalls, guardFunc(t).Sanitize()+"()"))
+		case *gEnabled != "O" || *gType != guardTgtype:
+			l.problems = append(l.problems, fmt.Sprintf("TRUNCATE guard trigger %s is not the one reshard installs (enabled, BEFORE TRUNCATE FOR EACH STATEMENT)", guardTrigger))
+		default:
+			l.guardOK = true
+		}
+		if !l.registry {
+			l.c = compiled{ranges: "{}"}
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the fence objects: %w", err)
+	}
+	return out, nil
+}
+
+func identsOf(set tableset.Set) []string {
+	out := make([]string, len(set.Tables))
+	for i, t := range set.Tables {
+		out[i] = Ident(t)
+	}
+	return out
+}
+
+// bodiesMatch reports whether t's functions compile what its registry row
+// says; otherwise they were replaced (by hand, an old dump) and fence
+// something else.
+func (l layout) bodiesMatch(t tableset.Table) bool {
+	return l.fnMD5 == md5hex(fenceBody(t, l.c)) && l.guardMD5 == md5hex(guardBody(t, l.c))
+}
+
+// RemoveTriggers drops the fence triggers, TRUNCATE guards, their functions
+// and registry rows of the set's tables: a shard leaving reshard's care for
+// good (and the benchmarks' baseline). Migrations never call it: Reconcile
+// keeps every shard of a keyspace fenced where it owns nothing.
 func RemoveTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
 	var registry bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL`).Scan(&registry); err != nil {
@@ -210,10 +505,11 @@ func RemoveTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) e
 	}
 	for _, t := range set.Tables {
 		stmts := []string{
-			"SET LOCAL lock_timeout = '2s'",
-			"DROP TRIGGER IF EXISTS reshard_fence ON " + t.Quoted(),
-			"DROP TRIGGER IF EXISTS reshard_no_truncate ON " + t.Quoted(),
+			"SET LOCAL lock_timeout = '" + strconv.Itoa(int(lockTimeout.Milliseconds())) + "ms'",
+			"DROP TRIGGER IF EXISTS " + fenceTrigger + " ON " + t.Quoted(),
+			"DROP TRIGGER IF EXISTS " + guardTrigger + " ON " + t.Quoted(),
 			"DROP FUNCTION IF EXISTS " + triggerFunc(t).Sanitize() + "()",
+			"DROP FUNCTION IF EXISTS " + guardFunc(t).Sanitize() + "()",
 		}
 		if registry { // never installed: nothing to forget
 			stmts = append(stmts, "DELETE FROM reshard.fence WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass")
@@ -256,7 +552,7 @@ func multirange(rs []ring.Range) string {
 func Fence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []ring.Range, epoch int64) error {
 	err := withLockRetry(ctx, func() error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(int(registryLockTimeout.Milliseconds()))+"ms'"); err != nil {
 				return err
 			}
 			for _, t := range set.Tables {
@@ -271,9 +567,9 @@ func Fence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []r
 					return fmt.Errorf("table %s has no fence trigger on this shard: install it (InstallTriggers) first", t)
 				}
 				// The new fence compiled into the trigger, committed with
-				// the registry row (see fenceFunctionSQL for when other
+				// the registry row (see fenceBody for when other
 				// sessions use it).
-				if err := compileFence(ctx, tx, t); err != nil {
+				if err := compileTx(ctx, tx, t); err != nil {
 					return err
 				}
 			}
@@ -292,14 +588,14 @@ func Fence(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ranges []r
 func Clear(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
 	err := withLockRetry(ctx, func() error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '2s'"); err != nil {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(int(registryLockTimeout.Milliseconds()))+"ms'"); err != nil {
 				return err
 			}
 			for _, t := range set.Tables {
 				if _, err := tx.Exec(ctx, "UPDATE reshard.fence SET ranges = '{}' WHERE tbl = "+quoteLiteral(t.Quoted())+"::regclass"); err != nil {
 					return err
 				}
-				if err := compileFence(ctx, tx, t); err != nil {
+				if err := compileTx(ctx, tx, t); err != nil {
 					return err
 				}
 			}
@@ -355,19 +651,22 @@ func inTx(ctx context.Context, pool *pgxpool.Pool, stmts []string) error {
 }
 
 // withLockRetry retries f while it fails on lock_timeout (55P03) or a
-// deadlock (40P01), with a growing pause, until ctx ends.
+// deadlock (40P01), after a pause that grows to about 2 s and is jittered
+// (half to all of it), so that retries of several shards' reconciles and the
+// application's own traffic do not fall into step, until ctx ends.
 func withLockRetry(ctx context.Context, f func() error) error {
-	delay := 100 * time.Millisecond
+	delay := 50 * time.Millisecond
 	for {
 		err := f()
 		var pe *pgconn.PgError
 		if err == nil || !errors.As(err, &pe) || (pe.Code != "55P03" && pe.Code != "40P01") {
 			return err
 		}
+		pause := delay/2 + time.Duration(rand.Int64N(int64(delay/2)+1))
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w (gave up waiting for a lock: %v)", ctx.Err(), err)
-		case <-time.After(delay):
+		case <-time.After(pause):
 		}
 		if delay < 2*time.Second {
 			delay *= 2

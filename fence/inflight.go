@@ -83,7 +83,7 @@ type Horizon struct {
 	// Lockers are the virtual transaction ids of the transactions that held
 	// ROW EXCLUSIVE on a table with a fence trigger then. Such a transaction
 	// may keep running the fence function it compiled before the fence
-	// (fenceFunctionSQL: a prepared statement re-executed in it takes no new
+	// (fenceBody: a prepared statement re-executed in it takes no new
 	// lock, so its catalog cache is not refreshed) even without an xid or a
 	// snapshot, as READ COMMITTED between two statements.
 	Lockers []string

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -180,6 +181,10 @@ type Have struct {
 	Ranges  []ring.Range `json:"ranges"`
 	Epoch   int64        `json:"epoch"`
 	Guard   bool         `json:"guard"`
+	// Problems are what the fence objects do other than what the registry
+	// says: a trigger calling another function, disabled, a function whose
+	// body was replaced. Reconcile (topology check --repair) fixes them.
+	Problems []string `json:"problems,omitempty"`
 }
 
 // Drift is one difference between what a shard has and what it wants.
@@ -194,8 +199,8 @@ func (d Drift) String() string { return d.Shard + " " + d.Table + ": " + d.Probl
 func Compare(shard string, want Want, have []Have) []Drift {
 	var out []Drift
 	for _, h := range have {
-		if !h.Trigger {
-			out = append(out, Drift{shard, h.Table, "no fence trigger"})
+		for _, p := range h.Problems {
+			out = append(out, Drift{shard, h.Table, p})
 		}
 		if !slices.Equal(ring.Normalize(h.Ranges), want.Ranges) {
 			out = append(out, Drift{shard, h.Table, fmt.Sprintf("fenced %s, the topology (v%d) wants %s", rangesString(h.Ranges), want.Version, rangesString(want.Ranges))})
@@ -223,29 +228,44 @@ func rangesString(rs []ring.Range) string {
 	return fmt.Sprintf("%d ranges (%.4f of the space)", len(rs), w)
 }
 
-// Inspect reads what a shard has for every table of set.
+// Inspect reads what a shard has for every table of set: the registry row,
+// and whether the triggers call the table's own functions and the
+// functions compile that row. Ranges and Guard are what is enforced: none
+// when the trigger or the function is not reshard's.
 func Inspect(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) ([]Have, error) {
 	var registry bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL`).Scan(&registry); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL
+	AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('reshard.fence') AND attname = 'guard' AND NOT attisdropped)`).Scan(&registry); err != nil {
 		return nil, fmt.Errorf("look up the fence registry: %w", err)
 	}
 	out := make([]Have, 0, len(set.Tables))
-	for _, t := range set.Tables {
-		h := Have{Table: t.String()}
-		err := pool.QueryRow(ctx, `SELECT
-	EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'reshard_fence'),
-	EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1::regclass AND tgname = 'reshard_no_truncate')`, t.Quoted()).Scan(&h.Trigger, &h.Guard)
-		if err != nil {
-			return nil, fmt.Errorf("read the triggers of %s: %w", t, err)
+	if !registry {
+		// None, or an older version's: what its triggers enforce is not
+		// read here; Reconcile upgrades it.
+		for _, t := range set.Tables {
+			out = append(out, Have{Table: t.String(), Problems: []string{"no fence registry of this version (reshard.fence with its guard column): fences not installed, or installed by an older version"}})
 		}
-		if registry {
+		return out, nil
+	}
+	lay, err := readLayout(ctx, pool, set)
+	if err != nil {
+		return nil, err
+	}
+	for i, t := range set.Tables {
+		l := lay[i]
+		h := Have{Table: t.String(), Trigger: l.fenceOK || !slices.Contains(l.problems, "no fence trigger"), Problems: l.problems}
+		if !l.registry {
+			h.Problems = append(h.Problems, "no fence registry row with the table's identity "+Ident(t))
+		} else if !l.bodiesMatch(t) {
+			h.Problems = append(h.Problems, fmt.Sprintf("the functions %s and %s do not compile the table's registry row (replaced by hand or by an older dump): they fence something else", triggerFunc(t).Sanitize(), guardFunc(t).Sanitize()))
+		}
+		enforced := l.registry && l.bodiesMatch(t)
+		if enforced && l.fenceOK {
 			if h.Ranges, h.Epoch, err = Fenced(ctx, pool, t); err != nil {
 				return nil, err
 			}
 		}
-		if !h.Trigger {
-			h.Ranges = nil // a registry row without its trigger fences nothing
-		}
+		h.Guard = enforced && l.guardOK && l.c.guard
 		out = append(out, h)
 	}
 	return out, nil
@@ -257,18 +277,26 @@ type Change struct {
 	Refenced  []string // tables whose fenced ranges changed
 	GuardsOn  []string
 	GuardsOff []string
-	Installed bool // fence triggers were installed
+	// Recompiled are tables whose functions did not compile their registry
+	// row (replaced by hand or by an old dump) and were compiled again.
+	Recompiled []string
+	Installed  bool // fence triggers were installed
 }
 
 // Changed reports whether the shard was changed.
 func (c Change) Changed() bool {
-	return c.Installed || len(c.Refenced)+len(c.GuardsOn)+len(c.GuardsOff) > 0
+	return c.Installed || len(c.Refenced)+len(c.GuardsOn)+len(c.GuardsOff)+len(c.Recompiled) > 0
 }
 
 // Reconcile makes one shard's fences and TRUNCATE guards for set exactly
 // what the control database wants (Control.Want: Wanted over the current
 // topology and the holds), in one transaction on the shard. It is the only
 // code that lifts a fence. Idempotent.
+//
+// Once the triggers are installed (InstallTriggers, the first time, or to
+// upgrade an older version's), a reconcile changes only the registry and
+// replaces functions: it takes no lock on an application table, so no
+// application transaction waits for it or deadlocks with it.
 //
 // Serialization: the transaction locks the set's fence rows first and only
 // then reads the control database, and every other fence change locks the
@@ -288,12 +316,21 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, shard string, set tables
 		names[i] = t.Quoted()
 	}
 	var registry bool
-	var triggers int
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL,
-	(SELECT count(*) FROM pg_trigger WHERE tgname = 'reshard_fence' AND tgrelid = ANY($1::text[]::regclass[]))`, names).Scan(&registry, &triggers); err != nil {
-		return ch, fmt.Errorf("reconcile fences of %s: look up the fence triggers: %w", shard, err)
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL
+	AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('reshard.fence') AND attname = 'guard' AND NOT attisdropped)`).Scan(&registry); err != nil {
+		return ch, fmt.Errorf("reconcile fences of %s: look up the fence registry: %w", shard, err)
 	}
-	if !registry || triggers < len(set.Tables) {
+	install := !registry
+	if registry {
+		lay, err := readLayout(ctx, pool, set)
+		if err != nil {
+			return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
+		}
+		for _, l := range lay {
+			install = install || !l.registry || !l.fenceOK || !l.guardOK
+		}
+	}
+	if install {
 		if err := InstallTriggers(ctx, pool, set, false); err != nil {
 			return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
 		}
@@ -302,7 +339,7 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, shard string, set tables
 	err := withLockRetry(ctx, func() error {
 		c2 := Change{Installed: ch.Installed}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(int(lockTimeout.Milliseconds()))+"ms'"); err != nil {
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(int(registryLockTimeout.Milliseconds()))+"ms'"); err != nil {
 				return err
 			}
 			// The registry rows, locked in the set's order (Fence locks
@@ -319,9 +356,10 @@ ORDER BY array_position($1::text[]::regclass[], tbl) FOR UPDATE`, names)
 			if len(oids) != len(set.Tables) {
 				return fmt.Errorf("%d of the set's %d tables have a fence registry row: install the triggers (InstallTriggers)", len(oids), len(set.Tables))
 			}
-			byOID := map[uint32]tableset.Table{}
-			for i, o := range oids {
-				byOID[o] = set.Tables[i]
+			// What the functions compile now, read under the lock.
+			lay, err := readLayout(ctx, tx, set)
+			if err != nil {
+				return err
 			}
 			want, err := c.Want(ctx, shard)
 			if err != nil {
@@ -332,54 +370,53 @@ ORDER BY array_position($1::text[]::regclass[], tbl) FOR UPDATE`, names)
 			if len(want.Ranges) == 0 {
 				mr = "'{}'::int8multirange"
 			}
-			rows, err = tx.Query(ctx, `UPDATE reshard.fence SET ranges = `+mr+`, epoch = greatest(epoch, $2)
-WHERE tbl = ANY($1::oid[]::regclass[]) AND ranges <> `+mr+` RETURNING tbl::oid, ranges::text, epoch`, oids, want.Version)
+			rows, err = tx.Query(ctx, `UPDATE reshard.fence SET ranges = `+mr+`, guard = $3,
+	epoch = CASE WHEN ranges <> `+mr+` THEN greatest(epoch, $2) ELSE epoch END
+WHERE tbl = ANY($1::oid[]::regclass[]) AND (ranges <> `+mr+` OR guard <> $3) RETURNING tbl::oid, ranges::text, epoch, guard`, oids, want.Version, want.Guard)
 			if err != nil {
 				return fmt.Errorf("fence: %w", err)
 			}
-			type refence struct {
-				oid    uint32
-				ranges string
-				epoch  int64
+			type row struct {
+				oid uint32
+				c   compiled
 			}
-			changed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (refence, error) {
-				var f refence
-				err := r.Scan(&f.oid, &f.ranges, &f.epoch)
+			changed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+				var f row
+				err := r.Scan(&f.oid, &f.c.ranges, &f.c.epoch, &f.c.guard)
 				return f, err
 			})
 			if err != nil {
 				return fmt.Errorf("fence: %w", err)
 			}
-			// The new fence compiled into each trigger, committed with the
-			// registry row (see fenceFunctionSQL for when sessions use it).
-			for _, f := range changed {
-				t := byOID[f.oid]
-				if _, err := tx.Exec(ctx, fenceFunctionSQL(t, f.ranges, f.epoch)); err != nil {
-					return fmt.Errorf("compile the fence of %s: %w", t, err)
+			// The new fence compiled into each table's functions, committed
+			// with the registry row (see fenceBody for when sessions use
+			// it); and functions that do not compile their row compiled
+			// again.
+			var ddl strings.Builder
+			for i, t := range set.Tables {
+				l := lay[i]
+				now := l.c
+				if j := slices.IndexFunc(changed, func(r row) bool { return r.oid == oids[i] }); j >= 0 {
+					now = changed[j].c
+					if now.ranges != l.c.ranges {
+						c2.Refenced = append(c2.Refenced, t.String())
+					}
+					if now.guard && !l.c.guard {
+						c2.GuardsOn = append(c2.GuardsOn, t.String())
+					} else if !now.guard && l.c.guard {
+						c2.GuardsOff = append(c2.GuardsOff, t.String())
+					}
+				} else if l.bodiesMatch(t) {
+					continue
+				} else {
+					c2.Recompiled = append(c2.Recompiled, t.String())
 				}
-				c2.Refenced = append(c2.Refenced, t.String())
+				ddl.WriteString(compileSQL(t, now))
+				ddl.WriteString("\n")
 			}
-			rows, err = tx.Query(ctx, `SELECT tgrelid::oid FROM pg_trigger WHERE tgname = 'reshard_no_truncate' AND tgrelid = ANY($1::oid[])`, oids)
-			if err != nil {
-				return err
-			}
-			guarded, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
-			if err != nil {
-				return err
-			}
-			for _, o := range oids {
-				t, has := byOID[o], slices.Contains(guarded, o)
-				switch {
-				case want.Guard && !has:
-					if _, err := tx.Exec(ctx, "CREATE OR REPLACE TRIGGER reshard_no_truncate BEFORE TRUNCATE ON "+t.Quoted()+" FOR EACH STATEMENT EXECUTE FUNCTION reshard.refuse_truncate()"); err != nil {
-						return fmt.Errorf("TRUNCATE guard on %s: %w", t, err)
-					}
-					c2.GuardsOn = append(c2.GuardsOn, t.String())
-				case !want.Guard && has:
-					if _, err := tx.Exec(ctx, "DROP TRIGGER IF EXISTS reshard_no_truncate ON "+t.Quoted()); err != nil {
-						return fmt.Errorf("lift the TRUNCATE guard of %s: %w", t, err)
-					}
-					c2.GuardsOff = append(c2.GuardsOff, t.String())
+			if ddl.Len() > 0 {
+				if _, err := tx.Exec(ctx, ddl.String()); err != nil {
+					return fmt.Errorf("compile the fences: %w", err)
 				}
 			}
 			return nil

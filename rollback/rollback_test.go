@@ -30,7 +30,7 @@ func leftovers(t *testing.T, e *movetest.Env) {
 			"slots":           "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()",
 			"publications":    "SELECT count(*) FROM pg_publication",
 			"origins":         "SELECT count(*) FROM pg_replication_origin WHERE roname LIKE 'reshard%" + e.Move.ID + "'",
-			"TRUNCATE guards": "SELECT count(*) FROM pg_trigger WHERE tgname = 'reshard_no_truncate'",
+			"TRUNCATE guards": "SELECT count(*) FROM reshard.fence WHERE guard", // installed once, turned off
 		} {
 			if n := db.QueryInt64(t, q); n != 0 {
 				t.Errorf("%d %s left on %s", n, what, s)

@@ -198,6 +198,9 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 				return nil, err
 			}
 			c.Repaired = append(append(append(c.Repaired, ch.Refenced...), ch.GuardsOn...), ch.GuardsOff...)
+			for _, t := range ch.Recompiled {
+				c.Repaired = append(c.Repaired, t+" (fence functions compiled again from the registry)")
+			}
 			if ch.Installed {
 				c.Repaired = append(c.Repaired, "fence triggers installed")
 			}

@@ -441,7 +441,8 @@ func (e *Env) CountIn(t testing.TB, shard, table string, ranges []ring.Range) in
 
 // CheckFences fails the test unless every table of the set on each named
 // shard is fenced on exactly the given ranges, with its fence trigger on,
-// and its TRUNCATE guard as guard says.
+// its functions compiling its registry row, and its TRUNCATE guard as guard
+// says.
 func (e *Env) CheckFences(t testing.TB, guard bool, want map[string][]ring.Range) {
 	t.Helper()
 	for shard, rs := range want {
@@ -450,8 +451,8 @@ func (e *Env) CheckFences(t testing.TB, guard bool, want map[string][]ring.Range
 			t.Fatal(err)
 		}
 		for _, h := range have {
-			if !h.Trigger || !slices.Equal(ring.Normalize(h.Ranges), ring.Normalize(rs)) || h.Guard != guard {
-				t.Errorf("%s %s: trigger %v, fenced %v, guard %v; want fenced %v, guard %v", shard, h.Table, h.Trigger, h.Ranges, h.Guard, ring.Normalize(rs), guard)
+			if !h.Trigger || len(h.Problems) > 0 || !slices.Equal(ring.Normalize(h.Ranges), ring.Normalize(rs)) || h.Guard != guard {
+				t.Errorf("%s %s: trigger %v (problems %v), fenced %v, guard %v; want fenced %v, guard %v", shard, h.Table, h.Trigger, h.Problems, h.Ranges, h.Guard, ring.Normalize(rs), guard)
 			}
 		}
 	}
