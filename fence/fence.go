@@ -94,6 +94,13 @@ func Ident(t tableset.Table) string {
 // and reads no table.
 func triggerFunc(t tableset.Table) pgx.Identifier { return pgx.Identifier{"reshard", Ident(t)} }
 
+// deleteFunc is the fence function of a table's DELETE trigger: a
+// function per event, so that neither asks which event fired it (one
+// plpgsql expression less per row, and none at all for an empty fence).
+func deleteFunc(t tableset.Table) pgx.Identifier {
+	return pgx.Identifier{"reshard", Ident(t) + "_delete"}
+}
+
 // guardFunc is the TRUNCATE guard's function of a table: on or off compiled
 // in, so the guard trigger is installed once and a move turns it on and off
 // without DDL on the table.
@@ -192,10 +199,7 @@ func fenceBody(t tableset.Table, c compiled) string {
 		` + nullRaise(t) + `
 	END IF;`
 		}
-		return head + `BEGIN
-	IF TG_OP = 'DELETE' THEN
-		RETURN OLD;
-	END IF;` + nullCheck + `
+		return head + `BEGIN` + nullCheck + `
 	RETURN NEW;
 END `
 	}
@@ -205,18 +209,17 @@ END `
 	fenced := quoteLiteral(c.ranges) + "::int8multirange"
 	// Each plpgsql expression costs a setup per transaction, so with one
 	// write per transaction what counts is how many expressions a call
-	// evaluates, not how many tokens: two. The first tests both keys (NEW
-	// is null for a DELETE and OLD for an INSERT: a null token is in no
-	// range; an UPDATE keeping its key hashes it twice, cheaper than a test
-	// whether it changed), by a binary search in the constant multirange;
-	// with a nullable key, a NULL new key (the test is not false) takes the
-	// slow path too.
+	// evaluates, not how many tokens: one. It tests both keys (OLD is null
+	// for an INSERT: a null token is in no range; an UPDATE keeping its key
+	// hashes it twice, cheaper than a test whether it changed), by a binary
+	// search in the constant multirange; with a nullable key, a NULL new key
+	// (the test is not false) takes the slow path too.
 	test := tokNew + ` <@ ` + fenced
 	nullCheck := ""
 	if keyNullable(t) {
-		test = `(` + tokNew + ` <@ ` + fenced + `) IS NOT FALSE AND TG_OP <> 'DELETE'`
+		test = `(` + tokNew + ` <@ ` + fenced + `) IS NOT FALSE`
 		nullCheck = `
-		IF TG_OP <> 'DELETE' AND ` + key + ` IS NULL THEN
+		IF ` + key + ` IS NULL THEN
 			` + nullRaise(t) + `
 		END IF;`
 	}
@@ -227,10 +230,29 @@ BEGIN
 		tok := CASE WHEN ` + tokNew + ` <@ ` + fenced + ` THEN ` + tokNew + ` ELSE ` + tokOld + ` END;
 		` + fenceRaise(fenced, strconv.FormatInt(c.epoch, 10)) + `
 	END IF;
-	IF TG_OP = 'DELETE' THEN
-		RETURN OLD;
-	END IF;
 	RETURN NEW;
+END `
+}
+
+// deleteBody is the body of the DELETE trigger's fence function of t
+// compiling c (see fenceBody).
+func deleteBody(t tableset.Table, c compiled) string {
+	head := generatedBy(t, "fenced token ranges "+strings.ReplaceAll(c.ranges, "$", "")+" at topology epoch "+strconv.FormatInt(c.epoch, 10))
+	if c.ranges == "{}" {
+		return head + `BEGIN
+	RETURN OLD;
+END `
+	}
+	tokOld := ring.TokenSQL(t.KeyType, "old", t.KeyColumn)
+	fenced := quoteLiteral(c.ranges) + "::int8multirange"
+	return head + `DECLARE
+	tok bigint;
+BEGIN
+	IF ` + tokOld + ` <@ ` + fenced + ` THEN
+		tok := ` + tokOld + `;
+		` + fenceRaise(fenced, strconv.FormatInt(c.epoch, 10)) + `
+	END IF;
+	RETURN OLD;
 END `
 }
 
@@ -254,6 +276,7 @@ END `
 // the application's table.
 func compileSQL(t tableset.Table, c compiled) string {
 	return `CREATE OR REPLACE FUNCTION ` + triggerFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + fenceBody(t, c) + `$f$;
+CREATE OR REPLACE FUNCTION ` + deleteFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + deleteBody(t, c) + `$f$;
 CREATE OR REPLACE FUNCTION ` + guardFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + guardBody(t, c) + `$f$;`
 }
 
@@ -279,13 +302,15 @@ func compileTx(ctx context.Context, tx pgx.Tx, t tableset.Table) error {
 }
 
 // Trigger names and pg_trigger.tgtype values: the fence a BEFORE ROW
-// trigger on INSERT, UPDATE and DELETE (1|2|4|8|16), the guard a BEFORE
-// STATEMENT trigger on TRUNCATE (2|32).
+// trigger on INSERT and UPDATE (1|2|4|16) and one on DELETE (1|2|8), the
+// guard a BEFORE STATEMENT trigger on TRUNCATE (2|32).
 const (
-	fenceTrigger = "reshard_fence"
-	guardTrigger = "reshard_no_truncate"
-	fenceTgtype  = 31
-	guardTgtype  = 34
+	fenceTrigger  = "reshard_fence"
+	deleteTrigger = "reshard_fence_delete"
+	guardTrigger  = "reshard_no_truncate"
+	fenceTgtype   = 23
+	deleteTgtype  = 11
+	guardTgtype   = 34
 )
 
 // InstallTriggers puts the fence trigger and the TRUNCATE guard on every
@@ -364,8 +389,12 @@ func installTable(ctx context.Context, pool *pgxpool.Pool, t tableset.Table, l l
 	}
 	var stmts []string
 	if !l.fenceOK {
-		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+fenceTrigger+" BEFORE INSERT OR UPDATE OR DELETE ON "+t.Quoted()+
+		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+fenceTrigger+" BEFORE INSERT OR UPDATE ON "+t.Quoted()+
 			" FOR EACH ROW EXECUTE FUNCTION "+triggerFunc(t).Sanitize()+"()")
+	}
+	if !l.deleteOK {
+		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+deleteTrigger+" BEFORE DELETE ON "+t.Quoted()+
+			" FOR EACH ROW EXECUTE FUNCTION "+deleteFunc(t).Sanitize()+"()")
 	}
 	if !l.guardOK {
 		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+guardTrigger+" BEFORE TRUNCATE ON "+t.Quoted()+
@@ -400,12 +429,17 @@ END $d$`); err != nil {
 type layout struct {
 	registry bool // a registry row, with this version's identity
 	fenceOK  bool // reshard_fence: enabled, calling the table's fence function
+	deleteOK bool // reshard_fence_delete likewise, calling its DELETE function
 	guardOK  bool // reshard_no_truncate likewise, calling its guard function
 	problems []string
 	c        compiled // the registry row, when there is one
 	fnMD5    string   // md5 of the fence function's body ("" without one)
+	delMD5   string   // md5 of the DELETE function's body
 	guardMD5 string   // md5 of the guard function's body
 }
+
+// installed reports whether the table has every trigger of this version.
+func (l layout) installed() bool { return l.registry && l.fenceOK && l.deleteOK && l.guardOK }
 
 // readLayout reads, for every table of the set in order, its registry row,
 // its triggers and its functions' bodies, in one query. Trigger identity is
@@ -414,52 +448,74 @@ type layout struct {
 func readLayout(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, set tableset.Set) ([]layout, error) {
-	names, fns, guards := make([]string, len(set.Tables)), make([]string, len(set.Tables)), make([]string, len(set.Tables))
-	for i, t := range set.Tables {
-		names[i], fns[i], guards[i] = t.Quoted(), triggerFunc(t).Sanitize()+"()", guardFunc(t).Sanitize()+"()"
+	sql, args := layoutQuery(set)
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read the fence objects: %w", err)
 	}
-	rows, err := q.Query(ctx, `
+	return scanLayout(rows, set)
+}
+
+// layoutQuery is readLayout's query, for a batch.
+func layoutQuery(set tableset.Set) (string, []any) {
+	n := len(set.Tables)
+	names, fns, dels, guards := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	for i, t := range set.Tables {
+		names[i], fns[i], dels[i], guards[i] = t.Quoted(), triggerFunc(t).Sanitize()+"()", deleteFunc(t).Sanitize()+"()", guardFunc(t).Sanitize()+"()"
+	}
+	return `
 SELECT f.tbl IS NOT NULL AND f.ident IS NOT DISTINCT FROM ($4::text[])[s.i],
 	coalesce(f.ranges::text, '{}'), coalesce(f.epoch, 0), coalesce(f.guard, false),
-	coalesce(md5(pf.prosrc), ''), coalesce(md5(pg.prosrc), ''),
+	coalesce(md5(pf.prosrc), ''), coalesce(md5(pd.prosrc), ''), coalesce(md5(pg.prosrc), ''),
 	tf.tgfoid::regprocedure::text, tf.tgenabled::text, tf.tgtype, tf.tgnargs, tf.tgqual IS NULL AND tf.tgattr = '',
 	tf.tgfoid = pf.oid,
+	td.tgfoid::regprocedure::text, td.tgenabled::text, td.tgtype, td.tgnargs, td.tgqual IS NULL AND td.tgattr = '',
+	td.tgfoid = pd.oid,
 	tg.tgfoid::regprocedure::text, tg.tgenabled::text, tg.tgtype, tg.tgfoid = pg.oid
 FROM generate_subscripts($1::text[], 1) AS s(i)
 CROSS JOIN LATERAL (SELECT ($1::text[])[s.i]::regclass AS rel) r
 LEFT JOIN reshard.fence f ON f.tbl = r.rel
 LEFT JOIN pg_proc pf ON pf.oid = to_regprocedure(($2::text[])[s.i])
 LEFT JOIN pg_proc pg ON pg.oid = to_regprocedure(($3::text[])[s.i])
-LEFT JOIN pg_trigger tf ON tf.tgrelid = r.rel AND tf.tgname = '`+fenceTrigger+`'
-LEFT JOIN pg_trigger tg ON tg.tgrelid = r.rel AND tg.tgname = '`+guardTrigger+`'
-ORDER BY s.i`, names, fns, guards, identsOf(set))
-	if err != nil {
-		return nil, fmt.Errorf("read the fence objects: %w", err)
-	}
+LEFT JOIN pg_proc pd ON pd.oid = to_regprocedure(($5::text[])[s.i])
+LEFT JOIN pg_trigger tf ON tf.tgrelid = r.rel AND tf.tgname = '` + fenceTrigger + `'
+LEFT JOIN pg_trigger td ON td.tgrelid = r.rel AND td.tgname = '` + deleteTrigger + `'
+LEFT JOIN pg_trigger tg ON tg.tgrelid = r.rel AND tg.tgname = '` + guardTrigger + `'
+ORDER BY s.i`, []any{names, fns, guards, identsOf(set), dels}
+}
+
+// scanLayout reads layoutQuery's rows.
+func scanLayout(rows pgx.Rows, set tableset.Set) ([]layout, error) {
 	defer rows.Close()
 	var out []layout
 	for rows.Next() {
 		var l layout
-		var fCalls, fEnabled, gCalls, gEnabled *string
-		var fType, fNargs, gType *int16
-		var fPlain, fRight, gRight *bool
-		if err := rows.Scan(&l.registry, &l.c.ranges, &l.c.epoch, &l.c.guard, &l.fnMD5, &l.guardMD5,
-			&fCalls, &fEnabled, &fType, &fNargs, &fPlain, &fRight, &gCalls, &gEnabled, &gType, &gRight); err != nil {
+		var fCalls, fEnabled, dCalls, dEnabled, gCalls, gEnabled *string
+		var fType, fNargs, dType, dNargs, gType *int16
+		var fPlain, fRight, dPlain, dRight, gRight *bool
+		if err := rows.Scan(&l.registry, &l.c.ranges, &l.c.epoch, &l.c.guard, &l.fnMD5, &l.delMD5, &l.guardMD5,
+			&fCalls, &fEnabled, &fType, &fNargs, &fPlain, &fRight, &dCalls, &dEnabled, &dType, &dNargs, &dPlain, &dRight,
+			&gCalls, &gEnabled, &gType, &gRight); err != nil {
 			return nil, fmt.Errorf("read the fence objects: %w", err)
 		}
 		t := set.Tables[len(out)]
-		switch {
-		case fCalls == nil:
-			l.problems = append(l.problems, "no fence trigger")
-		case fRight == nil || !*fRight:
-			l.problems = append(l.problems, fmt.Sprintf("fence trigger %s calls %s, not %s", fenceTrigger, *fCalls, triggerFunc(t).Sanitize()+"()"))
-		case *fEnabled != "O":
-			l.problems = append(l.problems, fmt.Sprintf("fence trigger %s is not enabled as installed (tgenabled %s, not O)", fenceTrigger, *fEnabled))
-		case *fType != fenceTgtype || *fNargs != 0 || !*fPlain:
-			l.problems = append(l.problems, fmt.Sprintf("fence trigger %s is not the one reshard installs (BEFORE INSERT OR UPDATE OR DELETE FOR EACH ROW, no WHEN, no column list)", fenceTrigger))
-		default:
-			l.fenceOK = true
+		rowTrigger := func(name, events string, fn pgx.Identifier, tgtype int16, calls, enabled *string, typ, nargs *int16, plain, right *bool) bool {
+			switch {
+			case calls == nil:
+				l.problems = append(l.problems, "no fence trigger "+name)
+			case right == nil || !*right:
+				l.problems = append(l.problems, fmt.Sprintf("fence trigger %s calls %s, not %s", name, *calls, fn.Sanitize()+"()"))
+			case *enabled != "O":
+				l.problems = append(l.problems, fmt.Sprintf("fence trigger %s is not enabled as installed (tgenabled %s, not O)", name, *enabled))
+			case *typ != tgtype || *nargs != 0 || !*plain:
+				l.problems = append(l.problems, fmt.Sprintf("fence trigger %s is not the one reshard installs (BEFORE %s FOR EACH ROW, no WHEN, no column list)", name, events))
+			default:
+				return true
+			}
+			return false
 		}
+		l.fenceOK = rowTrigger(fenceTrigger, "INSERT OR UPDATE", triggerFunc(t), fenceTgtype, fCalls, fEnabled, fType, fNargs, fPlain, fRight)
+		l.deleteOK = rowTrigger(deleteTrigger, "DELETE", deleteFunc(t), deleteTgtype, dCalls, dEnabled, dType, dNargs, dPlain, dRight)
 		switch {
 		case gCalls == nil:
 			l.problems = append(l.problems, "no TRUNCATE guard trigger")
@@ -493,7 +549,7 @@ func identsOf(set tableset.Set) []string {
 // says; otherwise they were replaced (by hand, an old dump) and fence
 // something else.
 func (l layout) bodiesMatch(t tableset.Table) bool {
-	return l.fnMD5 == md5hex(fenceBody(t, l.c)) && l.guardMD5 == md5hex(guardBody(t, l.c))
+	return l.fnMD5 == md5hex(fenceBody(t, l.c)) && l.delMD5 == md5hex(deleteBody(t, l.c)) && l.guardMD5 == md5hex(guardBody(t, l.c))
 }
 
 // RemoveTriggers drops the fence triggers, TRUNCATE guards, their functions
@@ -509,8 +565,10 @@ func RemoveTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) e
 		stmts := []string{
 			"SET LOCAL lock_timeout = '" + strconv.Itoa(int(lockTimeout.Milliseconds())) + "ms'",
 			"DROP TRIGGER IF EXISTS " + fenceTrigger + " ON " + t.Quoted(),
+			"DROP TRIGGER IF EXISTS " + deleteTrigger + " ON " + t.Quoted(),
 			"DROP TRIGGER IF EXISTS " + guardTrigger + " ON " + t.Quoted(),
 			"DROP FUNCTION IF EXISTS " + triggerFunc(t).Sanitize() + "()",
+			"DROP FUNCTION IF EXISTS " + deleteFunc(t).Sanitize() + "()",
 			"DROP FUNCTION IF EXISTS " + guardFunc(t).Sanitize() + "()",
 		}
 		if registry { // never installed: nothing to forget

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/internal/pgddl"
@@ -253,14 +254,14 @@ func Inspect(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) ([]Have,
 	}
 	for i, t := range set.Tables {
 		l := lay[i]
-		h := Have{Table: t.String(), Trigger: l.fenceOK || !slices.Contains(l.problems, "no fence trigger"), Problems: l.problems}
+		h := Have{Table: t.String(), Trigger: l.fenceOK || !slices.Contains(l.problems, "no fence trigger "+fenceTrigger), Problems: l.problems}
 		if !l.registry {
 			h.Problems = append(h.Problems, "no fence registry row with the table's identity "+Ident(t))
 		} else if !l.bodiesMatch(t) {
 			h.Problems = append(h.Problems, fmt.Sprintf("the functions %s and %s do not compile the table's registry row (replaced by hand or by an older dump): they fence something else", triggerFunc(t).Sanitize(), guardFunc(t).Sanitize()))
 		}
 		enforced := l.registry && l.bodiesMatch(t)
-		if enforced && l.fenceOK {
+		if enforced && l.fenceOK && l.deleteOK {
 			if h.Ranges, h.Epoch, err = Fenced(ctx, pool, t); err != nil {
 				return nil, err
 			}
@@ -315,51 +316,80 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, shard string, set tables
 	for i, t := range set.Tables {
 		names[i] = t.Quoted()
 	}
-	var registry bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('reshard.fence') IS NOT NULL
-	AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('reshard.fence') AND attname = 'guard' AND NOT attisdropped)`).Scan(&registry); err != nil {
-		return ch, fmt.Errorf("reconcile fences of %s: look up the fence registry: %w", shard, err)
-	}
-	install := !registry
-	if registry {
-		lay, err := readLayout(ctx, pool, set)
+	// The common case, in a cutover's pause: one round trip to lock the
+	// rows and read what the functions compile. A shard without this
+	// version's objects (none yet, or an older version's) gets them
+	// installed first, outside the transaction, and the reconcile runs
+	// again.
+	for attempt := 0; ; attempt++ {
+		c2, err := reconcileOnce(ctx, pool, shard, set, c, names)
+		if errors.Is(err, errNotInstalled) && attempt == 0 {
+			if err := InstallTriggers(ctx, pool, set, false); err != nil {
+				return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
+			}
+			ch.Installed = true
+			continue
+		}
 		if err != nil {
 			return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
 		}
-		for _, l := range lay {
-			install = install || !l.registry || !l.fenceOK || !l.guardOK
-		}
+		c2.Installed = ch.Installed
+		return c2, nil
 	}
-	if install {
-		if err := InstallTriggers(ctx, pool, set, false); err != nil {
-			return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
-		}
-		ch.Installed = true
-	}
+}
+
+// errNotInstalled: a table of the set lacks this version's fence objects.
+var errNotInstalled = errors.New("the fence objects of this version are not installed")
+
+// reconcileOnce is Reconcile's transaction.
+func reconcileOnce(ctx context.Context, pool *pgxpool.Pool, shard string, set tableset.Set, c Control, names []string) (Change, error) {
+	var ch Change
 	err := withLockRetry(ctx, func() error {
-		c2 := Change{Installed: ch.Installed}
+		c2 := Change{}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(int(registryLockTimeout.Milliseconds()))+"ms'"); err != nil {
-				return err
-			}
 			// The registry rows, locked in the set's order (Fence locks
-			// them in the same order).
-			rows, err := tx.Query(ctx, `SELECT tbl::oid FROM reshard.fence WHERE tbl = ANY($1::text[]::regclass[])
+			// them in the same order), then what the functions compile,
+			// read under the lock.
+			b := &pgx.Batch{}
+			b.Queue("SET LOCAL lock_timeout = '" + strconv.Itoa(int(registryLockTimeout.Milliseconds())) + "ms'")
+			b.Queue(`SELECT tbl::oid FROM reshard.fence WHERE tbl = ANY($1::text[]::regclass[])
 ORDER BY array_position($1::text[]::regclass[], tbl) FOR UPDATE`, names)
+			sql, args := layoutQuery(set)
+			b.Queue(sql, args...)
+			br := tx.SendBatch(ctx, b)
+			if _, err := br.Exec(); err != nil {
+				br.Close()
+				return registryMissing(err)
+			}
+			rows, err := br.Query()
 			if err != nil {
-				return fmt.Errorf("lock the fences: %w", err)
+				br.Close()
+				return registryMissing(err)
 			}
 			oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
 			if err != nil {
-				return fmt.Errorf("lock the fences: %w", err)
+				br.Close()
+				return registryMissing(err)
+			}
+			rows, err = br.Query()
+			if err != nil {
+				br.Close()
+				return registryMissing(err)
+			}
+			lay, err := scanLayout(rows, set)
+			if cerr := br.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+			if err != nil {
+				return registryMissing(err)
 			}
 			if len(oids) != len(set.Tables) {
-				return fmt.Errorf("%d of the set's %d tables have a fence registry row: install the triggers (InstallTriggers)", len(oids), len(set.Tables))
+				return errNotInstalled
 			}
-			// What the functions compile now, read under the lock.
-			lay, err := readLayout(ctx, tx, set)
-			if err != nil {
-				return err
+			for _, l := range lay {
+				if !l.installed() {
+					return errNotInstalled
+				}
 			}
 			want, err := c.Want(ctx, shard)
 			if err != nil {
@@ -426,8 +456,16 @@ WHERE tbl = ANY($1::oid[]::regclass[]) AND (ranges <> `+mr+` OR guard <> $3) RET
 		}
 		return err
 	})
-	if err != nil {
-		return ch, fmt.Errorf("reconcile fences of %s: %w", shard, err)
+	return ch, err
+}
+
+// registryMissing turns the errors of a shard without this version's
+// registry (no table, or an older one without its columns) into
+// errNotInstalled.
+func registryMissing(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42703") {
+		return fmt.Errorf("%w: %v", errNotInstalled, err)
 	}
-	return ch, nil
+	return err
 }
