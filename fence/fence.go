@@ -274,10 +274,24 @@ END `
 
 // compileSQL replaces the functions of t with ones compiling c: no lock on
 // the application's table.
-func compileSQL(t tableset.Table, c compiled) string {
-	return `CREATE OR REPLACE FUNCTION ` + triggerFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + fenceBody(t, c) + `$f$;
-CREATE OR REPLACE FUNCTION ` + deleteFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + deleteBody(t, c) + `$f$;
-CREATE OR REPLACE FUNCTION ` + guardFunc(t).Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + guardBody(t, c) + `$f$;`
+func compileSQL(t tableset.Table, c compiled) string { return compileChangedSQL(t, c, layout{}) }
+
+// compileChangedSQL replaces only the functions of t whose body is not the
+// one compiling c already (as read in l): a cutover's fence changes the
+// ranges and leaves the guard, and each function replaced is parsed and
+// checked by plpgsql's validator inside the write pause.
+func compileChangedSQL(t tableset.Table, c compiled, l layout) string {
+	var b strings.Builder
+	for _, f := range []struct {
+		fn        pgx.Identifier
+		body, has string
+	}{{triggerFunc(t), fenceBody(t, c), l.fnMD5}, {deleteFunc(t), deleteBody(t, c), l.delMD5}, {guardFunc(t), guardBody(t, c), l.guardMD5}} {
+		if f.has != "" && f.has == md5hex(f.body) {
+			continue
+		}
+		b.WriteString(`CREATE OR REPLACE FUNCTION ` + f.fn.Sanitize() + `() RETURNS trigger LANGUAGE plpgsql AS $f$` + f.body + "$f$;\n")
+	}
+	return b.String()
 }
 
 func md5hex(s string) string {

@@ -441,8 +441,7 @@ WHERE tbl = ANY($1::oid[]::regclass[]) AND (ranges <> `+mr+` OR guard <> $3) RET
 				} else {
 					c2.Recompiled = append(c2.Recompiled, t.String())
 				}
-				ddl.WriteString(compileSQL(t, now))
-				ddl.WriteString("\n")
+				ddl.WriteString(compileChangedSQL(t, now, l))
 			}
 			if ddl.Len() > 0 {
 				if _, err := tx.Exec(ctx, ddl.String()); err != nil {
