@@ -738,10 +738,16 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error 
 	mv := s.move(in.Move)
 	if !in.Grace {
 		err := ad.With(ctx, func(ctx context.Context) error { return rollback.BeforeCutover(ctx, mv, o) })
-		if err != nil {
+		// A cutover attempt cancelled in the middle (the workflow was
+		// cancelled) may have published: reverse it, over the reverse slot
+		// it prepared.
+		if errors.Is(err, rollback.ErrCutOver) && in.ReverseL0 != "" {
+			in.Grace = true
+		} else if err != nil {
 			return fmt.Errorf("rollback of move %s: %w", in.Move.Spec.ID, err)
+		} else {
+			return store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
 		}
-		return store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
 	}
 	rev, err := a.reverseOptions(in.Move, s, in.ReverseL0)
 	if err != nil {

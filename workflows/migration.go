@@ -158,6 +158,17 @@ func Migration(ctx workflow.Context, req MigrationRequest) (MigrationState, erro
 
 	err := r.run(ctx)
 	var can *workflow.ContinueAsNewError
+	if ctx.Err() != nil && !errors.As(err, &can) && !r.state.Phase.Terminal() {
+		// Cancelled (the Temporal UI's Request Cancellation, temporal
+		// workflow cancel): a rollback. The moves' children were cancelled
+		// with this workflow and roll back by themselves; the rest happens
+		// on a context the cancellation does not reach.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		if workflow.GetVersion(dctx, versionCancelRollsBack, workflow.DefaultVersion, 1) >= 1 {
+			ctx = dctx
+			err = r.cancelled(ctx)
+		}
+	}
 	if err != nil && !errors.As(err, &can) {
 		r.state.Error = err.Error()
 		r.setPhase(ctx, PhaseFailed)
@@ -206,7 +217,10 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 		StartToCloseTimeout: 5 * time.Minute, Summary: "publish the migrating topology",
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
 	})
-	if err := workflow.ExecuteActivity(actx, ActivityPublishMigrating, pub).Get(ctx, &r.state.Version); err != nil {
+	// Not cancelled with the workflow: a cancel must know whether the
+	// migrating topology was published, to give its ranges back.
+	pctx, _ := workflow.NewDisconnectedContext(actx)
+	if err := workflow.ExecuteActivity(pctx, ActivityPublishMigrating, pub).Get(ctx, &r.state.Version); err != nil {
 		return err
 	}
 
@@ -227,6 +241,9 @@ func (r *migrationRun) run(ctx workflow.Context) error {
 // for them; with moves left, it continues as new (runs is the number of runs
 // before this one), else it ends the migration.
 func (r *migrationRun) runBatch(ctx workflow.Context, plan PlanResult, from, runs int) error {
+	if ctx.Err() != nil {
+		return ctx.Err() // cancelled before any move of this run started
+	}
 	to := min(len(plan.Moves), from+movesPerRun)
 	r.startMoves(ctx, plan, from, to)
 	if r.phaseVersion == workflow.DefaultVersion && r.resume == nil {
@@ -347,6 +364,10 @@ func (r *migrationRun) startMove(ctx workflow.Context, plan PlanResult, i int) {
 			WorkflowID:    MoveWorkflowID(MigrationWorkflowID(r.req.ID), mv.ID),
 			TaskQueue:     TaskQueue,
 			StaticSummary: fmt.Sprintf("move %s: %s → %s, %d ranges, ~%d rows", mv.ID, mv.Source, mv.Target, len(mv.Ranges), mv.EstRows),
+			// A cancelled migration waits for its moves to roll back before
+			// it publishes the stable topology (and ends, which would
+			// terminate them).
+			WaitForCancellation: true,
 		})
 		in := MoveInput{Request: r.req, Spec: mv, ParentID: parent, FromVersion: plan.FromVersion}
 		in.Request.Throttle = r.throttle
@@ -396,6 +417,64 @@ func (r *migrationRun) awaitMoves(ctx workflow.Context) {
 		}
 	}
 	r.details(ctx)
+}
+
+// cancelled ends a migration whose workflow was asked to cancel, as a
+// rollback: the children this run started were cancelled with it and have
+// rolled back (or, in CLEANUP, completed) by the time awaitMoves returned;
+// the moves no child ran (left for a later run, queued for a slot, or none
+// started yet) have their ranges given back by the Rollback activity, which
+// records their end; then the stable topology is published. A migration
+// cancelled before its migrating topology was published changed nothing.
+// ctx is not cancelled.
+func (r *migrationRun) cancelled(ctx workflow.Context) error {
+	workflow.GetLogger(ctx).Warn("migration cancelled: rolling it back", "migration", r.req.ID, "phase", r.state.Phase)
+	r.state.Error = ""
+	plan := PlanResult{FromVersion: r.state.FromVersion, MovedFraction: r.state.MovedFraction}
+	for _, ms := range r.state.Moves {
+		plan.Moves = append(plan.Moves, ms.Spec)
+	}
+	if r.state.Version == 0 {
+		r.setPhase(ctx, PhaseRolledBack)
+		return nil
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 24 * time.Hour,
+		HeartbeatTimeout:    heartbeatTimeout(r.req),
+		Summary:             "roll back a move that never started",
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second},
+	})
+	var futs []workflow.Future
+	var idx []int
+	for i, ms := range r.state.Moves {
+		noChild := r.children == nil || r.children[i] == nil
+		queued := r.children != nil && i >= r.window[0] && i < r.window[1]
+		if !noChild || !(ms.Phase == PhasePlan || queued && ms.Phase == PhaseRolledBack) {
+			continue
+		}
+		req := r.req
+		ref := MoveRef{MigrationID: r.req.ID, Spec: ms.Spec, Tables: r.req.Tables, FromVersion: plan.FromVersion, Request: &req}
+		futs = append(futs, workflow.ExecuteActivity(actx, ActivityRollback, EndInput{Move: ref}))
+		idx = append(idx, i)
+	}
+	for k, f := range futs {
+		i := idx[k]
+		id := r.state.Moves[i].Spec.ID
+		if err := f.Get(ctx, nil); err != nil {
+			r.state.Moves[i].Phase, r.state.Moves[i].Error = PhaseFailed, err.Error()
+			r.failed = append(r.failed, id)
+			if r.firstErr == nil {
+				r.firstErr = err
+			}
+			continue
+		}
+		r.state.Moves[i].Phase, r.state.Moves[i].Waiting = PhaseRolledBack, ""
+		if !slices.Contains(r.rolledBack, id) {
+			r.rolledBack = append(r.rolledBack, id)
+		}
+	}
+	r.details(ctx)
+	return r.end(ctx, plan)
 }
 
 // end publishes the stable topology once every move has ended.

@@ -85,6 +85,8 @@ type moveRun struct {
 	cdcCancel workflow.CancelFunc
 	cdcFut    workflow.Future
 	cdcStarts int
+	// revFut is GRACE's reverse stream while it runs.
+	revFut workflow.Future
 	// cdcStartedAt is when the stream was last started, cdcFailures how
 	// many times in a row it ended within cdcHealthyAfter of its start.
 	cdcStartedAt time.Time
@@ -130,6 +132,17 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 	if errors.Is(err, errContinueAsNew) {
 		return m.continueAsNew(ctx)
 	}
+	if ctx.Err() != nil && !m.state.Phase.Terminal() {
+		// A cancellation requested of this workflow (the Temporal UI's
+		// Request Cancellation, temporal workflow cancel, or the parent's
+		// own cancellation) is a rollback: run on a context the
+		// cancellation does not reach, so that nothing is left behind.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		if workflow.GetVersion(dctx, versionCancelRollsBack, workflow.DefaultVersion, 1) >= 1 {
+			ctx = dctx
+			err = m.cancelled(ctx)
+		}
+	}
 	m.stopCDC(ctx)
 	if err != nil {
 		m.state.Error = err.Error()
@@ -143,6 +156,40 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 		return m.state, rolledBack("move "+m.in.Spec.ID, m.state)
 	}
 	return m.state, nil
+}
+
+// versionCancelRollsBack marks the runs in which a cancellation of the
+// workflow rolls the move (or the migration) back; before it a cancel
+// ended the workflow FAILED with everything left in place.
+const versionCancelRollsBack = "cancel-rolls-back"
+
+// cancelled ends a move whose workflow was asked to cancel, as a rollback
+// asked in its phase would: before its cutover the copy is dropped and the
+// ranges stay with the old owner; cut over (GRACE, or a CUTOVER whose
+// publish happened meanwhile) the cutover is reversed over the reverse
+// stream; in CLEANUP, where a rollback is no longer possible, the cleanup
+// is finished. ctx is not cancelled.
+func (m *moveRun) cancelled(ctx workflow.Context) error {
+	workflow.GetLogger(ctx).Warn("move cancelled: rolling it back", "move", m.in.Spec.ID, "phase", m.state.Phase)
+	m.stopCDC(ctx)
+	if m.revFut != nil { // the GRACE reverse stream, cancelled with the workflow: its slot takes one reader
+		_ = m.revFut.Get(ctx, nil)
+		m.revFut = nil
+	}
+	m.state.Stopped, m.state.Waiting, m.state.Error = false, "", ""
+	m.rollbackAsked = true
+	switch m.state.Phase {
+	case PhasePlan:
+		// Nothing of the move exists yet, but its ranges are migrating:
+		// the rollback gives them back and records the move's end.
+		return m.rollback(ctx)
+	case PhaseCleanup, PhaseRollingBack:
+		return m.run(ctx) // past the point of no return, or already undoing
+	}
+	if err := m.to(ctx, PhaseRollingBack); err != nil {
+		return err
+	}
+	return m.run(ctx)
 }
 
 func (m *moveRun) control(ctx workflow.Context, c MoveControl) {
@@ -653,6 +700,9 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	if err := workflow.ExecuteActivity(actx, ActivityPrepareReverse, m.ref).Get(ctx, &rev); err != nil {
 		return err
 	}
+	// Known from here: a rollback whose cutover attempt published meanwhile
+	// (cancelled in the middle of it) reverses it over this slot.
+	m.reverseL0 = rev.L0
 	m.state.Attempts++
 	var res CutoverResult
 	in := CutoverInput{Move: m.ref, Budget: m.in.Request.WithDefaults().CutoverBudget}
@@ -733,6 +783,8 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 		WaitForCancellation: true,
 	})
 	rev := workflow.ExecuteActivity(actx, ActivityRunReverse, CDCInput{Move: m.ref, L0: m.reverseL0, Reverse: true})
+	m.revFut = rev
+	defer func() { m.revFut = nil }()
 	if _, err := workflow.AwaitWithTimeout(ctx, grace, func() bool { return m.completeAsked || m.rollbackAsked || rev.IsReady() }); err != nil {
 		return err
 	}
@@ -777,7 +829,11 @@ func (m *moveRun) cleanup(ctx workflow.Context) error {
 
 func (m *moveRun) rollback(ctx workflow.Context) error {
 	m.stopCDC(ctx)
-	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs(), Adaptive: m.throttle.Adaptive}
+	// ReverseL0 and Budget go with a rollback before GRACE too: a cutover
+	// attempt cancelled in the middle may have published, and the
+	// activity then reverses it.
+	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs(), Adaptive: m.throttle.Adaptive,
+		ReverseL0: m.reverseL0, Budget: m.in.Request.WithDefaults().CutoverBudget}
 	summary := "roll back: drop slot, delete copied rows"
 	// A move that reached GRACE is cut over: its rollback is the reverse
 	// cutover, over the reverse stream.

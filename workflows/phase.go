@@ -28,7 +28,8 @@ var Phases = []Phase{PhasePlan, PhaseJoining, PhaseSnapshotCopy, PhaseCDCCatchUp
 
 // transitions is the one table of allowed moves between phases.
 var transitions = map[Phase][]Phase{
-	PhasePlan:         {PhaseJoining, PhaseFailed},
+	// PLAN → ROLLED_BACK: a move cancelled before it created anything.
+	PhasePlan:         {PhaseJoining, PhaseRolledBack, PhaseFailed},
 	PhaseJoining:      {PhaseSnapshotCopy, PhaseRollingBack, PhaseFailed},
 	PhaseSnapshotCopy: {PhaseCDCCatchUp, PhaseRollingBack, PhaseFailed},
 	PhaseCDCCatchUp:   {PhaseVerify, PhaseRollingBack, PhaseFailed},
