@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -236,8 +234,6 @@ func planWeights(after *ring.Ring, req workflows.MigrationRequest) map[string]fl
 	return out
 }
 
-// groupMoves makes one MoveSpec per (source, target) pair, in the order the
-// pairs first appear in token order.
 // tableEstimates sums a move's estimates by table, in the order met.
 func tableEstimates(es []tableset.Estimate) []workflows.TableEstimate {
 	var out []workflows.TableEstimate
@@ -255,34 +251,15 @@ func tableEstimates(es []tableset.Estimate) []workflows.TableEstimate {
 	return out
 }
 
+// groupMoves makes one MoveSpec per (source, target) pair, in the order the
+// pairs first appear in token order (topology.GroupMoves: recover derives
+// the same moves from the stored plan).
 func groupMoves(migration string, moves []ring.Move) []workflows.MoveSpec {
 	var specs []workflows.MoveSpec
-	idx := map[[2]string]int{}
-	for _, m := range moves {
-		k := [2]string{m.From, m.To}
-		i, ok := idx[k]
-		if !ok {
-			i = len(specs)
-			idx[k] = i
-			specs = append(specs, workflows.MoveSpec{ID: moveID(migration, i+1), Source: m.From, Target: m.To})
-		}
-		specs[i].Ranges = append(specs[i].Ranges, m.Range)
+	for _, m := range topology.GroupMoves(migration, moves) {
+		specs = append(specs, workflows.MoveSpec{ID: m.ID, Source: m.From, Target: m.To, Ranges: m.Ranges})
 	}
 	return specs
-}
-
-var notIdent = regexp.MustCompile(`[^a-z0-9_]+`)
-
-// moveID is a move's id: it names the slot, publication and origin of its
-// streams (cdc.NamesFor: lower-case letters, digits, underscores, at most
-// 40 with the reverse prefix), its checkpoints and its cutover journal.
-func moveID(migration string, n int) string {
-	base := notIdent.ReplaceAllString(strings.ToLower(migration), "_")
-	suffix := "_m" + strconv.Itoa(n)
-	if max := 32 - len(suffix); len(base) > max {
-		base = base[:max]
-	}
-	return base + suffix
 }
 
 // store is the topology store of keyspace ks ("" the default one).

@@ -96,7 +96,7 @@ func EndMigration(ctx context.Context, s *Store, id, kind string, after *ring.Ri
 	} else {
 		weights = nil
 	}
-	reason := fmt.Sprintf("migration %s (%s) ends", id, kind)
+	reason := endReason(id, kind)
 	for {
 		cur, err := s.Current(ctx)
 		if err != nil {
@@ -129,6 +129,9 @@ func EndMigration(ctx context.Context, s *Store, id, kind string, after *ring.Ri
 		return pub.Version, nil
 	}
 }
+
+// endReason is the reason of the version that ends a migration.
+func endReason(id, kind string) string { return fmt.Sprintf("migration %s (%s) ends", id, kind) }
 
 // setWeights writes weights to the shard registry inside a publish's
 // transaction (nil: nothing to write).

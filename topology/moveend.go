@@ -3,7 +3,11 @@ package topology
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/reshard/reshard/ring"
 )
@@ -87,4 +91,68 @@ WHERE keyspace = $1 AND state = 'running' ORDER BY migration_id, from_shard, to_
 		return nil, fmt.Errorf("read the running moves of keyspace %s: %w", s.keyspace, err)
 	}
 	return out, nil
+}
+
+// MoveEnds are the recorded ends of a migration's moves, by (from, to).
+func (s *Store) MoveEnds(ctx context.Context, migrationID string) (map[[2]string]MoveOutcome, error) {
+	rows, err := s.pool.Query(ctx, `SELECT from_shard, to_shard, outcome FROM reshard.move_ends WHERE migration_id = $1`, migrationID)
+	if err != nil {
+		return nil, fmt.Errorf("read the move ends of migration %s: %w", migrationID, err)
+	}
+	defer rows.Close()
+	out := map[[2]string]MoveOutcome{}
+	for rows.Next() {
+		var from, to, outcome string
+		if err := rows.Scan(&from, &to, &outcome); err != nil {
+			return nil, fmt.Errorf("read the move ends of migration %s: %w", migrationID, err)
+		}
+		out[[2]string{from, to}] = MoveOutcome(outcome)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the move ends of migration %s: %w", migrationID, err)
+	}
+	return out, nil
+}
+
+// MigrationStart is what the control database says of a migration's
+// start: the keyspace and kind of the version that started it (the first
+// naming it), and whether the version of its end ("migration <id> (<kind>)
+// ends", EndMigration) is published.
+type MigrationStart struct {
+	Keyspace, Kind string
+	Version        int64 // the version that started it
+	Ended          bool
+}
+
+// ErrNotStarted: no topology version names the migration (it was never
+// planned, or was stopped before it published anything).
+var ErrNotStarted = errors.New("no topology version names the migration")
+
+// FindMigration reads a migration's start in any keyspace (the store's
+// keyspace does not matter), or ErrNotStarted.
+func (s *Store) FindMigration(ctx context.Context, id string) (MigrationStart, error) {
+	var m MigrationStart
+	var reason string
+	err := s.pool.QueryRow(ctx, `SELECT keyspace, version, reason FROM reshard.topology_versions
+WHERE migration_id = $1 ORDER BY keyspace, version LIMIT 1`, id).Scan(&m.Keyspace, &m.Version, &reason)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return m, fmt.Errorf("migration %s: %w", id, ErrNotStarted)
+	}
+	if err != nil {
+		return m, fmt.Errorf("read the start of migration %s: %w", id, err)
+	}
+	// "migration <id> (<kind>): N moves start" (StartMigration).
+	if rest, ok := strings.CutPrefix(reason, "migration "+id+" ("); ok {
+		if i := strings.Index(rest, ")"); i > 0 {
+			m.Kind = rest[:i]
+		}
+	}
+	if m.Kind == "" {
+		return m, fmt.Errorf("migration %s: topology v%d of keyspace %s names it, but not as its start (%q)", id, m.Version, m.Keyspace, reason)
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM reshard.topology_versions WHERE keyspace = $1 AND migration_id = $2 AND reason = $3)`,
+		m.Keyspace, id, endReason(id, m.Kind)).Scan(&m.Ended); err != nil {
+		return m, fmt.Errorf("read the end of migration %s: %w", id, err)
+	}
+	return m, nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -122,4 +124,50 @@ func checkWeights(weights map[string]float64, after *ring.Ring) error {
 		}
 	}
 	return nil
+}
+
+// PlannedMove is one move of a plan: every range going from one shard to
+// another, under the id that names its streams, checkpoints and journal.
+type PlannedMove struct {
+	ID       string
+	From, To string
+	Ranges   []ring.Range
+}
+
+// GroupMoves makes one PlannedMove per (from, to) pair of moves, in the
+// order the pairs first appear, with ids MoveID(migration, 1), (…, 2), …:
+// the moves a migration's workflow runs, computed again from its stored
+// plan by whoever needs them without the workflow.
+func GroupMoves(migration string, moves []ring.Move) []PlannedMove {
+	var out []PlannedMove
+	idx := map[[2]string]int{}
+	for _, m := range moves {
+		k := [2]string{m.From, m.To}
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, PlannedMove{ID: MoveID(migration, i+1), From: m.From, To: m.To})
+		}
+		out[i].Ranges = append(out[i].Ranges, m.Range)
+	}
+	return out
+}
+
+// PlannedMoves are the plan's moves as its workflow runs them (GroupMoves).
+func (p Plan) PlannedMoves() []PlannedMove { return GroupMoves(p.MigrationID, p.Moves) }
+
+var notIdent = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// MoveID is the id of a migration's n-th move: it names the slot,
+// publication and origin of its streams (cdc.NamesFor: lower-case letters,
+// digits, underscores, at most 40 with the reverse prefix), its checkpoints
+// and its cutover journal.
+func MoveID(migration string, n int) string {
+	base := notIdent.ReplaceAllString(strings.ToLower(migration), "_")
+	suffix := "_m" + strconv.Itoa(n)
+	if max := 32 - len(suffix); len(base) > max {
+		base = base[:max]
+	}
+	return base + suffix
 }

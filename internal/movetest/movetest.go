@@ -251,10 +251,38 @@ func (e *Env) Writers(t testing.TB, r *topology.Router, seed uint64) (stop func(
 // fenced on the moving ranges), publication and slot on the source.
 func (e *Env) Begin(t testing.TB) {
 	t.Helper()
-	ctx := Ctx(t)
-	if _, err := topology.Begin(e.New, e.Move.Ranges, "a", "b", "begin move "+e.Move.ID).Publish(ctx, e.Store); err != nil {
+	if _, err := topology.Begin(e.New, e.Move.Ranges, "a", "b", "begin move "+e.Move.ID).Publish(Ctx(t), e.Store); err != nil {
 		t.Fatal(err)
 	}
+	e.join(t)
+}
+
+// BeginMigration is JOINING as a migration's workflow does it: the plan
+// stored and the migrating topology published by the migration (its start,
+// topology.StartMigration), then what Begin does. The move's id must be
+// the plan's (topology.MoveID(migration, 1)).
+func (e *Env) BeginMigration(t testing.TB, migration string) {
+	t.Helper()
+	ctx := Ctx(t)
+	if id := topology.MoveID(migration, 1); e.Move.ID != id {
+		t.Fatalf("move id %s, want the plan's %s", e.Move.ID, id)
+	}
+	moves := []ring.Move{{Range: e.Move.Ranges[0], From: "a", To: "b"}}
+	if err := e.Store.SavePlan(ctx, topology.Plan{MigrationID: migration, FromVersion: e.Initial.Version, Before: e.Old, After: e.New, Moves: moves}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topology.StartMigration(ctx, e.Store, migration, "move", e.Initial.Version, e.Old, e.New,
+		[]topology.MoveRanges{{Source: "a", Target: "b", Ranges: e.Move.Ranges}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.join(t)
+}
+
+// join installs the fences and guards the topology wants on both shards
+// and creates the publication and the slot on the source.
+func (e *Env) join(t testing.TB) {
+	t.Helper()
+	ctx := Ctx(t)
 	if err := cutover.ReconcileBoth(ctx, e.Move, e.Fences); err != nil {
 		t.Fatal(err)
 	}
