@@ -44,7 +44,7 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 		return workflows.PlanResult{}, fmt.Errorf("read the current topology: %w", err)
 	}
 	if m := cur.Migrating(); len(m) > 0 {
-		return workflows.PlanResult{}, badInput("topology v%d has %d ranges migrating (migration %q): wait for it to end before planning another", cur.Version, len(m), cur.MigrationID)
+		return workflows.PlanResult{}, badInput("topology v%d has %d ranges migrating (migration %q): wait for it to end before planning another (if its workflow has ended, reshard recover %s)", cur.Version, len(m), cur.MigrationID, cur.MigrationID)
 	}
 	// Every migration moves every table of its keyspace (a cluster set up
 	// before keyspaces has none registered: its tables are the request's).

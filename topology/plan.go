@@ -171,3 +171,33 @@ func MoveID(migration string, n int) string {
 	}
 	return base + suffix
 }
+
+// MoveIndex maps the id of every move of every stored plan (GroupMoves) to
+// its migration: whose stream a slot, publication or origin named after a
+// move is.
+func (s *Store) MoveIndex(ctx context.Context) (map[string]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT migration_id, moves FROM reshard.plans`)
+	if err != nil {
+		return nil, fmt.Errorf("read the stored plans: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id string
+		var raw []byte
+		if err := rows.Scan(&id, &raw); err != nil {
+			return nil, fmt.Errorf("read the stored plans: %w", err)
+		}
+		var moves []ring.Move
+		if err := json.Unmarshal(raw, &moves); err != nil {
+			return nil, fmt.Errorf("plan of migration %s: moves: %w", id, err)
+		}
+		for _, m := range GroupMoves(id, moves) {
+			out[m.ID] = id
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the stored plans: %w", err)
+	}
+	return out, nil
+}

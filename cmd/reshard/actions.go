@@ -305,7 +305,7 @@ func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) 
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
-		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", id, wfID)}
+		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them. If the control database knows it (its history is lost), reshard recover %s brings the cluster back to a clean state", id, wfID, id)}
 	case err != nil:
 		return nil
 	}
@@ -317,7 +317,13 @@ func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) 
 		if workflows.Phase(phase).Terminal() {
 			ended = phase
 		}
-		return rejectedError{fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, ended, verb)}
+		msg := fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, ended, verb)
+		if phase := workflows.Phase(phase); phase != workflows.PhaseDone && phase != workflows.PhaseRolledBack {
+			// Terminated, reset, failed: it may have left ranges migrating,
+			// slots, copies and guards behind.
+			msg += fmt.Sprintf(". It may have left work behind (reshard topology check says): reshard recover %s brings the cluster back to a clean state", id)
+		}
+		return rejectedError{msg}
 	}
 	return nil
 }

@@ -22,6 +22,11 @@ import (
 type keyspaceCheck struct {
 	Keyspace string       `json:"keyspace"`
 	Shards   []shardCheck `json:"shards"`
+	// Ended: migrations whose workflow ended with moves not ended.
+	Ended []endedMigration `json:"ended_migrations,omitempty"`
+	// Leftovers: slots, publications and origins no live move uses.
+	Leftovers []leftover `json:"leftovers,omitempty"`
+	Notes     []string   `json:"notes,omitempty"`
 }
 
 // shardCheck is what topology check found on one shard.
@@ -53,10 +58,19 @@ live move uses the shard), and counts rows the shard holds in ranges it does
 not own (outside the ranges of its own moves that have not ended: a move's
 two shards both hold its rows until its cleanup, reshard.moves).
 
+It also reports every migration whose workflow has ended (terminated, reset,
+failed, its history lost) with moves not ended, and the slots, publications
+and replication origins on the configured shards that no live move uses (a
+move of a migration whose workflow has ended, or of no stored plan), with the
+command that removes them: reshard recover <id>. It asks Temporal only when
+there is something to ask about; when Temporal cannot say, it notes it and
+reports nothing of that migration.
+
 --repair reconciles the fences and guards of every drifting shard (the same
 reconciler cutover, cleanup and rollback use); misplaced rows are reported,
-never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
-1 drift or misplaced rows remain, 2 bad input.`,
+never deleted. Exit codes: 0 no drift (or all repaired), no misplaced rows, no
+ended migration with work left and nothing left behind; 1 otherwise; 2 bad
+input.`,
 		Example: `  reshard topology check
   reshard topology check --repair --json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -67,9 +81,15 @@ never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
 					return err
 				}
 				out := cmd.OutOrStdout()
-				bad := 0
+				live := &liveness{cfg: cfg, opts: opts, store: store}
+				defer live.close()
+				left, err := leftovers(ctx, cfg, store, live)
+				if err != nil {
+					return err
+				}
+				bad, badMigrations, badObjects := 0, 0, 0
 				var report []keyspaceCheck
-				for _, k := range all {
+				for i, k := range all {
 					ks := store.In(k.Name)
 					checks, err := checkShards(ctx, cfg, ks, fence.Control{Pool: pool, Store: ks}, k, repair)
 					if err != nil {
@@ -80,9 +100,19 @@ never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
 							bad++
 						}
 					}
-					report = append(report, keyspaceCheck{Keyspace: k.Name, Shards: checks})
+					kc := keyspaceCheck{Keyspace: k.Name, Shards: checks, Leftovers: left[k.Name]}
+					if i == 0 { // objects no plan names belong to no keyspace
+						kc.Leftovers = append(kc.Leftovers, left[""]...)
+					}
+					if kc.Ended, kc.Notes, err = endedMigrations(ctx, ks, live); err != nil {
+						return err
+					}
+					badMigrations += len(kc.Ended)
+					badObjects += len(kc.Leftovers)
+					report = append(report, kc)
 					if !asJSON {
 						printChecks(out, k, checks)
+						printEnded(out, kc.Ended, kc.Notes, kc.Leftovers)
 					}
 				}
 				if asJSON {
@@ -90,8 +120,18 @@ never deleted. Exit codes: 0 no drift (or all repaired) and no misplaced rows,
 						return err
 					}
 				}
+				var problems []string
 				if bad > 0 {
-					return fmt.Errorf("%d shard(s) differ from the topology", bad)
+					problems = append(problems, fmt.Sprintf("%d shard(s) differ from the topology", bad))
+				}
+				if badMigrations > 0 {
+					problems = append(problems, fmt.Sprintf("%d migration(s) ended with work left", badMigrations))
+				}
+				if badObjects > 0 {
+					problems = append(problems, fmt.Sprintf("%d slot(s), publication(s) or origin(s) left behind", badObjects))
+				}
+				if len(problems) > 0 {
+					return errors.New(strings.Join(problems, "; "))
 				}
 				return nil
 			})

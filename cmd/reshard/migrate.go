@@ -288,7 +288,7 @@ func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, re
 		if id == "" {
 			id = "(unknown)"
 		}
-		return nil, usageError{fmt.Errorf("topology v%d has %d range(s) migrating (migration %s): wait for it to finish or roll it back first", t.Version, len(m), id)}
+		return nil, usageError{fmt.Errorf("topology v%d has %d range(s) migrating (migration %s): wait for it to finish or roll it back first (reshard rollback %s; if its workflow has ended, reshard recover %s)", t.Version, len(m), id, id, id)}
 	}
 	old := t.Ring
 	n := len(old.Shards())

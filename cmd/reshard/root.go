@@ -81,6 +81,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(opts),
 		newListCmd(opts),
 		newThrottleCmd(opts),
+		newRecoverCmd(opts),
 	)
 	root.AddCommand(newActionCmds(opts)...) // pause, resume, approve, rollback, complete, reverify
 	root.AddCommand(

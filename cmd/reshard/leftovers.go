@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// endedMigration is a migration whose workflow has ended with moves not
+// ended: its ranges stay migrating and its streams, copies and guards stay
+// until reshard recover.
+type endedMigration struct {
+	Migration string `json:"migration"`
+	// Workflow is how its workflow ended: terminated, failed, not found ...
+	Workflow string `json:"workflow"`
+	Moves    int    `json:"moves_not_ended"`
+	// Migrating is the number of ranges the current topology has migrating.
+	Migrating int    `json:"ranges_migrating"`
+	Fix       string `json:"fix"`
+}
+
+// leftover is a slot, publication or origin of a move's stream that no
+// live move uses.
+type leftover struct {
+	Shard string `json:"shard"`
+	cdc.Object
+	Move      string `json:"move,omitempty"`
+	Migration string `json:"migration,omitempty"`
+	Fix       string `json:"fix"`
+}
+
+// runState is what Temporal says of a migration's workflows.
+type runState struct {
+	runs   bool
+	status string // how it ended, when it does not run
+	err    error  // Temporal could not tell
+}
+
+// liveness asks Temporal, once per migration and only when asked, whether
+// a workflow of the migration runs (its Migration workflow or one of its
+// moves').
+type liveness struct {
+	cfg    *clusterConfig
+	opts   *globalOptions
+	store  *topology.Store
+	tc     client.Client
+	dialed bool
+	err    error
+	seen   map[string]runState
+}
+
+func (l *liveness) close() {
+	if l.tc != nil {
+		l.tc.Close()
+	}
+}
+
+func (l *liveness) state(ctx context.Context, id string) runState {
+	if st, ok := l.seen[id]; ok {
+		return st
+	}
+	if !l.dialed {
+		l.dialed = true
+		l.tc, l.err = l.cfg.dialTemporal(ctx, l.opts)
+	}
+	st := runState{err: l.err}
+	if l.err == nil {
+		st = l.ask(ctx, id)
+	}
+	if l.seen == nil {
+		l.seen = map[string]runState{}
+	}
+	l.seen[id] = st
+	return st
+}
+
+func (l *liveness) ask(ctx context.Context, id string) runState {
+	parent := workflows.MigrationWorkflowID(id)
+	ids := []string{parent}
+	if p, err := l.store.LoadPlan(ctx, id); err == nil {
+		for _, m := range p.PlannedMoves() {
+			ids = append(ids, workflows.MoveWorkflowID(parent, m.ID))
+		}
+	}
+	st := runState{}
+	for i, wf := range ids {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		d, err := l.tc.DescribeWorkflowExecution(dctx, wf, "")
+		cancel()
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+			if i == 0 {
+				st.status = "not found: its history is lost"
+			}
+			continue
+		case err != nil:
+			return runState{err: err}
+		}
+		info := d.GetWorkflowExecutionInfo()
+		if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return runState{runs: true}
+		}
+		if i == 0 {
+			st.status = statusText(info.GetStatus())
+			if phase := payloadString(info.GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]); phase != "" {
+				st.status += " in " + phase
+			}
+		}
+	}
+	return st
+}
+
+// endedMigrations are the migrations of the keyspace with moves not ended
+// whose workflow has ended; migrations Temporal cannot tell about are
+// noted in unknown.
+func endedMigrations(ctx context.Context, ks *topology.Store, live *liveness) (ended []endedMigration, unknown []string, err error) {
+	running, err := ks.RunningMoves(ctx)
+	if err != nil {
+		return nil, nil, controlErr(err)
+	}
+	cur, err := ks.Current(ctx)
+	if err != nil {
+		return nil, nil, controlErr(err)
+	}
+	n := map[string]int{}
+	var ids []string
+	for _, m := range running {
+		if n[m.MigrationID] == 0 {
+			ids = append(ids, m.MigrationID)
+		}
+		n[m.MigrationID]++
+	}
+	for _, id := range ids {
+		st := live.state(ctx, id)
+		switch {
+		case st.err != nil:
+			unknown = append(unknown, fmt.Sprintf("migration %s has %d move(s) not ended; Temporal cannot say whether its workflow runs (%v)", id, n[id], st.err))
+		case !st.runs:
+			e := endedMigration{Migration: id, Workflow: st.status, Moves: n[id], Fix: "reshard recover " + id}
+			if cur.MigrationID == id {
+				e.Migrating = len(cur.Migrating())
+			}
+			ended = append(ended, e)
+		}
+	}
+	return ended, unknown, nil
+}
+
+// leftovers lists, on every configured shard, the slots, publications and
+// origins of moves that no live move uses: moves of a migration whose
+// workflows have ended (recover drops them), or of no stored plan. A
+// migration Temporal cannot tell about is given the benefit of the doubt.
+// inKeyspace says whether a migration belongs to the keyspaces checked
+// (the keyspace of a move no plan names is "").
+func leftovers(ctx context.Context, cfg *clusterConfig, store *topology.Store, live *liveness) (map[string][]leftover, error) {
+	index, err := store.MoveIndex(ctx)
+	if err != nil {
+		return nil, controlErr(err)
+	}
+	names := make([]string, 0, len(cfg.Shards))
+	for n := range cfg.Shards {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	pools, closeAll, err := cfg.openShardPools(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll()
+	keyspaceOf := map[string]string{}
+	out := map[string][]leftover{} // by keyspace
+	for _, shard := range names {
+		objs, err := cdc.Objects(ctx, pools[shard])
+		if err != nil {
+			return nil, fmt.Errorf("shard %s: %w", shard, err)
+		}
+		for _, o := range objs {
+			lo := leftover{Shard: shard, Object: o}
+			move, _, ok := cdc.MoveOf(o.Name, func(m string) bool { _, known := index[m]; return known })
+			if !ok {
+				lo.Fix = fmt.Sprintf("no stored plan names its move: drop it on %s if nothing uses it (%s)", shard, dropSQL(o))
+				out[""] = append(out[""], lo)
+				continue
+			}
+			lo.Move, lo.Migration = move, index[move]
+			st := live.state(ctx, lo.Migration)
+			if st.runs || st.err != nil {
+				continue
+			}
+			ks, seen := keyspaceOf[lo.Migration]
+			if !seen {
+				if start, err := store.FindMigration(ctx, lo.Migration); err == nil {
+					ks = start.Keyspace
+				}
+				keyspaceOf[lo.Migration] = ks
+			}
+			lo.Fix = "reshard recover " + lo.Migration
+			out[ks] = append(out[ks], lo)
+		}
+	}
+	return out, nil
+}
+
+// dropSQL is the statement that drops o by hand.
+func dropSQL(o cdc.Object) string {
+	switch o.Kind {
+	case "slot":
+		return fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", o.Name)
+	case "publication":
+		return fmt.Sprintf("DROP PUBLICATION %q", o.Name)
+	default:
+		return fmt.Sprintf("SELECT pg_replication_origin_drop('%s')", o.Name)
+	}
+}
+
+func printEnded(out io.Writer, ended []endedMigration, unknown []string, left []leftover) {
+	for _, e := range ended {
+		fmt.Fprintf(out, "migration %s: its workflow has ended (%s) with %d move(s) not ended and %d range(s) migrating; fix: %s\n",
+			e.Migration, e.Workflow, e.Moves, e.Migrating, e.Fix)
+	}
+	for _, u := range unknown {
+		fmt.Fprintf(out, "note: %s\n", u)
+	}
+	for _, l := range left {
+		state := ""
+		if l.Kind == "slot" {
+			state = " (inactive, retaining WAL)"
+			if l.Active {
+				state = " (active)"
+			}
+		}
+		of := ""
+		if l.Move != "" {
+			of = fmt.Sprintf(" of move %s of migration %s, which has ended", l.Move, l.Migration)
+		}
+		fmt.Fprintf(out, "%-10s left behind: %s %s%s%s; fix: %s\n", l.Shard, l.Kind, l.Name, state, of, l.Fix)
+	}
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/spf13/cobra"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/reshard/reshard/rollback"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+func newRecoverCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf            configFlags
+		rowsPerSec    float64
+		batchRows     int
+		skipTemporal  bool
+		asJSON        bool
+		temporalCheck = 30 * time.Second
+	)
+	cmd := &cobra.Command{
+		Use:   "recover <id>",
+		Short: "Bring the cluster back to a clean state after a migration whose workflow ended with work left",
+		Long: `Bring the cluster back to a clean state after a migration whose workflow ended
+without finishing: terminated or reset in the Temporal UI, failed after its
+retries, or with its history lost (workflow not found). Such a migration leaves
+ranges migrating (every new migration is refused), slots retaining WAL on the
+sources, copies on the targets and TRUNCATE guards on; reshard topology check
+reports it.
+
+recover works from the control database alone (the stored plan and the
+topology): for each move of the plan that has not ended, a move whose cutover
+is published is completed (the ranges stay on the new owner, the old owner's
+copy is deleted), any other is rolled back (the ranges stay with, or go back
+to, their owner before the migration; the copy on the target is deleted); both
+streams' slots, publications and replication origins are dropped, the
+cutover's fence holds released, the fences and guards reconciled with the
+topology. Then the migration's end is published (no range migrating).
+
+It refuses, changing nothing, while a workflow of the migration runs (roll a
+running migration back with reshard rollback, or cancel it in the Temporal UI:
+a cancel rolls back by itself). Idempotent: after a crash or an error, run it
+again; on a migration with nothing left it changes nothing.
+
+Exit codes: 0 done (or nothing to do), 1 failure (run it again once the cause
+is fixed), 2 bad input (unknown migration), 3 refused: a workflow of the
+migration still runs.`,
+		Example: `  reshard recover add-shard5
+  reshard recover add-shard5 --rows-per-sec 20000 --json`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id := migrationIDArg(args[0])
+			if !idPattern.MatchString(id) {
+				return usageError{fmt.Errorf("migration id %q: want lower-case letters, digits and '-' (reshard list shows them)", id)}
+			}
+			if rowsPerSec < 0 || batchRows < 0 {
+				return usageError{errors.New("--rows-per-sec and --batch-rows: want 0 or more (0: unlimited, the default batch)")}
+			}
+			return withControl(cmd, opts, &cf, 24*time.Hour, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+				if err := topology.Migrate(ctx, pool); err != nil {
+					return controlErr(err)
+				}
+				start, err := store.FindMigration(ctx, id)
+				notStarted := errors.Is(err, topology.ErrNotStarted)
+				if err != nil && !notStarted {
+					return controlErr(err)
+				}
+				plan, err := store.LoadPlan(ctx, id)
+				if errors.Is(err, topology.ErrNoPlan) {
+					return usageError{fmt.Errorf("no migration %s in the control database (no plan stored); reshard list shows the migrations", id)}
+				}
+				if err != nil {
+					return controlErr(err)
+				}
+				if !skipTemporal {
+					if err := noWorkflowRuns(ctx, cfg, opts, id, plan, temporalCheck); err != nil {
+						return err
+					}
+				}
+				var tables topology.Keyspace
+				if !notStarted {
+					if tables, err = store.ResolveKeyspace(ctx, start.Keyspace); err != nil {
+						return fmt.Errorf("migration %s: the tables of keyspace %s: %w", id, start.Keyspace, err)
+					}
+				}
+				shards := &lazyShards{cfg: cfg, pools: map[string]*pgxpool.Pool{}}
+				defer shards.close()
+				rec, err := rollback.Recover(ctx, id, rollback.RecoverOptions{Store: store, Control: pool, Shards: shards.open,
+					Tables: tables.Spec(), RowsPerSec: rowsPerSec, BatchRows: batchRows, Logger: opts.logger})
+				if err != nil {
+					if errors.Is(err, rollback.ErrRecoverRunning) {
+						return rejectedError{err.Error()}
+					}
+					return fmt.Errorf("%w; nothing is lost: run reshard recover %s again once the cause is fixed", err, id)
+				}
+				if asJSON {
+					return topoWriteJSON(cmd.OutOrStdout(), rec)
+				}
+				printRecovery(cmd, rec)
+				return nil
+			})
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cf.register(cmd)
+	cmd.Flags().Float64Var(&rowsPerSec, "rows-per-sec", 0, "throttle of the deletions of copies, rows per second (0: unlimited)")
+	cmd.Flags().IntVar(&batchRows, "batch-rows", 0, "rows per deletion transaction (0: 5000)")
+	cmd.Flags().BoolVar(&skipTemporal, "skip-temporal-check", false,
+		"do not ask Temporal whether a workflow of the migration runs: only when Temporal and its histories are gone for good and no worker runs")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was done as JSON")
+	return cmd
+}
+
+func printRecovery(cmd *cobra.Command, rec rollback.Recovery) {
+	out := cmd.OutOrStdout()
+	for _, m := range rec.Moves {
+		fmt.Fprintf(out, "move %s (%s → %s): %s\n", m.Move, m.From, m.To, m.Action)
+	}
+	switch {
+	case rec.Version > 0:
+		fmt.Fprintf(out, "migration %s: ended, topology v%d of keyspace %s has no range of it migrating; its slots, publications, origins, holds and guards are gone\n",
+			rec.MigrationID, rec.Version, rec.Keyspace)
+	default:
+		fmt.Fprintf(out, "migration %s: nothing left to recover (%s)\n", rec.MigrationID, rec.Note)
+	}
+}
+
+// lazyShards opens the configured shards' pools once each.
+type lazyShards struct {
+	cfg   *clusterConfig
+	mu    sync.Mutex
+	pools map[string]*pgxpool.Pool
+}
+
+func (s *lazyShards) open(ctx context.Context, name string) (*pgxpool.Pool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.pools[name]; ok {
+		return p, nil
+	}
+	dsn, ok := s.cfg.Shards[name]
+	if !ok {
+		return nil, usageError{fmt.Errorf("shard %s is not in the configuration %s: add it there (the migration's plan names it)", name, s.cfg.Path)}
+	}
+	p, err := s.cfg.connect(ctx, "shard "+name, dsn)
+	if err != nil {
+		return nil, err
+	}
+	s.pools[name] = p
+	return p, nil
+}
+
+func (s *lazyShards) close() {
+	for _, p := range s.pools {
+		p.Close()
+	}
+}
+
+// noWorkflowRuns asks Temporal about the migration's workflow and its
+// moves' (the plan's move ids): nil when none runs (ended, or not found:
+// the history is lost), a rejectedError naming the one that runs, an error
+// when Temporal cannot tell.
+func noWorkflowRuns(ctx context.Context, cfg *clusterConfig, opts *globalOptions, id string, plan topology.Plan, timeout time.Duration) error {
+	tc, err := cfg.dialTemporal(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("%w; recover asks Temporal that no workflow of migration %s runs first, and changed nothing (if Temporal and its histories are gone for good, --skip-temporal-check)", err, id)
+	}
+	defer tc.Close()
+	parent := workflows.MigrationWorkflowID(id)
+	ids := []string{parent}
+	for _, m := range plan.PlannedMoves() {
+		ids = append(ids, workflows.MoveWorkflowID(parent, m.ID))
+	}
+	for _, wf := range ids {
+		running, err := workflowRuns(ctx, tc, wf, timeout)
+		if err != nil {
+			return fmt.Errorf("ask Temporal about workflow %s: %w; recover changed nothing (if Temporal and its histories are gone for good, --skip-temporal-check)", wf, err)
+		}
+		if running {
+			return rejectedError{fmt.Sprintf("workflow %s of migration %s is running: roll it back with reshard rollback %s (or cancel it in the Temporal UI: a cancel rolls back); recover is for a migration whose workflow has ended", wf, id, id)}
+		}
+	}
+	return nil
+}
+
+// workflowRuns says whether the workflow's latest run is running (false
+// when Temporal does not know it).
+func workflowRuns(ctx context.Context, tc client.Client, wfID string, timeout time.Duration) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	d, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+}
