@@ -43,5 +43,6 @@
 // origin's progress and the acknowledgements; controller.go the Controller
 // API (HoldAt, Release, Positions, WaitApplied, DrainToMarker) and how the
 // runner holds; joining.go creates and drops the publication, slot and
-// origin.
+// origin; objects.go lists those a server holds (topology check's
+// leftovers).
 package cdc

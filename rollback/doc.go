@@ -16,4 +16,10 @@
 // and the ring is the pre-migration ring, published as a new version by
 // compare-and-set (versions are append-only and routers never go back).
 // When no version ever named the move, none is published.
+//
+// Recover (recover.go) finishes a whole migration whose workflow ended with
+// work left (terminated, reset, failed after its retries, its history lost)
+// from the control database alone: every move not ended is completed when
+// its cutover is published (cutover.Cleanup) and rolled back otherwise
+// (BeforeCutover), then the migration's end is published.
 package rollback

@@ -26,6 +26,9 @@
 //   - Every phase change goes through Phase.Next. Histories stay bounded: a
 //     move continues as new when the server suggests it (copy, catch-up), and
 //     its progress reports to the parent back off to ~50 per phase.
+//   - A cancellation requested of either workflow (the Temporal UI's Request
+//     Cancellation) is a rollback: the phase's rollback runs on a
+//     disconnected context; a move in CLEANUP finishes it (cancel_test.go).
 //   - Changes to the commands a recorded history made need workflow.GetVersion;
 //     TestReplayRecordedHistories replays testdata/histories.
 //
