@@ -391,6 +391,7 @@ func (r *migrationRun) startMove(ctx workflow.Context, plan PlanResult, i int) {
 // awaitMoves waits for the children this run started and records how each
 // ended.
 func (r *migrationRun) awaitMoves(ctx workflow.Context) {
+	var skipped []int
 	for i := r.window[0]; i < r.window[1]; i++ {
 		if r.children[i] == nil { // queued for a slot
 			_ = workflow.Await(ctx, func() bool { return r.children[i] != nil || r.skipped[i] })
@@ -398,6 +399,7 @@ func (r *migrationRun) awaitMoves(ctx workflow.Context) {
 		if r.children[i] == nil {
 			r.state.Moves[i].Phase, r.state.Moves[i].Waiting = PhaseRolledBack, ""
 			r.rolledBack = append(r.rolledBack, r.state.Moves[i].Spec.ID)
+			skipped = append(skipped, i)
 			continue
 		}
 		var ms MoveState
@@ -416,7 +418,49 @@ func (r *migrationRun) awaitMoves(ctx workflow.Context) {
 			r.rolledBack = append(r.rolledBack, ms.Spec.ID)
 		}
 	}
+	// A move never started (a rollback was asked while it waited for a
+	// slot) still has its ranges migrating and no recorded end: the
+	// Rollback activity gives them back and records it, else
+	// reshard.moves lists it running for ever (and topology check reports
+	// the migration). A cancelled run does this in cancelled.
+	if len(skipped) > 0 && ctx.Err() == nil && workflow.GetVersion(ctx, "skipped-moves-end", workflow.DefaultVersion, 1) >= 1 {
+		r.rollBackUnstarted(ctx, skipped)
+	}
 	r.details(ctx)
+}
+
+// rollBackUnstarted runs the Rollback activity of moves no child ran,
+// which records their end; a move whose rollback fails is FAILED.
+func (r *migrationRun) rollBackUnstarted(ctx workflow.Context, idx []int) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 24 * time.Hour,
+		HeartbeatTimeout:    heartbeatTimeout(r.req),
+		Summary:             "roll back a move that never started",
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second},
+	})
+	futs := make([]workflow.Future, len(idx))
+	for k, i := range idx {
+		req := r.req
+		ref := MoveRef{MigrationID: r.req.ID, Spec: r.state.Moves[i].Spec, Tables: r.req.Tables, FromVersion: r.state.FromVersion, Request: &req}
+		futs[k] = workflow.ExecuteActivity(actx, ActivityRollback, EndInput{Move: ref})
+	}
+	for k, f := range futs {
+		i := idx[k]
+		id := r.state.Moves[i].Spec.ID
+		if err := f.Get(ctx, nil); err != nil {
+			r.state.Moves[i].Phase, r.state.Moves[i].Error = PhaseFailed, err.Error()
+			r.rolledBack = slices.DeleteFunc(r.rolledBack, func(s string) bool { return s == id })
+			r.failed = append(r.failed, id)
+			if r.firstErr == nil {
+				r.firstErr = err
+			}
+			continue
+		}
+		r.state.Moves[i].Phase, r.state.Moves[i].Waiting = PhaseRolledBack, ""
+		if !slices.Contains(r.rolledBack, id) {
+			r.rolledBack = append(r.rolledBack, id)
+		}
+	}
 }
 
 // cancelled ends a migration whose workflow was asked to cancel, as a
@@ -438,41 +482,15 @@ func (r *migrationRun) cancelled(ctx workflow.Context) error {
 		r.setPhase(ctx, PhaseRolledBack)
 		return nil
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 24 * time.Hour,
-		HeartbeatTimeout:    heartbeatTimeout(r.req),
-		Summary:             "roll back a move that never started",
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second},
-	})
-	var futs []workflow.Future
 	var idx []int
 	for i, ms := range r.state.Moves {
 		noChild := r.children == nil || r.children[i] == nil
 		queued := r.children != nil && i >= r.window[0] && i < r.window[1]
-		if !noChild || !(ms.Phase == PhasePlan || queued && ms.Phase == PhaseRolledBack) {
-			continue
-		}
-		req := r.req
-		ref := MoveRef{MigrationID: r.req.ID, Spec: ms.Spec, Tables: r.req.Tables, FromVersion: plan.FromVersion, Request: &req}
-		futs = append(futs, workflow.ExecuteActivity(actx, ActivityRollback, EndInput{Move: ref}))
-		idx = append(idx, i)
-	}
-	for k, f := range futs {
-		i := idx[k]
-		id := r.state.Moves[i].Spec.ID
-		if err := f.Get(ctx, nil); err != nil {
-			r.state.Moves[i].Phase, r.state.Moves[i].Error = PhaseFailed, err.Error()
-			r.failed = append(r.failed, id)
-			if r.firstErr == nil {
-				r.firstErr = err
-			}
-			continue
-		}
-		r.state.Moves[i].Phase, r.state.Moves[i].Waiting = PhaseRolledBack, ""
-		if !slices.Contains(r.rolledBack, id) {
-			r.rolledBack = append(r.rolledBack, id)
+		if noChild && (ms.Phase == PhasePlan || queued && ms.Phase == PhaseRolledBack) {
+			idx = append(idx, i)
 		}
 	}
+	r.rollBackUnstarted(ctx, idx)
 	r.details(ctx)
 	return r.end(ctx, plan)
 }

@@ -819,7 +819,10 @@ func (m *moveRun) verifyRunIDs() []string {
 }
 
 func (m *moveRun) cleanup(ctx workflow.Context) error {
-	actx := m.opts(ctx, "delete moved rows from "+m.in.Spec.Source, 24*time.Hour, 0)
+	// A cancel waits for the activity to stop before the cleanup runs
+	// again on a disconnected context (cancelled), so that two never
+	// delete at once.
+	actx := workflow.WithWaitForCancellation(m.opts(ctx, "delete moved rows from "+m.in.Spec.Source, 24*time.Hour, 0), true)
 	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs(), Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive}
 	if err := workflow.ExecuteActivity(actx, ActivityCleanup, in).Get(ctx, nil); err != nil {
 		return err
@@ -841,7 +844,7 @@ func (m *moveRun) rollback(ctx workflow.Context) error {
 		in.Grace, in.ReverseL0, in.Budget = true, m.reverseL0, m.in.Request.WithDefaults().CutoverBudget
 		summary = "roll back: reverse cutover, delete rows on the new owner"
 	}
-	actx := m.opts(ctx, summary, 24*time.Hour, 0)
+	actx := workflow.WithWaitForCancellation(m.opts(ctx, summary, 24*time.Hour, 0), true) // as in cleanup
 	if err := workflow.ExecuteActivity(actx, ActivityRollback, in).Get(ctx, nil); err != nil {
 		return err
 	}

@@ -745,6 +745,11 @@ func TestRollbackSkipsQueuedMoves(t *testing.T) {
 	if started != 1 {
 		t.Fatalf("%d moves copied; the queued one must never start", started)
 	}
+	// The queued move's Rollback activity still runs: it gives its ranges
+	// back and records its end (reshard.moves), which nothing else would.
+	if n := f.count(ActivityRollback); n != 2 {
+		t.Fatalf("Rollback ran %d times, want 2 (the started move's and the queued one's)", n)
+	}
 	if in := f.last[ActivityPublishStable].(PublishInput); len(in.RolledBack) != 2 {
 		t.Fatalf("PublishStable rolled back %v, want both moves", in.RolledBack)
 	}
