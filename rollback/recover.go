@@ -127,27 +127,57 @@ func Recover(ctx context.Context, id string, o RecoverOptions) (Recovery, error)
 		return rec, fmt.Errorf("recover migration %s: %w", id, err)
 	}
 	fences := fence.Control{Pool: o.Control, Store: store}
-	sets := map[string]tableset.Set{}
+	sets := map[string]tableset.Set{} // the shards of moves recovered, reconciled at the end
 	pools := map[string]*pgxpool.Pool{}
-	shard := func(name string) (*pgxpool.Pool, tableset.Set, error) {
+	open := func(name string) (*pgxpool.Pool, error) {
 		if p, ok := pools[name]; ok {
-			return p, sets[name], nil
+			return p, nil
 		}
 		p, err := o.Shards(ctx, name)
 		if err != nil {
-			return nil, tableset.Set{}, fmt.Errorf("shard %s: %w", name, err)
+			return nil, fmt.Errorf("shard %s: %w", name, err)
+		}
+		pools[name] = p
+		return p, nil
+	}
+	shard := func(name string) (*pgxpool.Pool, tableset.Set, error) {
+		p, err := open(name)
+		if err != nil {
+			return nil, tableset.Set{}, err
+		}
+		if set, ok := sets[name]; ok {
+			return p, set, nil
 		}
 		set, err := tableset.Introspect(ctx, p, o.Tables, "shard "+name)
 		if err != nil {
 			return nil, tableset.Set{}, err
 		}
-		pools[name], sets[name] = p, set
+		sets[name] = set
 		return p, set, nil
 	}
 	completed := 0
 	planned := plan.PlannedMoves()
 	for _, pm := range planned {
 		mr := MoveRecovery{Move: pm.ID, From: pm.From, To: pm.To}
+		if outcome, ok := ends[[2]string{pm.From, pm.To}]; ok {
+			mr.Action = fmt.Sprintf("already ended (%s)", outcome)
+			if outcome == topology.MoveCleanedUp {
+				completed++
+			}
+			// Its streams went with its end; dropping them again is a
+			// no-op, and removes what a crash between may have left. A
+			// shard gone since (removed from the configuration) has
+			// nothing of it to drop.
+			src, serr := open(pm.From)
+			dst, derr := open(pm.To)
+			if serr == nil && derr == nil {
+				if err := cutover.DropStreams(ctx, cutover.Move{ID: pm.ID, From: pm.From, To: pm.To, Source: src, Target: dst}); err != nil {
+					return rec, fmt.Errorf("recover move %s of migration %s: %w", pm.ID, id, err)
+				}
+			}
+			rec.Moves = append(rec.Moves, mr)
+			continue
+		}
 		src, _, err := shard(pm.From)
 		if err != nil {
 			return rec, fmt.Errorf("recover move %s of migration %s: %w", pm.ID, id, err)
@@ -157,19 +187,6 @@ func Recover(ctx context.Context, id string, o RecoverOptions) (Recovery, error)
 			return rec, fmt.Errorf("recover move %s of migration %s: %w", pm.ID, id, err)
 		}
 		m := cutover.Move{ID: pm.ID, From: pm.From, To: pm.To, Source: src, Target: dst, Set: set, Ranges: pm.Ranges}
-		if outcome, ok := ends[[2]string{pm.From, pm.To}]; ok {
-			mr.Action = fmt.Sprintf("already ended (%s)", outcome)
-			if outcome == topology.MoveCleanedUp {
-				completed++
-			}
-			// Its streams went with its end; dropping them again is a
-			// no-op, and removes what a crash between may have left.
-			if err := cutover.DropStreams(ctx, m); err != nil {
-				return rec, fmt.Errorf("recover move %s of migration %s: %w", pm.ID, id, err)
-			}
-			rec.Moves = append(rec.Moves, mr)
-			continue
-		}
 		outcome, err := recoverMove(ctx, m, plan, store, fences, o, log.With("move", pm.ID))
 		if err != nil {
 			return rec, fmt.Errorf("recover move %s of migration %s: %w", pm.ID, id, err)
@@ -208,8 +225,8 @@ func Recover(ctx context.Context, id string, o RecoverOptions) (Recovery, error)
 		log.Info("migration ended", "ring_version", rec.Version, "completed", completed, "moves", len(planned))
 	}
 	// The guards of every shard of the plan go with the migrating ranges.
-	for name, p := range pools {
-		if _, err := fence.Reconcile(ctx, p, name, sets[name], fences); err != nil {
+	for name, set := range sets {
+		if _, err := fence.Reconcile(ctx, pools[name], name, set, fences); err != nil {
 			return rec, fmt.Errorf("recover migration %s: shard %s: %w", id, name, err)
 		}
 	}
@@ -306,8 +323,13 @@ func lockRecovery(ctx context.Context, pool *pgxpool.Pool, id string) (unlock fu
 		return nil, fmt.Errorf("recover migration %s: %w; wait for it to end", id, ErrRecoverRunning)
 	}
 	return func() {
-		// Closing the session releases the lock whatever happened to ctx.
-		_ = conn.Conn().Close(context.Background())
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtextextended('reshard recover ' || $1, 0))`, id); err != nil {
+			// Closing the session releases the lock (once its backend has
+			// exited).
+			_ = conn.Conn().Close(uctx)
+		}
 		conn.Release()
 	}, nil
 }

@@ -83,7 +83,7 @@ input.`,
 				out := cmd.OutOrStdout()
 				live := &liveness{cfg: cfg, opts: opts, store: store}
 				defer live.close()
-				left, err := leftovers(ctx, cfg, store, live)
+				left, leftNotes, err := leftovers(ctx, cfg, store, live)
 				if err != nil {
 					return err
 				}
@@ -106,6 +106,9 @@ input.`,
 					}
 					if kc.Ended, kc.Notes, err = endedMigrations(ctx, ks, live); err != nil {
 						return err
+					}
+					if i == 0 {
+						kc.Notes = append(kc.Notes, leftNotes...)
 					}
 					badMigrations += len(kc.Ended)
 					badObjects += len(kc.Leftovers)

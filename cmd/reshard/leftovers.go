@@ -162,29 +162,28 @@ func endedMigrations(ctx context.Context, ks *topology.Store, live *liveness) (e
 // origins of moves that no live move uses: moves of a migration whose
 // workflows have ended (recover drops them), or of no stored plan. A
 // migration Temporal cannot tell about is given the benefit of the doubt.
-// inKeyspace says whether a migration belongs to the keyspaces checked
-// (the keyspace of a move no plan names is "").
-func leftovers(ctx context.Context, cfg *clusterConfig, store *topology.Store, live *liveness) (map[string][]leftover, error) {
+// They come by the keyspace of their migration ("" for a move no plan
+// names). A configured shard that cannot be read is noted, not an error:
+// it may be down or not set up yet, and the keyspace checks say what they
+// need.
+func leftovers(ctx context.Context, cfg *clusterConfig, store *topology.Store, live *liveness) (map[string][]leftover, []string, error) {
 	index, err := store.MoveIndex(ctx)
 	if err != nil {
-		return nil, controlErr(err)
+		return nil, nil, controlErr(err)
 	}
 	names := make([]string, 0, len(cfg.Shards))
 	for n := range cfg.Shards {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	pools, closeAll, err := cfg.openShardPools(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll()
+	var notes []string
 	keyspaceOf := map[string]string{}
 	out := map[string][]leftover{} // by keyspace
 	for _, shard := range names {
-		objs, err := cdc.Objects(ctx, pools[shard])
+		objs, err := shardObjects(ctx, cfg, shard)
 		if err != nil {
-			return nil, fmt.Errorf("shard %s: %w", shard, err)
+			notes = append(notes, fmt.Sprintf("shard %s: cannot list its slots, publications and origins: %v", shard, err))
+			continue
 		}
 		for _, o := range objs {
 			lo := leftover{Shard: shard, Object: o}
@@ -210,7 +209,17 @@ func leftovers(ctx context.Context, cfg *clusterConfig, store *topology.Store, l
 			out[ks] = append(out[ks], lo)
 		}
 	}
-	return out, nil
+	return out, notes, nil
+}
+
+// shardObjects lists one configured shard's stream objects (cdc.Objects).
+func shardObjects(ctx context.Context, cfg *clusterConfig, shard string) ([]cdc.Object, error) {
+	p, err := cfg.connect(ctx, "shard "+shard, cfg.Shards[shard])
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return cdc.Objects(ctx, p)
 }
 
 // dropSQL is the statement that drops o by hand.
