@@ -389,6 +389,18 @@ func (m *moveRun) opts(ctx workflow.Context, summary string, startToClose time.D
 	})
 }
 
+// waitOpts are opts for an activity that writes to a shard outside the
+// stream's session (join, copy, reverse slot, drop of the forward slot,
+// cleanup, rollback): a cancellation of the workflow waits until the
+// activity has stopped (it hears of it at its next heartbeat), so that the
+// rollback the cancel runs next never races it (a copy slice still
+// committing chunks after the rollback deleted the copy left rows on the
+// target). Client-side only: no command changes, and no recorded history
+// cancels these activities.
+func (m *moveRun) waitOpts(ctx workflow.Context, summary string, startToClose time.Duration, attempts int32) workflow.Context {
+	return workflow.WithWaitForCancellation(m.opts(ctx, summary, startToClose, attempts), true)
+}
+
 func heartbeatTimeout(r MigrationRequest) time.Duration { return r.WithDefaults().HeartbeatTimeout }
 
 func (m *moveRun) plan(ctx workflow.Context) error {
@@ -404,7 +416,7 @@ func (m *moveRun) join(ctx workflow.Context) error {
 		return m.to(ctx, PhaseRollingBack)
 	}
 	var jr JoinResult
-	actx := m.opts(ctx, "fences, publication and slot", 30*time.Minute, 0)
+	actx := m.waitOpts(ctx, "fences, publication and slot", 30*time.Minute, 0)
 	if err := workflow.ExecuteActivity(actx, ActivityJoin, m.ref).Get(ctx, &jr); err != nil {
 		return err
 	}
@@ -433,7 +445,7 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 		slice := m.in.Request.WithDefaults().CopySlice
 		in := CopySliceInput{Move: m.ref, ChunkRows: m.in.Request.ChunkRows, Throttle: m.throttle, MaxTime: slice, Adaptive: m.state.Adaptive}
 		var p CopyProgress
-		actx := m.opts(ctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
+		actx := m.waitOpts(ctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
 		if err := workflow.ExecuteActivity(actx, ActivityCopySlice, in).Get(ctx, &p); err != nil {
 			return err
 		}
@@ -696,7 +708,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 		return m.to(ctx, PhaseRollingBack)
 	}
 	var rev JoinResult
-	actx := m.opts(ctx, "reverse publication and slot on "+m.in.Spec.Target, 30*time.Minute, 0)
+	actx := m.waitOpts(ctx, "reverse publication and slot on "+m.in.Spec.Target, 30*time.Minute, 0)
 	if err := workflow.ExecuteActivity(actx, ActivityPrepareReverse, m.ref).Get(ctx, &rev); err != nil {
 		return err
 	}
@@ -726,7 +738,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	m.state.WritePause, m.state.PauseSteps = res.WritePause, res.PauseSteps
 	m.state.Pauses = res.Pauses
 	m.stopCDC(ctx)
-	sactx := m.opts(ctx, "drop the forward slot", 10*time.Minute, 0)
+	sactx := m.waitOpts(ctx, "drop the forward slot", 10*time.Minute, 0)
 	if err := workflow.ExecuteActivity(sactx, ActivityStopForward, m.ref).Get(ctx, nil); err != nil {
 		return err
 	}
@@ -819,10 +831,7 @@ func (m *moveRun) verifyRunIDs() []string {
 }
 
 func (m *moveRun) cleanup(ctx workflow.Context) error {
-	// A cancel waits for the activity to stop before the cleanup runs
-	// again on a disconnected context (cancelled), so that two never
-	// delete at once.
-	actx := workflow.WithWaitForCancellation(m.opts(ctx, "delete moved rows from "+m.in.Spec.Source, 24*time.Hour, 0), true)
+	actx := m.waitOpts(ctx, "delete moved rows from "+m.in.Spec.Source, 24*time.Hour, 0)
 	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs(), Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive}
 	if err := workflow.ExecuteActivity(actx, ActivityCleanup, in).Get(ctx, nil); err != nil {
 		return err
@@ -844,7 +853,7 @@ func (m *moveRun) rollback(ctx workflow.Context) error {
 		in.Grace, in.ReverseL0, in.Budget = true, m.reverseL0, m.in.Request.WithDefaults().CutoverBudget
 		summary = "roll back: reverse cutover, delete rows on the new owner"
 	}
-	actx := workflow.WithWaitForCancellation(m.opts(ctx, summary, 24*time.Hour, 0), true) // as in cleanup
+	actx := m.waitOpts(ctx, summary, 24*time.Hour, 0)
 	if err := workflow.ExecuteActivity(actx, ActivityRollback, in).Get(ctx, nil); err != nil {
 		return err
 	}
