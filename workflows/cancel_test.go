@@ -146,3 +146,35 @@ func TestCancelledMoveRollsBack(t *testing.T) {
 		t.Fatalf("Rollback ran %d times, want 1", f.count(ActivityRollback))
 	}
 }
+
+// A move stopped for the operator (a collision) rolls back on a cancel,
+// as it does on rollback.
+func TestCancelStoppedMoveRollsBack(t *testing.T) {
+	_, f := newEnv(t)
+	collideOnce(f)
+	st := cancelledAt(t, f, testRequest(), 30*time.Minute)
+	assertRolledBackByCancel(t, f, st)
+	if st.Moves[0].Stopped || st.Moves[0].Error != "" {
+		t.Fatalf("move t_m1 after the cancel: stopped %v, error %q", st.Moves[0].Stopped, st.Moves[0].Error)
+	}
+	if n := f.count(ActivityCopySlice + "/t_m1"); n != 1 {
+		t.Fatalf("t_m1 copied %d slices; a cancelled stopped move copies nothing more", n)
+	}
+}
+
+// Cancelled while a cutover attempt runs: the attempt may have published
+// before it heard of the cancel, so the rollback carries the reverse slot's
+// L0 (the activity reverses a published cutover over it).
+func TestCancelDuringCutoverCarriesTheReverseSlot(t *testing.T) {
+	env, f := newEnv(t)
+	env.OnActivity(ActivityCutover, mock.Anything, mock.Anything).After(time.Hour).Return(
+		func(ctx context.Context, in CutoverInput) (CutoverResult, error) {
+			return f.cutover(in, f.record(ActivityCutover+"/"+in.Move.Spec.ID, in))
+		})
+	st := cancelledAt(t, f, testRequest(), 10*time.Minute)
+	assertRolledBackByCancel(t, f, st)
+	in := f.last[ActivityRollback].(EndInput)
+	if in.Grace || in.ReverseL0 != "0/2000000" || in.Budget <= 0 {
+		t.Fatalf("rollback input %+v, want a rollback before GRACE carrying the reverse slot's L0 and the budget", in)
+	}
+}
