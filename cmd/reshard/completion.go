@@ -23,7 +23,7 @@ func addCompletions(c *cobra.Command, opts *globalOptions, path []string) {
 	switch p := strings.Join(path, " "); p {
 	case "pause", "resume", "approve", "rollback", "complete", "reverify", "throttle":
 		c.ValidArgsFunction = firstArg(func(cmd *cobra.Command) []string { return completeMigrations(cmd, opts, true) })
-	case "status":
+	case "status", "recover": // recover: the ended ones too
 		c.ValidArgsFunction = firstArg(func(cmd *cobra.Command) []string { return completeMigrations(cmd, opts, false) })
 	case "add-node", "split", "remove-node", "plan add-node", "plan split", "plan remove-node":
 		c.ValidArgsFunction = firstArg(func(cmd *cobra.Command) []string { return completeShards(cmd, opts) })
