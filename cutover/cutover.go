@@ -17,6 +17,7 @@ const (
 	StepWaitInFlight  Step = "wait-in-flight" // transactions that may have passed the fence end
 	StepMarker        Step = "marker"         // pg_logical_emit_message on the source
 	StepDrain         Step = "drain"          // CDC applied up to the marker
+	StepSequences     Step = "sequences"      // the target's owned sequences past every value it holds
 	StepPublish       Step = "publish"        // topology v+1 (CAS): the point of no return
 	StepUnfenceTarget Step = "unfence-target" // the write pause ends
 	StepAbort         Step = "abort"          // source unfenced, cutover to be retried
@@ -24,7 +25,7 @@ const (
 )
 
 // Steps is the forward sequence.
-var Steps = []Step{StepGates, StepFenceSource, StepWaitInFlight, StepMarker, StepDrain, StepPublish, StepUnfenceTarget}
+var Steps = []Step{StepGates, StepFenceSource, StepWaitInFlight, StepMarker, StepDrain, StepSequences, StepPublish, StepUnfenceTarget}
 
 // Actions are the side effects of a cutover, one method per step, so that the
 // sequence is written once (Run) and can be executed for real (PG) or
@@ -36,6 +37,11 @@ type Actions interface {
 	WaitInFlight(ctx context.Context, budget time.Duration) error
 	EmitMarker(ctx context.Context) (marker string, err error)
 	Drain(ctx context.Context, marker string, budget time.Duration) error
+	// AdvanceSequences sets the target's sequences owned by the moving
+	// tables' columns past every value those columns hold there, after the
+	// drain (every moved row is there) and before the unfence (no
+	// application insert into the moved ranges drew a value yet).
+	AdvanceSequences(ctx context.Context) error
 	// Publish publishes topology v+1 with the ranges on the target.
 	Publish(ctx context.Context) (version int64, err error)
 	// Published reports whether the new topology is already published (to
@@ -86,7 +92,7 @@ var ErrAborted = errors.New("cutover aborted before publish; the source owns the
 const budgetSlack = 500 * time.Millisecond
 
 // Run executes one cutover attempt: gates → fence source → wait in-flight →
-// marker → drain → publish → unfence target. Before publish, any failure or an
+// marker → drain → sequences → publish → unfence target. Before publish, any failure or an
 // exhausted budget aborts (unfence source) and returns an error wrapping
 // ErrAborted. After publish the cutover only goes forward.
 func Run(ctx context.Context, a Actions, j Journal, opts Options) (Result, error) {
@@ -136,6 +142,9 @@ func Run(ctx context.Context, a Actions, j Journal, opts Options) (Result, error
 		return res, abort(ctx, a, j, err)
 	}
 	if err := timed(StepDrain, func() error { return a.Drain(pctx, marker, remaining()) }); err != nil {
+		return res, abort(ctx, a, j, err)
+	}
+	if err := timed(StepSequences, func() error { return a.AdvanceSequences(pctx) }); err != nil {
 		return res, abort(ctx, a, j, err)
 	}
 	if remaining() <= 0 {

@@ -51,15 +51,20 @@ func (d DryRun) Drain(_ context.Context, marker string, budget time.Duration) er
 	return nil
 }
 
+func (d DryRun) AdvanceSequences(context.Context) error {
+	d.say("6. on %s, set each sequence owned by a moving table's column (identity, serial) past every value the column holds there", d.Target)
+	return nil
+}
+
 func (d DryRun) Publish(context.Context) (int64, error) {
-	d.say("6. publish topology v%d (compare-and-set on v%d) with the ranges owned by %s — point of no return", d.Version+1, d.Version, d.Target)
+	d.say("7. publish topology v%d (compare-and-set on v%d) with the ranges owned by %s — point of no return", d.Version+1, d.Version, d.Target)
 	return d.Version + 1, nil
 }
 
 func (d DryRun) Published(context.Context) (bool, error) { return false, nil }
 
 func (d DryRun) UnfenceTarget(context.Context) error {
-	d.say("7. unfence the ranges on target %s (write pause ends); %s keeps its fences", d.Target, d.Source)
+	d.say("8. unfence the ranges on target %s (write pause ends); %s keeps its fences", d.Target, d.Source)
 	return nil
 }
 

@@ -37,6 +37,8 @@ type PG struct {
 	// Exclude are source backend pids of our own that the in-flight wait
 	// ignores (none of them writes application rows).
 	Exclude []int32
+	// Advanced are the sequences the sequences step moved (for the report).
+	Advanced []SequenceAdvance
 
 	GatesFunc     func(ctx context.Context) error
 	DrainFunc     func(ctx context.Context, marker string, budget time.Duration) error
@@ -109,6 +111,17 @@ func (p *PG) Drain(ctx context.Context, marker string, budget time.Duration) err
 	if err := p.DrainFunc(dctx, marker, budget); err != nil {
 		return fmt.Errorf("drain CDC to marker %s: %w", marker, err)
 	}
+	return nil
+}
+
+// AdvanceSequences on the target, with the moved rows drained there and
+// the ranges still fenced on both ends.
+func (p *PG) AdvanceSequences(ctx context.Context) error {
+	adv, err := AdvanceSequences(ctx, p.Target, p.Set)
+	if err != nil {
+		return fmt.Errorf("on target %s: %w", p.To, err)
+	}
+	p.Advanced = append(p.Advanced, adv...)
 	return nil
 }
 
