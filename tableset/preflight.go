@@ -27,6 +27,7 @@ const (
 	CheckSlots           = "replication_slots"
 	CheckWalSenders      = "wal_senders"
 	CheckTruncate        = "truncate_published"
+	CheckReplicaTriggers = "replica_triggers"
 )
 
 // Problem is one failed check: what is wrong where, and the fix. Shard is
@@ -424,14 +425,20 @@ func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Tab
 			Problem: fmt.Sprintf("publication %s on %s publishes TRUNCATE of %s; a replicated TRUNCATE ignores row filters and would empty the whole table on its subscribers", p, name, t),
 			Fix:     fmt.Sprintf("ALTER PUBLICATION %s SET (publish = 'insert, update, delete'), or drop %s from it", pgx.Identifier{p}.Sanitize(), t)})
 	}
+	if err := rep.checkReplicaTriggers(ctx, q, name, t); err != nil {
+		return err
+	}
+	if err := rep.warnUniques(ctx, q, name, t); err != nil {
+		return err
+	}
 	for _, c := range t.Columns {
 		switch {
 		case c.Identity:
 			rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
-				Message: fmt.Sprintf("column %q is an identity column: values issued per shard can collide with moved rows; the move stops on a collision, and the target's sequence should be advanced past the moved values at cutover", c.Name)})
+				Message: fmt.Sprintf("column %q is an identity column: values are issued per shard: the cutover advances the new owner's sequence past the values it holds; values unique across shards need a disjoint sequence per shard (docs/operations.md, \"Sequences and identity columns\")", c.Name)})
 		case strings.Contains(c.Default, "nextval("):
 			rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
-				Message: fmt.Sprintf("column %q takes its default from a sequence (%s): values issued per shard can collide with moved rows; the move stops on a collision, and the target's sequence should be advanced past the moved values at cutover", c.Name, c.Default)})
+				Message: fmt.Sprintf("column %q takes its default from a sequence (%s): values are issued per shard: the cutover advances the new owner's sequence past the values it holds if the sequence is OWNED BY the column (else make it so); values unique across shards need a disjoint sequence per shard (docs/operations.md, \"Sequences and identity columns\")", c.Name, c.Default)})
 		case c.Generated:
 			rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
 				Message: fmt.Sprintf("column %q is generated: it is not copied but recomputed on the target", c.Name)})
@@ -445,6 +452,81 @@ func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Tab
 	if !present {
 		rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
 			Message: fmt.Sprintf("no token index: copy, verify and cleanup of a range scan the whole table; create it with %s", TokenIndexStatement(t))})
+	}
+	return nil
+}
+
+// checkReplicaTriggers refuses a table with a trigger or rule that fires for
+// reshard's own writes. The copy, the CDC appliers (forward and reverse) and
+// CLEANUP write with session_replication_role = replica, which skips the
+// ordinary (ORIGIN) triggers and rules, but not those enabled ALWAYS, and it
+// fires those enabled REPLICA: either would run the application's logic a
+// second time for changes the application made once (a BEFORE trigger that
+// changes NEW changes it again, an audit trigger records writes nobody made
+// on that shard). No option lets a move run with them: no setting of
+// reshard's can make a trigger that fires on its writes fire only once, and
+// the fix is one reversible statement.
+func (rep *Report) checkReplicaTriggers(ctx context.Context, q Querier, name string, t Table) error {
+	rows, err := q.Query(ctx, `
+		SELECT 'trigger', tgname, tgenabled::text FROM pg_trigger
+		WHERE tgrelid = $1::regclass AND NOT tgisinternal AND tgenabled IN ('A', 'R')
+		UNION ALL
+		SELECT 'rule', rulename, ev_enabled::text FROM pg_rewrite
+		WHERE ev_class = $1::regclass AND rulename <> '_RETURN' AND ev_enabled IN ('A', 'R')
+		ORDER BY 1, 2`, t.Quoted())
+	if err != nil {
+		return fmt.Errorf("preflight: read triggers and rules of %s on %s: %w", t, name, err)
+	}
+	type fires struct{ kind, name, mode string }
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fires, error) {
+		var f fires
+		return f, r.Scan(&f.kind, &f.name, &f.mode)
+	})
+	if err != nil {
+		return fmt.Errorf("preflight: read triggers and rules of %s on %s: %w", t, name, err)
+	}
+	for _, f := range found {
+		id := pgx.Identifier{f.name}.Sanitize()
+		kw := strings.ToUpper(f.kind)
+		if f.mode == "A" {
+			rep.add(&Problem{Check: CheckReplicaTriggers, Shard: name, Table: t.String(),
+				Problem: fmt.Sprintf("%s %s on %s of %s is ENABLE ALWAYS: it fires for reshard's copy, catch-up and cleanup writes too (session_replication_role = replica does not stop it), running the application's logic a second time for rows it wrote once", f.kind, id, name, t),
+				Fix: fmt.Sprintf("ALTER TABLE %s ENABLE %s %s (it then fires for the application's writes only), or ALTER TABLE %s DISABLE %s %s for the move; after CLEANUP, ENABLE ALWAYS %s %s restores it",
+					t.Quoted(), kw, id, t.Quoted(), kw, id, kw, id)})
+			continue
+		}
+		rep.add(&Problem{Check: CheckReplicaTriggers, Shard: name, Table: t.String(),
+			Problem: fmt.Sprintf("%s %s on %s of %s is ENABLE REPLICA: it fires only for replicated writes, so for every row reshard copies, applies or cleans up there, and never for the application's", f.kind, id, name, t),
+			Fix: fmt.Sprintf("ALTER TABLE %s DISABLE %s %s for the move; after CLEANUP, ALTER TABLE %s ENABLE REPLICA %s %s restores it",
+				t.Quoted(), kw, id, t.Quoted(), kw, id)})
+	}
+	return nil
+}
+
+// warnUniques names the unique constraints and indexes of a table beyond its
+// primary key: values unique per shard can collide when rows of one shard
+// land on another. A collision stops the copy or the catch-up naming the
+// constraint, the key and the value (docs/operations.md).
+func (rep *Report) warnUniques(ctx context.Context, q Querier, name string, t Table) error {
+	rows, err := q.Query(ctx, `
+		SELECT c.relname, pg_get_indexdef(i.indexrelid)
+		FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE i.indrelid = $1::regclass AND i.indisunique AND NOT i.indisprimary
+		ORDER BY 1`, t.Quoted())
+	if err != nil {
+		return fmt.Errorf("preflight: read unique indexes of %s on %s: %w", t, name, err)
+	}
+	type unique struct{ name, def string }
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (unique, error) {
+		var u unique
+		return u, r.Scan(&u.name, &u.def)
+	})
+	if err != nil {
+		return fmt.Errorf("preflight: read unique indexes of %s on %s: %w", t, name, err)
+	}
+	for _, u := range found {
+		rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
+			Message: fmt.Sprintf("unique index %s beyond the primary key (%s): a value unique on each shard can collide when moved rows arrive on the other; the copy or catch-up then stops naming the constraint, the key and the value", pgx.Identifier{u.name}.Sanitize(), u.def)})
 	}
 	return nil
 }

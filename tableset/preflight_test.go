@@ -169,6 +169,17 @@ func TestPreflightRefuses(t *testing.T) {
 		{name: "truncate published for all tables", src: `CREATE PUBLICATION everything FOR ALL TABLES`, check: CheckTruncate, shard: "source", table: "public.orders", want: "publishes TRUNCATE"},
 		{name: "wal senders", opts: PreflightOptions{WalSenders: 10000}, check: CheckWalSenders, shard: "source", want: "raise max_wal_senders"},
 		{name: "names shards as told", dst: `DROP TABLE users`, opts: PreflightOptions{SourceName: "shard1", TargetName: "shard7"}, check: CheckTable, shard: "shard7", table: "public.users", want: "does not exist on shard7"},
+		// Triggers and rules that fire for session_replication_role = replica
+		// writes (the copy, the appliers, cleanup) are refused, named, with
+		// the statement that makes them fire for the application only.
+		{name: "always trigger", src: `CREATE FUNCTION bump() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW.name := NEW.name || '+'; RETURN NEW; END$$;
+			CREATE TRIGGER "Bump" BEFORE INSERT OR UPDATE ON users FOR EACH ROW EXECUTE FUNCTION bump(); ALTER TABLE users ENABLE ALWAYS TRIGGER "Bump"`,
+			check: CheckReplicaTriggers, shard: "source", table: "public.users", want: `trigger "Bump" on source of public.users is ENABLE ALWAYS: it fires for reshard's copy, catch-up and cleanup writes too (session_replication_role = replica does not stop it), running the application's logic a second time for rows it wrote once: ALTER TABLE "public"."users" ENABLE TRIGGER "Bump" (it then fires for the application's writes only)`},
+		{name: "replica trigger on the target", dst: `CREATE TABLE audit (id bigint); CREATE FUNCTION audit() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN INSERT INTO audit VALUES (NEW.user_id); RETURN NEW; END$$;
+			CREATE TRIGGER audit AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION audit(); ALTER TABLE orders ENABLE REPLICA TRIGGER audit`,
+			check: CheckReplicaTriggers, shard: "target", table: "public.orders", want: `ENABLE REPLICA: it fires only for replicated writes`},
+		{name: "always rule", dst: `CREATE TABLE audit (id bigint); CREATE RULE log_users AS ON INSERT TO users DO ALSO INSERT INTO audit VALUES (NEW.id); ALTER TABLE users ENABLE ALWAYS RULE log_users`,
+			check: CheckReplicaTriggers, shard: "target", table: "public.users", want: `ALTER TABLE "public"."users" ENABLE RULE "log_users"`},
 		// The README's Quick start met it: a new shard has no tables until
 		// schema sync gives it the source's.
 		{name: "missing table names schema sync", dst: `DROP TABLE users; DROP TABLE orders`, opts: PreflightOptions{SourceName: "source shard1", TargetName: "target shard7", TargetShard: "shard7"},
@@ -454,5 +465,33 @@ func TestPreflightRowSecurity(t *testing.T) {
 	src.Exec(t, `ALTER TABLE users FORCE ROW LEVEL SECURITY; ALTER ROLE `+quote(role)+` BYPASSRLS`)
 	if got := problems(); len(got) != 0 {
 		t.Fatalf("after the fix: %v", got)
+	}
+}
+
+// TestPreflightTriggersAndUniques: an ordinary (ORIGIN) trigger fires for
+// the application only and passes, as does one disabled for the move; a
+// unique index beyond the primary key is named in a warning on each side.
+func TestPreflightTriggersAndUniques(t *testing.T) {
+	src, dst := preflightPair(t)
+	for _, db := range []*pgtest.DB{src, dst} {
+		db.Exec(t, `CREATE FUNCTION bump() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN NEW.name := NEW.name || '+'; RETURN NEW; END$$;
+			CREATE TRIGGER bump BEFORE INSERT ON users FOR EACH ROW EXECUTE FUNCTION bump();
+			CREATE TRIGGER bump_always BEFORE UPDATE ON users FOR EACH ROW EXECUTE FUNCTION bump();
+			ALTER TABLE users DISABLE TRIGGER bump_always;
+			CREATE UNIQUE INDEX users_email ON users (email)`)
+	}
+	rep, err := runPreflight(t, src, dst, nil, nil, PreflightOptions{})
+	if err != nil {
+		t.Fatalf("origin and disabled triggers refused: %v", err)
+	}
+	var uniques []string
+	for _, w := range rep.Warnings {
+		if strings.Contains(w.Message, "unique index") {
+			uniques = append(uniques, w.Shard+": "+w.Message)
+		}
+	}
+	want := `unique index "users_email" beyond the primary key (CREATE UNIQUE INDEX users_email ON public.users USING btree (email))`
+	if len(uniques) != 2 || !strings.Contains(uniques[0], want) || !strings.HasPrefix(uniques[0], "source") || !strings.HasPrefix(uniques[1], "target") {
+		t.Fatalf("unique warnings %q, want one per side with %q", uniques, want)
 	}
 }
