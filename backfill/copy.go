@@ -568,7 +568,7 @@ func (w *writer) write(ctx context.Context, ch chunk) error {
 func (w *writer) tx(ctx context.Context, ch chunk, fast bool) error {
 	t := w.u.table
 	fail := func(what string, err error) error {
-		return fmt.Errorf("copy chunk %s of %s: %s: %w", w.u.rng, t, what, err)
+		return fmt.Errorf("copy chunk %s of %s: %s: %w", w.u.rng, t, what, pgerr.Unique(err))
 	}
 	conn, err := w.c.dst.Acquire(ctx)
 	if err != nil {

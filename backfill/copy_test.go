@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/internal/promtest"
 	"github.com/reshard/reshard/ring"
@@ -404,6 +405,31 @@ func TestCopyStopsOnCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.expectCopied(t)
+}
+
+// TestCopyStopsOnUniqueCollision: a unique index beyond the primary key
+// (users.email), a moving user whose email a user the target owns already
+// has: the copy stops, naming the constraint, the key and the value, not
+// retryable, and the target's row is left as it was.
+func TestCopyStopsOnUniqueCollision(t *testing.T) {
+	f := newFixture(t, 500)
+	ctx := context.Background()
+	moving := f.src.QueryInt64(t, `SELECT min(id) FROM users WHERE `+ring.Predicate("hashint8extended(id, 0)", f.ranges))
+	own := f.dst.QueryInt64(t, `SELECT min(id) FROM users`)
+	f.dst.Exec(t, `CREATE UNIQUE INDEX users_email_key ON users (email)`)
+	f.dst.Exec(t, `UPDATE users SET email = $2 WHERE id = $1`, own, fmt.Sprintf("u%d@example.com", moving))
+	_, err := Copy(ctx, f.src.Pool, f.dst.Pool, f.opts("unique"))
+	var ue *pgerr.UniqueError
+	if !errors.As(err, &ue) || Retryable(err) {
+		t.Fatalf("copy returned %v, want a non-retryable unique collision", err)
+	}
+	want := fmt.Sprintf(`unique constraint "users_email_key" of public.users: Key (email)=(u%d@example.com) already exists on the target`, moving)
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("copy error %q\nlacks %q", err, want)
+	}
+	if n := f.dst.QueryInt64(t, `SELECT count(*) FROM users WHERE id = $1 AND email = $2`, own, fmt.Sprintf("u%d@example.com", moving)); n != 1 {
+		t.Fatal("the target's own row changed")
+	}
 }
 
 func TestCopyOverwritesStaleRowsInTheRanges(t *testing.T) {

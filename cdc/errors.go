@@ -74,6 +74,7 @@ func wrapOp(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	err = pgerr.Unique(err)
 	var ce *CollisionError
 	var se *SchemaChangeError
 	var conn *ConnError

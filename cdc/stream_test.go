@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -556,6 +557,40 @@ func TestCollisionWithTargetRowStops(t *testing.T) {
 	var user int64
 	if err := e.dst.Pool.QueryRow(ctx, "SELECT note, user_id FROM orders WHERE id = 9001").Scan(&note, &user); err != nil || note != "mine" || user != outside {
 		t.Fatalf("target row after the collision: %q %d %v, want it intact", note, user, err)
+	}
+}
+
+// TestUniqueCollisionStops: a unique index beyond the primary key
+// (users.email) on the target; the source inserts a moving user with the
+// email of a user the target owns: the catch-up stops, not retryable,
+// naming the constraint, the key and the value, and the target's row stays.
+func TestUniqueCollisionStops(t *testing.T) {
+	e := newEnv(t, "unique", usersOnly...)
+	e.createSlot(t)
+	outside := outsideUsers(1, 1)[0]
+	e.dst.Exec(t, "CREATE UNIQUE INDEX users_email_key ON users (email)")
+	e.dst.Exec(t, "INSERT INTO users VALUES ($1, 'taken@example.com', 0, 'mine')", outside)
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside int64 = 1
+	for !inTestRanges(inside) {
+		inside++
+	}
+	e.src.Exec(t, "INSERT INTO users VALUES ($1, 'taken@example.com', 0, 'theirs')", inside)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = s.Run(ctx)
+	var ue *pgerr.UniqueError
+	if !errors.As(err, &ue) || IsRetryable(err) {
+		t.Fatalf("Run = %v, want a non-retryable unique collision", err)
+	}
+	if want := `unique constraint "users_email_key" of public.users: Key (email)=(taken@example.com) already exists on the target`; !strings.Contains(err.Error(), want) {
+		t.Fatalf("Run = %q\nlacks %q", err, want)
+	}
+	if n := e.dst.QueryInt64(t, "SELECT count(*) FROM users WHERE id = $1 AND payload = 'mine'", outside); n != 1 {
+		t.Fatal("the target's own row changed")
 	}
 }
 

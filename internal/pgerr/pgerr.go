@@ -6,6 +6,7 @@ package pgerr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -158,8 +159,53 @@ func (e *CollisionError) Error() string {
 		"SET session_replication_role = replica) and resume"
 }
 
-// Collision reports a primary-key collision between shards: never retryable.
+// UniqueError is a unique violation met by reshard's writes on a constraint
+// of an application table (a unique index beyond the primary key, most
+// often): a moved row and a row the target holds have the same value. Like
+// a CollisionError it is never overwritten and stops the move; it says the
+// constraint, the key and the value (the server's detail), which the bare
+// PostgreSQL message leaves out.
+type UniqueError struct {
+	Table      string // schema.table
+	Constraint string
+	// Detail is the server's "Key (email)=(a@example.com) already exists.";
+	// empty when the role may not read the key's columns.
+	Detail string
+	Err    *pgconn.PgError
+}
+
+func (e *UniqueError) Error() string {
+	detail := strings.TrimSuffix(e.Detail, ".")
+	if detail == "" {
+		detail = "the server named no key (the role may not read its columns)"
+	}
+	return fmt.Sprintf("unique constraint %q of %s: %s on the target: a row reshard wrote and a row the target holds have the same value; "+
+		"reshard will not overwrite it and the move is stopped: give one of the two rows another value (where a shard is fenced, make the change with "+
+		"SET session_replication_role = replica) and resume", e.Constraint, e.Table, detail)
+}
+
+func (e *UniqueError) Unwrap() error { return e.Err }
+
+// Unique returns err as a *UniqueError when it is a unique violation
+// (23505) on a constraint of a table outside the system catalogs, and err
+// unchanged otherwise.
+func Unique(err error) error {
+	var pgErr *pgconn.PgError
+	var ue *UniqueError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || DDLRace(err) || errors.As(err, &ue) {
+		return err
+	}
+	table := pgErr.TableName
+	if pgErr.SchemaName != "" {
+		table = pgErr.SchemaName + "." + table
+	}
+	return &UniqueError{Table: table, Constraint: pgErr.ConstraintName, Detail: pgErr.Detail, Err: pgErr}
+}
+
+// Collision reports a collision between shards, on the primary key or on
+// another unique constraint: never retryable.
 func Collision(err error) bool {
 	var ce *CollisionError
-	return errors.As(err, &ce)
+	var ue *UniqueError
+	return errors.As(err, &ce) || errors.As(err, &ue)
 }

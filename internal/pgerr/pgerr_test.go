@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,5 +62,25 @@ func TestRowSecurity(t *testing.T) {
 	}
 	if !FatalInput(rls) || Retryable(rls) {
 		t.Fatal("a row-security refusal must stop, not retry")
+	}
+}
+
+func TestUnique(t *testing.T) {
+	v := &pgconn.PgError{Code: "23505", SchemaName: "public", TableName: "users", ConstraintName: "users_email_key", Detail: "Key (email)=(a@x) already exists."}
+	err := Unique(fmt.Errorf("upsert: %w", v))
+	var ue *UniqueError
+	if !errors.As(err, &ue) || !Collision(err) || Retryable(err) || !FatalInput(err) {
+		t.Fatalf("Unique = %#v: want a non-retryable collision that is still a 23505", err)
+	}
+	if want := `unique constraint "users_email_key" of public.users: Key (email)=(a@x) already exists on the target:`; !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("message %q, want it to start %q", err, want)
+	}
+	if Unique(err) != err {
+		t.Fatal("Unique of a UniqueError wraps it again")
+	}
+	for _, other := range []error{pg("23503"), &pgconn.PgError{Code: "23505", ConstraintName: "pg_class_relname_nsp_index"}, errors.New("plain")} {
+		if got := Unique(other); got != other {
+			t.Fatalf("Unique(%v) = %v, want it unchanged", other, got)
+		}
 	}
 }
