@@ -686,7 +686,7 @@ func verifyFailed(m MoveState) bool {
 	return m.Phase == PhaseVerify && m.Verify != nil && !m.Verify.Passed
 }
 func awaitsApproval(m MoveState) bool {
-	return (m.Phase == PhaseVerify && m.Verify != nil && m.Verify.Passed) || m.Phase == PhaseCutover
+	return !m.Stopped && ((m.Phase == PhaseVerify && m.Verify != nil && m.Verify.Passed) || m.Phase == PhaseCutover)
 }
 func canRollBack(m MoveState) bool { return m.Phase.CanRollBack() }
 func stopped(m MoveState) bool     { return m.Stopped && !m.Phase.Terminal() }
@@ -752,7 +752,7 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 				return errors.New("cutover already approved")
 			}
 			if !r.any(awaitsApproval) {
-				return fmt.Errorf("approve-cutover is accepted when a move has passed VERIFY or waits in CUTOVER; %s", r.phases())
+				return fmt.Errorf("approve-cutover is accepted when a move has passed VERIFY or waits in CUTOVER (a move stopped there needs reshard resume first); %s", r.phases())
 			}
 			return nil
 		}, func(ctx workflow.Context) (string, error) {

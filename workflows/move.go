@@ -751,23 +751,44 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 
 // awaitApproval waits for approve-cutover or rollback. The stream keeps the
 // target current meanwhile: if it ends, it is restarted; if it cannot be
-// (a non-retryable end, e.g. DDL on the source), the move says why in its
-// state and waits for the operator (rollback; an approval then fails the
-// move with that error).
+// (a non-retryable end, e.g. DDL on the source, a collision), the move is
+// stopped for the operator like a phase before it: its state says why and
+// no longer that it waits for approval (an approval could not cut over a
+// target the stream no longer keeps current, so it waits too), and resume
+// restarts the stream and waits for approval again; rollback undoes it.
 func (m *moveRun) awaitApproval(ctx workflow.Context) error {
 	watch := workflow.GetVersion(ctx, "approval-watches-cdc", workflow.DefaultVersion, 1) >= 1
+	resumable := workflow.GetVersion(ctx, "approval-stop-resumable", workflow.DefaultVersion, 1) >= 1
 	stopped := false
 	ended := func() bool { return watch && !stopped && m.cdcFut != nil && m.cdcFut.IsReady() }
 	for {
-		if err := workflow.Await(ctx, func() bool { return m.approved || m.rollbackAsked || ended() }); err != nil {
+		if err := workflow.Await(ctx, func() bool {
+			if resumable && stopped {
+				return m.rollbackAsked || m.retryAsked
+			}
+			return m.approved || m.rollbackAsked || ended()
+		}); err != nil {
 			return err
 		}
-		if m.approved || m.rollbackAsked {
+		if m.rollbackAsked || (m.approved && !stopped) {
 			return nil
+		}
+		if stopped && m.retryAsked { // resumed: the cause was fixed
+			m.retryAsked = false
+			stopped = false
+			m.state.Stopped, m.state.Error, m.state.Waiting = false, "", WaitApproval
+			m.details(ctx)
+			m.notify(ctx, true)
+			m.stopCDC(ctx) // the ended stream's session; ensureCDC starts a new one
 		}
 		if err := m.ensureCDC(ctx); err != nil {
 			stopped = true
 			m.state.Error = err.Error()
+			if resumable {
+				m.state.Stopped, m.state.Waiting = true, ""
+				m.state.Error = fmt.Sprintf("stopped in %s before its first attempt: %v. Once the cause is fixed, reshard resume %s restarts the stream and waits for approval again; reshard rollback %s undoes the move",
+					m.state.Phase, rootMessage(err), m.in.Request.ID, m.in.Request.ID)
+			}
 			m.details(ctx)
 			m.notify(ctx, true)
 		}
