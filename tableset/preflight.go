@@ -432,6 +432,11 @@ func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Tab
 		return err
 	}
 	for _, c := range t.Columns {
+		if c.Identity || strings.Contains(c.Default, "nextval(") {
+			if err := rep.warnSequenceIndex(ctx, q, name, t, c.Name); err != nil {
+				return err
+			}
+		}
 		switch {
 		case c.Identity:
 			rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
@@ -527,6 +532,27 @@ func (rep *Report) warnUniques(ctx context.Context, q Querier, name string, t Ta
 	for _, u := range found {
 		rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
 			Message: fmt.Sprintf("unique index %s beyond the primary key (%s): a value unique on each shard can collide when moved rows arrive on the other; the copy or catch-up then stops naming the constraint, the key and the value", pgx.Identifier{u.name}.Sanitize(), u.def)})
+	}
+	return nil
+}
+
+// warnSequenceIndex warns of a column drawing from a sequence that no btree
+// index leads with: the cutover's sequences step reads max(column) inside
+// the write pause, a scan of the whole table without one.
+func (rep *Report) warnSequenceIndex(ctx context.Context, q Querier, name string, t Table, col string) error {
+	var indexed bool
+	err := q.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM pg_index i
+			JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam AND am.amname = 'btree'
+			JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+			WHERE i.indrelid = $1::regclass AND a.attname = $2 AND i.indisvalid AND i.indpred IS NULL)`, t.Quoted(), col).Scan(&indexed)
+	if err != nil {
+		return fmt.Errorf("preflight: read indexes of %s.%s on %s: %w", t, col, name, err)
+	}
+	if !indexed {
+		rep.Warnings = append(rep.Warnings, Warning{Shard: name, Table: t.String(),
+			Message: fmt.Sprintf("column %q draws from a sequence but no index leads with it: the cutover reads its max() inside the write pause, a scan of the table that can exhaust the cutover budget; CREATE INDEX CONCURRENTLY ON %s (%s)",
+				col, t.Quoted(), pgx.Identifier{col}.Sanitize())})
 	}
 	return nil
 }
