@@ -400,6 +400,13 @@ func (r *runner) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The target holds every source transaction up to start, committed by
+	// an earlier Run: a hold before it is passed (checkHold), as if this
+	// Run had committed them. The origin keeps a transaction's end, not its
+	// commit LSN; taken for both, a hold inside the last commit record is
+	// reported passed, and the caller takes a newer snapshot.
+	r.lastEnd, r.lastCommit = start, start
+	r.committedEnd, r.committedCommit = start, start
 	if start, err = r.catchUpBySQL(ctx, start); err != nil {
 		return err
 	}

@@ -703,6 +703,61 @@ func testHoldAtUnderLiveWrites(t *testing.T, peek peekMode) {
 	assertPeeked(t, e, s, peek)
 }
 
+// A HoldAt asked of a stream that was run again (a reconnect: Run resumes
+// from the target's replication origin) at an LSN the target is already
+// past must say so (ErrHoldPassed): the runner that committed past it is
+// gone, but what it committed is on the target. Holding there instead
+// reports the hold reached with the target ahead of the source snapshot,
+// and verify compares the two: a false mismatch.
+func TestHoldAtPassedBeforeAReconnect(t *testing.T) {
+	e := newEnv(t, "hold_reconnect", usersOnly...)
+	seedSource(t, e)
+	e.createSlot(t)
+	e.copyRanges(t)
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runStream(t, s)
+	// The snapshot verify would compare at, then updates in the ranges
+	// committed after it and applied on the target.
+	lsn, want := slotSnapshot(t, e)
+	e.src.Exec(t, "UPDATE users SET balance = balance + 1 WHERE id <= 500")
+	drain(t, e, s)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, applied, _ := s.Positions()
+	if applied <= lsn {
+		t.Fatalf("applied %s, want past the snapshot's %s", applied, lsn)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, again := range []struct {
+		name string
+		s    *Stream
+	}{{"the same stream run again", s}, {"a new stream (a worker's next session)", nil}} {
+		st := again.s
+		if st == nil {
+			if st, err = New(e.options()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stop := runStream(t, st)
+		err := st.HoldAt(ctx, lsn)
+		got := rowsOf(t, e.dst.Pool, e.set.Tables[0], true)
+		st.Release()
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(err, ErrHoldPassed) {
+			onlySrc, onlyDst := diff(slices.Sorted(slices.Values(want)), slices.Sorted(slices.Values(got))) // diff merges by string
+			t.Errorf("%s: HoldAt(%s) with the target applied to %s = %v, want ErrHoldPassed; the target then differs from the source snapshot in %d rows (only source %v, only target %v)",
+				again.name, lsn, applied, err, len(onlySrc), head(onlySrc), head(onlyDst))
+		}
+	}
+}
+
 // An idle stream (no writes in its ranges) still moves its acknowledged
 // position forward, by heartbeats it commits on the source, so the slot does
 // not pin WAL.
