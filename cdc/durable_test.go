@@ -17,7 +17,7 @@ func TestApplierCommitsSynchronously(t *testing.T) {
 	db.Exec(t, `ALTER DATABASE `+pgx.Identifier{db.Name}.Sanitize()+` SET synchronous_commit = off`)
 	s := &Stream{}
 	r := &runner{s: s, o: &Options{TargetDSN: db.DSN, Origin: "reshard_t_durable"}}
-	if _, err := r.openTarget(ctx); err != nil {
+	if err := r.openTarget(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer r.tg.conn.Close(ctx)

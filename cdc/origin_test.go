@@ -3,6 +3,7 @@ package cdc
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -110,5 +111,65 @@ func TestFailedBatchLeavesOriginAtLastCommit(t *testing.T) {
 				assertConverged(t, e, owned)
 			})
 		}
+	}
+}
+
+// A stream that starts after its move ended — its slot, publication and
+// origin dropped by cleanup or rollback — leaves no replication origin on
+// its target. The worker can start one so: an activity the server has
+// already timed out (its first heartbeat late on a loaded machine) still
+// runs, and the workflow, told it ended, goes on to drop the stream's
+// objects; the late stream's start created the origin again, and its
+// START_REPLICATION then failed on the missing slot, leaving the origin.
+func TestStreamAfterItsSlotIsDroppedLeavesNoOrigin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := newEnv(t, "late", usersOnly...)
+	seedSource(t, e)
+	e.createSlot(t)
+	e.copyRanges(t)
+	s, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runStream(t, s)
+	drain(t, e, s)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	// What cleanup does (cutover.DropStreams): slot and publication on the
+	// source, then the origin on the target.
+	if err := DropSlot(ctx, e.src.Pool, e.names.Slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := DropPublication(ctx, e.src.Pool, e.names.Publication); err != nil {
+		t.Fatal(err)
+	}
+	if err := DropOrigin(ctx, e.dst.Pool, e.names.Origin); err != nil {
+		t.Fatal(err)
+	}
+	for _, peek := range []bool{false, true} { // started by a walsender, or by SQL peeks
+		o := e.options()
+		if peek {
+			o.PeekCatchUpBytes = 1
+		}
+		err := Run(ctx, o)
+		if err == nil || !strings.Contains(err.Error(), e.names.Slot) {
+			t.Errorf("peek %v: Run after the slot was dropped = %v, want an error naming slot %s", peek, err, e.names.Slot)
+		}
+		if n := e.dst.QueryInt64(t, "SELECT count(*) FROM pg_replication_origin WHERE roname = $1", e.names.Origin); n != 0 {
+			t.Errorf("peek %v: the late stream left replication origin %s on the target (Run: %v)", peek, e.names.Origin, err)
+			DropOrigin(ctx, e.dst.Pool, e.names.Origin)
+		}
+	}
+	// An origin that was there before the stream (a stream of a move that
+	// has not ended, whose slot is missing for another reason) is kept:
+	// it is the target's record of what it holds.
+	e.dst.Exec(t, "SELECT pg_replication_origin_create($1)", e.names.Origin)
+	if err := Run(ctx, e.options()); err == nil {
+		t.Error("Run without a slot passed")
+	}
+	if n := e.dst.QueryInt64(t, "SELECT count(*) FROM pg_replication_origin WHERE roname = $1", e.names.Origin); n != 1 {
+		t.Errorf("an origin the stream did not create was dropped")
 	}
 }

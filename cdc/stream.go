@@ -396,7 +396,10 @@ func (r *runner) close() {
 }
 
 func (r *runner) run(ctx context.Context) error {
-	start, err := r.openTarget(ctx)
+	if err := r.openTarget(ctx); err != nil {
+		return err
+	}
+	start, err := r.setUpOrigin(ctx)
 	if err != nil {
 		return err
 	}
@@ -587,33 +590,58 @@ func (r *runner) watch(ctx context.Context, conn *pgconn.PgConn) {
 	r.s.mu.Unlock()
 }
 
-func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
+// openTarget connects the applier's session on the target.
+func (r *runner) openTarget(ctx context.Context) error {
 	cfg, err := pgsession.ParseConnConfig(r.o.TargetDSN)
 	if err != nil {
-		return 0, fmt.Errorf("parse target connection string: %w", redactParseError(err))
+		return fmt.Errorf("parse target connection string: %w", redactParseError(err))
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return 0, wrapOp("connect to the target", err)
+		return wrapOp("connect to the target", err)
 	}
 	r.tg = &target{conn: conn, plans: r.s.plans, pending: map[*tablePlan]*pendingTable{}, fetch: r.fetch,
 		stageMin: r.o.StageMinRows, staged: map[*tablePlan]int{}, mFlushes: r.s.mFlushes}
 	// replica: the fence triggers do not fire for the applier (DESIGN.md §3).
 	if _, err := conn.Exec(ctx, "SET session_replication_role = replica"); err != nil {
-		return 0, wrapOp("set session_replication_role on the target", err)
+		return wrapOp("set session_replication_role on the target", err)
 	}
 	// The position acknowledged to the source must be durable (DESIGN.md §4):
 	// on a target running with synchronous_commit = off a COMMIT returns
 	// before its WAL is flushed, and a crash would lose an applied batch
 	// (and its origin progress) that the source's slot has already let go.
 	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
-		return 0, wrapOp("set synchronous_commit on the target", err)
+		return wrapOp("set synchronous_commit on the target", err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_replication_origin_create($1) WHERE NOT EXISTS (SELECT 1 FROM pg_replication_origin WHERE roname = $1)`, r.o.Origin); err != nil {
+	return nil
+}
+
+// setUpOrigin creates the stream's replication origin on the target if it
+// does not exist, sets it up on the applier's session and returns the
+// position to stream from: the origin's, or StartLSN on a new origin.
+func (r *runner) setUpOrigin(ctx context.Context) (pglogrepl.LSN, error) {
+	conn := r.tg.conn
+	var id uint32
+	err := conn.QueryRow(ctx, `SELECT pg_replication_origin_create($1) WHERE NOT EXISTS (SELECT 1 FROM pg_replication_origin WHERE roname = $1)`, r.o.Origin).Scan(&id)
+	created := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		var pgErr *pgconn.PgError
 		if !(errors.As(err, &pgErr) && pgErr.Code == "23505") { // created concurrently
 			return 0, wrapOp("create replication origin "+r.o.Origin, err)
 		}
+	}
+	if err := r.slotExists(ctx); err != nil {
+		if created {
+			// A stream started after its move's cleanup or rollback
+			// dropped the slot, then the origin (cutover.DropStreams, in
+			// that order): the origin is this Run's own, and nothing
+			// else would ever drop it. One that was there before is the
+			// target's record of what it holds: kept.
+			if _, derr := conn.Exec(ctx, `SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname = $1`, r.o.Origin); derr != nil {
+				return 0, fmt.Errorf("%w; drop the replication origin %s it created: %w", err, r.o.Origin, wrapOp("drop replication origin", derr))
+			}
+		}
+		return 0, err
 	}
 	if _, err := conn.Exec(ctx, `SELECT pg_replication_origin_session_setup($1)`, r.o.Origin); err != nil {
 		return 0, wrapOp("set up replication origin "+r.o.Origin+" on the target session", err)
@@ -633,6 +661,27 @@ func (r *runner) openTarget(ctx context.Context) (pglogrepl.LSN, error) {
 		}
 	}
 	return start, nil
+}
+
+// slotExists checks, once the origin exists, that the stream's slot is
+// still on the source. Cleanup drops the slot before the origin, so a
+// stream that finds its slot here has an origin the cleanup has yet to
+// drop (DropOrigin waits for the session to let go of it, and the stream
+// then fails on the missing slot); a stream that finds no slot drops the
+// origin if it created it. Either way no origin outlives its move.
+func (r *runner) slotExists(ctx context.Context) error {
+	src, err := r.sourceConn(ctx)
+	if err != nil {
+		return err
+	}
+	var ok bool
+	if err := src.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, r.o.Slot).Scan(&ok); err != nil {
+		return wrapOp("look up replication slot "+r.o.Slot+" on the source", err)
+	}
+	if !ok {
+		return fmt.Errorf("replication slot %s does not exist on the source: the stream of move %s has ended (its slot dropped by cleanup or rollback), or the source lost it; nothing to stream", r.o.Slot, r.o.Move)
+	}
+	return nil
 }
 
 func (r *runner) sourceConn(ctx context.Context) (*pgx.Conn, error) {
