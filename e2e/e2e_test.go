@@ -413,6 +413,21 @@ func (c *cluster) wait(run client.WorkflowRun, timeout time.Duration) workflows.
 	return st
 }
 
+// waitFor polls the migration's state until cond holds.
+func (c *cluster) waitFor(run client.WorkflowRun, deadline time.Time, what string, cond func(workflows.MigrationState) bool) workflows.MigrationState {
+	c.t.Helper()
+	for {
+		st, ok := c.state(run.GetID())
+		if ok && cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) || (ok && st.Phase.Terminal()) {
+			c.t.Fatalf("waiting for %s: %s\n%s", what, c.describe(run.GetID()), c.workerLogs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (c *cluster) describe(id string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -78,21 +78,6 @@ func (c *cluster) planned(run client.WorkflowRun, deadline time.Time) workflows.
 	}
 }
 
-// waitFor polls the migration's state until cond holds.
-func (c *cluster) waitFor(run client.WorkflowRun, deadline time.Time, what string, cond func(workflows.MigrationState) bool) workflows.MigrationState {
-	c.t.Helper()
-	for {
-		st, ok := c.state(run.GetID())
-		if ok && cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) || (ok && st.Phase.Terminal()) {
-			c.t.Fatalf("waiting for %s: %s\n%s", what, c.describe(run.GetID()), c.workerLogs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // rowsIn counts the users and orders of a shard whose keys fall in ranges.
 func (c *cluster) rowsIn(name string, rs []ring.Range) int64 {
 	db := c.dbs[name]
