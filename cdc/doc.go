@@ -39,10 +39,11 @@
 // ones; partial.go the updates that left unchanged TOAST columns out (one
 // UPDATE per set of columns sent, after the table's deletes); stream.go
 // owns the connections, the replication protocol and the dispatch of
-// messages; batch.go the applier's batches, their commit with the
+// messages, and creates the origin (only while the slot exists: no origin
+// outlives its move); batch.go the applier's batches, their commit with the
 // origin's progress and the acknowledgements; controller.go the Controller
 // API (HoldAt, Release, Positions, WaitApplied, DrainToMarker) and how the
-// runner holds; joining.go creates and drops the publication, slot and
-// origin; objects.go lists those a server holds (topology check's
+// runner holds; joining.go creates and drops the publication and slot, and
+// drops the origin; objects.go lists those a server holds (topology check's
 // leftovers).
 package cdc
