@@ -11,11 +11,16 @@ import (
 	"github.com/reshard/reshard/workflows"
 )
 
-// In make e2e, not make test, since this session: after the keyspace and
-// fence changes it failed 2 of 7 full runs (the migration ended before its
-// cutovers were approved, after 4 minutes), and passed alone in 80 s; the
-// cause is not found yet (see the closing note of that session). The failure
-// now prints the migration's state and the workers' logs.
+// In make e2e, not make test. It failed 2 of 7 full runs once ("the
+// migration ended before its cutovers were approved"): a move failed by a
+// kill landing while it created its CDC session, which this test's kill in
+// CDC_CATCH_UP does (a move enters the phase by creating it); such a move
+// now creates the session again on the new worker (workflows,
+// retry-session-creation, 1592dcb, after the test left make test). It
+// passed 5 of 5 runs since, but took 84-187 s on this shared machine (load
+// 11-22), over the ~90 s make test can spend on it. The failure prints the
+// migration's state and the workers' logs; the log line says when each kill
+// landed and how long the migration took.
 // TestWorkerKilledInEveryPhase kills the worker with SIGKILL while moves are
 // in each phase and starts a new one; the migration must still end DONE with
 // the data correct. The copy and verify are throttled and cutover waits for
@@ -30,6 +35,7 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 	req.RequireApproval = true
 	req.GracePeriod = new(20 * time.Second)
 	run := c.start(req)
+	started := time.Now()
 
 	kills := []workflows.Phase{workflows.PhaseSnapshotCopy, workflows.PhaseCDCCatchUp, workflows.PhaseVerify, workflows.PhaseCutover, workflows.PhaseGrace}
 	var killedIn []string
@@ -49,7 +55,7 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 		want := kills[0]
 		if m, hit := anyIn(st, want); hit {
 			c.killWorker()
-			killedIn = append(killedIn, fmt.Sprintf("%s (%s)", want, m))
+			killedIn = append(killedIn, fmt.Sprintf("%s (%s, at %s)", want, m, time.Since(started).Round(time.Second)))
 			kills = kills[1:]
 			c.startWorker()
 			continue
@@ -79,9 +85,11 @@ func TestWorkerKilledInEveryPhase(t *testing.T) {
 		c.approve(run.GetID())
 	}
 	st := c.wait(run, time.Until(deadline)+time.Minute)
+	took := time.Since(started)
 	c.stopWriters()
 	c.recordHistories(st, "worker-kills")
-	t.Logf("killed the worker in: %s; %d workers in all; moves: %s; catch-ups by SQL: %d (%d reading ahead)", strings.Join(killedIn, ", "), c.nWorkers, summary(st), c.sqlCatchUps(), c.readAheadCatchUps())
+	t.Logf("killed the worker in: %s; ended %s after %s; %d workers in all; moves: %s; catch-ups by SQL: %d (%d reading ahead); CDC session creations retried: %d",
+		strings.Join(killedIn, ", "), st.Phase, took.Round(time.Second), c.nWorkers, summary(st), c.sqlCatchUps(), c.readAheadCatchUps(), strings.Count(c.allWorkerLogs(), "creating the CDC session failed; trying again"))
 	if c.sqlCatchUps() == 0 {
 		t.Error("no stream caught up by SQL peeks, forced to")
 	}
