@@ -410,6 +410,13 @@ func (r *runner) run(ctx context.Context) error {
 	// reported passed, and the caller takes a newer snapshot.
 	r.lastEnd, r.lastCommit = start, start
 	r.committedEnd, r.committedCommit = start, start
+	// Applied is the origin's position from now on, not once a walsender or
+	// a peek has started (a catch-up by SQL first reads the source's WAL
+	// position and opens its sessions).
+	r.s.mu.Lock()
+	r.s.applied = max(r.s.applied, start)
+	r.s.notify()
+	r.s.mu.Unlock()
 	if start, err = r.catchUpBySQL(ctx, start); err != nil {
 		return err
 	}
