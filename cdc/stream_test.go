@@ -422,6 +422,29 @@ func supervise(t *testing.T, s *Stream) (stop func()) {
 	return stop
 }
 
+// drainSupervised is drain for a stream that supervise restarts: a Run that
+// stops while the drain waits (a killed connection noticed only when the
+// marker's transaction is applied) ends that wait with its error; the next
+// Run applies the marker, so the drain waits again.
+func drainSupervised(t *testing.T, e *env, s *Stream) {
+	t.Helper()
+	payload := fmt.Sprintf("drain-%d", rand.Int64())
+	e.src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', $1::text)", payload)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		_, err := s.DrainToMarker(ctx, payload)
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil || !strings.HasPrefix(err.Error(), "stream stopped") {
+			t.Fatalf("drain to marker: %v", err)
+		}
+		t.Logf("drain to marker: %v; waiting for the next Run", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func TestCrashResume(t *testing.T) { testCrashResume(t, streamOnly) }
 
 func testCrashResume(t *testing.T, peek peekMode) {
@@ -438,7 +461,14 @@ func testCrashResume(t *testing.T, peek peekMode) {
 		t.Fatal(err)
 	}
 	stop := runStream(t, s)
+	// Cancelled mid-way, once something is applied (700 ms were not always
+	// enough on a loaded machine) while the writer goes on.
 	time.Sleep(700 * time.Millisecond)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if _, applied, _ := s.Positions(); applied > e.l0 {
+			break
+		}
+	}
 	if err := stop(); err != nil { // context cancel mid-way
 		t.Fatal(err)
 	}
@@ -467,7 +497,7 @@ func testCrashResume(t *testing.T, peek peekMode) {
 		time.Sleep(600 * time.Millisecond)
 	}
 	w.finish(t)
-	drain(t, e, s)
+	drainSupervised(t, e, s)
 	stopSup()
 	assertConverged(t, e, owned)
 	var origin string
