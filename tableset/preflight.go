@@ -398,6 +398,9 @@ func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Tab
 	if err := rep.checkRowSecurity(ctx, q, name, t); err != nil {
 		return err
 	}
+	for _, p := range Shardable(t, name) {
+		rep.add(p)
+	}
 	switch {
 	case t.ReplicaIdentity == "n":
 		rep.add(&Problem{Check: CheckReplicaIdentity, Shard: name, Table: t.String(),

@@ -168,6 +168,7 @@ func TestPreflightRefuses(t *testing.T) {
 		{name: "truncate published", dst: `CREATE PUBLICATION app_pub FOR TABLE users`, check: CheckTruncate, shard: "target", table: "public.users", want: `ALTER PUBLICATION "app_pub" SET (publish = 'insert, update, delete')`},
 		{name: "truncate published for all tables", src: `CREATE PUBLICATION everything FOR ALL TABLES`, check: CheckTruncate, shard: "source", table: "public.orders", want: "publishes TRUNCATE"},
 		{name: "wal senders", opts: PreflightOptions{WalSenders: 10000}, check: CheckWalSenders, shard: "source", want: "raise max_wal_senders"},
+		{name: "key allows NULL", src: `ALTER TABLE orders ALTER COLUMN user_id DROP NOT NULL`, check: CheckKeyNotNull, shard: "source", table: "public.orders", want: `ALTER TABLE "public"."orders" ALTER COLUMN "user_id" SET NOT NULL`},
 		{name: "names shards as told", dst: `DROP TABLE users`, opts: PreflightOptions{SourceName: "shard1", TargetName: "shard7"}, check: CheckTable, shard: "shard7", table: "public.users", want: "does not exist on shard7"},
 		// Triggers and rules that fire for session_replication_role = replica
 		// writes (the copy, the appliers, cleanup) are refused, named, with

@@ -50,6 +50,12 @@ type Table struct {
 	// f(ull), i(ndex), n(othing).
 	ReplicaIdentity string   `json:"replica_identity"`
 	IdentityColumns []string `json:"identity_columns"`
+	// Partitioned: a partitioned table (relkind 'p'), which reshard cannot
+	// shard (Shardable says why).
+	Partitioned bool `json:"partitioned,omitempty"`
+	// KeyCollation names the key column's collation when it is
+	// nondeterministic (empty otherwise): Shardable refuses it.
+	KeyCollation string `json:"key_collation,omitempty"`
 }
 
 // Set is a resolved table set.
@@ -155,9 +161,9 @@ func introspectTable(ctx context.Context, q Querier, ts TableSpec, where string)
 	}
 	var relid uint32
 	err := q.QueryRow(ctx, `
-		SELECT c.oid, c.relreplident::text
+		SELECT c.oid, c.relreplident::text, c.relkind = 'p'
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, t.Schema, t.Name).Scan(&relid, &t.ReplicaIdentity)
+		WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')`, t.Schema, t.Name).Scan(&relid, &t.ReplicaIdentity, &t.Partitioned)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Table{}, &Problem{Check: CheckTable, Shard: where, Table: t.String(),
 			Problem: fmt.Sprintf("table %s does not exist on %s", t, where),
@@ -199,6 +205,14 @@ func introspectTable(ctx context.Context, q Querier, ts TableSpec, where string)
 			Fix:     "use a smallint, integer, bigint, text, varchar or uuid key"}
 	}
 	t.KeyType = kt
+	err = q.QueryRow(ctx, `
+		SELECT coalesce((SELECT quote_ident(n.nspname) || '.' || quote_ident(co.collname)
+		                 FROM pg_collation co JOIN pg_namespace n ON n.oid = co.collnamespace
+		                 WHERE co.oid = a.attcollation AND NOT co.collisdeterministic), '')
+		FROM pg_attribute a WHERE a.attrelid = $1 AND a.attname = $2`, relid, t.KeyColumn).Scan(&t.KeyCollation)
+	if err != nil {
+		return Table{}, fmt.Errorf("read the collation of %s.%s on %s: %w", t, t.KeyColumn, where, err)
+	}
 	if t.PK, err = indexColumns(ctx, q, `SELECT indexrelid FROM pg_index WHERE indrelid = $1 AND indisprimary`, relid); err != nil {
 		return Table{}, fmt.Errorf("read primary key of %s on %s: %w", t, where, err)
 	}
