@@ -129,34 +129,19 @@ func (s *Store) RegisterTables(ctx context.Context, name string, keyType ring.Ke
 		if _, err := tx.Exec(ctx, `LOCK TABLE reshard.keyspaces IN SHARE ROW EXCLUSIVE MODE`); err != nil {
 			return err
 		}
-		var have string
-		err := tx.QueryRow(ctx, `SELECT key_type FROM reshard.keyspaces WHERE name = $1`, name).Scan(&have)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		exists, fresh, err := checkRegistration(ctx, tx, name, keyType, tables)
+		if err != nil {
+			return err
+		}
+		if !exists {
 			if _, err := tx.Exec(ctx, `INSERT INTO reshard.keyspaces (name, key_type) VALUES ($1, $2)`, name, string(keyType)); err != nil {
 				return err
 			}
-		case err != nil:
-			return err
-		case ring.KeyType(have) != keyType:
-			return fmt.Errorf("keyspace %s is keyed by %s; these tables' keys are %s: one keyspace, one key type", name, have, keyType)
 		}
-		for _, t := range tables {
-			if t.Schema == "" {
-				t.Schema = "public"
-			}
-			var ks, key string
-			err := tx.QueryRow(ctx, `SELECT keyspace, key_column FROM reshard.keyspace_tables WHERE schema_name = $1 AND table_name = $2`, t.Schema, t.Table).Scan(&ks, &key)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				if _, err := tx.Exec(ctx, `INSERT INTO reshard.keyspace_tables (keyspace, schema_name, table_name, key_column) VALUES ($1, $2, $3, $4)`,
-					name, t.Schema, t.Table, t.KeyColumn); err != nil {
-					return err
-				}
-			case err != nil:
+		for _, t := range fresh {
+			if _, err := tx.Exec(ctx, `INSERT INTO reshard.keyspace_tables (keyspace, schema_name, table_name, key_column) VALUES ($1, $2, $3, $4)`,
+				name, t.Schema, t.Table, t.KeyColumn); err != nil {
 				return err
-			case ks != name || key != t.KeyColumn:
-				return fmt.Errorf("table %s.%s is registered in keyspace %s with key %s, not %s", t.Schema, t.Table, ks, key, t.KeyColumn)
 			}
 		}
 		return nil
@@ -174,6 +159,58 @@ func (s *Store) RegisterTables(ctx context.Context, name string, keyType ring.Ke
 		}
 	}
 	return Keyspace{}, fmt.Errorf("keyspace %s vanished after its registration", name)
+}
+
+// CheckRegistration says whether RegisterTables would accept tables in
+// keyspace name with keyType, writing nothing: init checks it before it
+// publishes a keyspace's first topology, so that a refused registration
+// leaves nothing behind.
+func (s *Store) CheckRegistration(ctx context.Context, name string, keyType ring.KeyType, tables []tableset.TableSpec) error {
+	if !ValidKeyspaceName(name) {
+		return fmt.Errorf("keyspace name %q: use lower-case letters, digits and '_', starting with a letter", name)
+	}
+	_, _, err := checkRegistration(ctx, s.pool, name, keyType, tables)
+	if err != nil {
+		return fmt.Errorf("register tables in keyspace %s: %w", name, err)
+	}
+	return nil
+}
+
+// checkRegistration reads whether keyspace name exists (and has keyType)
+// and which of tables are not registered yet (fresh, schema defaulted); a
+// table registered elsewhere or with another key is refused.
+func checkRegistration(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, name string, keyType ring.KeyType, tables []tableset.TableSpec) (exists bool, fresh []tableset.TableSpec, err error) {
+	var have string
+	err = q.QueryRow(ctx, `SELECT key_type FROM reshard.keyspaces WHERE name = $1`, name).Scan(&have)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return false, nil, err
+	case ring.KeyType(have) != keyType:
+		return false, nil, fmt.Errorf("keyspace %s is keyed by %s; these tables' keys are %s: one keyspace, one key type", name, have, keyType)
+	default:
+		exists = true
+	}
+	for _, t := range tables {
+		if t.Schema == "" {
+			t.Schema = "public"
+		}
+		var ks, key string
+		err := q.QueryRow(ctx, `SELECT keyspace, key_column FROM reshard.keyspace_tables WHERE schema_name = $1 AND table_name = $2`, t.Schema, t.Table).Scan(&ks, &key)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			fresh = append(fresh, t)
+		case err != nil:
+			return false, nil, err
+		case ks != name:
+			return false, nil, fmt.Errorf("table %s.%s already belongs to keyspace %s (key %s): a table belongs to one keyspace; leave it out here (reshard keyspace show lists each keyspace's tables)", t.Schema, t.Table, ks, key)
+		case key != t.KeyColumn:
+			return false, nil, fmt.Errorf("table %s.%s is registered in keyspace %s with key %s, not %s: a registered table keeps its key; give --table %s.%s:%s", t.Schema, t.Table, ks, key, t.KeyColumn, t.Schema, t.Table, key)
+		}
+	}
+	return exists, fresh, nil
 }
 
 // SameTables reports whether two lists name the same tables with the same

@@ -139,7 +139,11 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	if err := topology.Migrate(ctx, ctl); err != nil {
 		return fmt.Errorf("create the topology schema in the control DB: %w", err)
 	}
-	topo, _, err := initTopology(ctx, cfg, store, members, ring.Options{VNodes: 16, Tokens: ring.AllocBalanced})
+	first, err := planInit(ctx, cfg, store, members, ring.Options{VNodes: 16, Tokens: ring.AllocBalanced})
+	if err != nil {
+		return err
+	}
+	topo, _, err := initTopology(ctx, cfg, store, members, first)
 	if err != nil {
 		return err
 	}

@@ -188,7 +188,7 @@ func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.S
 		return topology.Keyspace{}, err
 	}
 	defer closeAll()
-	kt, err := checkTables(ctx, t, pools, spec)
+	kt, err := checkTables(ctx, store, t, pools, spec)
 	if err != nil {
 		return topology.Keyspace{}, err
 	}
@@ -213,9 +213,33 @@ func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.S
 	return k, nil
 }
 
-// checkTables introspects spec on every shard (tables, primary keys, key
-// columns, one key type) and looks for rows on shards that do not own them.
-func checkTables(ctx context.Context, t topology.Topology, pools map[string]*pgxpool.Pool, spec tableset.Spec) (ring.KeyType, error) {
+// checkTables introspects spec on every shard of t (tables, primary keys,
+// key columns NOT NULL under a deterministic collation, one key type, no
+// partitioned table) and looks for rows on shards that do not own them. A
+// table no shard has is named with the closest tables the shards have or
+// the registry (store) holds.
+func checkTables(ctx context.Context, store *topology.Store, t topology.Topology, pools map[string]*pgxpool.Pool, spec tableset.Spec) (ring.KeyType, error) {
+	servers := map[string]tableset.Querier{}
+	for _, n := range keyspaceShards(t) {
+		servers[n] = pools[n]
+	}
+	all, err := store.Keyspaces(ctx)
+	if err != nil {
+		return "", controlErr(err)
+	}
+	var registered []string
+	for _, k := range all {
+		for _, r := range k.Tables {
+			registered = append(registered, r.Schema+"."+r.Table)
+		}
+	}
+	if err := tableset.Locate(ctx, servers, spec, registered); err != nil {
+		var p *tableset.Problem
+		if errors.As(err, &p) {
+			return "", usageError{fmt.Errorf("%w\nnothing was registered", err)}
+		}
+		return "", err
+	}
 	var kt ring.KeyType
 	var strays []string
 	for _, n := range keyspaceShards(t) {
@@ -227,6 +251,9 @@ func checkTables(ctx context.Context, t topology.Topology, pools map[string]*pgx
 			}
 			return "", err
 		}
+		if err := tableset.ShardableSet(set, "shard "+n); err != nil {
+			return "", usageError{fmt.Errorf("%w\nnothing was registered", err)}
+		}
 		if kt == "" {
 			kt = set.KeyType
 		} else if set.KeyType != kt {
@@ -237,13 +264,21 @@ func checkTables(ctx context.Context, t topology.Topology, pools map[string]*pgx
 			return "", err
 		}
 		for _, s := range found {
-			strays = append(strays, fmt.Sprintf("  shard %s: %d row(s) of %s in ranges it does not own in topology v%d (keys %s)", n, s.Rows, s.Table, t.Version, strings.Join(s.Samples, ", ")))
+			strays = append(strays, fmt.Sprintf("  shard %s: %d row(s) of %s in ranges it does not own in %s (keys %s)", n, s.Rows, s.Table, ringName(t), strings.Join(s.Samples, ", ")))
 		}
 	}
 	if len(strays) > 0 {
 		return "", usageError{fmt.Errorf("rows are on shards that do not own them; move them to their owners (reshard ring show --ranges names each shard's ranges) or delete them, then register again; nothing was registered:\n%s", strings.Join(strays, "\n"))}
 	}
 	return kt, nil
+}
+
+// ringName names t in messages: its version, or the ring init plans.
+func ringName(t topology.Topology) string {
+	if t.Version == 0 {
+		return "the planned ring"
+	}
+	return fmt.Sprintf("topology v%d", t.Version)
 }
 
 // migrationKeyspace resolves the keyspace a migration changes (named, or
