@@ -3,30 +3,30 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/internal/pgcsv"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
-
-// loadBatch is one shard's pending rows, as CSV.
-type loadBatch struct {
-	buf  bytes.Buffer
-	w    *csv.Writer
-	rows int
-}
 
 func newLoadCmd(opts *globalOptions) *cobra.Command {
 	var (
@@ -43,7 +43,17 @@ func newLoadCmd(opts *globalOptions) *cobra.Command {
 computes each row's token from the table's shard-key column (the keyspace's key
 type, the same function as routers use: docs/contract.md) and COPYs every row to
 the shard that owns it in the current topology, in batches of --batch-rows rows
-per shard. Each batch is one COPY: it is loaded whole or not at all.
+per shard. The values are stored as PostgreSQL's own COPY ... (FORMAT csv,
+HEADER) of the file would store them: each line is passed on as written ("" is
+an empty string, an unquoted empty field NULL, a quoted line break kept); a UTF-8
+byte order mark before the header is dropped.
+
+All or nothing: every shard's batches go into one transaction per shard, and
+the shards commit only once every row of the file was copied. A bad line or
+value anywhere (a key that does not parse, a value a column's type refuses, a
+row a constraint refuses) rolls every shard back: nothing is loaded. The open
+transactions hold the rows' locks until the end, so a cutover of the table
+waits for a long load.
 
 Every shard parses the values alike, under reshard's session settings, whatever
 the servers' defaults: dates as ISO or in year-month-day order (DateStyle ISO,
@@ -52,15 +62,13 @@ xml as content, an unquoted NULL in an array as NULL. Write timestamps with
 their offset.
 
 Every shard's fence refuses rows it does not own, so a topology change during the
-load (a cutover) fails the batch it hits instead of misplacing it: the command
-stops, says how many rows each shard took, and the rest can be loaded again
-(skip the rows already loaded, or load into an empty table and let the primary
-key refuse duplicates). reshard check placement verifies the result.
+load (a cutover) fails the load instead of misplacing rows; nothing is loaded
+and the file can be loaded again. reshard check placement verifies the result.
 
-Exit codes: 0 loaded, 1 failure (a batch refused, a server down), 2 bad input
-(unknown table or column, a line or a key that does not parse): a file is checked
-whole before any row is loaded; from standard input the batches before the bad
-line are loaded.`,
+Exit codes: 0 loaded, 1 failure (a fence, a server down; nothing loaded, unless
+a shard failed while the shards committed, which the message names), 2 bad input
+(unknown table or column, a generated column, a line or a value that does not
+parse; nothing loaded).`,
 		Example: `  reshard load --table users --file users.csv
   reshard load --table orders --file - --batch-rows 50000`,
 		Args: usageArgs(cobra.NoArgs),
@@ -104,17 +112,10 @@ line are loaded.`,
 						return usageError{err}
 					}
 					defer f.Close()
-					// A file is read twice: bad input (a column, a line, a
-					// key) is found before any row is loaded.
-					if _, err := loadCSV(ctx, cfg, cur, k.KeyType, qualified, keyCol, f, batchRows, true); err != nil {
-						return err
-					}
-					if _, err := f.Seek(0, io.SeekStart); err != nil {
-						return err
-					}
 					in = f
 				}
-				counts, err := loadCSV(ctx, cfg, cur, k.KeyType, qualified, keyCol, in, batchRows, false)
+				schema, name, _ := strings.Cut(qualified, ".")
+				counts, err := loadCSV(ctx, cfg, cur, k.KeyType, tableset.TableSpec{Schema: schema, Table: name, KeyColumn: keyCol}, in, batchRows)
 				if asJSON {
 					if jerr := topoWriteJSON(cmd.OutOrStdout(), struct {
 						Table   string           `json:"table"`
@@ -163,112 +164,210 @@ func printLoad(out io.Writer, table string, version int64, counts map[string]int
 	}
 }
 
-// loadCSV routes every row of in to its owner in cur and COPYs it there in
-// batches. It returns the rows each shard committed. check only reads and
-// checks every line, loading nothing.
-func loadCSV(ctx context.Context, cfg *clusterConfig, cur topology.Topology, kt ring.KeyType, table, keyCol string, in io.Reader, batchRows int, check bool) (map[string]int64, error) {
+// loadCSV routes every record of in to its owner in cur and COPYs it there
+// as written, in one transaction per shard; the shards commit only when
+// every record was copied. It returns the rows each shard committed.
+func loadCSV(ctx context.Context, cfg *clusterConfig, cur topology.Topology, kt ring.KeyType, ts tableset.TableSpec, in io.Reader, batchRows int) (map[string]int64, error) {
 	counts := map[string]int64{}
-	r := csv.NewReader(in)
-	r.ReuseRecord = false
-	header, err := r.Read()
+	table := ts.Schema + "." + ts.Table
+	r := pgcsv.NewReader(in)
+	h, err := r.Header()
 	if err != nil {
 		return counts, usageError{fmt.Errorf("read the CSV header line: %w", err)}
 	}
-	keyAt := slices.Index(header, keyCol)
-	if keyAt < 0 {
-		return counts, usageError{fmt.Errorf("the CSV header (%s) has no column %s, the shard key of %s", strings.Join(header, ","), keyCol, table)}
-	}
-	cols := make([]string, len(header))
-	for i, h := range header {
-		cols[i] = pgx.Identifier{h}.Sanitize()
-	}
-	parts := strings.SplitN(table, ".", 2)
-	ident := pgx.Identifier{table}
-	if len(parts) == 2 {
-		ident = pgx.Identifier{parts[0], parts[1]}
-	}
-	copySQL := fmt.Sprintf("COPY %s (%s) FROM STDIN WITH (FORMAT csv)", ident.Sanitize(), strings.Join(cols, ", "))
-
 	pools := map[string]*pgxpool.Pool{}
 	defer func() {
 		for _, p := range pools {
 			p.Close()
 		}
 	}()
-	batches := map[string]*loadBatch{}
+	pool := func(shard string) (*pgxpool.Pool, error) {
+		if p := pools[shard]; p != nil {
+			return p, nil
+		}
+		dsn, ok := cfg.Shards[shard]
+		if !ok {
+			return nil, usageError{fmt.Errorf("topology v%d names shard %s, which is not in the configuration %s", cur.Version, shard, cfg.Path)}
+		}
+		p, err := cfg.connect(ctx, "shard "+shard, dsn)
+		if err != nil {
+			return nil, err
+		}
+		pools[shard] = p
+		return p, nil
+	}
+	first, err := pool(cur.Ring.Shards()[0])
+	if err != nil {
+		return counts, err
+	}
+	set, err := tableset.Introspect(ctx, first, tableset.Spec{Name: "load", Tables: []tableset.TableSpec{ts}}, "shard "+cur.Ring.Shards()[0])
+	var p *tableset.Problem
+	if errors.As(err, &p) {
+		return counts, usageError{err}
+	}
+	if err != nil {
+		return counts, err
+	}
+	header, err := loadHeader(set.Tables[0], h)
+	if err != nil {
+		return counts, usageError{err}
+	}
+	keyAt := slices.Index(header, ts.KeyColumn)
+	cols := make([]string, len(header))
+	for i, c := range header {
+		cols[i] = pgx.Identifier{c}.Sanitize()
+	}
+	copySQL := fmt.Sprintf("COPY %s (%s) FROM STDIN WITH (FORMAT csv)", set.Tables[0].Quoted(), strings.Join(cols, ", "))
+
+	type batch struct {
+		tx    pgx.Tx
+		buf   bytes.Buffer
+		lines []int // the file's line of each record in buf
+		rows  int64 // copied in tx
+	}
+	batches := map[string]*batch{}
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		for _, b := range batches {
+			if b.tx != nil {
+				_ = b.tx.Rollback(context.WithoutCancel(ctx))
+			}
+		}
+	}()
 	flush := func(shard string) error {
 		b := batches[shard]
-		if b == nil || b.rows == 0 || check {
-			if b != nil {
-				b.buf.Reset()
-				b.rows = 0
-			}
+		if len(b.lines) == 0 {
 			return nil
 		}
-		b.w.Flush()
-		p := pools[shard]
-		if p == nil {
-			dsn, ok := cfg.Shards[shard]
-			if !ok {
-				return usageError{fmt.Errorf("topology v%d names shard %s, which is not in the configuration %s", cur.Version, shard, cfg.Path)}
-			}
-			var err error
-			if p, err = cfg.connect(ctx, "shard "+shard, dsn); err != nil {
+		if b.tx == nil {
+			p, err := pool(shard)
+			if err != nil {
 				return err
 			}
-			pools[shard] = p
-		}
-		conn, err := p.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("connect to shard %s: %w", shard, err)
-		}
-		tag, err := conn.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(b.buf.Bytes()), copySQL)
-		conn.Release()
-		if err != nil {
-			if topology.IsFenceError(err) {
-				return fmt.Errorf("shard %s refused a batch of %d rows: its ranges moved during the load (a cutover); load the rest again: %w", shard, b.rows, err)
+			if b.tx, err = p.Begin(ctx); err != nil {
+				return fmt.Errorf("begin on shard %s: %w", shard, err)
 			}
-			return fmt.Errorf("COPY %d rows into %s on shard %s: %w", b.rows, table, shard, err)
 		}
-		counts[shard] += tag.RowsAffected()
+		tag, err := b.tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(b.buf.Bytes()), copySQL)
+		if err != nil {
+			return loadCopyError(err, shard, table, b.lines)
+		}
+		b.rows += tag.RowsAffected()
 		b.buf.Reset()
-		b.rows = 0
+		b.lines = b.lines[:0]
 		return nil
 	}
-	line := 1
 	for {
 		rec, err := r.Read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
-		line++
 		if err != nil {
-			return counts, usageError{fmt.Errorf("CSV line %d: %w", line, err)}
+			return counts, usageError{fmt.Errorf("%w; nothing was loaded", err)}
 		}
-		tok, err := ring.TokenOf(kt, rec[keyAt])
+		if len(rec.Fields) != len(header) {
+			return counts, usageError{fmt.Errorf("CSV line %d has %d field(s), the header %d: COPY would refuse it; nothing was loaded", rec.Line, len(rec.Fields), len(header))}
+		}
+		key := rec.Fields[keyAt]
+		if key.Null() {
+			return counts, usageError{fmt.Errorf("CSV line %d: the shard key %s is empty, which COPY reads as NULL, and a row with a NULL key belongs to no shard (an empty text key is written \"\"); nothing was loaded", rec.Line, ts.KeyColumn)}
+		}
+		if kt == ring.KeyText && !utf8.ValidString(key.Value) {
+			return counts, usageError{fmt.Errorf("CSV line %d: the shard key %s is not valid UTF-8 (%q); nothing was loaded", rec.Line, ts.KeyColumn, key.Value)}
+		}
+		tok, err := ring.TokenOf(kt, key.Value)
 		if err != nil {
-			return counts, usageError{fmt.Errorf("CSV line %d: key %q of %s: %w", line, rec[keyAt], keyCol, err)}
+			return counts, usageError{fmt.Errorf("CSV line %d: key %q of %s: %w; nothing was loaded", rec.Line, key.Value, ts.KeyColumn, err)}
 		}
 		shard := cur.Ring.Owner(tok)
 		b := batches[shard]
 		if b == nil {
-			b = &loadBatch{}
-			b.w = csv.NewWriter(&b.buf)
+			b = &batch{}
 			batches[shard] = b
 		}
-		if err := b.w.Write(rec); err != nil {
-			return counts, err
-		}
-		if b.rows++; b.rows >= batchRows {
+		b.buf.Write(rec.Raw)
+		b.buf.WriteByte('\n')
+		b.lines = append(b.lines, rec.Line)
+		if len(b.lines) >= batchRows {
 			if err := flush(shard); err != nil {
 				return counts, err
 			}
 		}
 	}
-	for shard := range batches {
+	shards := slices.Sorted(maps.Keys(batches))
+	for _, shard := range shards {
 		if err := flush(shard); err != nil {
 			return counts, err
 		}
 	}
+	// Every record is copied: commit. A shard failing now leaves the ones
+	// before it committed (the message names them).
+	committed = true
+	for i, shard := range shards {
+		b := batches[shard]
+		if err := b.tx.Commit(ctx); err != nil {
+			for _, rest := range shards[i+1:] {
+				_ = batches[rest].tx.Rollback(context.WithoutCancel(ctx))
+			}
+			if i == 0 {
+				return counts, fmt.Errorf("commit on shard %s: %w; nothing was loaded", shard, err)
+			}
+			return counts, fmt.Errorf("commit on shard %s: %w; the shards before it (%s) committed their rows of %s, the others rolled back: load the rows of %s again", shard, err, strings.Join(shards[:i], ", "), table, strings.Join(shards[i:], ", "))
+		}
+		counts[shard] = b.rows
+	}
 	return counts, nil
+}
+
+// loadHeader checks the header's names against the table's columns: each a
+// writable column, named once, the shard key among them.
+func loadHeader(t tableset.Table, h pgcsv.Record) ([]string, error) {
+	var names, writable []string
+	for _, c := range t.WritableColumns() {
+		writable = append(writable, c.Name)
+	}
+	for _, f := range h.Fields {
+		c, ok := t.Column(f.Value)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("the CSV header names %q, which is not a column of %s (its columns: %s); nothing was loaded", f.Value, t, strings.Join(writable, ", "))
+		case c.Generated:
+			return nil, fmt.Errorf("the CSV header names %q, a generated column of %s: PostgreSQL computes it, leave it out of the file; nothing was loaded", f.Value, t)
+		case slices.Contains(names, f.Value):
+			return nil, fmt.Errorf("the CSV header names %q twice; nothing was loaded", f.Value)
+		}
+		names = append(names, f.Value)
+	}
+	if !slices.Contains(names, t.KeyColumn) {
+		return nil, fmt.Errorf("the CSV header (%s) has no column %s, the shard key of %s; nothing was loaded", strings.Join(names, ","), t.KeyColumn, t)
+	}
+	return names, nil
+}
+
+var copyLine = regexp.MustCompile(`\bline (\d+)\b`)
+
+// loadCopyError says which line of the file a refused COPY names, and
+// whether it is bad input (SQLSTATE classes 22 and 23: a value or a row the
+// table refuses) or a failure; every shard is rolled back after it.
+func loadCopyError(err error, shard, table string, lines []int) error {
+	if topology.IsFenceError(err) {
+		return fmt.Errorf("shard %s refused a row: its ranges moved during the load (a cutover); nothing was loaded, load the file again: %w", shard, err)
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return fmt.Errorf("COPY into %s on shard %s: %w; nothing was loaded", table, shard, err)
+	}
+	where := ""
+	if m := copyLine.FindStringSubmatch(pe.Where); m != nil {
+		if n, _ := strconv.Atoi(m[1]); n >= 1 && n <= len(lines) {
+			where = fmt.Sprintf("CSV line %d: ", lines[n-1])
+		}
+	}
+	if pgerr.FatalInput(err) {
+		return usageError{fmt.Errorf("%s%s refused by %s on shard %s (%s); nothing was loaded", where, pe.Message, table, shard, pe.Where)}
+	}
+	return fmt.Errorf("%sCOPY into %s on shard %s: %w; nothing was loaded", where, table, shard, err)
 }
