@@ -3,16 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -174,6 +177,13 @@ func planSchemaSync(ctx context.Context, src, dst *pgxpool.Pool, spec tableset.S
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
+	for _, t := range srcSet.Tables {
+		for _, p := range tableset.Shardable(t, "source "+from) {
+			if p.Check == tableset.CheckPartitioned {
+				return nil, nil, usageError{fmt.Errorf("%w; nothing was changed", p)}
+			}
+		}
+	}
 	var plan []schemaTable
 	var missing []tableset.Table
 	var conflicts []string
@@ -209,6 +219,13 @@ func planSchemaSync(ctx context.Context, src, dst *pgxpool.Pool, spec tableset.S
 	if len(conflicts) > 0 {
 		return nil, nil, usageError{fmt.Errorf("%s has %d table(s) defined unlike on %s; make them alike (or drop the empty table on %s and run schema sync again), nothing was changed:\n  %s",
 			target, len(conflicts), from, target, strings.Join(conflicts, "\n  "))}
+	}
+	if err := tableset.MissingTypes(ctx, src, dst, missing, from, target); err != nil {
+		var p *tableset.Problem
+		if errors.As(err, &p) {
+			return nil, nil, usageError{fmt.Errorf("the tables to create on %s use types it lacks; create them there first, nothing was changed:\n%w", target, err)}
+		}
+		return nil, nil, err
 	}
 	return plan, missing, nil
 }
@@ -274,7 +291,10 @@ func findPGDump() (string, error) {
 }
 
 // withoutReshardTriggers drops the statements of a pg_dump script that
-// create reshard's own triggers, and its psql meta-commands (recent
+// create reshard's own triggers (those that execute a function of schema
+// reshard, where the fence keeps its functions, whatever the trigger's
+// name: an application's trigger named reshard_... is kept) and those that
+// set such a trigger's firing mode, and its psql meta-commands (recent
 // pg_dump releases open and close the script with \restrict lines, which
 // only psql understands).
 func withoutReshardTriggers(script string) string {
@@ -285,15 +305,33 @@ func withoutReshardTriggers(script string) string {
 		}
 	}
 	stmts := strings.SplitAfter(strings.Join(lines, ""), ";\n")
+	ours := map[string]bool{}
+	for _, s := range stmts {
+		if m := reshardTrigger.FindStringSubmatch(s); m != nil {
+			ours[m[1]] = true
+		}
+	}
 	var b strings.Builder
 	for _, s := range stmts {
-		if strings.Contains(s, "CREATE TRIGGER reshard_") || strings.Contains(s, `CREATE TRIGGER "reshard_`) {
+		if reshardTrigger.MatchString(s) {
+			continue
+		}
+		if m := triggerMode.FindStringSubmatch(s); m != nil && ours[m[1]] {
 			continue
 		}
 		b.WriteString(s)
 	}
 	return b.String()
 }
+
+var (
+	// reshardTrigger is pg_dump's CREATE TRIGGER of a trigger that executes
+	// a function of schema reshard; the group is the trigger's name as dumped.
+	reshardTrigger = regexp.MustCompile(`(?m)^CREATE (?:CONSTRAINT )?TRIGGER ("(?:[^"]|"")+"|\S+) [^;]*\bEXECUTE (?:FUNCTION|PROCEDURE) (?:reshard|"reshard")\.`)
+	// triggerMode is pg_dump's ALTER TABLE ... ENABLE ALWAYS/REPLICA or
+	// DISABLE TRIGGER of a trigger (the group).
+	triggerMode = regexp.MustCompile(`(?m)^ALTER TABLE [^;]* (?:ENABLE ALWAYS|ENABLE REPLICA|DISABLE) TRIGGER ("(?:[^"]|"")+"|\S+);`)
+)
 
 // tableOwners returns the role owning each table on the source, in the
 // order of tables.
@@ -313,7 +351,10 @@ func tableOwners(ctx context.Context, src *pgxpool.Pool, tables []tableset.Table
 // ownerHint adds the fix to an error of a role that cannot create the
 // tables as their owners (docs/operations.md, "Privileges").
 func ownerHint(ctx context.Context, dst *pgxpool.Pool, err error, owners []string, from, target string) error {
-	if !pgerr.Privilege(err) && !pgerr.UndefinedObject(err) {
+	// A missing role is 42704 too, as is a missing type: only the former
+	// is the owners' business (MissingTypes names the latter first).
+	var pe *pgconn.PgError
+	if !pgerr.Privilege(err) && !(pgerr.UndefinedObject(err) && errors.As(err, &pe) && strings.HasPrefix(pe.Message, "role ")) {
 		return err
 	}
 	var role string
@@ -323,9 +364,12 @@ func ownerHint(ctx context.Context, dst *pgxpool.Pool, err error, owners []strin
 	var quoted []string
 	for _, o := range owners {
 		q := pgx.Identifier{o}.Sanitize()
-		if !slices.Contains(quoted, q) {
+		if o != role && !slices.Contains(quoted, q) {
 			quoted = append(quoted, q)
 		}
+	}
+	if len(quoted) == 0 {
+		return err // reshard's role owns the tables: a GRANT would change nothing
 	}
 	return fmt.Errorf("%w; the tables are created as their owners on %s (%s): those roles must exist on %s with CREATE on the tables' schemas, and %s must be a member of them (GRANT %s TO %s, as deploy/reshard-role.sql -v owners= does)",
 		err, from, strings.Join(quoted, ", "), target, role, strings.Join(quoted, ", "), pgx.Identifier{role}.Sanitize())
