@@ -1,8 +1,10 @@
 package tableset
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -74,4 +76,43 @@ func keyTypeName(t Table) string {
 		return c.Type
 	}
 	return "text"
+}
+
+// NullKeyRows counts the rows of one table whose shard key is NULL: no
+// shard owns them (a NULL key has no token), so no move, verify or fence
+// sees them. Samples are up to five of their primary keys, as text.
+type NullKeyRows struct {
+	Table   string   `json:"table"`
+	Rows    int64    `json:"rows"`
+	Samples []string `json:"samples,omitempty"`
+}
+
+// NullKeys counts, table by table, the rows of set on one server with a
+// NULL shard key; only tables with such rows are returned. A table whose
+// key column is NOT NULL is not scanned.
+func NullKeys(ctx context.Context, q Querier, set Set) ([]NullKeyRows, error) {
+	var out []NullKeyRows
+	for _, t := range set.Tables {
+		if c, ok := t.Column(t.KeyColumn); ok && c.NotNull {
+			continue
+		}
+		pk := make([]string, len(t.PK))
+		for i, c := range t.PK {
+			pk[i] = pgx.Identifier{c}.Sanitize()
+		}
+		sample := pk[0] + "::text"
+		if len(pk) > 1 {
+			sample = "ROW(" + strings.Join(pk, ", ") + ")::text"
+		}
+		n := NullKeyRows{Table: t.String()}
+		err := q.QueryRow(ctx, `SELECT count(*), coalesce((array_agg(`+sample+` ORDER BY `+strings.Join(pk, ", ")+`))[1:5], '{}') FROM `+t.Quoted()+
+			` WHERE `+pgx.Identifier{t.KeyColumn}.Sanitize()+` IS NULL`).Scan(&n.Rows, &n.Samples)
+		if err != nil {
+			return nil, fmt.Errorf("count the rows of %s with a NULL key: %w", t, err)
+		}
+		if n.Rows > 0 {
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }

@@ -31,13 +31,15 @@ type keyspaceCheck struct {
 
 // shardCheck is what topology check found on one shard.
 type shardCheck struct {
-	Shard    string        `json:"shard"`
-	Want     fence.Want    `json:"want"`
-	Have     []fence.Have  `json:"have"`
-	Drift    []string      `json:"drift"`
-	Strays   []fence.Stray `json:"strays,omitempty"`
-	Repaired []string      `json:"repaired,omitempty"`
-	Skipped  string        `json:"skipped,omitempty"`
+	Shard  string        `json:"shard"`
+	Want   fence.Want    `json:"want"`
+	Have   []fence.Have  `json:"have"`
+	Drift  []string      `json:"drift"`
+	Strays []fence.Stray `json:"strays,omitempty"`
+	// Unplaced: rows with a NULL shard key, which no shard owns.
+	Unplaced []tableset.NullKeyRows `json:"unplaced,omitempty"`
+	Repaired []string               `json:"repaired,omitempty"`
+	Skipped  string                 `json:"skipped,omitempty"`
 }
 
 func newTopologyCheckCmd(opts *globalOptions, keyspace *string) *cobra.Command {
@@ -56,7 +58,8 @@ topology wants (DESIGN.md §3: fenced exactly where the shard owns nothing,
 plus the ranges a cutover in progress holds on its source; guarded while a
 live move uses the shard), and counts rows the shard holds in ranges it does
 not own (outside the ranges of its own moves that have not ended: a move's
-two shards both hold its rows until its cleanup, reshard.moves).
+two shards both hold its rows until its cleanup, reshard.moves), and rows with a
+NULL shard key, which no shard owns (not placed).
 
 It also reports every migration whose workflow has ended (terminated, reset,
 failed, its history lost) with moves not ended, and the slots, publications
@@ -96,7 +99,7 @@ input.`,
 						return err
 					}
 					for _, c := range checks {
-						if len(c.Strays) > 0 || (len(c.Drift) > 0 && len(c.Repaired) == 0) {
+						if len(c.Strays) > 0 || len(c.Unplaced) > 0 || (len(c.Drift) > 0 && len(c.Repaired) == 0) {
 							bad++
 						}
 					}
@@ -251,6 +254,9 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 		if c.Strays, err = fence.Strays(ctx, pools[n], set, strayOutsideMoves(fence.StraySpace(t, n), n, running)); err != nil {
 			return nil, err
 		}
+		if c.Unplaced, err = tableset.NullKeys(ctx, pools[n], set); err != nil {
+			return nil, err
+		}
 		out = append(out, c)
 	}
 	return out, nil
@@ -281,7 +287,7 @@ func printChecks(out io.Writer, k topology.Keyspace, checks []shardCheck) {
 		case c.Skipped != "":
 			fmt.Fprintf(out, "%-10s skipped: %s\n", c.Shard, c.Skipped)
 			continue
-		case len(c.Drift) == 0 && len(c.Strays) == 0:
+		case len(c.Drift) == 0 && len(c.Strays) == 0 && len(c.Unplaced) == 0:
 			guard := "off"
 			if c.Want.Guard {
 				guard = "on"
@@ -300,5 +306,14 @@ func printChecks(out io.Writer, k topology.Keyspace, checks []shardCheck) {
 		for _, s := range c.Strays {
 			fmt.Fprintf(out, "%-10s misplaced: %d row(s) of %s in ranges it does not own (keys %s)\n", c.Shard, s.Rows, s.Table, strings.Join(s.Samples, ", "))
 		}
+		printUnplaced(out, c.Shard, c.Unplaced)
+	}
+}
+
+// printUnplaced reports rows with a NULL shard key: owned by no shard.
+func printUnplaced(out io.Writer, shard string, rows []tableset.NullKeyRows) {
+	for _, u := range rows {
+		fmt.Fprintf(out, "%-10s not placed: %d row(s) of %s with a NULL shard key, owned by no shard (primary keys %s): give them a key or delete them, then ALTER TABLE ... ALTER COLUMN ... SET NOT NULL\n",
+			shard, u.Rows, u.Table, strings.Join(u.Samples, ", "))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -38,6 +39,8 @@ type placementOfShard struct {
 	Shard   string        `json:"shard"`
 	Skipped string        `json:"skipped,omitempty"`
 	Strays  []fence.Stray `json:"misplaced,omitempty"`
+	// Unplaced: rows with a NULL shard key, which no shard owns.
+	Unplaced []tableset.NullKeyRows `json:"unplaced,omitempty"`
 }
 
 func newCheckPlacementCmd(opts *globalOptions) *cobra.Command {
@@ -55,9 +58,11 @@ topology, with up to five sample keys. Rows of a move that has not ended are not
 misplaced: its source and target both hold them until its cleanup deleted them
 from the old owner (or its rollback from the target), even after its ranges were
 published stable (reshard.moves in the control database, docs/contract.md).
-It reads only; nothing is deleted. The fences are checked by reshard topology check.
+Rows whose shard key is NULL have no token and no owner: they are reported as
+not placed. It reads only; nothing is deleted. The fences are checked by
+reshard topology check.
 
-Exit codes: 0 every row on its owner, 1 misplaced rows, 2 bad input.`,
+Exit codes: 0 every row on its owner, 1 misplaced or unplaced rows, 2 bad input.`,
 		Example: `  reshard check placement
   reshard check placement --keyspace accts --json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -85,9 +90,12 @@ Exit codes: 0 every row on its owner, 1 misplaced rows, 2 bad input.`,
 					}
 					r := placementReport{Keyspace: k.Name, Version: cur.Version, RunningMoves: len(running)}
 					for _, c := range checks {
-						r.Shards = append(r.Shards, placementOfShard{Shard: c.Shard, Skipped: c.Skipped, Strays: c.Strays})
+						r.Shards = append(r.Shards, placementOfShard{Shard: c.Shard, Skipped: c.Skipped, Strays: c.Strays, Unplaced: c.Unplaced})
 						for _, s := range c.Strays {
 							misplaced += s.Rows
+						}
+						for _, u := range c.Unplaced {
+							misplaced += u.Rows
 						}
 					}
 					report = append(report, r)
@@ -101,7 +109,7 @@ Exit codes: 0 every row on its owner, 1 misplaced rows, 2 bad input.`,
 					}
 				}
 				if misplaced > 0 {
-					return fmt.Errorf("%d row(s) on shards that do not own them", misplaced)
+					return fmt.Errorf("%d row(s) on shards that do not own them (or with a NULL key, owned by none)", misplaced)
 				}
 				return nil
 			})
@@ -124,11 +132,12 @@ func printPlacement(out io.Writer, k topology.Keyspace, r placementReport) {
 		switch {
 		case s.Skipped != "":
 			fmt.Fprintf(out, "%-10s skipped: %s\n", s.Shard, s.Skipped)
-		case len(s.Strays) == 0:
+		case len(s.Strays) == 0 && len(s.Unplaced) == 0:
 			fmt.Fprintf(out, "%-10s ok: every row on its owner\n", s.Shard)
 		}
 		for _, st := range s.Strays {
 			fmt.Fprintf(out, "%-10s misplaced: %d row(s) of %s (keys %s)\n", s.Shard, st.Rows, st.Table, strings.Join(st.Samples, ", "))
 		}
+		printUnplaced(out, s.Shard, s.Unplaced)
 	}
 }

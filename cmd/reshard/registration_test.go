@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/reshard/reshard/devenv"
@@ -113,5 +114,38 @@ func TestInitRefusedPublishesNothing(t *testing.T) {
 	}
 	if n := c.control.QueryInt64(t, `SELECT count(*) FROM reshard.keyspace_tables`); n != 1 {
 		t.Fatalf("%d tables registered, want users alone", n)
+	}
+}
+
+// Rows with a NULL shard key (a key column made nullable after its table
+// was registered) are owned by no shard: check placement and topology check
+// report them as not placed and exit 1, never as placed.
+func TestNullKeyRowsNotPlaced(t *testing.T) {
+	ctx := context.Background()
+	c := newEmptyCluster(t, `CREATE TABLE users (id bigint PRIMARY KEY);
+		CREATE TABLE events (id bigint PRIMARY KEY, user_id bigint NOT NULL)`)
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2", "--table", "users:id", "--table", "events:user_id"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	for _, db := range c.shards {
+		db.Exec(t, `ALTER TABLE events ALTER COLUMN user_id DROP NOT NULL`)
+	}
+	// Past the fence (a replica-role session), as a row written before the
+	// fence refused NULL keys.
+	if err := pgx.BeginFunc(ctx, c.shards["shard1"].Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO events VALUES (7, NULL), (8, NULL)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := "shard1     not placed: 2 row(s) of public.events with a NULL shard key, owned by no shard (primary keys 7, 8)"
+	for _, verb := range [][]string{{"check", "placement"}, {"topology", "check"}} {
+		out, code := c.run(t, verb...)
+		if code != 1 || !strings.Contains(out, want) || strings.Contains(out, "shard1     ok") {
+			t.Errorf("%v with NULL-key rows: exit %d, want 1 and %q\n%s", verb, code, want, out)
+		}
 	}
 }
