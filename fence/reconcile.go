@@ -219,14 +219,11 @@ func rangesString(rs []ring.Range) string {
 	if len(rs) == 0 {
 		return "nothing"
 	}
-	var w float64
-	for _, r := range rs {
-		w += r.Width()
-	}
+	share := 100 * ring.SpaceFraction(rs) // Width counts tokens
 	if len(rs) <= 3 {
-		return fmt.Sprintf("%v (%.4f of the space)", rs, w)
+		return fmt.Sprintf("%v (%.2f%% of the space)", rs, share)
 	}
-	return fmt.Sprintf("%d ranges (%.4f of the space)", len(rs), w)
+	return fmt.Sprintf("%d ranges (%.2f%% of the space)", len(rs), share)
 }
 
 // Inspect reads what a shard has for every table of set: the registry row,

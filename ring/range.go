@@ -48,6 +48,16 @@ func (r Range) Width() float64 {
 	return w
 }
 
+// SpaceFraction is the fraction of the token space rs cover (rs must not
+// overlap: Normalize them first), for messages as a share of the space.
+func SpaceFraction(rs []Range) float64 {
+	var w float64
+	for _, r := range rs {
+		w += r.Width()
+	}
+	return w / twoTo64
+}
+
 // String renders r as "(lo,hi]" (or "[lo,hi]" when it includes MinToken).
 func (r Range) String() string {
 	open := "("

@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -84,5 +85,21 @@ func TestTokenSQLQuotes(t *testing.T) {
 	}
 	if got := TokenSQL(KeyText, "", "k"); got != `hashtextextended("k", 0)` {
 		t.Fatalf("TokenSQL = %s", got)
+	}
+}
+
+func TestSpaceFraction(t *testing.T) {
+	for _, c := range []struct {
+		rs   []Range
+		want float64
+	}{
+		{nil, 0},
+		{[]Range{{MinToken, MaxToken}}, 1},
+		{[]Range{{MinToken, -1}}, 0.5},
+		{[]Range{{MinToken, MinToken / 3}, {MaxToken / 3, MaxToken}}, 2.0 / 3}, // 12297829382473033728 tokens
+	} {
+		if got := SpaceFraction(c.rs); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("SpaceFraction(%v) = %v, want %v", c.rs, got, c.want)
+		}
 	}
 }

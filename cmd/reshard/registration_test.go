@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -147,5 +148,19 @@ func TestNullKeyRowsNotPlaced(t *testing.T) {
 		if code != 1 || !strings.Contains(out, want) || strings.Contains(out, "shard1     ok") {
 			t.Errorf("%v with NULL-key rows: exit %d, want 1 and %q\n%s", verb, code, want, out)
 		}
+	}
+}
+
+// topology check gives a drifting fence's ranges as a share of the token
+// space in percent, not as a token count called a fraction.
+func TestTopologyCheckGivesShareOfSpace(t *testing.T) {
+	c := newEmptyCluster(t, `CREATE TABLE users (id bigint PRIMARY KEY)`)
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2", "--vnodes", "1", "--table", "users:id"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	c.shards["shard2"].Exec(t, `DROP TRIGGER reshard_fence ON users`)
+	out, code := c.run(t, "topology", "check")
+	if code != 1 || !strings.Contains(out, "(50.00% of the space)") || regexp.MustCompile(`\d{5,}\.\d+ of the space`).MatchString(out) {
+		t.Fatalf("topology check with a dropped fence: exit %d, want 1 and half the space as 50.00%%\n%s", code, out)
 	}
 }
