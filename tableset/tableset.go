@@ -5,7 +5,9 @@
 // copy, the applier, verify and the fences.
 //
 // Invariant: every table of a set has a primary key and a shard-key column,
-// and all key columns share one key type (one token function per set).
+// and all key columns share one key type (one token function per set). A
+// registered table is also Shardable: a plain table whose key is NOT NULL
+// and, for text, compared as bytes (a deterministic collation).
 package tableset
 
 import (

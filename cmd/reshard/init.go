@@ -38,7 +38,9 @@ shards reshard add-node or split can bring in later.
 
 With --table, registers the sharded tables in the keyspace (as reshard
 keyspace add-table does: checked on every shard first) and fences every shard
-where it owns nothing. Every migration then moves every registered table.
+where it owns nothing. Every migration then moves every registered table. The
+tables are checked against the ring before it is published: a refused init
+publishes nothing.
 
 Idempotent: with a topology already published it only checks the schema and
 prints the current version (and registers --table). Exit codes: 0 ok, 1

@@ -93,7 +93,8 @@ func newKeyspaceAddTableCmd(opts *globalOptions) *cobra.Command {
 		Long: `Registers tables with their shard-key columns in the keyspace, creating it
 when the cluster has none. Before anything is written, every shard of the
 ring is checked: each table exists with a primary key and the key column, all
-keys share the keyspace's key type, and no shard holds rows of the table in
+keys share the keyspace's key type, a key is NOT NULL and (text) of a
+deterministic collation, no table is partitioned, and no shard holds rows of the table in
 token ranges it does not own (a table loaded before it was registered may;
 the error names the shard, the count and sample keys). Then every shard is
 fenced where it owns nothing, for the new tables too.

@@ -56,10 +56,13 @@ func newSchemaSyncCmd(opts *globalOptions) *cobra.Command {
 		Long: `Gives a shard (a new one, before add-node or split) the tables of a keyspace as they
 are on a source shard: each table the target lacks is created from the source's
 catalog (pg_dump --schema-only of those tables: columns, defaults, constraints,
-indexes, the sequences they own; reshard's own fence triggers left out) as the
-role that owns it on the source, and every table gets its token index. A table the target already has must match the
-source's (columns, types, primary key): a difference is refused, naming it, with
-nothing changed (exit 2). --dry-run lists what would be created.
+indexes, the sequences they own, the application's triggers; reshard's own
+triggers, which run functions of schema reshard, left out) as the role that owns
+it on the source, and every table gets its token index. A table the target
+already has must match the source's (columns, types, primary key): a difference
+is refused, naming it, with nothing changed (exit 2); so is a type the tables use
+that the target lacks (an enum, a domain, an extension's type: the message says
+what to create) and a partitioned table. --dry-run lists what would be created.
 
 The source defaults to the first shard (by name) of the keyspace's ring.
 pg_dump comes from the PostgreSQL binaries reshard finds ($PG_BIN, beside pg_ctl
