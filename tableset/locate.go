@@ -61,13 +61,13 @@ func Locate(ctx context.Context, servers map[string]Querier, spec Spec, register
 		switch {
 		case len(lacking) == 0:
 		case len(lacking) == len(names):
-			hint := ""
+			fix := "create it on every shard first, with the same definition on each (the Quick start's tables: psql -f deploy/schema.sql on each shard); reshard schema sync <shard> later gives a new shard the registered tables"
 			if near := nearest(name, candidates); len(near) > 0 {
-				hint = "; did you mean " + strings.Join(near, " or ") + "?"
+				fix = "did you mean " + strings.Join(near, " or ") + "? If not, " + fix
 			}
 			errs = append(errs, &Problem{Check: CheckTable, Shard: strings.Join(names, ", "), Table: name,
-				Problem: fmt.Sprintf("table %s exists on no shard (%s)%s", name, strings.Join(names, ", "), hint),
-				Fix:     "create it on every shard first, with the same definition on each (the Quick start's tables: psql -f deploy/schema.sql on each shard); reshard schema sync <shard> later gives a new shard the registered tables"})
+				Problem: fmt.Sprintf("table %s exists on no shard (%s)", name, strings.Join(names, ", ")),
+				Fix:     fix})
 		default:
 			errs = append(errs, &Problem{Check: CheckTable, Shard: strings.Join(lacking, ", "), Table: name,
 				Problem: fmt.Sprintf("table %s is missing on %s (the other shards have it)", name, strings.Join(lacking, ", ")),

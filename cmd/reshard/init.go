@@ -211,7 +211,8 @@ func checkInitTables(ctx context.Context, cfg *clusterConfig, store *topology.St
 func withNothingPublished(err error) error {
 	var u usageError
 	if errors.As(err, &u) {
-		return usageError{fmt.Errorf("%w; nothing was published (no topology, no shard registered): fix this and run reshard init again", u.error)}
+		msg := strings.TrimSuffix(u.Error(), "\nnothing was registered")
+		return usageError{fmt.Errorf("%s\nnothing was published or registered (no topology, no shard): fix this and run reshard init again", msg)}
 	}
 	return err
 }
