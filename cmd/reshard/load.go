@@ -22,7 +22,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/internal/pgcsv"
-	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -366,7 +365,7 @@ func loadCopyError(err error, shard, table string, lines []int) error {
 			where = fmt.Sprintf("CSV line %d: ", lines[n-1])
 		}
 	}
-	if pgerr.FatalInput(err) {
+	if strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23") { // data, integrity: the file's
 		return usageError{fmt.Errorf("%s%s refused by %s on shard %s (%s); nothing was loaded", where, pe.Message, table, shard, pe.Where)}
 	}
 	return fmt.Errorf("%sCOPY into %s on shard %s: %w; nothing was loaded", where, table, shard, err)
