@@ -51,8 +51,9 @@ All or nothing: every shard's batches go into one transaction per shard, and
 the shards commit only once every row of the file was copied. A bad line or
 value anywhere (a key that does not parse, a value a column's type refuses, a
 row a constraint refuses) rolls every shard back: nothing is loaded. The open
-transactions hold the rows' locks until the end, so a cutover of the table
-waits for a long load.
+transactions hold their locks until the end: a cutover or fence change on a
+shard being loaded waits for the load to commit (past its write-pause budget
+it backs off and tries again), so load between migrations, or in smaller files.
 
 Every shard parses the values alike, under reshard's session settings, whatever
 the servers' defaults: dates as ISO or in year-month-day order (DateStyle ISO,
