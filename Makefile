@@ -36,7 +36,7 @@ test:
 # (golang/go#75804); CI failed so once on a loaded machine, 3 s into
 # FuzzTokenOfInt. 3,000 inputs take 1-3 s per target here.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./ring:FuzzTokenText ./ring:FuzzTokenOfInt ./ring:FuzzTokenOfUUID ./ring:FuzzRingOwner
+FUZZ_TARGETS := ./ring:FuzzTokenText ./ring:FuzzTokenOfInt ./ring:FuzzTokenOfUUID ./ring:FuzzRingOwner ./internal/pgcsv:FuzzRead
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \

@@ -104,3 +104,48 @@ func TestReadRefuses(t *testing.T) {
 		}
 	}
 }
+
+// The records of a file the reader accepts are the file: their raw bytes
+// joined by its line ending give it back (without the BOM, and without a
+// final line ending), and a record's raw bytes read alone give its fields.
+func FuzzRead(f *testing.F) {
+	for _, s := range []string{"id,a\n1,\"\"\n2,,x\n", "k\r\n\"a\r\nb\"\r\n", "a,b\r1,2\r", "\xEF\xBB\xBFid\n1", "a\n\"x\"\"y\",\n", "a\n\"unterminated\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, file string) {
+		if strings.Contains(file, `\.`) {
+			return // an end marker may end the data early
+		}
+		r := NewReader(strings.NewReader(file))
+		h, err := r.Header()
+		if err != nil {
+			return
+		}
+		raws := []string{string(h.Raw)}
+		for {
+			rec, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return
+			}
+			raws = append(raws, string(rec.Raw))
+			if len(rec.Raw) == 0 {
+				continue // an empty line: one NULL field, an empty file alone
+			}
+			alone := NewReader(strings.NewReader(string(rec.Raw)))
+			again, err := alone.Header()
+			if err != nil || fields(again) != fields(rec) {
+				if !(len(rec.Raw) >= 3 && string(rec.Raw[:3]) == "\xEF\xBB\xBF") { // read alone, a leading BOM is dropped
+					t.Fatalf("record %q read alone: %q %v, in the file: %q", rec.Raw, fields(again), err, fields(rec))
+				}
+			}
+		}
+		body := strings.TrimPrefix(file, "\xEF\xBB\xBF")
+		eol := r.EOL()
+		if got := strings.Join(raws, eol); got != strings.TrimSuffix(body, eol) {
+			t.Fatalf("records joined by %q: %q, the file %q", eol, got, body)
+		}
+	})
+}
