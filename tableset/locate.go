@@ -61,7 +61,7 @@ func Locate(ctx context.Context, servers map[string]Querier, spec Spec, register
 		switch {
 		case len(lacking) == 0:
 		case len(lacking) == len(names):
-			fix := "create it on every shard first, with the same definition on each (the Quick start's tables: psql -f deploy/schema.sql on each shard); reshard schema sync <shard> later gives a new shard the registered tables"
+			fix := "create it on every shard first, with the same definition on each (the example's users and orders are in deploy/schema.sql: reshard dev psql shard1 -- -f deploy/schema.sql, and so on for each shard of the local cluster); reshard schema sync <shard> later gives a new shard the registered tables"
 			if near := nearest(name, candidates); len(near) > 0 {
 				fix = "did you mean " + strings.Join(near, " or ") + "? If not, " + fix
 			}
