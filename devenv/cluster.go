@@ -71,6 +71,22 @@ type Node struct {
 	Role   string `json:"role"`
 	Log    string `json:"log"`
 	Pid    int    `json:"pid"` // postmaster pid when last started by Up; 0 after Down
+	// Standby is the shard's streaming standby (reshard dev standby), if any.
+	Standby *Node `json:"standby,omitempty"`
+	// Stale marks a failed-over primary kept as the standby-to-be: its data
+	// is replaced by a fresh base backup before it starts again.
+	Stale bool `json:"stale,omitempty"`
+}
+
+// ClientDSN is the DSN clients use for the node, without password: with a
+// standby it lists both servers, this one first, and asks for the one that
+// accepts writes (pgx and libpq try them in order), so that it still reaches
+// the primary after a failover.
+func (n Node) ClientDSN(db string) string {
+	if n.Standby == nil {
+		return n.DSN(db, false)
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/%s?sslmode=disable&target_session_attrs=read-write", n.Port, n.Standby.Port, db)
 }
 
 // Cluster is a local cluster: a control server, shard1..shardN and a
@@ -227,6 +243,9 @@ func readState(dir string) (*Cluster, error) {
 func (c *Cluster) setPassword(pw string) {
 	for i := range c.Nodes {
 		c.Nodes[i].Password = Secret(pw)
+		if sb := c.Nodes[i].Standby; sb != nil {
+			sb.Password = Secret(pw)
+		}
 	}
 }
 
@@ -395,6 +414,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		})
 	}
 	err = g.Wait()
+	if err == nil {
+		err = c.upStandbys(ctx, pg, log)
+	}
 	// Pids of what did start are worth keeping even when something failed.
 	if serr := c.save(); err == nil {
 		err = serr
@@ -615,7 +637,7 @@ func (c *Cluster) WorkerConfig() WorkerConfig {
 		case RoleControl:
 			wc.Control = n.DSN(Database, false)
 		case RoleShard:
-			wc.Shards[n.Name] = n.DSN(Database, false)
+			wc.Shards[n.Name] = n.ClientDSN(Database)
 		}
 	}
 	return wc
@@ -783,6 +805,16 @@ func (c *Cluster) down(ctx context.Context) error {
 		stopErrs := make([]error, len(c.Nodes))
 		for i, n := range c.Nodes {
 			g.Go(func() error {
+				// The standby first: stopping a primary waits for its
+				// walsenders, and a synchronous standby gone first makes
+				// no write wait (nothing writes while we stop).
+				if n.Standby != nil {
+					if err := pg.Stop(ctx, n.Standby.Server); err != nil {
+						stopErrs[i] = err
+						return nil
+					}
+					c.Nodes[i].Standby.Pid = 0
+				}
 				stopErrs[i] = pg.Stop(ctx, n.Server)
 				if stopErrs[i] == nil {
 					c.Nodes[i].Pid = 0

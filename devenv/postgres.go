@@ -141,7 +141,7 @@ func NewPG() (*PG, error) {
 }
 
 func (pg *PG) cmd(ctx context.Context, name string, args ...string) *exec.Cmd {
-	c := exec.CommandContext(ctx, filepath.Join(pg.Bin, name), args...)
+	c := exec.CommandContext(ctx, pg.tool(name), args...)
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: pg.cred}
 	c.Env = append(os.Environ(), "LC_ALL=C")
 	return c
@@ -155,6 +155,22 @@ func (pg *PG) run(ctx context.Context, name string, args ...string) error {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
 	}
 	return nil
+}
+
+// tool is the path of a PostgreSQL program: in Bin, else beside the file
+// Bin's pg_ctl links to (a PATH directory may link only initdb, pg_ctl and
+// postgres, not pg_basebackup).
+func (pg *PG) tool(name string) string {
+	p := filepath.Join(pg.Bin, name)
+	if isExec(p) {
+		return p
+	}
+	if real, err := filepath.EvalSymlinks(filepath.Join(pg.Bin, "pg_ctl")); err == nil {
+		if q := filepath.Join(filepath.Dir(real), name); isExec(q) {
+			return q
+		}
+	}
+	return p
 }
 
 // own makes path (and, when we are root, its parents' reachability) usable by

@@ -29,7 +29,7 @@ with "reshard dev down".`,
 	}
 	// Bad flags and arguments are usage errors (exit 2), as everywhere.
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	cmd.AddCommand(newDevUpCmd(opts), newDevStatusCmd(opts), newDevDownCmd(opts), newDevDestroyCmd(opts), newDevPsqlCmd(opts))
+	cmd.AddCommand(newDevUpCmd(opts), newDevStatusCmd(opts), newDevDownCmd(opts), newDevDestroyCmd(opts), newDevPsqlCmd(opts), newDevStandbyCmd(opts), newDevFailoverCmd(opts))
 	return cmd
 }
 
@@ -68,7 +68,7 @@ func printCluster(out io.Writer, c *devenv.Cluster) {
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tDSN\tDATA DIR")
 	for _, n := range c.Nodes {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.DSN(devenv.Database, false), n.DataDir)
+		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.ClientDSN(devenv.Database), n.DataDir)
 	}
 	w.Flush()
 	fmt.Fprintln(out)
