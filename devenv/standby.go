@@ -134,8 +134,8 @@ func Failover(ctx context.Context, stateDir, shard string, opts FailoverOptions)
 		}
 	}
 	log.Info("promoting standby", "shard", shard, "port", n.Standby.Port)
-	if err := pg.run(ctx, "pg_ctl", "promote", "-w", "-t", "60", "-D", n.Standby.DataDir); err != nil {
-		return nil, fmt.Errorf("promote the standby of %s: %w", shard, err)
+	if err := pg.Promote(ctx, n.Standby.Server); err != nil {
+		return nil, fmt.Errorf("standby of %s: %w", shard, err)
 	}
 	// Swap the records: the promoted server is the shard's primary now, and
 	// the old primary's data is stale (it may hold WAL the new timeline does
@@ -224,8 +224,8 @@ func (c *Cluster) standbyNode(n Node, port int) Node {
 	}
 }
 
-// startStandby makes n.Standby a streaming synchronous standby of n: a base
-// backup when it has no data, started, streaming, then named synchronous.
+// startStandby makes n.Standby a streaming synchronous standby of n,
+// replacing the data of a stale one first.
 func (c *Cluster) startStandby(ctx context.Context, pg *PG, n *Node, log *slog.Logger) error {
 	sb := n.Standby
 	sb.Password = n.Password
@@ -235,28 +235,51 @@ func (c *Cluster) startStandby(ctx context.Context, pg *PG, n *Node, log *slog.L
 		}
 		sb.Stale = false
 	}
-	if _, err := os.Stat(filepath.Join(sb.DataDir, "PG_VERSION")); err != nil {
-		log.Info("base backup for the standby", "shard", n.Name, "port", sb.Port, "data_dir", sb.DataDir)
-		if err := pg.baseBackup(ctx, *n, *sb); err != nil {
-			return err
-		}
-	}
-	if err := pg.Start(ctx, sb.Server); err != nil {
-		return fmt.Errorf("standby of %s: %w", n.Name, err)
+	log.Info("starting the standby", "shard", n.Name, "port", sb.Port, "data_dir", sb.DataDir)
+	if err := pg.StartStandby(ctx, n.Server, sb.Server); err != nil {
+		return fmt.Errorf("standby of %s (log %s): %w", n.Name, sb.Log, err)
 	}
 	if pid, err := postmasterPid(sb.DataDir); err == nil {
 		sb.Pid = pid
 	}
-	if err := waitStreaming(ctx, n.Server, 60*time.Second); err != nil {
-		return fmt.Errorf("standby of %s (log %s): %w", n.Name, sb.Log, err)
-	}
-	return setSyncStandby(ctx, n.Server, true)
+	return nil
 }
+
+// StartStandby makes sb a streaming synchronous standby of primary: a base
+// backup when sb has no data, started, streaming, then named in the
+// primary's synchronous_standby_names. sb must have a port of its own.
+func (pg *PG) StartStandby(ctx context.Context, primary, sb Server) error {
+	if _, err := os.Stat(filepath.Join(sb.DataDir, "PG_VERSION")); err != nil {
+		if err := pg.baseBackup(ctx, primary, sb); err != nil {
+			return err
+		}
+	}
+	if err := pg.Start(ctx, sb); err != nil {
+		return err
+	}
+	if err := waitStreaming(ctx, primary, 60*time.Second); err != nil {
+		return err
+	}
+	return setSyncStandby(ctx, primary, true)
+}
+
+// Promote ends the recovery of standby s: it becomes a primary on the next
+// timeline. Clear synchronous_standby_names on it (a synchronous commit
+// would wait for a standby it does not have) with ClearSyncStandby.
+func (pg *PG) Promote(ctx context.Context, s Server) error {
+	if err := pg.run(ctx, "pg_ctl", "promote", "-w", "-t", "60", "-D", s.DataDir); err != nil {
+		return fmt.Errorf("promote %s: %w", s.Name, err)
+	}
+	return nil
+}
+
+// ClearSyncStandby empties the server's synchronous_standby_names.
+func ClearSyncStandby(ctx context.Context, s Server) error { return setSyncStandby(ctx, s, false) }
 
 // baseBackup copies primary into the standby's empty data directory with
 // pg_basebackup -R (standby.signal and primary_conninfo written), streaming
 // as StandbyAppName, and gives the copy its own port.
-func (pg *PG) baseBackup(ctx context.Context, primary Node, sb Node) error {
+func (pg *PG) baseBackup(ctx context.Context, primary, sb Server) error {
 	parent := filepath.Dir(sb.DataDir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return fmt.Errorf("create directory of %s's standby: %w", primary.Name, err)
@@ -276,7 +299,7 @@ func (pg *PG) baseBackup(ctx context.Context, primary Node, sb Node) error {
 		os.RemoveAll(sb.DataDir)
 		return fmt.Errorf("pg_basebackup of %s for its standby: %w: %s", primary.Name, err, out)
 	}
-	return pg.SetPort(sb.Server)
+	return pg.SetPort(sb)
 }
 
 // waitStreaming waits until the primary has a walsender streaming to
