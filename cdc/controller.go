@@ -214,9 +214,37 @@ func (r *runner) holdWait(ctx context.Context, gen uint64) error {
 			return ctx.Err()
 		case <-ch:
 		case <-time.After(time.Until(r.nextStatus)):
+			if err := r.sourceAlive(ctx); err != nil {
+				return err
+			}
 			if err := r.sendStatus(ctx, false); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// sourceAlive asks the source's plain session whether the server still runs.
+// A held applier reads nothing from its walsender, and a walsender that is
+// shutting down waits for its client to confirm the shutdown checkpoint,
+// while our status updates keep wal_sender_timeout from firing: a fast
+// shutdown of the source (a planned switchover) waited as long as the hold
+// (TestSwitchoverDoesNotWaitForStream/held: more than 60 s). The shutdown
+// ends plain sessions first (57P01), so this ends the stream, and with it the
+// walsender, within a status interval; the supervisor restarts the stream.
+func (r *runner) sourceAlive(ctx context.Context) error {
+	src, err := r.sourceConn(ctx)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, r.o.StatusInterval)
+	defer cancel()
+	if err := src.Ping(pctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		src.Close(context.Background())
+		return &ConnError{Op: "hold: check the source", Err: err}
+	}
+	return nil
 }
