@@ -288,7 +288,7 @@ func (a *Activities) forwardOptions(m workflows.MoveRef, s sides, l0 string) (cd
 		return cdc.Options{}, err
 	}
 	return cdc.Options{
-		Move: m.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Slot: names.Slot, Publication: names.Publication,
+		Move: m.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Source: m.Spec.Source, Slot: names.Slot, Publication: names.Publication,
 		StartLSN: start, TargetDSN: target, Set: s.dstSet, Ranges: m.Spec.Ranges, Origin: names.Origin,
 		Logger: a.log.With("move", m.Spec.ID), Metrics: a.metrics.CDC, PeekCatchUpBytes: a.SQLCatchUpBytes,
 	}, nil
@@ -313,7 +313,9 @@ func (a *Activities) reverseOptions(m workflows.MoveRef, s sides, l0 string) (cd
 	if err != nil {
 		return cdc.Options{}, err
 	}
-	return cutover.ReverseOptions(fwd, plain, repl, s.srcSet, start)
+	o, err := cutover.ReverseOptions(fwd, plain, repl, s.srcSet, start)
+	o.Source = m.Spec.Target // the reverse stream reads the new owner
+	return o, err
 }
 
 func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {

@@ -59,7 +59,7 @@ func IsRetryable(err error) bool {
 	}
 	var ce *CollisionError
 	var se *SchemaChangeError
-	if errors.As(err, &ce) || errors.As(err, &se) || errors.Is(err, context.Canceled) {
+	if errors.As(err, &ce) || errors.As(err, &se) || errors.Is(err, ErrFailedOver) || errors.Is(err, context.Canceled) {
 		return false
 	}
 	var conn *ConnError

@@ -2,11 +2,15 @@ package cdc
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/devenv"
@@ -124,4 +128,116 @@ func testSwitchover(t *testing.T, mode string) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream did not end within 10s of its source stopping")
 	}
+}
+
+// TestSourceFailoverIsReported: the source's synchronous standby is promoted
+// (the primary killed) while the stream is stopped, with changes committed
+// after the last applied one. The stream, which follows the primary through
+// a multi-host DSN, must stop with a *FailedOverError naming the timeline
+// change and the missing slot — not retry, not report "no changes" — and a
+// slot recreated by hand on the new primary must not hide it either.
+func TestSourceFailoverIsReported(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pg := pgtest.PG(t)
+	src := ownServer(t, "failover")
+	port, err := devenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := devenv.Server{Name: "failover_standby", Port: port, DataDir: filepath.Join(pgtest.TempDir(t, "reshard-cdc-standby-"), "data")}
+	t.Cleanup(func() { _ = pg.Kill(context.Background(), sb) })
+	if err := pg.StartStandby(ctx, src, sb); err != nil {
+		t.Fatalf("standby: %v", err)
+	}
+	e := sourceEnv(t, src, "failover")
+	e.createSlot(t)
+	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", src.Port, sb.Port)
+	o := e.options()
+	o.Source = "shard_a"
+	o.SourceReplicationDSN, o.SourceDSN = both+"&replication=database", both
+	st, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(st *Stream) (error, time.Duration) {
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer rcancel()
+		start := time.Now()
+		err := st.Run(rctx)
+		return err, time.Since(start)
+	}
+
+	stop := runStream(t, st)
+	e.src.Exec(t, "INSERT INTO users (id, email) SELECT g, 'u' || g FROM generate_series(1, 1000) g")
+	drain(t, e, st)
+	if err := stop(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	_, applied, _ := st.Positions()
+	was := st.Identity()
+	if !was.known() || was.Timeline != 1 {
+		t.Fatalf("identity after the first run: %+v, want timeline 1", was)
+	}
+	// Committed on the primary (and, synchronously, on the standby) but
+	// never streamed: what a repair must bring over.
+	e.src.Exec(t, "UPDATE users SET balance = 7 WHERE id <= 100")
+	e.src.Pool.Close()
+
+	if err := pg.Kill(ctx, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Promote(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := devenv.ClearSyncStandby(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+
+	check := func(name string, err error, took time.Duration, slotMissing bool) {
+		t.Helper()
+		t.Logf("%s: after %s: %v", name, took, err)
+		var fe *FailedOverError
+		if !errors.As(err, &fe) || !errors.Is(err, ErrFailedOver) {
+			t.Fatalf("%s: %v, want a *FailedOverError", name, err)
+		}
+		if IsRetryable(err) {
+			t.Fatalf("%s: a failover is retryable: %v", name, err)
+		}
+		if fe.SlotMissing != slotMissing || fe.Was.Timeline != 1 || fe.Now.Timeline != 2 || fe.SystemChanged || fe.Since == 0 || fe.Since > applied {
+			t.Fatalf("%s: %+v, want slot missing %v, timeline 1 → 2, same system, since the origin's position (≤ applied %s)", name, fe, slotMissing, applied)
+		}
+		msg := err.Error()
+		for _, want := range []string{"source shard_a failed over", "timeline 1 → 2", "changes since " + fe.Since.String() + " may be missing", "repair needed"} {
+			if !strings.Contains(msg, want) {
+				t.Fatalf("%s: message %q lacks %q", name, msg, want)
+			}
+		}
+		if slotMissing != strings.Contains(msg, "slot "+e.names.Slot+" missing") {
+			t.Fatalf("%s: message %q and slot missing %v disagree", name, msg, slotMissing)
+		}
+		if took > 10*time.Second {
+			t.Fatalf("%s: took %s to report, want < 10s", name, took)
+		}
+	}
+	err, took := run(st)
+	check("same stream, promoted standby without the slot", err, took, true)
+
+	// An operator recreates the slot by hand on the new primary: it would
+	// start after the changes above and skip them.
+	rc, err := pgconn.Connect(ctx, sb.DSN("postgres", false)+"&replication=database")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := CreateSlot(ctx, rc, e.names.Slot); err != nil {
+		t.Fatal(err)
+	}
+	rc.Close(ctx)
+	o.SourceIdentity = was // recorded with the move, for a new worker's stream
+	st2, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err, took = run(st2)
+	check("new stream, slot recreated by hand", err, took, false)
 }

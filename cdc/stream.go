@@ -32,9 +32,16 @@ type Options struct {
 	// (unchanged TOAST) values of a row that has just entered the ranges and
 	// the slot's retained WAL. Default: SourceReplicationDSN without the
 	// replication parameter.
-	SourceDSN   string
-	Slot        string
-	Publication string
+	SourceDSN string
+	// Source names the source shard in errors (default: its host and port).
+	Source string
+	// SourceIdentity is the source's system identifier and timeline when
+	// the slot was created, if the caller recorded it (IdentifySource,
+	// Stream.Identity): a Run that finds another one stops with a
+	// *FailedOverError. Zero: the first Run of this Stream records it.
+	SourceIdentity SourceIdentity
+	Slot           string
+	Publication    string
 	// StartLSN is the slot's consistent point L0; the stream resumes from the
 	// target's replication origin instead once it has recorded progress.
 	StartLSN pglogrepl.LSN
@@ -157,6 +164,9 @@ func (o *Options) defaults() error {
 	if o.SourceReplicationDSN == "" || o.TargetDSN == "" {
 		return errors.New("cdc options: both the source replication DSN and the target DSN are required")
 	}
+	if o.Source == "" {
+		o.Source = "at " + dsnHosts(o.SourceReplicationDSN)
+	}
 	if len(o.Set.Tables) == 0 {
 		return fmt.Errorf("cdc options: table set %q has no tables", o.Set.Name)
 	}
@@ -190,10 +200,13 @@ var ErrHoldPassed = errors.New("the applier is already past the requested LSN")
 // with Run (one goroutine owns it, e.g. in an errgroup), and control it from
 // others through the Controller methods.
 type Stream struct {
-	opts  Options
-	plans []*tablePlan
-	byRel map[string]*tablePlan // schema.table
-	log   *slog.Logger
+	opts Options
+	// identity is the source's, as the first Run that reached it saw it
+	// (under mu).
+	identity SourceIdentity
+	plans    []*tablePlan
+	byRel    map[string]*tablePlan // schema.table
+	log      *slog.Logger
 
 	mChanges  map[ChangeKind]prometheus.Counter
 	mFiltered prometheus.Counter
@@ -417,6 +430,9 @@ func (r *runner) run(ctx context.Context) error {
 	r.s.applied = max(r.s.applied, start)
 	r.s.notify()
 	r.s.mu.Unlock()
+	if err := r.checkSource(ctx, start); err != nil {
+		return err
+	}
 	if start, err = r.catchUpBySQL(ctx, start); err != nil {
 		return err
 	}
@@ -647,6 +663,8 @@ func (r *runner) setUpOrigin(ctx context.Context) (pglogrepl.LSN, error) {
 			if _, derr := conn.Exec(ctx, `SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname = $1`, r.o.Origin); derr != nil {
 				return 0, fmt.Errorf("%w; drop the replication origin %s it created: %w", err, r.o.Origin, wrapOp("drop replication origin", derr))
 			}
+		} else if ferr := r.failedOverSince(ctx); ferr != nil {
+			return 0, ferr // the origin's position is the target's: a failover, not a cleanup
 		}
 		return 0, err
 	}

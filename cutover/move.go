@@ -140,6 +140,9 @@ func ReverseOptions(forward cdc.Options, sourceDSN, targetReplicationDSN string,
 	r.Move = forward.Move + "/reverse" // logs and metric labels only
 	r.Set = sourceSet
 	r.SkipOrigin = true
+	// The reverse stream reads the new owner: the forward source's name and
+	// identity are not its own.
+	r.Source, r.SourceIdentity = "", cdc.SourceIdentity{}
 	if forward.Logger != nil {
 		r.Logger = forward.Logger.With("direction", "reverse")
 	}

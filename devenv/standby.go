@@ -307,7 +307,7 @@ func (pg *PG) baseBackup(ctx context.Context, primary, sb Server) error {
 func waitStreaming(ctx context.Context, primary Server, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, primary.DSN(Database, true))
+	conn, err := pgx.Connect(ctx, primary.DSN("postgres", true)) // exists on every server
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", primary.Name, err)
 	}
@@ -335,7 +335,7 @@ func waitStreaming(ctx context.Context, primary Server, timeout time.Duration) e
 func setSyncStandby(ctx context.Context, primary Server, on bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, primary.DSN(Database, true))
+	conn, err := pgx.Connect(ctx, primary.DSN("postgres", true)) // exists on every server
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", primary.Name, err)
 	}

@@ -1,0 +1,164 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SourceIdentity names the server a stream's positions belong to: its
+// system identifier and timeline, as IDENTIFY_SYSTEM reports them. A
+// promoted standby keeps the system identifier and moves to the next
+// timeline; a server rebuilt from elsewhere has another identifier.
+type SourceIdentity struct {
+	SystemID string
+	Timeline int32
+}
+
+func (id SourceIdentity) known() bool { return id.SystemID != "" }
+
+// IdentifySource runs IDENTIFY_SYSTEM on a replication connection.
+func IdentifySource(ctx context.Context, replConn *pgconn.PgConn) (SourceIdentity, error) {
+	res, err := pglogrepl.IdentifySystem(ctx, replConn)
+	if err != nil {
+		return SourceIdentity{}, wrapOp("identify the source (IDENTIFY_SYSTEM)", err)
+	}
+	return SourceIdentity{SystemID: res.SystemID, Timeline: res.Timeline}, nil
+}
+
+// FailedOverError: the source is not the server the stream's positions
+// were taken on, or its slot is gone. On PostgreSQL 15 a logical slot does
+// not survive a promotion, so the changes between the last applied position
+// and whatever a new slot would start from may be missing on the target.
+// Nothing brings the old slot back and a new one starts later: retrying or
+// resuming cannot fix it, and recreating the slot by hand would skip those
+// changes silently. The moving ranges must be repaired (verified and the
+// differing chunks copied again) from a new slot's snapshot.
+type FailedOverError struct {
+	Source        string // the source shard (Options.Source)
+	Slot          string
+	Since         pglogrepl.LSN // the position the stream would have resumed from
+	Was, Now      SourceIdentity
+	SlotMissing   bool
+	SlotLost      bool // wal_status = 'lost': the WAL it needed was removed
+	SystemChanged bool
+}
+
+func (e *FailedOverError) Error() string {
+	var why []string
+	if e.Was.known() && e.Was.Timeline != e.Now.Timeline {
+		why = append(why, fmt.Sprintf("timeline %d → %d", e.Was.Timeline, e.Now.Timeline))
+	}
+	if e.SystemChanged {
+		why = append(why, fmt.Sprintf("system id changed %s → %s", e.Was.SystemID, e.Now.SystemID))
+	}
+	if e.SlotMissing {
+		why = append(why, "slot "+e.Slot+" missing")
+	}
+	if e.SlotLost {
+		why = append(why, "slot "+e.Slot+" lost (wal_status lost: its WAL was removed)")
+	}
+	return fmt.Sprintf("source %s failed over (%s): the changes since %s may be missing on the target; repair needed",
+		e.Source, strings.Join(why, ", "), e.Since)
+}
+
+// ErrFailedOver matches every *FailedOverError with errors.Is.
+var ErrFailedOver = errors.New("source failed over")
+
+// Is makes errors.Is(err, ErrFailedOver) true.
+func (e *FailedOverError) Is(target error) bool { return target == ErrFailedOver }
+
+// checkSource compares the source with the identity the stream expects
+// (Options.SourceIdentity, else the one an earlier Run of this Stream saw)
+// and looks at the slot, before anything is read from it: a missing slot,
+// a lost one or another timeline or system is a *FailedOverError, never
+// "no changes". The first identity seen is remembered for later Runs.
+func (r *runner) checkSource(ctx context.Context, since pglogrepl.LSN) error {
+	conn, err := pgconn.Connect(ctx, r.o.SourceReplicationDSN)
+	if err != nil {
+		return wrapOp("connect to the source for replication", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	now, err := IdentifySource(ctx, conn)
+	if err != nil {
+		return err
+	}
+	// Replication connections take simple queries only, hence the quoting.
+	res, err := conn.Exec(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(r.o.Slot)).ReadAll()
+	if err != nil {
+		return wrapOp("look up replication slot "+r.o.Slot, err)
+	}
+	missing := len(res) == 0 || len(res[0].Rows) == 0
+	lost := !missing && string(res[0].Rows[0][0]) == "lost"
+
+	r.s.mu.Lock()
+	was := r.o.SourceIdentity
+	if !was.known() {
+		was = r.s.identity
+	}
+	r.s.mu.Unlock()
+	fe := &FailedOverError{Source: r.o.Source, Slot: r.o.Slot, Since: since, Was: was, Now: now, SlotMissing: missing, SlotLost: lost,
+		SystemChanged: was.known() && was.SystemID != now.SystemID}
+	if missing || lost || fe.SystemChanged || (was.known() && was.Timeline != now.Timeline) {
+		return fe
+	}
+	r.s.mu.Lock()
+	if !r.s.identity.known() {
+		r.s.identity = now
+	}
+	r.s.mu.Unlock()
+	return nil
+}
+
+// Identity is the source identity this Stream's Runs have seen (zero before
+// the first one got as far as the source): the caller may record it with
+// the move, to pass back as Options.SourceIdentity to a later Stream.
+func (s *Stream) Identity() SourceIdentity {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.SourceIdentity.known() {
+		return s.opts.SourceIdentity
+	}
+	return s.identity
+}
+
+// dsnHosts is the host:port list of a DSN, for messages (never the DSN,
+// which may hold a password).
+func dsnHosts(dsn string) string {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	hosts := []string{fmt.Sprintf("%s:%d", cfg.Host, cfg.Port)}
+	for _, f := range cfg.Fallbacks {
+		if h := fmt.Sprintf("%s:%d", f.Host, f.Port); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return strings.Join(hosts, ",")
+}
+
+// failedOverSince is the *FailedOverError of a Run that found the slot
+// missing with an origin the target already had, when the source's
+// timeline or system id changed (a promoted standby); nil otherwise (a
+// cleanup dropped the slot first: setUpOrigin's error says so).
+func (r *runner) failedOverSince(ctx context.Context) error {
+	var progress *string
+	if err := r.tg.conn.QueryRow(ctx, `SELECT pg_replication_origin_progress($1, true)::text`, r.o.Origin).Scan(&progress); err != nil || progress == nil {
+		return nil
+	}
+	since, err := pglogrepl.ParseLSN(*progress)
+	if err != nil {
+		return nil
+	}
+	var fe *FailedOverError
+	if err := r.checkSource(ctx, since); errors.As(err, &fe) && (fe.SystemChanged || (fe.Was.known() && fe.Was.Timeline != fe.Now.Timeline)) {
+		return err
+	}
+	return nil
+}
