@@ -45,5 +45,8 @@
 // API (HoldAt, Release, Positions, WaitApplied, DrainToMarker) and how the
 // runner holds; joining.go creates and drops the publication and slot, and
 // drops the origin; objects.go lists those a server holds (topology check's
-// leftovers).
+// leftovers); failover.go checks, before a Run reads, that the source is the
+// server its positions belong to (IDENTIFY_SYSTEM's system id and timeline,
+// the slot present and not lost) and reports a *FailedOverError — repair
+// needed, never "no changes" — when it is not.
 package cdc
