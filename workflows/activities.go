@@ -51,6 +51,12 @@ const (
 	// again at once, instead of letting the activity's retries wait for a
 	// stream that will not come back by itself.
 	ErrTypeNoStream = "NoStream"
+	// ErrTypeFailedOver: a side of the move failed over (its slot is
+	// missing or lost, or its timeline or system id changed): changes may
+	// be missing on the target, which no retry or resume brings back. The
+	// move stops for the operator with that said (the repair path of #30
+	// is not built yet: roll back).
+	ErrTypeFailedOver = "FailedOver"
 )
 
 // PlanResult is the plan of a migration: the moves, grouped by (source,

@@ -274,7 +274,7 @@ func (m *moveRun) stoppable(err error) bool {
 		return false
 	}
 	switch appErr.Type() {
-	case ErrTypeCollision, ErrTypeSchemaChange, ErrTypeBadInput:
+	case ErrTypeCollision, ErrTypeSchemaChange, ErrTypeBadInput, ErrTypeFailedOver:
 		return true
 	}
 	return false
@@ -290,6 +290,12 @@ func (m *moveRun) stopForOperator(ctx workflow.Context, err error) error {
 	m.state.Stopped = true
 	m.state.Error = fmt.Sprintf("stopped in %s: %v. Once the cause is fixed, reshard resume %s runs %s again; reshard rollback %s undoes the move",
 		m.state.Phase, rootMessage(err), m.in.Request.ID, m.state.Phase, m.in.Request.ID)
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.Type() == ErrTypeFailedOver {
+		// Resuming would stream from a new slot past the missing changes.
+		m.state.Error = fmt.Sprintf("stopped in %s: %v. Resuming cannot bring the missing changes back and a slot recreated by hand would skip them: reshard rollback %s undoes the move (automatic repair is not built yet)",
+			m.state.Phase, rootMessage(err), m.in.Request.ID)
+	}
 	workflow.GetLogger(ctx).Warn("move stopped for the operator", "move", m.in.Spec.ID, "phase", m.state.Phase, "error", err)
 	m.details(ctx)
 	m.notify(ctx, true)

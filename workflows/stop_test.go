@@ -83,3 +83,34 @@ func TestStoppedMoveRollsBack(t *testing.T) {
 		t.Fatalf("t_m1 copied %d slices; a rollback of a stopped move copies nothing more", n)
 	}
 }
+
+// A move whose source failed over (cdc.FailedOverError, classified
+// ErrTypeFailedOver) stops for the operator without the advice to fix the
+// cause and resume: nothing brings a lost slot's changes back, and resuming
+// from a new slot would skip them. Rolling back works.
+func TestFailedOverMoveStopsWithoutResumeAdvice(t *testing.T) {
+	env, f := newEnv(t)
+	f.copySlice = func(in CopySliceInput, n int) (CopyProgress, error) {
+		if in.Move.Spec.ID == "t_m1" && n == 1 {
+			return CopyProgress{}, temporal.NewNonRetryableApplicationError(
+				`source shard1 failed over (timeline 1 → 2, slot reshard_t_m1 missing): the changes since 0/3000000 may be missing on the target; repair needed`, ErrTypeFailedOver, nil)
+		}
+		return CopyProgress{Rows: 100 * int64(n), Bytes: 1000, Done: n >= 3}, nil
+	}
+	var rb error
+	var rbDone bool
+	env.RegisterDelayedCallback(func() {
+		m := queryState(t, env).Moves[0]
+		if !m.Stopped || !strings.Contains(m.Error, "source shard1 failed over (timeline 1 → 2") ||
+			!strings.Contains(m.Error, "Resuming cannot bring the missing changes back") ||
+			!strings.Contains(m.Error, "reshard rollback t undoes the move") || strings.Contains(m.Error, "Once the cause is fixed") {
+			t.Errorf("after the failover, move %s: stopped %v error %q", m.Spec.ID, m.Stopped, m.Error)
+		}
+		update(env, UpdateRollback, &rb, &rbDone)
+	}, 30*time.Minute)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if !rbDone || rb != nil || st.Phase != PhaseRolledBack {
+		t.Fatalf("rollback: done %v, %v; migration %s", rbDone, rb, st.Phase)
+	}
+}
