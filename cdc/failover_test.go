@@ -241,3 +241,40 @@ func TestSourceFailoverIsReported(t *testing.T) {
 	err, took = run(st2)
 	check("new stream, slot recreated by hand", err, took, false)
 }
+
+// TestLostSlotIsReported: a slot whose WAL was removed (wal_status lost,
+// past max_slot_wal_keep_size) is a failover of its kind: the stream stops
+// with a *FailedOverError, not a retry.
+func TestLostSlotIsReported(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src := ownServer(t, "lost")
+	e := sourceEnv(t, src, "lost")
+	e.src.Exec(t, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+	e.src.Exec(t, "SELECT pg_reload_conf()")
+	e.createSlot(t)
+	for i := 0; i < 4; i++ {
+		e.src.Exec(t, "INSERT INTO users (id, email) SELECT g, repeat('x', 100) FROM generate_series($1::bigint * 20000 + 1, ($1::bigint + 1) * 20000) g", i)
+		e.src.Exec(t, "SELECT pg_switch_wal()")
+	}
+	e.src.Exec(t, "CHECKPOINT")
+	var status string
+	if err := e.src.Pool.QueryRow(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", e.names.Slot).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "lost" {
+		t.Fatalf("slot wal_status %q after the WAL was removed, want lost", status)
+	}
+	st, err := New(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	err = st.Run(rctx)
+	var fe *FailedOverError
+	if !errors.As(err, &fe) || !fe.SlotLost || IsRetryable(err) || !strings.Contains(err.Error(), "wal_status lost") {
+		t.Fatalf("run with a lost slot: %v, want a non-retryable *FailedOverError saying wal_status lost", err)
+	}
+	t.Logf("lost slot: %v", err)
+}
