@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/reshard/reshard/internal/pgsession"
 )
 
 // SourceIdentity names the server a stream's positions belong to: its
@@ -79,7 +81,11 @@ func (e *FailedOverError) Is(target error) bool { return target == ErrFailedOver
 // a lost one or another timeline or system is a *FailedOverError, never
 // "no changes". The first identity seen is remembered for later Runs.
 func (r *runner) checkSource(ctx context.Context, since pglogrepl.LSN) error {
-	conn, err := pgconn.Connect(ctx, r.o.SourceReplicationDSN)
+	cfg, err := pgsession.ParseConfig(r.o.SourceReplicationDSN)
+	if err != nil {
+		return fmt.Errorf("parse source connection string: %w", redactParseError(err))
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return wrapOp("connect to the source for replication", err)
 	}
