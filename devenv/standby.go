@@ -353,7 +353,26 @@ func setSyncStandby(ctx context.Context, primary Server, on bool) error {
 			return fmt.Errorf("%s on %s: %w", s, primary.Name, err)
 		}
 	}
-	return nil
+	if !on {
+		return nil
+	}
+	// The reload reaches the server's processes a moment later: return once
+	// the standby is synchronous, so that the next acknowledged write is on it.
+	for {
+		var sync bool
+		err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE application_name = $1 AND sync_state = 'sync')", StandbyAppName).Scan(&sync)
+		if err != nil {
+			return fmt.Errorf("wait for the standby of %s to be synchronous: %w", primary.Name, err)
+		}
+		if sync {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the standby of %s did not become synchronous: %w", primary.Name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func quoteLiteral(s string) string {
