@@ -136,7 +136,7 @@ func (s *Stream) Identity() SourceIdentity {
 // dsnHosts is the host:port list of a DSN, for messages (never the DSN,
 // which may hold a password).
 func dsnHosts(dsn string) string {
-	cfg, err := pgconn.ParseConfig(dsn)
+	cfg, err := pgsession.ParseConfig(dsn)
 	if err != nil {
 		return "(unparsable DSN)"
 	}
