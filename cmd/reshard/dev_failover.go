@@ -15,7 +15,9 @@ func newDevStandbyCmd(opts *globalOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "standby <shard>",
 		Short: "Give a shard a synchronous streaming standby (pg_basebackup -R); reshard.yaml then lists both servers",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Example: `  reshard dev standby shard2
+  # then: reshard dev failover shard2`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
@@ -39,7 +41,10 @@ func newDevFailoverCmd(opts *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "failover <shard>",
 		Short: "Promote a shard's standby: kill the primary (or stop it cleanly with --switchover), promote, rebuild the old primary as the standby",
-		Args:  usageArgs(cobra.ExactArgs(1)),
+		Example: `  reshard dev failover shard2
+  reshard dev failover shard2 --switchover
+  reshard dev failover shard2 --no-rebuild`,
+		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
 			defer cancel()
