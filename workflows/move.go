@@ -728,14 +728,6 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	var appErr *temporal.ApplicationError
 	if err != nil && errors.As(err, &appErr) && appErr.Type() == ErrTypeCutoverAborted {
 		m.state.Error = appErr.Error()
-		// The verify before the next attempt must vouch for the rows as they
-		// are then, changes made since the last one included (the aborted
-		// attempt's own among them): a new verify run compares every chunk
-		// again, where resuming the old run would accept its chunks as
-		// compared at their older LSN and compare nothing.
-		if workflow.GetVersion(ctx, "reverify-after-abort", workflow.DefaultVersion, 1) >= 1 {
-			m.verifyRuns++
-		}
 		var aborted CutoverResult
 		if appErr.HasDetails() && appErr.Details(&aborted) == nil {
 			m.state.Pauses = aborted.Pauses
