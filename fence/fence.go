@@ -30,9 +30,10 @@ const TruncateSQLState = "RST01"
 const NullKeySQLState = "23502"
 
 // schemaSQL creates the fence registry: one row per fenced table, holding the
-// fenced token ranges as an int8multirange, the topology epoch that set
-// them, whether TRUNCATE is refused, and the table's fence identity (the
-// name of its functions, see Ident). The functions are generated from the
+// fenced token ranges as an int8multirange, the topology version they were
+// derived from (column epoch; the fence error says "since topology version"),
+// whether TRUNCATE is refused, and the table's fence identity (the name of
+// its functions, see Ident). The functions are generated from the
 // row; the registry is the record Fenced, Inspect and the next change read.
 //
 // The guard column came after the first installs, whose TRUNCATE guard was
@@ -135,10 +136,18 @@ type compiled struct {
 }
 
 // fenceRaise is the refusal of a write whose token tok lies in the fenced
-// ranges fenced (a multirange expression) at topology epoch epoch.
-func fenceRaise(fenced, epoch string) string {
-	return `RAISE EXCEPTION 'reshard fence: % on %.% refused: token % lies in fenced range % at topology epoch %', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, tok,
-				(SELECT x FROM unnest(` + fenced + `) x WHERE x @> tok), ` + epoch + `
+// ranges fenced (a multirange expression), fenced since topology version
+// version (the registry's epoch column: the version the shard's fence was
+// last derived from; a fence changes only when the shard's ranges do, so it
+// may be older than the current version). The range is printed as the CLI
+// and docs/contract.md print ranges, (lo,hi] as ring.Range.String does
+// ([MinToken,hi] from MinToken), not as int8range's canonical [lo+1,hi+1)
+// or, unbounded, "(,)".
+func fenceRaise(fenced, version string) string {
+	return `RAISE EXCEPTION 'reshard fence: % on %.% refused: token % lies in range %, fenced on this shard since topology version %', TG_OP, TG_TABLE_SCHEMA, TG_TABLE_NAME, tok,
+				(SELECT CASE WHEN lower_inf(x) THEN '[` + strconv.FormatInt(ring.MinToken, 10) + `' ELSE '(' || (lower(x) - 1) END
+					|| ',' || CASE WHEN upper_inf(x) THEN '` + strconv.FormatInt(ring.MaxToken, 10) + `' ELSE (upper(x) - 1)::text END || ']'
+				FROM unnest(` + fenced + `) x WHERE x @> tok), ` + version + `
 				USING ERRCODE = 'RSF01', HINT = 'this shard no longer owns the range (or does not own it yet): refresh the topology and retry on the owner';`
 }
 
@@ -187,7 +196,7 @@ func generatedBy(t tableset.Table, what string) string {
 // ROW EXCLUSIVE, so it sees the new body): stricter than a table read under
 // its old snapshot, which let it pass.
 func fenceBody(t tableset.Table, c compiled) string {
-	head := generatedBy(t, "fenced token ranges "+strings.ReplaceAll(c.ranges, "$", "")+" at topology epoch "+strconv.FormatInt(c.epoch, 10))
+	head := generatedBy(t, "fenced token ranges "+strings.ReplaceAll(c.ranges, "$", "")+" since topology version "+strconv.FormatInt(c.epoch, 10))
 	key := "new." + pgx.Identifier{t.KeyColumn}.Sanitize()
 	if c.ranges == "{}" {
 		// No fenced range: return at once (RETURN NEW/OLD of the
@@ -237,7 +246,7 @@ END `
 // deleteBody is the body of the DELETE trigger's fence function of t
 // compiling c (see fenceBody).
 func deleteBody(t tableset.Table, c compiled) string {
-	head := generatedBy(t, "fenced token ranges "+strings.ReplaceAll(c.ranges, "$", "")+" at topology epoch "+strconv.FormatInt(c.epoch, 10))
+	head := generatedBy(t, "fenced token ranges "+strings.ReplaceAll(c.ranges, "$", "")+" since topology version "+strconv.FormatInt(c.epoch, 10))
 	if c.ranges == "{}" {
 		return head + `BEGIN
 	RETURN OLD;
@@ -615,9 +624,9 @@ func multirange(rs []ring.Range) string {
 	return "int8multirange(" + strings.Join(parts, ", ") + ")"
 }
 
-// Fence adds ranges to the fenced set of every table of the set on this shard,
-// at topology epoch epoch, in one transaction: from its commit on, an
-// application write of a key in those ranges is refused, except a prepared
+// Fence adds ranges to the fenced set of every table of the set on this
+// shard, derived from topology version epoch, in one transaction: from its
+// commit on, an application write of a key in those ranges is refused, except a prepared
 // statement's in a transaction that held a write lock on the table since
 // before the commit (HorizonNow and WaitInFlight wait those out).
 // Idempotent.

@@ -55,8 +55,8 @@ func TestFenceRefusesWritesInFencedRanges(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Code != topology.FenceSQLState || !topology.IsFenceError(err) {
 		t.Fatalf("update of a fenced key: err %v, want SQLSTATE %s", err, topology.FenceSQLState)
 	}
-	if !strings.Contains(pe.Message, "epoch 42") || !strings.Contains(pe.Message, "users") {
-		t.Fatalf("fence message does not name the table and epoch: %s", pe.Message)
+	if !strings.Contains(pe.Message, "topology version 42") || !strings.Contains(pe.Message, "users") {
+		t.Fatalf("fence message does not name the table and topology version: %s", pe.Message)
 	}
 	for _, q := range []string{"DELETE FROM users WHERE id = 7", "INSERT INTO users VALUES (7, 'z') ON CONFLICT (id) DO NOTHING",
 		"UPDATE users SET id = 1007 WHERE id = 7" /* OLD key fenced */, "UPDATE users SET id = 7 WHERE id = 8" /* NEW key fenced */} {

@@ -63,8 +63,8 @@ func TestFencesOfLongNamesAreTheirOwn(t *testing.T) {
 		if lowKey == topology.IsFenceError(err) || (lowKey && err != nil) {
 			t.Fatalf("us key %d (token %d, fenced on us: %v): %v", k, tokenOf(t, db, k), !lowKey, err)
 		}
-		if err != nil && !strings.Contains(err.Error(), "epoch 4") {
-			t.Fatalf("us refusal names another epoch than its own (4): %v", err)
+		if err != nil && !strings.Contains(err.Error(), "topology version 4") {
+			t.Fatalf("us refusal names another topology version than its own (4): %v", err)
 		}
 	}
 }
@@ -322,8 +322,8 @@ CREATE TRIGGER reshard_no_truncate BEFORE TRUNCATE ON users FOR EACH STATEMENT E
 		t.Fatalf("drift after the upgrade: %v", d)
 	}
 	theirs := keyWithToken(t, db, func(tok int64) bool { return tok > 0 })
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) || !strings.Contains(err.Error(), "epoch 5") {
-		t.Fatalf("write of a key b owns after the upgrade: %v; want the fence at the older epoch 5", err)
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) || !strings.Contains(err.Error(), "topology version 5") {
+		t.Fatalf("write of a key b owns after the upgrade: %v; want the fence since the older topology version 5", err)
 	}
 	var pe *pgconn.PgError
 	if _, err := db.Pool.Exec(ctx, "TRUNCATE users"); !errors.As(err, &pe) || pe.Code != TruncateSQLState {
