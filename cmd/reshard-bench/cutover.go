@@ -135,12 +135,13 @@ func benchPause(ctx context.Context, e *env, r *report) error {
 	start := time.Now()
 	for round := 0; round < cutoverRounds; round++ {
 		m.ID = fmt.Sprintf("bench%d", round)
-		fwdPause, revPause, err := roundTrip(ctx, store, ctl, m, old, next, srcRepl, dstRepl, e)
+		fwd, rev, err := roundTrip(ctx, store, ctl, m, old, next, srcRepl, dstRepl, e)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", round, err)
 		}
-		pauses = append(pauses, fwdPause, revPause)
-		fmt.Fprintf(e.out, "round %d: pause forward %s, back %s\n", round, fwdPause.Round(time.Millisecond), revPause.Round(time.Millisecond))
+		pauses = append(pauses, fwd.WritePause, rev.WritePause)
+		fmt.Fprintf(e.out, "round %d: pause forward %s (%s), back %s (%s)\n", round, fwd.WritePause.Round(time.Millisecond), stepsString(fwd),
+			rev.WritePause.Round(time.Millisecond), stepsString(rev))
 	}
 	elapsed := time.Since(start)
 	stopWriters()
@@ -168,39 +169,56 @@ func benchPause(ctx context.Context, e *env, r *report) error {
 	return nil
 }
 
+// stepsString is where a cutover's pause went, step by step (the gates
+// are before it).
+func stepsString(res cutover.Result) string {
+	var b strings.Builder
+	for _, s := range res.Steps {
+		if s.Step == cutover.StepGates {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s %.1f", s.Step, float64(s.Duration.Microseconds())/1000)
+	}
+	return b.String() + " ms"
+}
+
 // roundTrip: JOINING, copy, forward CDC, cutover, GRACE for a moment, then
-// rollback during GRACE (the reverse cutover). It returns both write pauses.
-func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m cutover.Move, old, next *ring.Ring, srcRepl, dstRepl string, e *env) (time.Duration, time.Duration, error) {
+// rollback during GRACE (the reverse cutover). It returns both cutovers.
+func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m cutover.Move, old, next *ring.Ring, srcRepl, dstRepl string, e *env) (cutover.Result, cutover.Result, error) {
+	var none cutover.Result
 	if _, err := topology.Begin(next, m.Ranges, m.From, m.To, "begin "+m.ID).Publish(ctx, store); err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	if err := cutover.ReconcileBoth(ctx, m, fence.Control{Pool: ctl, Store: store}); err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	names, err := cdc.NamesFor(m.ID)
 	if err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	if err := cdc.CreatePublication(ctx, m.Source, names.Publication, m.Set, m.Ranges); err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	rc, err := pgconn.Connect(ctx, srcRepl)
 	if err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
 	rc.Close(ctx)
 	if err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	if _, err := backfill.Copy(ctx, m.Source, m.Target, backfill.Options{Move: m.ID, Set: m.Set, Ranges: m.Ranges, ChunkRows: 5000}); err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	fwdOpts := cdc.Options{Move: m.ID, SourceReplicationDSN: srcRepl, SourceDSN: e.src.DSN("postgres", false), TargetDSN: e.dst.DSN("postgres", false),
 		Slot: names.Slot, Publication: names.Publication, Origin: names.Origin, StartLSN: l0, Set: m.Set, Ranges: m.Ranges}
 	fwd, err := cdc.New(fwdOpts)
 	if err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	fctx, stopFwd := context.WithCancel(ctx)
 	fdone := make(chan error, 1)
@@ -216,16 +234,16 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 	gate := "bench-gate-" + m.ID
 	if err := cutover.EmitMarker(ctx, m.Source, gate); err != nil {
 		stopForward()
-		return 0, 0, err
+		return none, none, err
 	}
 	if _, err := fwd.DrainToMarker(ctx, gate); err != nil {
 		stopForward()
-		return 0, 0, err
+		return none, none, err
 	}
 	_, revL0, err := cutover.PrepareReverse(ctx, m, dstRepl)
 	if err != nil {
 		stopForward()
-		return 0, 0, err
+		return none, none, err
 	}
 	pg := cutover.NewPG(m, fwd, fence.Control{Pool: ctl, Store: store}, topology.CutOver(next, m.Ranges, m.From, m.To, "cutover "+m.ID), cutover.PGJournal{Pool: ctl, Move: m.ID})
 	res, err := cutover.Run(ctx, pg, cutover.PGJournal{Pool: ctl, Move: m.ID}, cutover.Options{})
@@ -233,18 +251,18 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 		err = serr
 	}
 	if err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	time.Sleep(500 * time.Millisecond) // GRACE: writes on the target
 	rev, err := cutover.ReverseOptions(fwdOpts, e.src.DSN("postgres", false), dstRepl, m.Set, revL0)
 	if err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
 	back, err := rollback.DuringGrace(ctx, m, rev, rollback.Options{Store: store, Control: ctl, Old: old})
 	if err != nil {
-		return 0, 0, err
+		return none, none, err
 	}
-	return res.WritePause, back.WritePause, nil
+	return res, back, nil
 }
 
 // benchFenceOverhead runs pgbench's single-row updates (CPU-bound: a small
