@@ -63,3 +63,33 @@ func TestFenceErrorSpeaksTheCLIsRanges(t *testing.T) {
 		})
 	}
 }
+
+// Reconcile decides what the registry's ranges become without reading them
+// back, so multirangeText must be PostgreSQL's own text of the multirange
+// (otherwise every function would look replaced to Inspect and be compiled
+// again by every reconcile).
+func TestMultirangeTextIsPostgreSQLs(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, 0)
+	for _, rs := range [][]ring.Range{
+		nil,
+		{{Lo: ring.MinToken, Hi: ring.MaxToken}},
+		{{Lo: ring.MinToken, Hi: -5}},
+		{{Lo: 5, Hi: ring.MaxToken}},
+		{{Lo: ring.MinToken, Hi: ring.MinToken + 1}, {Lo: ring.MaxToken - 1, Hi: ring.MaxToken}},
+		{{Lo: -10, Hi: 0}, {Lo: 0, Hi: 10}, {Lo: 11, Hi: 20}, {Lo: 30, Hi: 25}},
+		{{Lo: 100, Hi: 200}, {Lo: -300, Hi: -200}, {Lo: 150, Hi: 400}},
+	} {
+		var got string
+		mr := "'{}'::int8multirange"
+		if len(ring.Normalize(rs)) > 0 {
+			mr = multirange(rs)
+		}
+		if err := db.Pool.QueryRow(ctx, "SELECT ("+mr+")::text").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want := multirangeText(rs); got != want {
+			t.Errorf("%v: PostgreSQL prints %s, multirangeText %s", rs, got, want)
+		}
+	}
+}

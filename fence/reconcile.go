@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/reshard/reshard/internal/pgddl"
 	"github.com/reshard/reshard/ring"
@@ -164,12 +166,20 @@ func (c Control) Want(ctx context.Context, shard string) (Want, error) {
 	if c.Pool == nil || c.Store == nil {
 		return Want{}, errors.New("fence control: the control pool and the topology store are required")
 	}
-	cur, err := c.Store.Current(ctx)
-	if err != nil {
-		return Want{}, fmt.Errorf("fences of %s: %w", shard, err)
-	}
-	holds, err := c.Holds(ctx, shard)
-	if err != nil {
+	// The two reads side by side: a cutover reconciles inside its write
+	// pause, and neither read depends on the other (the caller holds the
+	// registry rows' locks, which order reconciles; see Reconcile).
+	var cur topology.Topology
+	var holds []ring.Range
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		if cur, err = c.Store.Current(gctx); err != nil {
+			return fmt.Errorf("fences of %s: %w", shard, err)
+		}
+		return nil
+	})
+	g.Go(func() (err error) { holds, err = c.Holds(gctx, shard); return err })
+	if err := g.Wait(); err != nil {
 		return Want{}, err
 	}
 	return Wanted(cur, shard, holds), nil
@@ -338,121 +348,172 @@ func Reconcile(ctx context.Context, pool *pgxpool.Pool, shard string, set tables
 // errNotInstalled: a table of the set lacks this version's fence objects.
 var errNotInstalled = errors.New("the fence objects of this version are not installed")
 
-// reconcileOnce is Reconcile's transaction.
+// reconcileOnce is Reconcile's transaction, in three round trips to the
+// shard and one to the control database, because a cutover runs it inside
+// its write pause (the unfence step) and at the pause's start (the fence
+// step): BEGIN, the registry rows locked and what the functions compile,
+// in one pipeline; the control database read (Want); and the registry
+// update, the functions that change and COMMIT in one multi-statement
+// simple query, so the transaction flushes its WAL once. Its statements
+// were seven round trips before (BEGIN, the pipeline, the update, the
+// functions and COMMIT on the shard, two reads in the control database),
+// each a wait for the scheduler on a loaded machine.
 func reconcileOnce(ctx context.Context, pool *pgxpool.Pool, shard string, set tableset.Set, c Control, names []string) (Change, error) {
 	var ch Change
 	err := withLockRetry(ctx, func() error {
-		c2 := Change{}
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			// The registry rows, locked in the set's order (Fence locks
-			// them in the same order), then what the functions compile,
-			// read under the lock.
-			b := &pgx.Batch{}
-			b.Queue("SET LOCAL lock_timeout = '" + strconv.Itoa(int(registryLockTimeout.Milliseconds())) + "ms'")
-			b.Queue(`SELECT tbl::oid FROM reshard.fence WHERE tbl = ANY($1::text[]::regclass[])
-ORDER BY array_position($1::text[]::regclass[], tbl) FOR UPDATE`, names)
-			sql, args := layoutQuery(set)
-			b.Queue(sql, args...)
-			br := tx.SendBatch(ctx, b)
-			if _, err := br.Exec(); err != nil {
-				br.Close()
-				return registryMissing(err)
-			}
-			rows, err := br.Query()
-			if err != nil {
-				br.Close()
-				return registryMissing(err)
-			}
-			oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
-			if err != nil {
-				br.Close()
-				return registryMissing(err)
-			}
-			rows, err = br.Query()
-			if err != nil {
-				br.Close()
-				return registryMissing(err)
-			}
-			lay, err := scanLayout(rows, set)
-			if cerr := br.Close(); err == nil && cerr != nil {
-				err = cerr
-			}
-			if err != nil {
-				return registryMissing(err)
-			}
-			if len(oids) != len(set.Tables) {
-				return errNotInstalled
-			}
-			for _, l := range lay {
-				if !l.installed() {
-					return errNotInstalled
-				}
-			}
-			want, err := c.Want(ctx, shard)
-			if err != nil {
-				return err
-			}
-			c2.Want = want
-			mr := multirange(want.Ranges)
-			if len(want.Ranges) == 0 {
-				mr = "'{}'::int8multirange"
-			}
-			rows, err = tx.Query(ctx, `UPDATE reshard.fence SET ranges = `+mr+`, guard = $3,
-	epoch = CASE WHEN ranges <> `+mr+` THEN greatest(epoch, $2) ELSE epoch END
-WHERE tbl = ANY($1::oid[]::regclass[]) AND (ranges <> `+mr+` OR guard <> $3) RETURNING tbl::oid, ranges::text, epoch, guard`, oids, want.Version, want.Guard)
-			if err != nil {
-				return fmt.Errorf("fence: %w", err)
-			}
-			type row struct {
-				oid uint32
-				c   compiled
-			}
-			changed, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
-				var f row
-				err := r.Scan(&f.oid, &f.c.ranges, &f.c.epoch, &f.c.guard)
-				return f, err
-			})
-			if err != nil {
-				return fmt.Errorf("fence: %w", err)
-			}
-			// The new fence compiled into each table's functions, committed
-			// with the registry row (see fenceBody for when sessions use
-			// it); and functions that do not compile their row compiled
-			// again.
-			var ddl strings.Builder
-			for i, t := range set.Tables {
-				l := lay[i]
-				now := l.c
-				if j := slices.IndexFunc(changed, func(r row) bool { return r.oid == oids[i] }); j >= 0 {
-					now = changed[j].c
-					if now.ranges != l.c.ranges {
-						c2.Refenced = append(c2.Refenced, t.String())
-					}
-					if now.guard && !l.c.guard {
-						c2.GuardsOn = append(c2.GuardsOn, t.String())
-					} else if !now.guard && l.c.guard {
-						c2.GuardsOff = append(c2.GuardsOff, t.String())
-					}
-				} else if l.bodiesMatch(t) {
-					continue
-				} else {
-					c2.Recompiled = append(c2.Recompiled, t.String())
-				}
-				ddl.WriteString(compileChangedSQL(t, now, l))
-			}
-			if ddl.Len() > 0 {
-				if _, err := tx.Exec(ctx, ddl.String()); err != nil {
-					return fmt.Errorf("compile the fences: %w", err)
-				}
-			}
-			return nil
-		})
+		c2, err := reconcileTx(ctx, pool, shard, set, c, names)
 		if err == nil {
 			ch = c2
 		}
 		return err
 	})
 	return ch, err
+}
+
+func reconcileTx(ctx context.Context, pool *pgxpool.Pool, shard string, set tableset.Set, c Control, names []string) (ch Change, err error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return ch, err
+	}
+	defer func() {
+		// A transaction left open (an error, before or inside the last
+		// query) is rolled back; a connection that cannot is closed by
+		// the pool on release.
+		if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if _, rerr := conn.Exec(rctx, "ROLLBACK"); rerr != nil {
+				pc.Close(rctx)
+			}
+			cancel()
+		}
+		conn.Release()
+	}()
+	// The registry rows, locked in the set's order (Fence locks them in
+	// the same order), then what the functions compile, read under the
+	// lock.
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL lock_timeout = '" + strconv.Itoa(int(registryLockTimeout.Milliseconds())) + "ms'")
+	b.Queue(`SELECT tbl::oid FROM reshard.fence WHERE tbl = ANY($1::text[]::regclass[])
+ORDER BY array_position($1::text[]::regclass[], tbl) FOR UPDATE`, names)
+	sql, args := layoutQuery(set)
+	b.Queue(sql, args...)
+	br := conn.SendBatch(ctx, b)
+	oids, lay, err := func() ([]uint32, []layout, error) {
+		defer br.Close()
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return nil, nil, err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return nil, nil, err
+		}
+		oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+		if err != nil {
+			return nil, nil, err
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return nil, nil, err
+		}
+		lay, err := scanLayout(rows, set)
+		if err != nil {
+			return nil, nil, err
+		}
+		return oids, lay, br.Close()
+	}()
+	if err != nil {
+		return ch, registryMissing(err)
+	}
+	if len(oids) != len(set.Tables) {
+		return ch, errNotInstalled
+	}
+	for _, l := range lay {
+		if !l.installed() {
+			return ch, errNotInstalled
+		}
+	}
+	want, err := c.Want(ctx, shard)
+	if err != nil {
+		return ch, err
+	}
+	ch.Want = want
+	// What each table's row becomes, decided here rather than read back
+	// from an UPDATE ... RETURNING (a round trip): the rows are locked and
+	// were read under the lock. The epoch is the topology version the
+	// ranges were last derived from: it moves only when they change.
+	ranges := multirangeText(want.Ranges)
+	var upd, ddl strings.Builder
+	for i, t := range set.Tables {
+		l := lay[i]
+		now := compiled{ranges: ranges, epoch: l.c.epoch, guard: want.Guard}
+		if now.ranges != l.c.ranges {
+			now.epoch = max(l.c.epoch, want.Version)
+			ch.Refenced = append(ch.Refenced, t.String())
+		}
+		if now.guard && !l.c.guard {
+			ch.GuardsOn = append(ch.GuardsOn, t.String())
+		} else if !now.guard && l.c.guard {
+			ch.GuardsOff = append(ch.GuardsOff, t.String())
+		}
+		if now != l.c {
+			if upd.Len() > 0 {
+				upd.WriteString(", ")
+			}
+			fmt.Fprintf(&upd, "(%d, %s, %d, %t)", oids[i], quoteLiteral(now.ranges), now.epoch, now.guard)
+		} else if l.bodiesMatch(t) {
+			continue
+		} else {
+			// Functions that do not compile their row, compiled again.
+			ch.Recompiled = append(ch.Recompiled, t.String())
+		}
+		// The new fence compiled into the table's functions, committed
+		// with the registry row (see fenceBody for when sessions use it).
+		ddl.WriteString(compileChangedSQL(t, now, l))
+	}
+	var q strings.Builder
+	if upd.Len() > 0 {
+		q.WriteString("UPDATE reshard.fence f SET ranges = v.ranges::int8multirange, epoch = v.epoch, guard = v.guard FROM (VALUES " +
+			upd.String() + ") v(tbl, ranges, epoch, guard) WHERE f.tbl = v.tbl::oid::regclass;\n")
+	}
+	q.WriteString(ddl.String())
+	q.WriteString("COMMIT")
+	// No arguments: the simple protocol, which runs the statements of one
+	// string in order and stops at the first error (the transaction is
+	// then rolled back above).
+	if _, err := conn.Exec(ctx, q.String()); err != nil {
+		return Change{}, fmt.Errorf("fence: %w", err)
+	}
+	return ch, nil
+}
+
+// multirangeText is rs as PostgreSQL prints an int8multirange holding
+// them (canonical ranges [lo+1,hi+1), an unbounded end from MinToken or to
+// MaxToken, as multirange builds them): the text the registry's ranges
+// read back as, and so the text the fence functions compile.
+func multirangeText(rs []ring.Range) string {
+	rs = ring.Normalize(rs)
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if r.Lo == ring.MinToken {
+			b.WriteString("(")
+		} else {
+			b.WriteString("[" + strconv.FormatInt(r.Lo+1, 10))
+		}
+		b.WriteByte(',')
+		if r.Hi != ring.MaxToken {
+			b.WriteString(strconv.FormatInt(r.Hi+1, 10))
+		}
+		b.WriteByte(')')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // registryMissing turns the errors of a shard without this version's
