@@ -73,11 +73,29 @@ ON CONFLICT (move) DO UPDATE SET epoch = cutover_epoch.epoch + 1 RETURNING epoch
 	return j, nil
 }
 
+// flushedLater are the steps recorded inside the write pause whose record
+// need not wait for its WAL flush: the next durable commit in the control
+// database flushes it too (WAL is flushed in order), and that commit comes
+// before anything relies on the record. The publish record is followed by
+// the publish (committed durably: it is the point of no return); the
+// unfence-target record by the hold's release and the done record. Lost
+// with the control database before that commit, they are not needed:
+// Resume asks the topology whether the move was published, whatever the
+// journal's last step past fence-source.
+var flushedLater = map[Step]bool{StepPublish: true, StepUnfenceTarget: true}
+
 // Record journals a step, only while this attempt is the newest (ErrStale
 // otherwise).
 func (j PGJournal) Record(ctx context.Context, step Step, detail string) error {
+	sync := "on"
+	if flushedLater[step] {
+		sync = "off"
+	}
+	// set_config(..., true) in the statement sets synchronous_commit for
+	// its own transaction, read at its commit: one round trip.
 	tag, err := j.Pool.Exec(ctx, `INSERT INTO reshard.cutover_journal (move, step, detail, epoch)
-SELECT $1, $2, $3, $4::bigint WHERE $4::bigint = 0 OR $4::bigint = (SELECT epoch FROM reshard.cutover_epoch WHERE move = $1)`, j.Move, string(step), detail, j.Epoch)
+SELECT $1, $2, $3, $4::bigint FROM (SELECT set_config('synchronous_commit', $5, true)) c
+WHERE $4::bigint = 0 OR $4::bigint = (SELECT epoch FROM reshard.cutover_epoch WHERE move = $1)`, j.Move, string(step), detail, j.Epoch, sync)
 	if err != nil {
 		return err
 	}

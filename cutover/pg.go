@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/fence"
@@ -89,14 +90,15 @@ func (p *PG) EmitMarker(ctx context.Context) (string, error) {
 // sends flushed WAL, and on a server running with synchronous_commit = off
 // the marker would otherwise wait up to wal_writer_delay (200 ms) for the
 // WAL writer — inside the write pause.
+//
+// The transaction is one simple query, one round trip where BEGIN, SET,
+// the message and COMMIT were four: it runs inside the write pause. A
+// failure leaves the session in an aborted transaction, which the pool
+// closes on release.
 func EmitMarker(ctx context.Context, pool *pgxpool.Pool, payload string) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL synchronous_commit = on"); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_logical_emit_message(true, $1, $2)`, cdc.MarkerPrefix, payload)
-		return err
-	})
+	_, err := pool.Exec(ctx, `BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_logical_emit_message(true, $1, $2); COMMIT`,
+		pgx.QueryExecModeSimpleProtocol, cdc.MarkerPrefix, payload)
+	return err
 }
 
 func (p *PG) Drain(ctx context.Context, marker string, budget time.Duration) error {
@@ -141,12 +143,18 @@ func (p *PG) Published(ctx context.Context) (bool, error) {
 
 // UnfenceTarget, after the publish: the target owns the ranges now, so its
 // reconcile lifts their fence; the source's hold is released (it no longer
-// owns them, so its fence stays).
+// owns them, so its fence stays). The two run side by side, the write
+// pause's last step: neither depends on the other once the publish has
+// committed (the source's wanted fence holds the ranges with or without the
+// hold, and the target's never holds them).
 func (p *PG) UnfenceTarget(ctx context.Context) error {
-	if _, err := fence.Reconcile(ctx, p.Target, p.To, p.Set, p.Fences); err != nil {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		_, err := fence.Reconcile(gctx, p.Target, p.To, p.Set, p.Fences)
 		return err
-	}
-	return p.Fences.Release(ctx, p.From, p.hold(), p.Epoch)
+	})
+	g.Go(func() error { return p.Fences.Release(gctx, p.From, p.hold(), p.Epoch) })
+	return g.Wait()
 }
 
 // UnfenceSource, on abort: the hold is released and the source, still the

@@ -160,7 +160,11 @@ func InFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, exclude 
 }
 
 // WaitInFlight waits until no transaction InFlight names is open, polling
-// every few milliseconds, for at most budget. Over budget it returns an
+// every 2 ms for the first 50 ms (a cutover's write pause lasts as long as
+// this wait, and the transactions it waits for are mostly the
+// application's short writes: a doubling delay found one that ended at 3 ms
+// only at 6 ms, one that ended at 15 ms at 30), then less and less often
+// (up to every 50 ms), for at most budget. Over budget it returns an
 // *OverBudgetError naming the sessions still open.
 func WaitInFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, exclude []int32, budget time.Duration) error {
 	start := time.Now()
@@ -182,7 +186,7 @@ func WaitInFlight(ctx context.Context, pool *pgxpool.Pool, horizon Horizon, excl
 			return ctx.Err()
 		case <-time.After(delay):
 		}
-		if delay < 50*time.Millisecond {
+		if delay < 50*time.Millisecond && time.Since(start) > 50*time.Millisecond {
 			delay *= 2
 		}
 	}
