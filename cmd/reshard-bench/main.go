@@ -79,6 +79,11 @@ type config struct {
 	// round copies at each of them too): the frontier the adaptive throttle
 	// should find.
 	adaptiveRates []float64
+	// cutoverRounds is how many round trips (a cutover and its rollback)
+	// section cutover measures; fenceTax whether it also measures the
+	// fence trigger's cost with pgbench.
+	cutoverRounds int
+	fenceTax      bool
 }
 
 func main() {
@@ -102,6 +107,8 @@ func main() {
 	flag.Int64Var(&cfg.sqlCatchUp, "cdc-sql-catch-up-bytes", 0, "the appliers' lag past which they catch up by SQL peeks (0: cdc's default, negative: walsender only)")
 	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
+	flag.IntVar(&cfg.cutoverRounds, "cutover-rounds", 10, "round trips of section cutover (a cutover and its rollback each: two write pauses)")
+	flag.BoolVar(&cfg.fenceTax, "fence-tax", true, "section cutover also measures the fence trigger's cost on single-row updates (pgbench, about 3 minutes)")
 	flag.Parse()
 	if only != "" {
 		cfg.only = strings.Split(only, ",")
@@ -112,8 +119,8 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 {
-		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds and -adaptive-window must be positive")
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 {
+		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window and -cutover-rounds must be positive")
 		os.Exit(2)
 	}
 	for _, f := range strings.FieldsFunc(*rates, func(r rune) bool { return r == ',' }) {
