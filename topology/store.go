@@ -216,12 +216,18 @@ func (s *Store) PublishGuarded(ctx context.Context, expected int64, next Topolog
 	}
 	next.Version = expected + 1
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The lock, the compare and the registry check in one round trip,
+		// the insert and the notification in another: a cutover publishes
+		// inside its write pause.
+		b := &pgx.Batch{}
 		// Self-conflicting, so publishers queue here; readers are not blocked.
-		if _, err := tx.Exec(ctx, `LOCK TABLE reshard.topology_versions IN SHARE ROW EXCLUSIVE MODE`); err != nil {
-			return err
-		}
+		b.Queue(`LOCK TABLE reshard.topology_versions IN SHARE ROW EXCLUSIVE MODE`)
 		var have int64
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM reshard.topology_versions WHERE keyspace = $1`, s.keyspace).Scan(&have); err != nil {
+		b.Queue(`SELECT coalesce(max(version), 0) FROM reshard.topology_versions WHERE keyspace = $1`, s.keyspace).QueryRow(func(r pgx.Row) error { return r.Scan(&have) })
+		var missing []string
+		b.Queue(`SELECT coalesce(array_agg(DISTINCT n ORDER BY n), '{}') FROM unnest($1::text[]) n
+WHERE NOT EXISTS (SELECT 1 FROM reshard.shards s WHERE s.name = n)`, names).QueryRow(func(r pgx.Row) error { return r.Scan(&missing) })
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		if have != expected {
@@ -232,20 +238,14 @@ func (s *Store) PublishGuarded(ctx context.Context, expected int64, next Topolog
 				return err
 			}
 		}
-		var missing []string
-		if err := tx.QueryRow(ctx, `SELECT coalesce(array_agg(DISTINCT n ORDER BY n), '{}') FROM unnest($1::text[]) n
-WHERE NOT EXISTS (SELECT 1 FROM reshard.shards s WHERE s.name = n)`, names).Scan(&missing); err != nil {
-			return err
-		}
 		if len(missing) > 0 {
 			return fmt.Errorf("shards %v are not registered; register them (RegisterShard) before publishing a topology naming them", missing)
 		}
-		if err := tx.QueryRow(ctx, `INSERT INTO reshard.topology_versions (keyspace, version, ring, ranges, reason, migration_id)
-VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at`, s.keyspace, next.Version, ringJ, rangeJ, next.Reason, migrationID).Scan(&next.CreatedAt); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, NotifyChannel, notifyPayload(s.keyspace, next.Version))
-		return err
+		b = &pgx.Batch{}
+		b.Queue(`INSERT INTO reshard.topology_versions (keyspace, version, ring, ranges, reason, migration_id)
+VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at`, s.keyspace, next.Version, ringJ, rangeJ, next.Reason, migrationID).QueryRow(func(r pgx.Row) error { return r.Scan(&next.CreatedAt) })
+		b.Queue(`SELECT pg_notify($1, $2)`, NotifyChannel, notifyPayload(s.keyspace, next.Version))
+		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError
