@@ -52,7 +52,10 @@ func TestHelpShowsNoSecret(t *testing.T) {
 func TestTopologyCommandsReadTheConfig(t *testing.T) {
 	t.Cleanup(pgtest.Shutdown)
 	c := newTestCluster(t, false)
-	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
+	for _, s := range []string{"shard1", "shard2"} {
+		c.shards[s].Exec(t, `CREATE TABLE events (id bigint PRIMARY KEY, what text)`)
+	}
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2", "--table", "events:id"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)
 	}
 	// An explicit --config wins over the environment's DSN.
@@ -65,6 +68,8 @@ func TestTopologyCommandsReadTheConfig(t *testing.T) {
 		{[]string{"topology", "show"}, "shard1"},
 		{[]string{"topology", "history"}, "VERSION"},
 		{[]string{"topology", "skew", "--table", "users:id", "--interval", "1s"}, "shard2"},
+		// No --table, no --key-type: the keyspace's, as registered.
+		{[]string{"topology", "skew", "--interval", "1s", "--json"}, `"public.events"`},
 	} {
 		args := append(append([]string{}, tc.args...), "--config", c.config)
 		out, code := run(t, args...)

@@ -65,7 +65,7 @@ type controlFlags struct {
 
 // open connects to the control database and returns the store of keyspace.
 func (c controlFlags) open(ctx context.Context, keyspace string) (*topology.Store, func(), error) {
-	if dsn := *c.dsn; dsn != "" || c.cf.file() == "" && os.Getenv("RESHARD_CONTROL_DSN") != "" {
+	if dsn := *c.dsn; c.byDSN() {
 		if dsn == "" {
 			dsn = os.Getenv("RESHARD_CONTROL_DSN")
 		}
@@ -80,6 +80,22 @@ func (c controlFlags) open(ctx context.Context, keyspace string) (*topology.Stor
 		return nil, nil, err
 	}
 	return store.In(keyspace), pool.Close, nil
+}
+
+// byDSN: the control database is named by --control-dsn or
+// $RESHARD_CONTROL_DSN rather than by the configuration file.
+func (c controlFlags) byDSN() bool {
+	return *c.dsn != "" || c.cf.file() == "" && os.Getenv("RESHARD_CONTROL_DSN") != ""
+}
+
+// config is the configuration file's cluster when the control database is
+// read through it (nil with --control-dsn or $RESHARD_CONTROL_DSN): its
+// password sources reach the shards too.
+func (c controlFlags) config() (*clusterConfig, error) {
+	if c.byDSN() {
+		return nil, nil
+	}
+	return c.cf.load(c.opts)
 }
 
 // openControl connects to the control database. Errors never carry the DSN
@@ -325,11 +341,18 @@ scaled), and write rates from two pg_stat_user_tables readings --interval
 apart. Uniform keys are not uniform traffic: a shard can own its fair share
 of the token space and still hold a hot key or take most of the writes.
 
-Shards are reached through the connection references in the registry; the
-password comes from the environment (PGPASSWORD, PGPASSFILE, ~/.pgpass).
---shard-dsn name=DSN overrides one shard's connection.`,
-		Example: `  reshard topology skew --table users:id --table orders:user_id --interval 10s`,
-		Args:    usageArgs(cobra.NoArgs),
+The tables and the key type are the keyspace's, as registered (reshard
+init, keyspace add-table); --table and --key-type choose others.
+
+Shards are reached through the configuration's DSNs and password (password
+file, password_env or $` + PasswordEnvVar + `), else through the connection
+references in the registry with the password from the environment
+(PGPASSWORD, PGPASSFILE, ~/.pgpass). --shard-dsn name=DSN overrides one
+shard's connection.`,
+		Example: `  reshard topology skew
+  reshard topology skew --keyspace billing --interval 10s
+  reshard topology skew --table users:id --table orders:user_id --key-type bigint`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			sopts, overrides, err := parseSkewInput(tables, shardDSNs, keyType, interval, top)
 			if err != nil {
@@ -337,11 +360,18 @@ password comes from the environment (PGPASSWORD, PGPASSFILE, ~/.pgpass).
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute+interval)
 			defer cancel()
+			cfg, err := ctl.config()
+			if err != nil {
+				return err
+			}
 			store, closeFn, err := ctl.open(ctx, *keyspace)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
+			if err := skewTablesOfKeyspace(ctx, store, *keyspace, keyType, &sopts); err != nil {
+				return err
+			}
 			t, err := loadTopology(ctx, store, 0)
 			if err != nil {
 				return err
@@ -350,7 +380,7 @@ password comes from the environment (PGPASSWORD, PGPASSFILE, ~/.pgpass).
 			if err != nil {
 				return controlErr(err)
 			}
-			pools, closePools, err := shardPools(ctx, t, reg, overrides)
+			pools, closePools, err := shardPools(ctx, t, reg, overrides, cfg)
 			if err != nil {
 				return err
 			}
@@ -367,9 +397,9 @@ password comes from the environment (PGPASSWORD, PGPASSFILE, ~/.pgpass).
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&tables, "table", nil, "table and shard-key column, [schema.]table:key (repeatable; all share one key type)")
+	f.StringArrayVar(&tables, "table", nil, "table and shard-key column, [schema.]table:key (repeatable; all share one key type; default: the keyspace's registered tables)")
 	f.StringArrayVar(&shardDSNs, "shard-dsn", nil, "connection of one shard, name=DSN, instead of its registered reference (repeatable)")
-	f.StringVar(&keyType, "key-type", "bigint", "shard-key type: bigint, integer, smallint, text, varchar or uuid")
+	f.StringVar(&keyType, "key-type", "", "shard-key type: bigint, integer, smallint, text, varchar or uuid (default: the keyspace's)")
 	f.DurationVar(&interval, "interval", 5*time.Second, "time between the two write-counter readings")
 	f.IntVar(&top, "top", 5, "hottest ranges to list")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
@@ -379,9 +409,6 @@ password comes from the environment (PGPASSWORD, PGPASSFILE, ~/.pgpass).
 // parseSkewInput checks the skew flags; every error is bad input.
 func parseSkewInput(tables, shardDSNs []string, keyType string, interval time.Duration, top int) (topology.SkewOptions, map[string]string, error) {
 	var o topology.SkewOptions
-	if len(tables) == 0 {
-		return o, nil, errors.New("name at least one --table [schema.]table:key")
-	}
 	for _, t := range tables {
 		name, key, ok := strings.Cut(t, ":")
 		if !ok || name == "" || key == "" {
@@ -389,11 +416,13 @@ func parseSkewInput(tables, shardDSNs []string, keyType string, interval time.Du
 		}
 		o.Tables = append(o.Tables, topology.SkewTable{Name: name, KeyColumn: key})
 	}
-	kt, err := ring.ParseKeyType(keyType)
-	if err != nil {
-		return o, nil, fmt.Errorf("--key-type: %w", err)
+	if keyType != "" {
+		kt, err := ring.ParseKeyType(keyType)
+		if err != nil {
+			return o, nil, fmt.Errorf("--key-type: %w", err)
+		}
+		o.KeyType = kt
 	}
-	o.KeyType = kt
 	if interval < 100*time.Millisecond {
 		return o, nil, fmt.Errorf("--interval %s: too short to measure writes; use 1s or more", interval)
 	}
@@ -414,8 +443,39 @@ func parseSkewInput(tables, shardDSNs []string, keyType string, interval time.Du
 	return o, overrides, nil
 }
 
-// shardPools opens a small pool per shard of the ring.
-func shardPools(ctx context.Context, t topology.Topology, reg []topology.Shard, overrides map[string]string) (map[string]*pgxpool.Pool, func(), error) {
+// skewTablesOfKeyspace fills what --table and --key-type left out from the
+// keyspace's registration: its tables when none was named, its key type
+// when none was given. With neither registered nor named, bad input.
+func skewTablesOfKeyspace(ctx context.Context, store *topology.Store, keyspace, keyType string, o *topology.SkewOptions) error {
+	if len(o.Tables) > 0 && keyType != "" {
+		return nil
+	}
+	ks, err := store.ResolveKeyspace(ctx, keyspace)
+	if errors.Is(err, topology.ErrNoKeyspace) {
+		if len(o.Tables) == 0 {
+			return usageError{fmt.Errorf("no tables to read: %v; or name them with --table [schema.]table:key", err)}
+		}
+		o.KeyType = ring.KeyInt // --table without a keyspace: bigint unless --key-type
+		return nil
+	}
+	if err != nil {
+		return usageError{controlErr(err)}
+	}
+	if keyType == "" {
+		o.KeyType = ks.KeyType
+	}
+	if len(o.Tables) == 0 {
+		for _, t := range ks.Tables {
+			o.Tables = append(o.Tables, topology.SkewTable{Name: strings.TrimSuffix(topology.TableKey(t), ":"+t.KeyColumn), KeyColumn: t.KeyColumn})
+		}
+	}
+	return nil
+}
+
+// shardPools opens a small pool per shard of the ring: through cfg's DSN
+// and password when the configuration names the shard (cfg nil: none),
+// else through its registered reference.
+func shardPools(ctx context.Context, t topology.Topology, reg []topology.Shard, overrides map[string]string, cfg *clusterConfig) (map[string]*pgxpool.Pool, func(), error) {
 	byName := map[string]topology.Shard{}
 	for _, s := range reg {
 		byName[s.Name] = s
@@ -433,6 +493,9 @@ func shardPools(ctx context.Context, t topology.Topology, reg []topology.Shard, 
 	}
 	for _, name := range t.Ring.Shards() {
 		dsn, ok := overrides[name]
+		if !ok && cfg != nil {
+			dsn, ok = cfg.Shards[name]
+		}
 		if !ok {
 			s, known := byName[name]
 			if !known {
@@ -441,13 +504,12 @@ func shardPools(ctx context.Context, t topology.Topology, reg []topology.Shard, 
 			}
 			dsn = s.Conn.DSN()
 		}
-		cfg, err := pgsession.ParsePoolConfig(dsn)
+		pcfg, err := skewPoolConfig(name, dsn, cfg)
 		if err != nil {
 			closeAll()
-			return nil, nil, usageError{fmt.Errorf("shard %s: %s is not a valid PostgreSQL connection string", name, redactDSN(dsn))}
+			return nil, nil, err
 		}
-		cfg.MaxConns = 2
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		p, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err == nil {
 			err = p.Ping(ctx)
 			pools[name] = p
@@ -458,6 +520,20 @@ func shardPools(ctx context.Context, t topology.Topology, reg []topology.Shard, 
 		}
 	}
 	return pools, closeAll, nil
+}
+
+// skewPoolConfig is the pool of shard name at dsn: with the configuration's
+// password (cfg nil: none) when the DSN carries none.
+func skewPoolConfig(name, dsn string, cfg *clusterConfig) (*pgxpool.Config, error) {
+	pcfg, err := pgsession.ParsePoolConfig(dsn)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("shard %s: %s is not a valid PostgreSQL connection string", name, redactDSN(dsn))}
+	}
+	if cfg != nil && cfg.password != "" && pcfg.ConnConfig.Password == "" {
+		pcfg.ConnConfig.Password = cfg.password
+	}
+	pcfg.MaxConns = 2
+	return pcfg, nil
 }
 
 func printSkew(out io.Writer, rep *topology.SkewReport) {

@@ -34,7 +34,6 @@ func TestTopologyBadInputIsUsageError(t *testing.T) {
 		{"topology", "history", "--limit", "-2", "--control-dsn", "host=x"},
 		{"topology", "show", "extra-arg"},
 		{"topology", "show", "--no-such-flag"},
-		{"topology", "skew", "--control-dsn", "host=x"},
 		{"topology", "skew", "--table", "orders", "--control-dsn", "host=x"},
 		{"topology", "skew", "--table", "orders:user_id", "--key-type", "float", "--control-dsn", "host=x"},
 		{"topology", "skew", "--table", "orders:user_id", "--interval", "1ms", "--control-dsn", "host=x"},
@@ -54,6 +53,20 @@ func TestTopologyBadInputIsUsageError(t *testing.T) {
 		if strings.Contains(err.Error(), "s3cret") || strings.Contains(out.String(), "s3cret") {
 			t.Errorf("%v: password in the message: %v", args, err)
 		}
+	}
+}
+
+// topology skew reaches the shards with the configuration's password (main
+// used the registry's reference with the environment's only: "failed SASL
+// auth" under a password file).
+func TestSkewPoolTakesTheConfigPassword(t *testing.T) {
+	cfg := &clusterConfig{password: "from-file"}
+	p, err := skewPoolConfig("shard1", "postgres://reshard@127.0.0.1:5433/app", cfg)
+	if err != nil || p.ConnConfig.Password != "from-file" {
+		t.Fatalf("password %q, %v; want the configuration's", p.ConnConfig.Password, err)
+	}
+	if p, _ = skewPoolConfig("shard1", "postgres://reshard@127.0.0.1:5433/app", nil); p.ConnConfig.Password != "" {
+		t.Errorf("no configuration: password %q", p.ConnConfig.Password)
 	}
 }
 
