@@ -22,7 +22,7 @@ type Worker struct {
 // running: workers report every WorkerReportEvery.
 const (
 	WorkerReportEvery = 5 * time.Second
-	WorkerFresh       = 30 * time.Second
+	WorkerFresh       = 15 * time.Second
 )
 
 // ReportWorker records (or refreshes) a running worker.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -87,6 +88,39 @@ func workerPolls(ctx context.Context, tc client.Client) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// workerRuns says whether a worker runs now. Temporal lists a worker's
+// poller for pollerFresh after it died, so its answer alone leaves a
+// two-minute blind spot in which an action is sent, a migration starts and
+// status waits its whole --timeout, all for nobody. Workers also report
+// themselves in the control database's reshard.workers every
+// topology.WorkerReportEvery and remove their row when they stop: when the
+// control database answers (within 2s), a worker counts only if it also
+// reported within topology.WorkerFresh. Without the control database (the
+// actions need only Temporal), Temporal's answer stands.
+func workerRuns(ctx context.Context, tc client.Client, cfg *clusterConfig) (bool, error) {
+	polls, err := workerPolls(ctx, tc)
+	if err != nil || !polls || cfg == nil || cfg.Control == "" {
+		return polls, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	pcfg, err := cfg.connConfig(cfg.Control)
+	if err != nil {
+		return polls, nil
+	}
+	pcfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(rctx, pcfg)
+	if err != nil {
+		return polls, nil
+	}
+	defer pool.Close()
+	ws, err := topology.NewStore(pool).Workers(rctx, workflows.TaskQueue)
+	if err != nil {
+		return polls, nil // no registry (an older control database) or no answer
+	}
+	return len(ws) > 0, nil
 }
 
 // noWorker says that no worker polls and how to start one.
@@ -239,7 +273,7 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	// Temporal holds an Update until a worker runs the workflow, however
 	// long that takes: sent with no worker, it would be applied at some
 	// later moment nobody chose. Refuse instead, sending nothing.
-	polls, err := workerPolls(ctx, tc)
+	polls, err := workerRuns(ctx, tc, cfg)
 	if err != nil {
 		return err
 	}

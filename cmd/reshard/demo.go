@@ -198,7 +198,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	}
 	defer tc.Close()
 	for {
-		polls, err := workerPolls(ctx, tc)
+		polls, err := workerRuns(ctx, tc, cfg)
 		if err != nil {
 			return err
 		}

@@ -668,7 +668,7 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 	}
 	// A migration started with no worker waits, and begins whenever one
 	// starts: say so now rather than leave "started" unexplained.
-	if polls, err := workerPolls(ctx, tc); err != nil {
+	if polls, err := workerRuns(ctx, tc, cfg); err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %v; the migration starts only once a worker runs it\n", err)
 	} else if !polls {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s; the migration waits and begins only when one runs\n", noWorker(cfg))

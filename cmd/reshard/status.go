@@ -71,7 +71,14 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 			wfID := workflows.MigrationWorkflowID(id)
 			out := cmd.OutOrStdout()
 			if !watch {
-				st, err := queryState(ctx, tc, wfID, timeout)
+				// A query nobody can answer waits its whole --timeout: ask
+				// first whether a worker runs.
+				var st workflows.MigrationState
+				if runs, werr := workerRuns(ctx, tc, cfg); werr == nil && !runs {
+					err = noWorkerToAsk(ctx, tc, cfg, wfID)
+				} else {
+					st, err = queryState(ctx, tc, wfID, timeout)
+				}
 				// Requests Temporal holds for a worker: shown also (above
 				// all) when no worker answers the query.
 				pending, perr := pendingRequests(ctx, cfg, tc, id, wfID)
@@ -170,6 +177,21 @@ func queryState(ctx context.Context, tc client.Client, wfID string, timeout time
 			wfID, timeout, status, workflows.TaskQueue)
 	}
 	return st, fmt.Errorf("query the state of %s: %w", wfID, err)
+}
+
+// noWorkerToAsk is status's answer when no worker runs: the migration does
+// not exist (bad input), or no one can answer its state query now.
+func noWorkerToAsk(ctx context.Context, tc client.Client, cfg *clusterConfig, wfID string) error {
+	d, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", migrationIDOf(wfID), wfID)}
+	}
+	status := "unknown"
+	if err == nil {
+		status = statusText(d.GetWorkflowExecutionInfo().GetStatus())
+	}
+	return fmt.Errorf("no worker can answer the state query of %s (workflow status: %s): %s", wfID, status, noWorker(cfg))
 }
 
 // abandoned reports a call the frontend ended before answering: cancelled

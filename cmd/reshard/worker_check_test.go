@@ -17,6 +17,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/workflows"
@@ -190,6 +192,7 @@ func TestPendingRequestInStatus(t *testing.T) {
 	t.Cleanup(func() {
 		_ = c.tc.TerminateWorkflow(context.Background(), workflows.MigrationWorkflowID(id), "", "test ends")
 	})
+	stopReport := reportStuckWorker(t, c.control.DSN)
 	stop := silentPoller(t, c.tc)
 	out, code := c.run(t, "pause", id, "--request-id", "p1", "--timeout", "2s")
 	if code != 4 || !strings.Contains(out, "reshard status "+id+" lists it while it waits") {
@@ -205,6 +208,7 @@ func TestPendingRequestInStatus(t *testing.T) {
 	// A worker runs the workflow: the pause is applied, status lists it no
 	// more and shows the migration paused.
 	stop()
+	stopReport()
 	wc, err := devenv.ReadWorkerConfig(c.config)
 	if err != nil {
 		t.Fatal(err)
@@ -222,4 +226,87 @@ func TestPendingRequestInStatus(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("status once applied:\n%s", out)
+}
+
+// reportStuckWorker keeps a worker's row in the control database's
+// reshard.workers fresh, as a worker that runs but does not answer (stuck)
+// does, until the returned stop (also called at cleanup).
+func reportStuckWorker(t *testing.T, controlDSN string) (stop func()) {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), controlDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	report := func() error {
+		_, err := pool.Exec(ctx, `INSERT INTO reshard.workers (identity, task_queue, shards) VALUES ('test-stuck-worker', $1, '{shard1,shard2,shard3}')
+ON CONFLICT (identity) DO UPDATE SET seen_at = now()`, workflows.TaskQueue)
+		return err
+	}
+	if err := report(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+				_ = report()
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			_, _ = pool.Exec(context.Background(), `DELETE FROM reshard.workers WHERE identity = 'test-stuck-worker'`)
+			pool.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// A worker that died a moment ago is still listed by Temporal as polling
+// (for up to two minutes), but it no longer reports itself in the control
+// database: status says so at once instead of waiting its whole --timeout
+// for an answer, and add-node warns that no worker runs it. On main, status
+// waited 10s and add-node started silently.
+func TestDeadWorkerIsNoWorker(t *testing.T) {
+	t.Cleanup(pgtest.Shutdown)
+	c := newTestCluster(t, true)
+	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
+		t.Fatalf("init: exit %d\n%s", code, out)
+	}
+	placeByOwner(t, c, 300)
+	// The dead worker's last report, older than topology.WorkerFresh, and
+	// its poller still listed by Temporal.
+	c.control.Exec(t, `INSERT INTO reshard.workers (identity, task_queue, shards, seen_at) VALUES ('dead-worker', 'reshard', '{shard1,shard2,shard3}', now() - interval '20 seconds')`)
+	silentPoller(t, c.tc)
+
+	const id = "deadwk"
+	out, code := c.run(t, "add-node", "shard3", "--id", id, "--table", "users:id", "--table", "orders:user_id")
+	t.Cleanup(func() {
+		_ = c.tc.TerminateWorkflow(context.Background(), workflows.MigrationWorkflowID(id), "", "test ends")
+	})
+	if code != 0 || !strings.Contains(out, "warning: no reshard worker polls task queue") {
+		t.Errorf("add-node a moment after the worker died: exit %d\n%s", code, out)
+	}
+	start := time.Now()
+	out, code = c.run(t, "status", id, "--timeout", "10s")
+	took := time.Since(start)
+	if code != 1 || !strings.Contains(out, "no worker can answer the state query") || !strings.Contains(out, "start one (reshard worker --config") {
+		t.Errorf("status a moment after the worker died: exit %d\n%s", code, out)
+	}
+	if took > 5*time.Second {
+		t.Errorf("status took %s to say no worker runs (its --timeout is 10s): it should not wait for an answer", took)
+	}
+	t.Logf("status answered in %s:\n%s", took.Round(time.Millisecond), out)
+	if out, code := run(t, "pause", id, "--config", c.config, "--timeout", "3s"); code != 1 || !strings.Contains(out, "nothing was sent") {
+		t.Errorf("pause a moment after the worker died: exit %d\n%s", code, out)
+	}
 }
