@@ -40,6 +40,7 @@ func registeredMetrics(t *testing.T) map[string][]string {
 	rec.MustRegister((&activities.Activities{}).ControlCollector())
 	topology.NewMetrics(rec)
 	newPhaseMetricsHandler(rec)
+	rec.MustRegister(newMoveStateCollector(nil, nil))
 	labels := map[string][]string{} // metric → variable labels
 	for _, c := range rec.cs {
 		ch := make(chan *prometheus.Desc, 16)

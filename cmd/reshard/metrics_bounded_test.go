@@ -56,10 +56,14 @@ func TestMetricsBoundedOverMigrations(t *testing.T) {
 		}
 		args := []string{verb, "shard3", "--id", id, "--grace", "2s"}
 		if i == 1 {
-			args = append(args, "--table", "users:id", "--table", "orders:user_id")
+			// A longer GRACE: time for movesGauged to see it running.
+			args = append(args, "--table", "users:id", "--table", "orders:user_id", "--grace", "8s")
 		}
 		if out, code := c.run(t, args...); code != 0 {
 			t.Fatalf("%s: exit %d\n%s", strings.Join(args, " "), code, out)
+		}
+		if i == 1 {
+			movesGauged(t, base)
 		}
 		out, code := runFor(t, 3*time.Minute, "status", "--config", c.config, id, "--watch", "--interval", "500ms")
 		if code != 0 || !strings.Contains(out, "migration "+id+" ended: "+string(workflows.PhaseDone)) {
@@ -85,5 +89,32 @@ func TestMetricsBoundedOverMigrations(t *testing.T) {
 			}
 			t.Errorf("after migration %d: %d reshard_* series, after the first %d; new:\n%s", i, n, after1, strings.Join(extra, "\n"))
 		}
+	}
+}
+
+// movesGauged waits until the worker's move-state gauges show the running
+// migration: reshard_migrations_running 1 and one move in some phase.
+func movesGauged(t *testing.T, base string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		code, body := get(t, base+"/metrics")
+		moves := 0
+		running := false
+		for _, l := range strings.Split(body, "\n") {
+			if l == "reshard_migrations_running 1" {
+				running = true
+			}
+			if strings.HasPrefix(l, "reshard_moves{phase=") && !strings.HasSuffix(l, " 0") {
+				moves++
+			}
+		}
+		if running && moves > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the move-state gauges never showed the running migration: /metrics %d\n%s", code, body)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 }

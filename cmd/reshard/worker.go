@@ -152,18 +152,20 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, wf 
 		return usageError{fmt.Errorf("--listen %s: %w", listen, err)}
 	}
 	var running atomic.Bool
-	// The health check's own pool: one connection, opened on first use, so
-	// a probe never waits behind the activities' work.
+	// The health check's own pool: two connections, opened on first use, so
+	// a probe never waits behind the activities' work (the move-state
+	// gauges read the control database through it at scrape time).
 	hcfg, err := cfg.connConfig(cfg.Control)
 	if err != nil {
 		return usageError{fmt.Errorf("control: %w", err)}
 	}
-	hcfg.MaxConns = 1
+	hcfg.MaxConns = 2
 	control, err := pgxpool.NewWithConfig(ctx, hcfg)
 	if err != nil {
 		return fmt.Errorf("control database pool: %w", err)
 	}
 	defer control.Close()
+	reg.MustRegister(newMoveStateCollector(tc, control))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// /livez: the process runs its worker (restart it if not). /healthz and
