@@ -294,8 +294,8 @@ func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, re
 	n := len(old.Shards())
 	configured := func(name, flag string) error {
 		if _, ok := cfg.Shards[name]; !ok {
-			return usageError{fmt.Errorf("%s %s is not in the configuration %s (shards: %s): add it there first (locally: reshard dev up --shards %d)",
-				flag, name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), len(cfg.Shards)+1)}
+			return usageError{fmt.Errorf("%s %s is not in the configuration %s (shards: %s): add it there first (locally: %s)",
+				flag, name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), devUpHint(name, len(cfg.Shards)))}
 		}
 		return nil
 	}
@@ -647,7 +647,7 @@ func checkWorkersKnow(ctx context.Context, store *topology.Store, p *migrationPl
 	for _, w := range ws {
 		known = append(known, fmt.Sprintf("%s knows %s", w.Identity, strings.Join(w.Shards, ",")))
 	}
-	return usageError{fmt.Errorf("no running worker knows shard(s) %s (%s): add them to the configuration file the workers read; a worker reloads it within %s of a change (or on SIGHUP); nothing was started",
+	return usageError{fmt.Errorf("no running worker knows shard(s) %s (%s): add them to the configuration file the workers read; a worker reloads it within %s of a change (or on SIGHUP): retry in a few seconds; nothing was started",
 		strings.Join(missing, ", "), strings.Join(known, "; "), configPoll)}
 }
 

@@ -57,8 +57,16 @@ func TestWorkerReloadsConfigAndCLIRefusesUnknownShards(t *testing.T) {
 	}
 
 	wc.Shards["shard2"] = shard2.DSN
+	written := time.Now()
 	writeWorkerConfig(t, path, wc)
 	waitFor("the worker reloads its configuration and reports shard2", func() bool { return knows("shard2") })
+	// The worker reports as soon as it reloaded (main waited for its next
+	// periodic report: up to configPoll + WorkerReportEvery, 7s).
+	if took := time.Since(written); took > configPoll+2500*time.Millisecond {
+		t.Errorf("the worker reported shard2 %s after the file changed; want within %s", took.Round(time.Millisecond), configPoll+2500*time.Millisecond)
+	} else {
+		t.Logf("shard2 reported %s after the file changed", took.Round(time.Millisecond))
+	}
 	if err := checkWorkersKnow(ctx, store, plan); err != nil {
 		t.Fatalf("after the reload: %v", err)
 	}

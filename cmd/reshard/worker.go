@@ -206,9 +206,10 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, wf 
 		"shards", len(cfg.Shards), "listen", ln.Addr().String())
 	bg, stopBG := context.WithCancel(ctx)
 	defer stopBG()
-	go watchConfig(bg, opts, cfg, acts, configPoll)
+	reportNow := make(chan struct{}, 1)
+	go watchConfig(bg, opts, cfg, acts, configPoll, reportNow)
 	reported := make(chan struct{})
-	go func() { defer close(reported); reportWorker(bg, log, control, workerIdentity(), acts) }()
+	go func() { defer close(reported); reportWorker(bg, log, control, workerIdentity(), acts, reportNow) }()
 	defer func() { stopBG(); <-reported }()
 	select {
 	case <-ctx.Done():
@@ -233,7 +234,9 @@ const configPoll = 2 * time.Second
 // reconnects, without a restart. A file that does not load is logged and
 // the configuration in force kept. The control database and Temporal are
 // read at start only: a change to them is logged as needing a restart.
-func watchConfig(ctx context.Context, opts *globalOptions, cfg *clusterConfig, acts *activities.Activities, poll time.Duration) {
+// After a reload it asks for a report at once (reportNow), so that the CLI
+// sees the new shards without waiting for the next periodic report.
+func watchConfig(ctx context.Context, opts *globalOptions, cfg *clusterConfig, acts *activities.Activities, poll time.Duration, reportNow chan<- struct{}) {
 	log := opts.logger
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -268,6 +271,10 @@ func watchConfig(ctx context.Context, opts *globalOptions, cfg *clusterConfig, a
 		}
 		added := acts.Reload(next.Shards, next.password)
 		log.Info("configuration reloaded", "config", cfg.Path, "shards", len(next.Shards), "added", added)
+		select {
+		case reportNow <- struct{}{}:
+		default: // a report is already asked for
+		}
 		if next.Control != cfg.Control || next.Temporal != cfg.Temporal {
 			log.Warn("the control database or Temporal changed in the configuration: restart the worker to use them", "config", cfg.Path)
 		}
@@ -285,8 +292,9 @@ func workerIdentity() string {
 
 // reportWorker keeps this worker's row in reshard.workers (the shards its
 // configuration knows) fresh until ctx ends, then removes it: the CLI
-// refuses a migration whose shards no running worker knows.
-func reportWorker(ctx context.Context, log *slog.Logger, control *pgxpool.Pool, identity string, acts *activities.Activities) {
+// refuses a migration whose shards no running worker knows. A receive on
+// now reports at once (after a configuration reload).
+func reportWorker(ctx context.Context, log *slog.Logger, control *pgxpool.Pool, identity string, acts *activities.Activities, now <-chan struct{}) {
 	store := topology.NewStore(control)
 	migrated := false
 	tick := time.NewTicker(topology.WorkerReportEvery)
@@ -309,6 +317,7 @@ func reportWorker(ctx context.Context, log *slog.Logger, control *pgxpool.Pool, 
 			cancel()
 			return
 		case <-tick.C:
+		case <-now:
 		}
 	}
 }
