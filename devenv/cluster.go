@@ -98,6 +98,10 @@ type Cluster struct {
 	PGDir    string   `json:"pg_dir,omitempty"`
 	Nodes    []Node   `json:"servers"` // control first, then shard1..shardN
 	Temporal Temporal `json:"temporal"`
+	// MetricsPort is the loopback port of the worker's /metrics (written
+	// to reshard.yaml as worker.listen): free when the cluster was made,
+	// so that two dev clusters on one host do not collide on 9464.
+	MetricsPort int `json:"metrics_port,omitempty"`
 }
 
 // pgDirFor is where the servers of the cluster in stateDir live. It is
@@ -465,7 +469,7 @@ func (c *Cluster) plan(shards int) error {
 	for _, n := range c.Nodes {
 		used[n.Port] = true
 	}
-	used[c.Temporal.Port], used[c.Temporal.UIPort] = true, true
+	used[c.Temporal.Port], used[c.Temporal.UIPort], used[c.MetricsPort] = true, true, true
 	port := func() (int, error) {
 		for range 100 {
 			p, err := FreePort()
@@ -512,6 +516,12 @@ func (c *Cluster) plan(shards int) error {
 		}
 		c.Temporal.DBFile = filepath.Join(c.StateDir, "temporal.db")
 		c.Temporal.Log = filepath.Join(c.StateDir, "temporal.log")
+	}
+	if c.MetricsPort == 0 {
+		var err error
+		if c.MetricsPort, err = port(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -604,6 +614,14 @@ type WorkerConfig struct {
 	PasswordEnv  string            `yaml:"password_env"`
 	PasswordFile string            `yaml:"password_file"`
 	Temporal     TemporalConfig    `yaml:"temporal"`
+	Worker       WorkerSection     `yaml:"worker,omitempty"`
+}
+
+// WorkerSection holds the worker's own settings.
+type WorkerSection struct {
+	// Listen is the address of the worker's /metrics and health endpoint
+	// when --listen is not given (default 127.0.0.1:9464).
+	Listen string `yaml:"listen,omitempty"`
 }
 
 // TemporalConfig says where the worker finds Temporal.
@@ -622,6 +640,8 @@ const configHeader = `# reshard worker configuration, written by "reshard dev up
 #                   when it is set it wins over password_file
 #   password_file:  file holding that password (mode 0600)
 #   temporal:       address (host:port of the frontend), namespace, ui (URL)
+#   worker.listen:  address of the worker's /metrics and health endpoint
+#                   (a free port of this host, chosen by dev up)
 `
 
 // WorkerConfig is the configuration a worker needs to use this cluster.
@@ -631,6 +651,9 @@ func (c *Cluster) WorkerConfig() WorkerConfig {
 		PasswordEnv:  PasswordEnv,
 		PasswordFile: c.SecretPath(),
 		Temporal:     TemporalConfig{Address: c.Temporal.Address(), Namespace: Namespace, UI: c.Temporal.UIURL()},
+	}
+	if c.MetricsPort != 0 {
+		wc.Worker.Listen = fmt.Sprintf("127.0.0.1:%d", c.MetricsPort)
 	}
 	for _, n := range c.Nodes {
 		switch n.Role {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -267,6 +268,17 @@ func TestClusterLifecycle(t *testing.T) {
 		}
 		if len(wc.Shards) != 3 || wc.Shards["shard3"] == "" || wc.Control == "" || wc.Temporal.Address != c.Temporal.Address() || wc.Temporal.Namespace != devenv.Namespace {
 			t.Fatalf("worker config: %+v", wc)
+		}
+		// The worker's /metrics gets a free port of its own (main: every
+		// dev cluster's worker took 127.0.0.1:9464, and a second cluster's
+		// worker failed with "address already in use").
+		if c.MetricsPort == 0 || wc.Worker.Listen != fmt.Sprintf("127.0.0.1:%d", c.MetricsPort) {
+			t.Fatalf("worker.listen %q, metrics port %d", wc.Worker.Listen, c.MetricsPort)
+		}
+		if ln, err := net.Listen("tcp", wc.Worker.Listen); err != nil {
+			t.Errorf("worker.listen %s is not free: %v", wc.Worker.Listen, err)
+		} else {
+			ln.Close()
 		}
 		t.Setenv(devenv.PasswordEnv, "")
 		if got, err := wc.Password(); err != nil || got != secret {

@@ -30,8 +30,9 @@ import (
 // clone. How lines are run:
 //   - a line ending with & runs in the background until its block ends;
 //     one that exits meanwhile fails the block at its next line (a worker
-//     whose --listen address, 127.0.0.1:9464 by default, another process
-//     holds: "bind: address already in use");
+//     whose --listen address (worker.listen of the cluster's reshard.yaml,
+//     a free port dev up chose) another process holds: "bind: address
+//     already in use");
 //   - a line with --watch runs until its migration is in GRACE (where a
 //     migration waits an hour for rollback or complete) or it exits;
 //   - placeholders (docblocks.Placeholders) are replaced: <id> by the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -35,6 +36,9 @@ type clusterConfig struct {
 	Control  string
 	Shards   map[string]string
 	Temporal devenv.TemporalConfig
+	// Listen is worker.listen: the worker's /metrics address when its
+	// --listen is not given ("" : the flag's default).
+	Listen   string
 	password string
 }
 
@@ -73,7 +77,12 @@ func validateConfig(path string, wc devenv.WorkerConfig) (*clusterConfig, error)
 	bad := func(format string, args ...any) error {
 		return usageError{fmt.Errorf("configuration %s: "+format, append([]any{path}, args...)...)}
 	}
-	c := &clusterConfig{Path: path, Control: wc.Control, Shards: map[string]string{}, Temporal: wc.Temporal}
+	c := &clusterConfig{Path: path, Control: wc.Control, Shards: map[string]string{}, Temporal: wc.Temporal, Listen: wc.Worker.Listen}
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return nil, bad("worker.listen %q: want host:port, e.g. 127.0.0.1:9464", c.Listen)
+		}
+	}
 	if wc.Control == "" {
 		return nil, bad("control: the DSN of the control database is missing")
 	}

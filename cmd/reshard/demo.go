@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,6 +67,9 @@ then checks every key against the ledger and every row's placement, and prints a
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
+			if !cmd.Flags().Changed("listen") {
+				o.listen = "" // the free port dev up writes to the demo's reshard.yaml
+			}
 			return runDemo(ctx, cmd.OutOrStdout(), opts, o)
 		},
 	}
@@ -79,7 +83,7 @@ then checks every key against the ledger and every row's placement, and prints a
 	f.DurationVar(&o.grace, "grace", 15*time.Second, "GRACE period before cleanup")
 	f.Float64Var(&o.rowsPerSec, "rows-per-sec", 0, "copy throttle per move (0: unlimited)")
 	f.BoolVar(&o.keep, "keep", false, "leave the cluster, Temporal and its UI running afterwards (default: the demo removes its cluster at the end)")
-	f.StringVar(&o.listen, "listen", "127.0.0.1:9464", "the worker's /metrics and /healthz address")
+	f.StringVar(&o.listen, "listen", "", "the worker's /metrics and /healthz address (default: a free loopback port, worker.listen of the demo's reshard.yaml)")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up when the migration has not ended by then")
 	return cmd
 }
@@ -180,6 +184,9 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	// The demo prints its own progress; the SDK logs every cancelled stream
 	// (the CDC activity is cancelled at each cutover) as an error.
 	wopts.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
+	if o.listen == "" {
+		o.listen = cmp.Or(cfg.Listen, "127.0.0.1:9464")
+	}
 	var workerErr error
 	workerExited := make(chan struct{})
 	go func() {

@@ -251,6 +251,7 @@ func TestValidateConfig(t *testing.T) {
 		{func(w *devenv.WorkerConfig) { w.Shards = nil }, "no shard"},
 		{func(w *devenv.WorkerConfig) { w.Shards["bad name"] = "host=h" }, "shard name"},
 		{func(w *devenv.WorkerConfig) { w.Temporal.Address = "" }, "temporal.address"},
+		{func(w *devenv.WorkerConfig) { w.Worker.Listen = "9464" }, "worker.listen"},
 		{func(w *devenv.WorkerConfig) { w.PasswordFile = filepath.Join(dir, "missing") }, "password_file"},
 	} {
 		w := good()

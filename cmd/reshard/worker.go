@@ -58,6 +58,9 @@ what fails).`,
 			if sqlCatchUp < 0 {
 				return fmt.Errorf("--cdc-sql-catch-up-bytes %d: give a lag in bytes, or 0 to catch up through the walsender only", sqlCatchUp)
 			}
+			if !cmd.Flags().Changed("listen") && cfg.Listen != "" {
+				listen = cfg.Listen // worker.listen of the configuration
+			}
 			wf := workerFlags{listen: listen, sqlCatchUp: sqlCatchUp}
 			if sqlCatchUp == 0 {
 				wf.sqlCatchUp = -1 // off
@@ -66,7 +69,7 @@ what fails).`,
 		},
 	}
 	cf.register(cmd)
-	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "address of the /metrics, /livez, /healthz and /readyz HTTP endpoint")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "address of the /metrics, /livez, /healthz and /readyz HTTP endpoint (default: worker.listen of the configuration, else 127.0.0.1:9464)")
 	cmd.Flags().Int64Var(&sqlCatchUp, "cdc-sql-catch-up-bytes", cdc.DefaultPeekCatchUpBytes,
 		"a move's CDC further behind its source than this many bytes of WAL catches up by SQL peeks of its slot, several times faster than a walsender streams small transactions (0: walsender only)")
 	return cmd
