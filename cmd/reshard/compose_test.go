@@ -135,16 +135,18 @@ func TestComposeFile(t *testing.T) {
 	if len(tables) == 0 {
 		t.Fatal("deploy/schema.sql creates no table")
 	}
+	// deploy/compose-setup.sh applies deploy/schema.sql and makes the role
+	// reshard connects as (TestComposeSetupMakesALeastPrivilegedRole runs it).
 	var schema string
 	for name, s := range f.Services {
 		for _, v := range s.Volumes {
-			if strings.HasPrefix(v, "./deploy/schema.sql:") {
+			if strings.HasPrefix(v, "./deploy:") && strings.Contains(s.commandLine(), "compose-setup.sh") {
 				schema = name
 			}
 		}
 	}
 	if schema == "" {
-		t.Fatal("no service applies deploy/schema.sql")
+		t.Fatal("no service runs deploy/compose-setup.sh (the schema and the reshard role)")
 	}
 	cfgBytes, err := os.ReadFile("../../deploy/reshard.yaml")
 	if err != nil {
@@ -154,10 +156,54 @@ func TestComposeFile(t *testing.T) {
 	if err := yaml.Unmarshal(cfgBytes, &wc); err != nil {
 		t.Fatal(err)
 	}
-	for shard := range wc.Shards {
-		if !strings.Contains(svc(schema).commandLine(), shard) {
+	for shard, dsn := range wc.Shards {
+		if !strings.Contains(svc(schema).commandLine(), "host="+shard+" ") {
 			t.Errorf("the %s service does not create the schema on %s", schema, shard)
 		}
+		// Not the superuser: the role compose-setup.sh makes.
+		if !strings.HasPrefix(dsn, "postgres://reshard@") {
+			t.Errorf("deploy/reshard.yaml: %s connects as %s; want the role reshard", shard, dsn)
+		}
+		// Ready over TCP, not the unix socket the image's init server
+		// listens on alone.
+		if hc := svc(shard).Healthcheck; hc == nil || !strings.Contains(strings.Join(hc.Test, " "), "-h 127.0.0.1") {
+			t.Errorf("%s: healthcheck %v does not check TCP (pg_isready -h 127.0.0.1)", shard, hc)
+		}
+	}
+	if !strings.HasPrefix(wc.Control, "postgres://reshard@") {
+		t.Errorf("deploy/reshard.yaml: control connects as %s; want the role reshard", wc.Control)
+	}
+	// The host's view of the same cluster: every shard through the port
+	// compose publishes for it.
+	hb, err := os.ReadFile("../../deploy/reshard.host.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var host devenv.WorkerConfig
+	if err := yaml.Unmarshal(hb, &host); err != nil {
+		t.Fatal(err)
+	}
+	var ports struct {
+		Services map[string]struct {
+			Ports []string `yaml:"ports"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &ports); err != nil {
+		t.Fatal(err)
+	}
+	for name := range wc.Shards {
+		hp := ports.Services[name].Ports
+		if len(hp) != 1 || host.Shards[name] == "" {
+			t.Errorf("deploy/reshard.host.yaml: shard %s is %q; compose publishes %v", name, host.Shards[name], hp)
+			continue
+		}
+		published := strings.TrimSuffix(hp[0], ":5432") // 127.0.0.1:55433
+		if !strings.Contains(host.Shards[name], "@"+published+"/") {
+			t.Errorf("deploy/reshard.host.yaml: shard %s is %s; compose publishes it on %s", name, host.Shards[name], published)
+		}
+	}
+	if len(host.Shards) != len(wc.Shards) {
+		t.Errorf("deploy/reshard.host.yaml has %d shards, deploy/reshard.yaml %d", len(host.Shards), len(wc.Shards))
 	}
 	init := svc("init")
 	if init.DependsOn[schema].Condition != "service_completed_successfully" {
