@@ -78,7 +78,12 @@ func TestSplitReverifyRemoveNodeAsLeastPrivilegedRole(t *testing.T) {
 		}
 	}
 	t.Logf("split as %s, reverified: %s, moves: %s", reshard, time.Since(started).Round(time.Second), summary(st))
+	// The ledger is checked with the writers stopped: a row read while a
+	// writer goes on can be older than a write acknowledged just after the
+	// read (seen once at load average 30: "key 352 on shard3" a write behind).
+	c.stopWriters()
 	c.checkLeastPrivilegedStep("split", st)
+	c.startWriters()
 
 	started = time.Now()
 	out, code = c.cli("remove-node", shard(5), "--id", "e2e-priv-rm", "--grace", "2s")
@@ -90,10 +95,10 @@ func TestSplitReverifyRemoveNodeAsLeastPrivilegedRole(t *testing.T) {
 		t.Fatalf("remove-node ended %s: %s\n%s", st.Phase, st.Error, c.workerLogs())
 	}
 	t.Logf("remove-node as %s: %s, moves: %s", reshard, time.Since(started).Round(time.Second), summary(st))
+	c.stopWriters()
 	c.checkLeastPrivilegedStep("remove-node", st)
 	if sh, err := c.store.Shard(context.Background(), shard(5)); err != nil || sh.State != topology.ShardRemoved {
 		t.Fatalf("shard5 after remove-node: %+v %v", sh, err)
 	}
-	c.stopWriters()
 	c.refusedPrivileges()
 }
