@@ -279,7 +279,7 @@ func TestStartMigration(t *testing.T) {
 
 	// Without a worker: status and actions say so, and how to retry.
 	out, code = c.run(t, "status", "--timeout", "2s")
-	if code != 1 || !strings.Contains(out, "no worker answered the state query of reshard-add-three") {
+	if code != 1 || !strings.Contains(out, "no worker can answer the state query of reshard-add-three") {
 		t.Errorf("status without a worker: exit %d\n%s", code, out)
 	}
 	out, code = c.run(t, "pause", "add-three", "--timeout", "3s", "--request-id", "req-7")

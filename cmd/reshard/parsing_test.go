@@ -128,9 +128,9 @@ func TestWorkflowIDsAccepted(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = tc.TerminateWorkflow(context.Background(), wfID, "", "test ends") })
 	for _, arg := range []string{id, wfID} {
-		// No worker runs: the query times out on the right workflow.
+		// No worker runs: status says so at once, naming the right workflow.
 		out, code := run(t, "status", arg, "--config", config, "--timeout", "1s")
-		if code != 1 || !strings.Contains(out, "no worker answered the state query of "+wfID+" ") {
+		if code != 1 || !strings.Contains(out, "no worker can answer the state query of "+wfID+" ") {
 			t.Errorf("status %s: exit %d\n%s", arg, code, out)
 		}
 		out, code = run(t, "pause", arg, "--config", config, "--timeout", "2s")
