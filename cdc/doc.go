@@ -48,5 +48,9 @@
 // leftovers); failover.go checks, before a Run reads, that the source is the
 // server its positions belong to (IDENTIFY_SYSTEM's system id and timeline,
 // the slot present and not lost) and reports a *FailedOverError — repair
-// needed, never "no changes" — when it is not.
+// needed, never "no changes" — when it is not; targetfailover.go reads the
+// target's identity on the applier's session before the origin: a new
+// timeline (a promoted synchronous standby, which holds every committed
+// batch with its origin progress) is reported as a TargetFailover and the
+// stream resumes from the origin there, another system stops the stream.
 package cdc

@@ -47,6 +47,15 @@ type Options struct {
 	StartLSN pglogrepl.LSN
 	// TargetDSN connects the applier's session to the target.
 	TargetDSN string
+	// Target names the target shard in messages (default: its hosts).
+	Target string
+	// TargetIdentity is the target's system identifier and timeline as
+	// the move's last stream saw it (Stream.TargetIdentity), if the
+	// caller recorded it: a Run that finds a later timeline reports a
+	// TargetFailover and resumes from the origin on the new primary; one
+	// that finds another system stops with a *TargetReplacedError. Zero:
+	// the first Run of this Stream records it.
+	TargetIdentity ServerIdentity
 	// Set is the table set as read from the target's catalog: the applier
 	// writes those columns, and a Relation message that disagrees stops the
 	// stream (DDL happened).
@@ -167,6 +176,9 @@ func (o *Options) defaults() error {
 	if o.Source == "" {
 		o.Source = "at " + dsnHosts(o.SourceReplicationDSN)
 	}
+	if o.Target == "" {
+		o.Target = "at " + dsnHosts(o.TargetDSN)
+	}
 	if len(o.Set.Tables) == 0 {
 		return fmt.Errorf("cdc options: table set %q has no tables", o.Set.Name)
 	}
@@ -204,9 +216,13 @@ type Stream struct {
 	// identity is the source's, as the first Run that reached it saw it
 	// (under mu).
 	identity SourceIdentity
-	plans    []*tablePlan
-	byRel    map[string]*tablePlan // schema.table
-	log      *slog.Logger
+	// tgtIdentity is the target's as the last Run saw it, tgtFailover the
+	// failover a Run found (under mu; targetfailover.go).
+	tgtIdentity ServerIdentity
+	tgtFailover *TargetFailover
+	plans       []*tablePlan
+	byRel       map[string]*tablePlan // schema.table
+	log         *slog.Logger
 
 	mChanges  map[ChangeKind]prometheus.Counter
 	mFiltered prometheus.Counter
@@ -242,7 +258,7 @@ func New(opts Options) (*Stream, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	s := &Stream{opts: opts, byRel: map[string]*tablePlan{}, changed: make(chan struct{}), markers: map[string]pglogrepl.LSN{},
+	s := &Stream{opts: opts, tgtIdentity: opts.TargetIdentity, byRel: map[string]*tablePlan{}, changed: make(chan struct{}), markers: map[string]pglogrepl.LSN{},
 		log: opts.Logger.With("move", opts.Move, "slot", opts.Slot)}
 	for i, t := range opts.Set.Tables {
 		p, err := newTablePlan(t, opts.Ranges, i)
@@ -384,7 +400,9 @@ type runner struct {
 	// controller called since the deadline was set.
 	rdeadline time.Time
 	woken     atomic.Bool
-	stopWatch func() bool
+	// tgtFailedOver: checkTarget found the target on a new timeline.
+	tgtFailedOver bool
+	stopWatch     func() bool
 }
 
 func (r *runner) close() {
@@ -412,10 +430,17 @@ func (r *runner) run(ctx context.Context) error {
 	if err := r.openTarget(ctx); err != nil {
 		return err
 	}
+	// Before the origin is read: the position it holds is only the
+	// stream's on the server (or a promoted standby of the server) the
+	// stream applied to.
+	if err := r.checkTarget(ctx); err != nil {
+		return err
+	}
 	start, err := r.setUpOrigin(ctx)
 	if err != nil {
 		return err
 	}
+	r.noteResume(start)
 	// The target holds every source transaction up to start, committed by
 	// an earlier Run: a hold before it is passed (checkHold), as if this
 	// Run had committed them. The origin keeps a transaction's end, not its
