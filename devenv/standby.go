@@ -122,20 +122,8 @@ func Failover(ctx context.Context, stateDir, shard string, opts FailoverOptions)
 	}
 	res := &FailoverResult{Shard: shard, OldPort: n.Port, NewPort: n.Standby.Port}
 	start := time.Now()
-	if opts.Switchover {
-		log.Info("stopping primary (fast)", "shard", shard, "port", n.Port)
-		if err := pg.Stop(ctx, n.Server); err != nil {
-			return nil, err
-		}
-	} else if pg.Running(ctx, n.Server) {
-		log.Info("killing primary (immediate)", "shard", shard, "port", n.Port)
-		if err := pg.Kill(ctx, n.Server); err != nil {
-			return nil, fmt.Errorf("kill primary of %s: %w", shard, err)
-		}
-	}
-	log.Info("promoting standby", "shard", shard, "port", n.Standby.Port)
-	if err := pg.Promote(ctx, n.Standby.Server); err != nil {
-		return nil, fmt.Errorf("standby of %s: %w", shard, err)
+	if err := pg.stopAndPromote(ctx, shard, n.Server, n.Standby.Server, opts.Switchover, log); err != nil {
+		return nil, err
 	}
 	// Swap the records: the promoted server is the shard's primary now, and
 	// the old primary's data is stale (it may hold WAL the new timeline does
@@ -150,7 +138,7 @@ func Failover(ctx context.Context, stateDir, shard string, opts FailoverOptions)
 		return nil, err
 	}
 	res.PromoteTook = time.Since(start)
-	tl, err := timeline(ctx, n.Server)
+	tl, err := timeline(ctx, n.Server, Database)
 	if err != nil {
 		return nil, err
 	}
@@ -176,6 +164,45 @@ func Failover(ctx context.Context, stateDir, shard string, opts FailoverOptions)
 		return nil, err
 	}
 	return res, c.writeConfig()
+}
+
+// stopAndPromote stops the primary (cleanly with switchover, else killed,
+// as in a crash) and promotes its standby.
+func (pg *PG) stopAndPromote(ctx context.Context, shard string, primary, standby Server, switchover bool, log *slog.Logger) error {
+	if switchover {
+		log.Info("stopping primary (fast)", "shard", shard, "port", primary.Port)
+		if err := pg.Stop(ctx, primary); err != nil {
+			return err
+		}
+	} else if pg.Running(ctx, primary) {
+		log.Info("killing primary (immediate)", "shard", shard, "port", primary.Port)
+		if err := pg.Kill(ctx, primary); err != nil {
+			return fmt.Errorf("kill primary of %s: %w", shard, err)
+		}
+	}
+	log.Info("promoting standby", "shard", shard, "port", standby.Port)
+	if err := pg.Promote(ctx, standby); err != nil {
+		return fmt.Errorf("standby of %s: %w", shard, err)
+	}
+	return nil
+}
+
+// FailOverServers is Failover for a primary and its synchronous standby
+// (StartStandby) that no cluster records, as tests make them: the same
+// stop or kill, promotion and clearing of synchronous_standby_names, with
+// no rebuild of the old primary. It returns the new primary's timeline and
+// how long the shard had no primary (from the stop to the promotion's end).
+func (pg *PG) FailOverServers(ctx context.Context, primary, standby Server, switchover bool) (timeline_ int, took time.Duration, err error) {
+	start := time.Now()
+	if err := pg.stopAndPromote(ctx, primary.Name, primary, standby, switchover, logger(nil)); err != nil {
+		return 0, 0, err
+	}
+	took = time.Since(start)
+	if err := setSyncStandby(ctx, standby, false); err != nil {
+		return 0, took, err
+	}
+	tl, err := timeline(ctx, standby, "postgres") // exists on every server
+	return tl, took, err
 }
 
 // RoleStandby is the role of a shard's standby.
@@ -386,11 +413,12 @@ func quoteLiteral(s string) string {
 	return string(append(out, '\''))
 }
 
-// timeline is the server's current timeline (a promotion increments it).
-func timeline(ctx context.Context, s Server) (int, error) {
+// timeline is the server's current timeline (a promotion increments it),
+// read in database db.
+func timeline(ctx context.Context, s Server, db string) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, s.DSN(Database, true))
+	conn, err := pgx.Connect(ctx, s.DSN(db, true))
 	if err != nil {
 		return 0, fmt.Errorf("connect to %s: %w", s.Name, err)
 	}

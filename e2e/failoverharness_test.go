@@ -1,0 +1,303 @@
+package e2e
+
+// The failover scenario harness (issue #30): a cluster whose shard under
+// test runs on a primary with a synchronous streaming standby, reached by
+// the worker, the writers' router and the checks through a multi-host DSN
+// with target_session_attrs=read-write (what `reshard dev standby` writes
+// into reshard.yaml), and a failover of that shard (devenv's
+// FailOverServers: the steps of `reshard dev failover`, kill or clean stop,
+// promote, clear synchronous_standby_names) at the phase a scenario
+// chooses. A scenario ends with the cluster-life checks: every acknowledged
+// write on its owner, every row on its owner, `topology check` clean,
+// nothing left behind. The target's scenarios are in failover_test.go (tag
+// e2e) and, the short one, here.
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.temporal.io/sdk/client"
+
+	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// haShard is a shard served by a primary and its synchronous standby.
+type haShard struct {
+	t                *testing.T
+	name             string
+	primary, standby devenv.Server
+	failovers        []failoverRun
+}
+
+// failoverRun is one failover of an haShard.
+type failoverRun struct {
+	At         time.Time
+	Switchover bool
+	Took       time.Duration // no primary: from the stop or kill to the promotion's end
+	Timeline   int           // the new primary's
+	Phases     string        // the moves' phases when it began
+}
+
+// dsn lists both servers: clients find the primary whichever it is.
+func (h *haShard) dsn() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", h.primary.Port, h.standby.Port)
+}
+
+// newHACluster is newCluster whose shard name runs on a server of its own
+// with a synchronous standby (the four old shards and the control database
+// stay on the shared test servers).
+func newHACluster(t *testing.T, users int, name string) (*cluster, *haShard) {
+	t.Helper()
+	h := &haShard{t: t, name: name}
+	c := buildCluster(t, users, 0, pgtest.Temporal(t), func(c *cluster) {
+		h.start()
+		pool, err := pgxpool.New(context.Background(), h.dsn())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		db := &pgtest.DB{Name: "postgres", Server: &h.primary, DSN: h.dsn(), Pool: pool}
+		db.Exec(t, schema)
+		c.dbs[name], c.pools[name] = db, pool
+	})
+	return c, h
+}
+
+// start makes the primary and its synchronous standby.
+func (h *haShard) start() {
+	t := h.t
+	pg := pgtest.PG(t)
+	ports, err := devenv.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := pgtest.TempDir(t, "reshard-e2e-ha-")
+	h.primary = devenv.Server{Name: h.name, Port: ports[0], DataDir: filepath.Join(dir, "primary", "data")}
+	h.standby = devenv.Server{Name: h.name + "_standby", Port: ports[1], DataDir: filepath.Join(dir, "standby", "data")}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := pg.Init(ctx, h.primary, devenv.ServerOptions{Fast: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []devenv.Server{h.primary, h.standby} {
+		t.Cleanup(func() { _ = pg.Kill(context.Background(), s) })
+	}
+	if err := pg.Start(ctx, h.primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.StartStandby(ctx, h.primary, h.standby); err != nil {
+		t.Fatalf("standby of %s: %v", h.name, err)
+	}
+}
+
+// failover fails the shard over (a kill of its primary, or a clean stop
+// with switchover) while run goes on; the old primary stays down.
+func (h *haShard) failover(c *cluster, run client.WorkflowRun, switchover bool) failoverRun {
+	t := h.t
+	t.Helper()
+	if len(h.failovers) > 0 {
+		t.Fatal("the harness fails a shard over once: its old primary is not rebuilt")
+	}
+	st, _ := c.state(run.GetID())
+	f := failoverRun{At: time.Now(), Switchover: switchover, Phases: phasesNow(st)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tl, took, err := pgtest.PG(t).FailOverServers(ctx, h.primary, h.standby, switchover)
+	if err != nil {
+		t.Fatalf("fail over %s: %v", h.name, err)
+	}
+	f.Took, f.Timeline = took, tl
+	h.primary, h.standby = h.standby, h.primary
+	h.failovers = append(h.failovers, f)
+	kind := "failover (primary killed)"
+	if switchover {
+		kind = "switchover (clean stop)"
+	}
+	t.Logf("%s of %s: no primary for %s, timeline %d; moves then: %s", kind, h.name, took.Round(time.Millisecond), tl, f.Phases)
+	return f
+}
+
+// refusals writes one key of each move through the router every 20 ms
+// and keeps, per move, the longest window of refused writes (from the last
+// success before a failure to the first success after it).
+type refusals struct {
+	mu      sync.Mutex
+	longest map[string]time.Duration
+	lastErr map[string]error
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// watchRefusals starts the writes of refusals for the moves of st.
+func (c *cluster) watchRefusals(st workflows.MigrationState) *refusals {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.t.Cleanup(cancel)
+	r, err := topology.NewRouter(ctx, c.store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { _ = r.Run(ctx) }()
+	w := &refusals{longest: map[string]time.Duration{}, lastErr: map[string]error{}, stop: cancel}
+	key := int64(401) // above the ledger writers' keys
+	for _, m := range st.Moves {
+		for !ring.ContainsAny(m.Spec.Ranges, ring.TokenInt64(key)) {
+			key++
+		}
+		k, id := key, m.Spec.ID
+		key++
+		w.longest[id] = 0
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			lastOK, failing := time.Now(), false
+			for ctx.Err() == nil {
+				wctx, wcancel := context.WithTimeout(ctx, time.Second)
+				err := r.Do(wctx, k, func(ctx context.Context, pool *pgxpool.Pool) error {
+					_, err := pool.Exec(ctx, `UPDATE users SET balance = balance + 1 WHERE id = $1`, k)
+					return err
+				})
+				wcancel()
+				now := time.Now()
+				w.mu.Lock()
+				switch {
+				case ctx.Err() != nil:
+				case err == nil && failing:
+					w.longest[id] = max(w.longest[id], now.Sub(lastOK))
+					failing, lastOK = false, now
+				case err == nil:
+					lastOK = now
+				default:
+					failing, w.lastErr[id] = true, err
+				}
+				w.mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	return w
+}
+
+// finish stops the writes and returns the longest window over every move
+// and a line per move.
+func (w *refusals) finish() (time.Duration, string) {
+	w.stop()
+	w.wg.Wait()
+	var l time.Duration
+	var lines []string
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, d := range w.longest {
+		l = max(l, d)
+		line := fmt.Sprintf("%s %s", id, d.Round(time.Millisecond))
+		if err := w.lastErr[id]; err != nil {
+			line += fmt.Sprintf(" (last error: %v)", err)
+		}
+		lines = append(lines, line)
+	}
+	slices.Sort(lines)
+	return l, strings.Join(lines, "; ")
+}
+
+// targetScenario is one failover of the target (shard5, the new shard of
+// an add-node) under the ledger writers.
+type targetScenario struct {
+	id    string
+	users int
+	// tweak adjusts the request (throttles, grace, approval).
+	tweak func(*workflows.MigrationRequest)
+	// land waits for the scenario's moment and fails the target over;
+	// it returns once the migration can go on by itself (approvals given).
+	land func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time)
+	// check judges the end (default: DONE, checkState and checkData; a
+	// scenario that asks for a rollback passes checkRolledBack).
+	check func(c *cluster, st workflows.MigrationState)
+	// window bounds the refusal window, given the failover (0: not judged).
+	window func(req workflows.MigrationRequest, f failoverRun) time.Duration
+}
+
+// runTargetScenario runs an add-node to shard5 with shard5 highly
+// available, lands the scenario's failover and checks the end: DONE (or
+// ROLLED_BACK) with no operator action beyond the scenario's own, every
+// acknowledged write on its owner, every row on its owner, topology check
+// clean, nothing left behind.
+func runTargetScenario(t *testing.T, sc targetScenario) {
+	started := time.Now()
+	users := sc.users
+	if users == 0 {
+		users = 5_000
+	}
+	c, h := newHACluster(t, users, shard(5))
+	// Registered, so that topology check knows what to check.
+	if out, code := c.cli("keyspace", "add-table", "users:id", "orders:user_id"); code != 0 {
+		t.Fatalf("keyspace add-table: exit %d\n%s", code, out)
+	}
+	c.startWorker()
+	c.startWriters()
+	req := c.request(sc.id)
+	if sc.tweak != nil {
+		sc.tweak(&req)
+	}
+	run := c.start(req)
+	deadline := time.Now().Add(6 * time.Minute)
+	w := c.watchRefusals(c.waitFor(run, deadline, "the plan", func(st workflows.MigrationState) bool { return len(st.Moves) == 4 }))
+	sc.land(c, h, run, deadline)
+	st := c.wait(run, time.Until(deadline)+time.Minute)
+	c.stopWriters()
+	window, perMove := w.finish()
+	if len(h.failovers) != 1 {
+		t.Fatalf("%d failovers of %s, want the scenario's one", len(h.failovers), h.name)
+	}
+	f := h.failovers[0]
+	t.Logf("scenario %s: ended %s in %s; failover of %s in %s (timeline %d) with moves %s; longest refused-write window %s (%s); moves: %s",
+		sc.id, st.Phase, time.Since(started).Round(time.Second), h.name, f.Took.Round(time.Millisecond), f.Timeline, f.Phases,
+		window.Round(time.Millisecond), perMove, summary(st))
+	if sc.check != nil {
+		sc.check(c, st)
+	} else {
+		checkState(t, st, false)
+		c.checkData(st)
+	}
+	if out, code := c.cli("topology", "check"); code != 0 {
+		t.Errorf("topology check after the scenario: exit %d\n%s", code, out)
+	}
+	if sc.window != nil {
+		if goal := sc.window(req, f); window > goal {
+			t.Errorf("writes refused for %s, over the goal %s", window.Round(time.Millisecond), goal.Round(time.Millisecond))
+		}
+	}
+}
+
+// waitingApproval waits until every move passed VERIFY and waits for the
+// cutover's approval, its stream running.
+func waitingApproval(c *cluster, run client.WorkflowRun, deadline time.Time) {
+	c.waitFor(run, deadline, "every move verified, waiting for approval", func(st workflows.MigrationState) bool {
+		return len(st.Moves) == 4 && allPast(st, workflows.PhaseVerify)
+	})
+}
+
+// TestTargetFailoverWhileStreaming (make test): the target's primary is
+// killed while every move's stream runs (verified, waiting for the
+// cutover's approval) and its synchronous standby promoted; the streams
+// resume from the origin on the new primary, the cutovers approved after
+// it run there, and the migration ends DONE with the ledger's checks.
+func TestTargetFailoverWhileStreaming(t *testing.T) {
+	runTargetScenario(t, targetScenario{id: "fo_tgt_stream", users: 2_000,
+		tweak: func(r *workflows.MigrationRequest) { r.RequireApproval, r.GracePeriod = true, new(2*time.Second) },
+		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
+			waitingApproval(c, run, deadline)
+			h.failover(c, run, false)
+			time.Sleep(2 * time.Second) // writes and the streams go on on the new primary
+			c.approve(run.GetID())
+		}})
+}
