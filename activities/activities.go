@@ -32,6 +32,7 @@ type Metrics struct {
 	bytesRemaining *prometheus.GaugeVec
 	eta            *prometheus.GaugeVec
 	cutovers       *prometheus.CounterVec
+	failovers      *prometheus.CounterVec
 
 	series *moveSeries // every vector registered, for moveEnded
 }
@@ -68,7 +69,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Cutover attempts by outcome (done, aborted, error).",
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.writePause, m.bytesRemaining, m.eta, m.cutovers)
+	m.failovers = newFailoverMetric()
+	reg.MustRegister(m.writePause, m.bytesRemaining, m.eta, m.cutovers, m.failovers)
 	return m
 }
 
@@ -84,6 +86,9 @@ type Activities struct {
 	// Temporal session as the stream and find it here.
 	mu      sync.Mutex
 	streams map[string]*cdc.Stream
+	// targets are the targets' identities the moves' forward streams saw
+	// last, by move id (failover.go).
+	targets map[string]cdc.ServerIdentity
 
 	controlMu    sync.Mutex
 	controlReady bool // control schema (topology, cutover journal) ensured
@@ -109,7 +114,7 @@ func New(r *Resolver, log *slog.Logger, m *Metrics) *Activities {
 	if m == nil {
 		m = NewMetrics(prometheus.NewRegistry())
 	}
-	return &Activities{pools: pools{r: r}, log: log, metrics: m, streams: map[string]*cdc.Stream{}}
+	return &Activities{pools: pools{r: r}, log: log, metrics: m, streams: map[string]*cdc.Stream{}, targets: map[string]cdc.ServerIdentity{}}
 }
 
 // Close closes the pools.

@@ -158,6 +158,10 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	}
 	sctx, cancel := context.WithTimeout(ctx, in.MaxTime)
 	defer cancel()
+	failover, err := a.checkTarget(ctx, in.Move, s.dst, workflows.PhaseSnapshotCopy)
+	if err != nil {
+		return workflows.CopyProgress{}, err
+	}
 	before, err := backfill.Checkpoints(ctx, s.dst, in.Move.Spec.ID)
 	if err != nil {
 		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
@@ -202,7 +206,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
 	}
-	p := workflows.CopyProgress{Bytes: stats.Bytes, Done: done, Units: stats.Units, Adaptive: adaptiveStatus(ad)}
+	p := workflows.CopyProgress{Bytes: stats.Bytes, Done: done, Units: stats.Units, Adaptive: adaptiveStatus(ad), Failover: failover}
 	finished := 0
 	for _, c := range cps {
 		p.Rows += c.Rows
@@ -332,10 +336,15 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	if err != nil {
 		return err
 	}
+	if !in.Reverse {
+		opts.Target = in.Move.Spec.Target
+		opts.TargetIdentity = a.targetIdentity(in.Move.Spec.ID)
+	}
 	st, err := cdc.New(opts)
 	if err != nil {
 		return badInput("stream of move %s: %v", in.Move.Spec.ID, err)
 	}
+	fw := a.watchFailovers(in)
 	if !in.Reverse {
 		a.putStream(in.Move.Spec.ID, st)
 		defer a.dropStream(in.Move.Spec.ID, st)
@@ -346,10 +355,15 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	// over) arrives with the answer to a heartbeat.
 	stop := keepBeating(gctx, time.Second, func() any {
 		rcv, app, ack := st.Positions()
-		return map[string]string{"received": rcv.String(), "applied": app.String(), "acked": ack.String()}
+		hb := map[string]string{"received": rcv.String(), "applied": app.String(), "acked": ack.String()}
+		if f := fw.seen(st); f != "" {
+			hb[workflows.HeartbeatFailover] = f
+		}
+		return hb
 	})
 	err = g.Wait()
 	stop()
+	fw.ended(st, err)
 	a.metrics.streamStopped(opts.Move)
 	if ctx.Err() != nil {
 		return ctx.Err() // cancelled by the workflow: the phase it served is over
@@ -384,7 +398,11 @@ func (a *Activities) CDCStatus(ctx context.Context, m workflows.MoveRef) (workfl
 	if end > app {
 		lag = int64(end - app)
 	}
-	return workflows.CDCStatus{Received: rcv.String(), Applied: app.String(), LagBytes: lag}, nil
+	out := workflows.CDCStatus{Received: rcv.String(), Applied: app.String(), LagBytes: lag}
+	if f, ok := st.TargetFailedOver(); ok {
+		out.Failover = f.String()
+	}
+	return out, nil
 }
 
 // Verify compares source and target at one LSN, holding the session's

@@ -400,9 +400,9 @@ type runner struct {
 	// controller called since the deadline was set.
 	rdeadline time.Time
 	woken     atomic.Bool
-	// tgtFailedOver: checkTarget found the target on a new timeline.
-	tgtFailedOver bool
-	stopWatch     func() bool
+	// tgtFailover: checkTarget found the target on a new timeline.
+	tgtFailover *TargetFailover
+	stopWatch   func() bool
 }
 
 func (r *runner) close() {

@@ -27,15 +27,20 @@ import (
 // read by SQL on the applier's session).
 type ServerIdentity = SourceIdentity
 
-// identifyTarget reads the identity of the server conn is connected to:
-// the system identifier from pg_control_system() and the timeline WAL is
-// being written on (pg_walfile_name uses the insertion timeline: right
-// after a promotion, when pg_control_checkpoint() still shows the old one
-// until the next checkpoint). Neither needs a privilege.
-func identifyTarget(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error) {
+// queryRower is a target session or pool.
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// identifyTarget reads the identity of the server q is connected to: the
+// system identifier from pg_control_system() and the timeline WAL is being
+// written on (pg_walfile_name uses the insertion timeline: right after a
+// promotion, when pg_control_checkpoint() still shows the old one until
+// the next checkpoint). Neither needs a privilege.
+func identifyTarget(ctx context.Context, q queryRower) (ServerIdentity, error) {
 	var id ServerIdentity
 	var tli string
-	err := conn.QueryRow(ctx, `SELECT system_identifier::text, left(pg_walfile_name(pg_current_wal_lsn()), 8) FROM pg_control_system()`).Scan(&id.SystemID, &tli)
+	err := q.QueryRow(ctx, `SELECT system_identifier::text, left(pg_walfile_name(pg_current_wal_lsn()), 8) FROM pg_control_system()`).Scan(&id.SystemID, &tli)
 	if err != nil {
 		return ServerIdentity{}, wrapOp("identify the target (system identifier, timeline)", err)
 	}
@@ -47,6 +52,27 @@ func identifyTarget(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error)
 	return id, nil
 }
 
+// CheckTarget reads the identity of the target q reaches and compares it
+// with was, the one the move last saw (zero: nothing to compare). A later
+// timeline of the same system is a failover, returned for the caller to
+// report (whatever it holds on the target — copy checkpoints, the
+// origin's progress — it reads again there); another system is a
+// *TargetReplacedError. The stream runs it on the applier's session, the
+// copy on its target pool before a slice.
+func CheckTarget(ctx context.Context, q queryRower, target string, was ServerIdentity) (ServerIdentity, *TargetFailover, error) {
+	now, err := identifyTarget(ctx, q)
+	if err != nil {
+		return ServerIdentity{}, nil, err
+	}
+	if was.known() && was.SystemID != now.SystemID {
+		return now, nil, &TargetReplacedError{Target: target, Was: was, Now: now}
+	}
+	if was.known() && was.Timeline != now.Timeline {
+		return now, &TargetFailover{Target: target, Was: was, Now: now, At: time.Now()}, nil
+	}
+	return now, nil, nil
+}
+
 // TargetFailover is a Run's finding that the target is the server the
 // stream applied to, on a later timeline: its standby was promoted (or it
 // was switched over and back). The stream resumed from the origin's
@@ -54,13 +80,16 @@ func identifyTarget(ctx context.Context, conn *pgx.Conn) (ServerIdentity, error)
 type TargetFailover struct {
 	Target     string // Options.Target
 	Was, Now   ServerIdentity
-	At         time.Time     // when the Run found it
-	ResumeFrom pglogrepl.LSN // the origin's progress on the new primary
+	At         time.Time     // when it was found
+	ResumeFrom pglogrepl.LSN // a stream's: the origin's progress on the new primary
 }
 
 func (f TargetFailover) String() string {
-	return fmt.Sprintf("target %s failed over at %s (timeline %d → %d): resumed from %s, the replication origin's progress on the new primary",
-		f.Target, f.At.UTC().Format(time.RFC3339), f.Was.Timeline, f.Now.Timeline, f.ResumeFrom)
+	s := fmt.Sprintf("target %s failed over at %s (timeline %d → %d)", f.Target, f.At.UTC().Format(time.RFC3339), f.Was.Timeline, f.Now.Timeline)
+	if f.ResumeFrom != 0 {
+		s += fmt.Sprintf(": resumed from %s, the replication origin's progress on the new primary", f.ResumeFrom)
+	}
+	return s
 }
 
 // TargetReplacedError: the target answers with another system identifier
@@ -88,33 +117,36 @@ func (e *TargetReplacedError) Is(target error) bool { return target == ErrFailed
 // Run of this Stream saw). A new timeline is noted as a TargetFailover,
 // completed by noteResume once the origin was read on the new primary.
 func (r *runner) checkTarget(ctx context.Context) error {
-	now, err := identifyTarget(ctx, r.tg.conn)
+	r.s.mu.Lock()
+	was := r.s.tgtIdentity
+	r.s.mu.Unlock()
+	now, f, err := CheckTarget(ctx, r.tg.conn, r.o.Target, was)
 	if err != nil {
 		return err
 	}
+	if f != nil {
+		// Recorded once the origin was read there (noteResume): until
+		// then TargetIdentity stays the old one, so that the next Stream
+		// finds the failover again if this Run fails before.
+		r.tgtFailover = f
+		return nil
+	}
 	r.s.mu.Lock()
-	defer r.s.mu.Unlock()
-	was := r.s.tgtIdentity
-	if was.known() && was.SystemID != now.SystemID {
-		return &TargetReplacedError{Target: r.o.Target, Was: was, Now: now}
-	}
-	if was.known() && was.Timeline != now.Timeline {
-		r.s.tgtFailover = &TargetFailover{Target: r.o.Target, Was: was, Now: now, At: time.Now()}
-		r.tgtFailedOver = true
-	}
 	r.s.tgtIdentity = now
+	r.s.mu.Unlock()
 	return nil
 }
 
-// noteResume completes this Run's TargetFailover with the position the
+// noteResume records this Run's TargetFailover, with the position the
 // stream resumes from, and says so in the log.
 func (r *runner) noteResume(start pglogrepl.LSN) {
-	if !r.tgtFailedOver {
+	if r.tgtFailover == nil {
 		return
 	}
+	f := *r.tgtFailover
+	f.ResumeFrom = start
 	r.s.mu.Lock()
-	r.s.tgtFailover.ResumeFrom = start
-	f := *r.s.tgtFailover
+	r.s.tgtFailover, r.s.tgtIdentity = &f, f.Now
 	r.s.mu.Unlock()
 	r.s.log.Warn(f.String(), "shard", f.Target, "lsn", start.String())
 }
@@ -129,8 +161,8 @@ func (s *Stream) TargetIdentity() ServerIdentity {
 	return s.tgtIdentity
 }
 
-// TargetFailedOver is the target failover a Run of this Stream found, if
-// any (the position is zero until the origin was read on the new primary).
+// TargetFailedOver is the target failover a Run of this Stream found and
+// resumed from, if any.
 func (s *Stream) TargetFailedOver() (TargetFailover, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -15,6 +15,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -224,6 +226,11 @@ type targetScenario struct {
 	check func(c *cluster, st workflows.MigrationState)
 	// window bounds the refusal window, given the failover (0: not judged).
 	window func(req workflows.MigrationRequest, f failoverRun) time.Duration
+	// inGrace: the failover lands in GRACE, where no forward stream or
+	// copy runs to find it (the reverse stream reads the target as its
+	// source: the source side's detection); status and the metric are
+	// not judged.
+	inGrace bool
 }
 
 // runTargetScenario runs an add-node to shard5 with shard5 highly
@@ -252,7 +259,15 @@ func runTargetScenario(t *testing.T, sc targetScenario) {
 	deadline := time.Now().Add(6 * time.Minute)
 	w := c.watchRefusals(c.waitFor(run, deadline, "the plan", func(st workflows.MigrationState) bool { return len(st.Moves) == 4 }))
 	sc.land(c, h, run, deadline)
+	if !sc.inGrace {
+		c.awaitFailoverStatus(run.GetID(), h, deadline)
+	}
 	st := c.wait(run, time.Until(deadline)+time.Minute)
+	counted := c.failoversCounted(h.name)
+	t.Logf("reshard_failovers_total for %s: %s", h.name, counted)
+	if !sc.inGrace && counted == "" {
+		t.Errorf("reshard_failovers_total counted no failover of %s", h.name)
+	}
 	c.stopWriters()
 	window, perMove := w.finish()
 	if len(h.failovers) != 1 {
@@ -276,6 +291,58 @@ func runTargetScenario(t *testing.T, sc targetScenario) {
 			t.Errorf("writes refused for %s, over the goal %s", window.Round(time.Millisecond), goal.Round(time.Millisecond))
 		}
 	}
+}
+
+// awaitFailoverStatus waits until reshard status says that the target
+// failed over, with its timelines (from a move's state or its running
+// stream's heartbeat).
+func (c *cluster) awaitFailoverStatus(id string, h *haShard, deadline time.Time) {
+	c.t.Helper()
+	f := h.failovers[len(h.failovers)-1]
+	want := fmt.Sprintf("target %s failed over at ", h.name)
+	tl := fmt.Sprintf("(timeline %d → %d)", f.Timeline-1, f.Timeline)
+	var out string
+	for time.Now().Before(deadline) {
+		out, _ = c.cli("status", id)
+		if i := strings.Index(out, want); i >= 0 && strings.Contains(out[i:], tl) {
+			line := out[i:]
+			if j := strings.IndexByte(line, '\n'); j >= 0 {
+				line = line[:j]
+			}
+			c.t.Logf("reshard status, %s after the failover: …%s", time.Since(f.At).Round(time.Millisecond), line)
+			js, _ := c.cli("status", id, "--json")
+			if !strings.Contains(js, `"failover": "`+want) && !strings.Contains(js, `"failover":"`+want) {
+				c.t.Errorf("status --json lacks the failover:\n%s", js)
+			}
+			return
+		}
+		if st, ok := c.state(workflows.MigrationWorkflowID(id)); ok && st.Phase.Terminal() {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	c.t.Errorf("reshard status never said %q…%q:\n%s", want, tl, out)
+}
+
+// failoversCounted is the worker's reshard_failovers_total series of
+// shard ("" none).
+func (c *cluster) failoversCounted(shard string) string {
+	resp, err := http.Get("http://" + c.listen + "/metrics")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "reshard_failovers_total{") && strings.Contains(l, `shard="`+shard+`"`) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // waitingApproval waits until every move passed VERIFY and waits for the

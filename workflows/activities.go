@@ -139,6 +139,9 @@ type CopyProgress struct {
 	// CopyEnd is when the copy should end at the slice's recent rate
 	// (zero: no estimate, or done).
 	CopyEnd time.Time `json:"copy_end,omitzero"`
+	// Failover is the target's failover the slice found before it
+	// copied ("" none): MoveState.Failover.
+	Failover string `json:"failover,omitempty"`
 }
 
 // CDCInput starts a move's stream: forward (source → target, from L0) or
@@ -147,6 +150,9 @@ type CDCInput struct {
 	Move    MoveRef `json:"move"`
 	L0      string  `json:"l0"`
 	Reverse bool    `json:"reverse,omitempty"`
+	// Phase is the move's phase when the stream starts: the label of
+	// reshard_failovers_total when this stream finds a failover.
+	Phase Phase `json:"phase,omitempty"`
 }
 
 // CDCStatus is the forward stream's position, from the stream running in the
@@ -155,6 +161,9 @@ type CDCStatus struct {
 	Received string `json:"received"`
 	Applied  string `json:"applied"`
 	LagBytes int64  `json:"lag_bytes"`
+	// Failover is the failover of the target the stream found when it
+	// started ("" if none): MoveState.Failover.
+	Failover string `json:"failover,omitempty"`
 }
 
 // VerifyInput is one verification run of a move.
@@ -182,6 +191,11 @@ const (
 	// no estimate yet), for readers older than HeartbeatCopyEndMillis.
 	HeartbeatETAMillis = "eta_ms"
 )
+
+// HeartbeatFailover is the key, in the heartbeat of a stream (RunCDC,
+// RunReverse: a map of strings), of the failover that stream found when
+// it started; reshard status shows it as the move's Failover.
+const HeartbeatFailover = "failover"
 
 // The second detail of the heartbeat of a copy slice, a verify and a
 // cleanup is an *AdaptiveStatus (nil without an adaptive throttle): status

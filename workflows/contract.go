@@ -341,6 +341,13 @@ type MoveState struct {
 	// it; reshard status replaces it with the running activity's (copy,
 	// verify or cleanup), from its heartbeat.
 	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
+	// Failover is the last failover of a shard the move holds that its
+	// activities found ("target shard5 failed over at T (timeline 1 → 2):
+	// resumed from …"): recorded by the move from a copy slice's result or
+	// its catch-up's lag poll; filled by reshard status from the running
+	// stream's heartbeat while the stream that found it runs. PhaseText
+	// shows it.
+	Failover string `json:"failover,omitempty"`
 }
 
 // What a move waits for (MoveState.Waiting).
@@ -376,6 +383,9 @@ func (m MoveState) PhaseText() string {
 		// No countdown: the text stays the same while nothing changes
 		// (status --watch prints a line per change).
 		sub = append(sub, fmt.Sprintf("until %s; reshard complete ends it now", m.GraceUntil.UTC().Format(time.RFC3339)))
+	}
+	if m.Failover != "" {
+		sub = append(sub, m.Failover)
 	}
 	if len(sub) > 0 {
 		s += " (" + strings.Join(sub, "; ") + ")"

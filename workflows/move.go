@@ -460,6 +460,9 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 		m.state.BytesCopied += p.Bytes
 		m.state.CopyDone = p.Done
 		m.state.Adaptive = p.Adaptive
+		if p.Failover != "" {
+			m.state.Failover = p.Failover
+		}
 		if !p.CopyEnd.IsZero() || p.Done {
 			m.state.CopyEnd = p.CopyEnd // a slice too short to estimate keeps the last estimate
 		}
@@ -554,7 +557,7 @@ func (m *moveRun) ensureCDC(ctx workflow.Context) error {
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1}, // restarted by ensureCDC, in a new session if need be
 		WaitForCancellation: true,
 	})
-	m.cdcFut = workflow.ExecuteActivity(actx, ActivityRunCDC, CDCInput{Move: m.ref, L0: m.l0})
+	m.cdcFut = workflow.ExecuteActivity(actx, ActivityRunCDC, CDCInput{Move: m.ref, L0: m.l0, Phase: m.state.Phase})
 	m.cdcStarts++
 	m.cdcStartedAt = workflow.Now(ctx)
 	return nil
@@ -634,8 +637,11 @@ func (m *moveRun) catchUp(ctx workflow.Context) error {
 		if err := m.inSession(ctx, ActivityCDCStatus, "CDC lag", time.Minute, m.ref, &st); err != nil {
 			return err
 		}
-		if st.LagBytes != m.state.LagBytes {
+		if st.LagBytes != m.state.LagBytes || (st.Failover != "" && st.Failover != m.state.Failover) {
 			m.state.LagBytes = st.LagBytes
+			if st.Failover != "" {
+				m.state.Failover = st.Failover
+			}
 			m.details(ctx)
 			m.notify(ctx, false)
 		}
@@ -821,7 +827,7 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 30 * time.Second},
 		WaitForCancellation: true,
 	})
-	rev := workflow.ExecuteActivity(actx, ActivityRunReverse, CDCInput{Move: m.ref, L0: m.reverseL0, Reverse: true})
+	rev := workflow.ExecuteActivity(actx, ActivityRunReverse, CDCInput{Move: m.ref, L0: m.reverseL0, Reverse: true, Phase: m.state.Phase})
 	m.revFut = rev
 	defer func() { m.revFut = nil }()
 	if _, err := workflow.AwaitWithTimeout(ctx, grace, func() bool { return m.completeAsked || m.rollbackAsked || rev.IsReady() }); err != nil {

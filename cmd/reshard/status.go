@@ -244,6 +244,9 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 			if a := liveAdaptive(pending); a != nil {
 				m.Adaptive = a
 			}
+			if f := streamFailover(pending); f != "" {
+				m.Failover = f
+			}
 		}
 	}
 }
@@ -292,6 +295,24 @@ func sliceProgress(pending []*workflowpb.PendingActivityInfo) (rows int64, end t
 		}
 	}
 	return 0, time.Time{}
+}
+
+// streamFailover is the failover the move's running stream (forward or
+// reverse) found when it started, from its last heartbeat ("" none): the
+// move records it itself only when its catch-up hears of it.
+func streamFailover(pending []*workflowpb.PendingActivityInfo) string {
+	for _, a := range pending {
+		switch a.GetActivityType().GetName() {
+		case workflows.ActivityRunCDC, workflows.ActivityRunReverse:
+		default:
+			continue
+		}
+		var hb map[string]string
+		if a.GetHeartbeatDetails() != nil && converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) == nil && hb[workflows.HeartbeatFailover] != "" {
+			return hb[workflows.HeartbeatFailover]
+		}
+	}
+	return ""
 }
 
 // liveAdaptive is the adaptive throttle of the running copy slice, verify,

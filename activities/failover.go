@@ -1,0 +1,111 @@
+package activities
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/workflows"
+)
+
+// newFailoverMetric is reshard_failovers_total: failovers of a shard a move
+// holds, found by the move's streams, by shard and by the move's phase
+// when the stream that found it started (both bounded: the cluster's
+// shards, the eight phases).
+func newFailoverMetric() *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "reshard_failovers_total",
+		Help: "Failovers of a shard a move holds (source or target), found by the move's streams, by shard and phase.",
+	}, []string{"shard", "phase"})
+}
+
+// targetIdentity is the target's identity as the last forward stream of
+// the move in this worker saw it (zero: none yet), for the next stream's
+// cdc.Options.TargetIdentity: a stream started again after a failover
+// then sees the new timeline. A new worker starts from zero, and its first
+// stream records the target as it finds it.
+func (a *Activities) targetIdentity(move string) cdc.ServerIdentity {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.targets[move]
+}
+
+// failoverWatch reports, once per stream, the failover its Run found: the
+// target's (cdc.TargetFailover, while it runs) or the source's (the
+// *cdc.FailedOverError it stopped on).
+type failoverWatch struct {
+	a       *Activities
+	in      workflows.CDCInput
+	counted bool
+	note    string
+}
+
+func (a *Activities) watchFailovers(in workflows.CDCInput) *failoverWatch {
+	return &failoverWatch{a: a, in: in}
+}
+
+func (w *failoverWatch) phase() string {
+	if w.in.Phase == "" {
+		return "unknown"
+	}
+	return string(w.in.Phase)
+}
+
+// seen records the target identity st has seen and returns the failover
+// it found ("" none), counted the first time.
+func (w *failoverWatch) seen(st *cdc.Stream) string {
+	if !w.in.Reverse {
+		if id := st.TargetIdentity(); id.SystemID != "" {
+			w.a.mu.Lock()
+			w.a.targets[w.in.Move.Spec.ID] = id
+			w.a.mu.Unlock()
+		}
+	}
+	f, ok := st.TargetFailedOver()
+	if !ok {
+		return w.note
+	}
+	if !w.counted {
+		w.counted, w.note = true, f.String()
+		w.a.metrics.failovers.WithLabelValues(w.in.Move.Spec.Target, w.phase()).Inc()
+		w.a.log.Warn("move's target failed over", "move", w.in.Move.Spec.ID, "shard", w.in.Move.Spec.Target, "phase", w.phase(), "failover", w.note)
+	}
+	return w.note
+}
+
+// ended counts the source failover the stream stopped on, if it did.
+func (w *failoverWatch) ended(st *cdc.Stream, err error) {
+	w.seen(st)
+	var fe *cdc.FailedOverError
+	if errors.As(err, &fe) {
+		shard := w.in.Move.Spec.Source
+		if w.in.Reverse {
+			shard = w.in.Move.Spec.Target // the reverse stream reads the new owner
+		}
+		w.a.metrics.failovers.WithLabelValues(shard, w.phase()).Inc()
+	}
+}
+
+// checkTarget compares the target a copy slice reaches with the one the
+// move last saw in this worker (the copy's checkpoints commit with its
+// chunks on the target, so the copy resumes from what the new primary
+// holds; this only says that it changed): a failover is counted and
+// returned as text for the move's state.
+func (a *Activities) checkTarget(ctx context.Context, m workflows.MoveRef, dst *pgxpool.Pool, phase workflows.Phase) (string, error) {
+	now, f, err := cdc.CheckTarget(ctx, dst, m.Spec.Target, a.targetIdentity(m.Spec.ID))
+	if err != nil {
+		return "", err
+	}
+	a.mu.Lock()
+	a.targets[m.Spec.ID] = now
+	a.mu.Unlock()
+	if f == nil {
+		return "", nil
+	}
+	a.metrics.failovers.WithLabelValues(m.Spec.Target, string(phase)).Inc()
+	a.log.Warn("move's target failed over", "move", m.Spec.ID, "shard", m.Spec.Target, "phase", string(phase), "failover", f.String())
+	return f.String(), nil
+}
