@@ -152,3 +152,19 @@ func TestTargetSwitchoverWhileStreaming(t *testing.T) {
 			c.approve(run.GetID())
 		}})
 }
+
+// TestTargetFailoverWhileStreaming: the target's primary is
+// killed while every move's stream runs (verified, waiting for the
+// cutover's approval) and its synchronous standby promoted; the streams
+// resume from the origin on the new primary, the cutovers approved after
+// it run there, and the migration ends DONE with the ledger's checks.
+func TestTargetFailoverWhileStreaming(t *testing.T) {
+	runTargetScenario(t, targetScenario{id: "fo_tgt_stream", users: 2_000,
+		tweak: func(r *workflows.MigrationRequest) { r.RequireApproval, r.GracePeriod = true, new(2*time.Second) },
+		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
+			waitingApproval(c, run, deadline)
+			h.failover(c, run, false)
+			time.Sleep(2 * time.Second) // writes and the streams go on on the new primary
+			c.approve(run.GetID())
+		}})
+}

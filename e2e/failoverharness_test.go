@@ -10,7 +10,9 @@ package e2e
 // chooses. A scenario ends with the cluster-life checks: every acknowledged
 // write on its owner, every row on its owner, `topology check` clean,
 // nothing left behind. The target's scenarios are in failover_test.go (tag
-// e2e) and, the short one, here.
+// e2e): the shortest takes 85–104 s here (load 22–35), over what make test
+// can spend on one, so none is in the untagged suite; the harness is, for
+// a short scenario that fits.
 
 import (
 	"context"
@@ -351,20 +353,4 @@ func waitingApproval(c *cluster, run client.WorkflowRun, deadline time.Time) {
 	c.waitFor(run, deadline, "every move verified, waiting for approval", func(st workflows.MigrationState) bool {
 		return len(st.Moves) == 4 && allPast(st, workflows.PhaseVerify)
 	})
-}
-
-// TestTargetFailoverWhileStreaming (make test): the target's primary is
-// killed while every move's stream runs (verified, waiting for the
-// cutover's approval) and its synchronous standby promoted; the streams
-// resume from the origin on the new primary, the cutovers approved after
-// it run there, and the migration ends DONE with the ledger's checks.
-func TestTargetFailoverWhileStreaming(t *testing.T) {
-	runTargetScenario(t, targetScenario{id: "fo_tgt_stream", users: 2_000,
-		tweak: func(r *workflows.MigrationRequest) { r.RequireApproval, r.GracePeriod = true, new(2*time.Second) },
-		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
-			waitingApproval(c, run, deadline)
-			h.failover(c, run, false)
-			time.Sleep(2 * time.Second) // writes and the streams go on on the new primary
-			c.approve(run.GetID())
-		}})
 }
