@@ -109,3 +109,20 @@ func (a *Activities) checkTarget(ctx context.Context, m workflows.MoveRef, dst *
 	a.log.Warn("move's target failed over", "move", m.Spec.ID, "shard", m.Spec.Target, "phase", string(phase), "failover", f.String())
 	return f.String(), nil
 }
+
+// streamFailover is the target's failover the move's stream running in
+// this worker found ("" none): a cutover returns it, so that the move
+// records a failover found in VERIFY or CUTOVER, whose streams' notes are
+// otherwise only in their heartbeats.
+func (a *Activities) streamFailover(move string) string {
+	a.mu.Lock()
+	st := a.streams[move]
+	a.mu.Unlock()
+	if st == nil {
+		return ""
+	}
+	if f, ok := st.TargetFailedOver(); ok {
+		return f.String()
+	}
+	return ""
+}

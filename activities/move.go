@@ -519,6 +519,7 @@ func (a *Activities) prepareReverse(ctx context.Context, m workflows.MoveRef) (w
 func (a *Activities) Cutover(ctx context.Context, in workflows.CutoverInput) (workflows.CutoverResult, error) {
 	defer keepBeating(ctx, time.Second, func() any { return "cutover" })()
 	r, paused, err := a.cutover(ctx, in)
+	r.Failover = a.streamFailover(in.Move.Spec.ID)
 	if paused > 0 { // every attempt's pause, aborted or failed ones included
 		a.metrics.writePause.Observe(paused.Seconds())
 	}

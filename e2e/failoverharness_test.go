@@ -318,7 +318,7 @@ func (c *cluster) awaitFailoverStatus(id string, h *haShard, deadline time.Time)
 			}
 			return
 		}
-		if st, ok := c.state(workflows.MigrationWorkflowID(id)); ok && st.Phase.Terminal() {
+		if st, ok := c.state(id); ok && st.Phase.Terminal() {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)

@@ -217,6 +217,9 @@ type CutoverResult struct {
 	Pauses WritePauses `json:"pauses"`
 	// PauseSteps is where the write pause of the attempt that succeeded went.
 	PauseSteps []PauseStep `json:"pause_steps,omitempty"`
+	// Failover is the target's failover the move's stream found ("" none):
+	// MoveState.Failover.
+	Failover string `json:"failover,omitempty"`
 }
 
 // PauseStep is how long one cutover step took inside the write pause

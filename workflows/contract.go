@@ -343,8 +343,9 @@ type MoveState struct {
 	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
 	// Failover is the last failover of a shard the move holds that its
 	// activities found ("target shard5 failed over at T (timeline 1 → 2):
-	// resumed from …"): recorded by the move from a copy slice's result or
-	// its catch-up's lag poll; filled by reshard status from the running
+	// resumed from …"): recorded by the move from a copy slice's result,
+	// its catch-up's lag poll or its cutover's result; filled by reshard
+	// status from the running
 	// stream's heartbeat while the stream that found it runs. PhaseText
 	// shows it.
 	Failover string `json:"failover,omitempty"`

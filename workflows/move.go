@@ -749,6 +749,9 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	m.state.Error = ""
 	m.state.WritePause, m.state.PauseSteps = res.WritePause, res.PauseSteps
 	m.state.Pauses = res.Pauses
+	if res.Failover != "" {
+		m.state.Failover = res.Failover
+	}
 	m.stopCDC(ctx)
 	sactx := m.waitOpts(ctx, "drop the forward slot", 10*time.Minute, 0)
 	if err := workflow.ExecuteActivity(sactx, ActivityStopForward, m.ref).Get(ctx, nil); err != nil {
