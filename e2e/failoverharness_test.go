@@ -312,10 +312,17 @@ func (c *cluster) awaitFailoverStatus(id string, h *haShard, deadline time.Time)
 				line = line[:j]
 			}
 			c.t.Logf("reshard status, %s after the failover: …%s", time.Since(f.At).Round(time.Millisecond), line)
-			js, _ := c.cli("status", id, "--json")
-			if !strings.Contains(js, `"failover": "`+want) && !strings.Contains(js, `"failover":"`+want) {
-				c.t.Errorf("status --json lacks the failover:\n%s", js)
+			// --json too, from the same sources: the stream that found it
+			// may have given way to another between the two calls, and
+			// the move records it at its next catch-up poll or cutover.
+			var js string
+			for time.Now().Before(deadline) {
+				if js, _ = c.cli("status", id, "--json"); strings.Contains(js, `"failover": "`+want) || strings.Contains(js, `"failover":"`+want) {
+					return
+				}
+				time.Sleep(500 * time.Millisecond)
 			}
+			c.t.Errorf("status --json never showed the failover:\n%s", js)
 			return
 		}
 		if st, ok := c.state(id); ok && st.Phase.Terminal() {
