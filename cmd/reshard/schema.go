@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,10 +30,10 @@ import (
 func newSchemaCmd(opts *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "schema",
-		Short: "Give a shard the keyspace's tables (schema sync)",
+		Short: "Give a shard the keyspace's tables (schema sync), change every shard's (schema apply)",
 		Args:  usageArgs(cobra.NoArgs),
 	}
-	cmd.AddCommand(newSchemaSyncCmd(opts))
+	cmd.AddCommand(newSchemaSyncCmd(opts), newSchemaApplyCmd(opts))
 	return cmd
 }
 
@@ -414,4 +415,166 @@ func applySchema(ctx context.Context, dst *pgxpool.Pool, tables []tableset.Table
 		_, err := tx.Exec(ctx, "RESET search_path")
 		return err
 	})
+}
+
+func newSchemaApplyCmd(opts *globalOptions) *cobra.Command {
+	var (
+		cf             configFlags
+		keyspace, file string
+		lockTimeout    time.Duration
+		budget         time.Duration
+		asJSON         bool
+	)
+	cmd := &cobra.Command{
+		Use:   `apply [--keyspace <k>] ("ALTER TABLE ..." | --file <f>)`,
+		Short: "Apply a schema change to every shard of a keyspace, the targets of running moves included",
+		Long: `Runs ALTER TABLE and CREATE INDEX statements on every shard of a keyspace: the
+shards of its current ring and the sources and targets of its running moves.
+A running move adapts to the change (the copy, the appliers and verify match
+columns by name), so it need not be stopped.
+
+Order: an additive change (a column added, a type changed, a default or NOT
+NULL changed, an index) reaches the targets of running moves first, so an
+applier never receives a column its target lacks; a dropped column reaches
+them last. Each shard runs each statement (one ALTER TABLE action at a time)
+with a short lock_timeout (--lock-timeout, default 50ms), so the application
+never queues behind a change waiting for a long transaction, and retries with a
+jittered backoff for up to --budget. CREATE INDEX runs CONCURRENTLY (and IF NOT
+EXISTS): its lock lets writes through, so it does not use the short timeout; an
+invalid index left by a failed build is dropped and built again.
+
+Refused, with the reason and nothing changed (exit 2): a change of a shard-key
+or primary-key column (drop, type, DROP NOT NULL), a primary key or any
+constraint, a rename, SET SCHEMA, REPLICA IDENTITY, a new column whose existing
+rows would get each shard's own values (serial, identity, a default that is not
+a constant), a unique index, an unnamed index, a table outside the keyspace,
+and any statement other than ALTER TABLE and CREATE INDEX.
+
+The report says, per shard and statement: applied, already there, failed (with
+the reason; the shards after it are not attempted), or not attempted. Running
+the same change again is safe.
+
+Exit codes: 0 applied everywhere (or already there), 1 a shard failed, 2
+refused or bad input (nothing changed).`,
+		Example: `  reshard schema apply --keyspace default "ALTER TABLE users ADD COLUMN nickname text"
+  reshard schema apply "CREATE INDEX orders_created ON orders (created_at)"
+  reshard schema apply --keyspace default --file migrations/0042.sql --json`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			script, err := schemaScript(args, file)
+			if err != nil {
+				return usageError{err}
+			}
+			return withControl(cmd, opts, &cf, budget*4+10*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+				k, err := store.ResolveKeyspace(ctx, keyspace)
+				if err != nil {
+					return usageError{err}
+				}
+				names, targets, err := schemaApplyShards(ctx, store, k.Name)
+				if err != nil {
+					return err
+				}
+				var shards []tableset.DDLShard
+				for _, n := range names {
+					dsn, ok := cfg.Shards[n]
+					if !ok {
+						return usageError{fmt.Errorf("shard %s of keyspace %s is not in the configuration %s: add it (name: DSN) first; nothing was changed", n, k.Name, cfg.Path)}
+					}
+					p, err := cfg.connect(ctx, "shard "+n, dsn)
+					if err != nil {
+						return err
+					}
+					defer p.Close()
+					shards = append(shards, tableset.DDLShard{Name: n, Pool: p, Target: targets[n]})
+				}
+				if len(shards) == 0 {
+					return usageError{fmt.Errorf("keyspace %s has no shard", k.Name)}
+				}
+				set, err := tableset.Introspect(ctx, shards[0].Pool, k.Spec(), "shard "+shards[0].Name)
+				if err != nil {
+					return err
+				}
+				stmts, err := tableset.ParseDDL(script, set.Tables)
+				if err != nil {
+					return usageError{err}
+				}
+				res, applyErr := tableset.ApplyDDL(ctx, stmts, shards, tableset.DDLOptions{LockTimeout: lockTimeout, Budget: budget})
+				out := cmd.OutOrStdout()
+				if asJSON {
+					if err := topoWriteJSON(out, struct {
+						Keyspace string               `json:"keyspace"`
+						Results  []tableset.DDLResult `json:"results"`
+					}{k.Name, res}); err != nil {
+						return err
+					}
+				} else {
+					for _, r := range res {
+						line := fmt.Sprintf("%s: %s: %s", r.Shard, r.What, r.Outcome)
+						if r.Attempts > 1 {
+							line += fmt.Sprintf(" (%d attempts)", r.Attempts)
+						}
+						if r.Reason != "" {
+							line += ": " + r.Reason
+						}
+						fmt.Fprintln(out, line)
+					}
+				}
+				if applyErr != nil {
+					return fmt.Errorf("schema apply stopped: %w; the shards before it have the change: fix the cause and run the same command again", applyErr)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cf.register(cmd)
+	cmd.Flags().StringVar(&keyspace, "keyspace", "", "keyspace whose shards to change (default: the only one)")
+	cmd.Flags().StringVar(&file, "file", "", "read the statements from this file (- for standard input) instead of the argument")
+	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", 50*time.Millisecond, "how long one attempt waits for a table's lock")
+	cmd.Flags().DurationVar(&budget, "budget", time.Minute, "how long a shard keeps retrying a statement whose lock it cannot get")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
+}
+
+// schemaScript is the statements of schema apply: the argument or the file.
+func schemaScript(args []string, file string) (string, error) {
+	switch {
+	case len(args) == 1 && file != "":
+		return "", errors.New("give the statements as the argument or with --file, not both")
+	case len(args) == 1:
+		return args[0], nil
+	case file == "-":
+		b, err := io.ReadAll(os.Stdin)
+		return string(b), err
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("read --file: %w", err)
+		}
+		return string(b), nil
+	}
+	return "", errors.New(`give the statements: reshard schema apply "ALTER TABLE ..." or --file <f>`)
+}
+
+// schemaApplyShards are the shards of keyspace ks that schema apply changes:
+// those of its current ring and both ends of its running moves, by name;
+// targets says which are the target of a running move.
+func schemaApplyShards(ctx context.Context, store *topology.Store, ks string) ([]string, map[string]bool, error) {
+	in := store.In(ks)
+	cur, err := in.Current(ctx)
+	if err != nil {
+		return nil, nil, controlErr(err)
+	}
+	running, err := in.RunningMoves(ctx)
+	if err != nil {
+		return nil, nil, controlErr(err)
+	}
+	names := cur.Ring.Shards()
+	targets := map[string]bool{}
+	for _, m := range running {
+		names = append(names, m.From, m.To)
+		targets[m.To] = true
+	}
+	slices.Sort(names)
+	return slices.Compact(names), targets, nil
 }
