@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -292,7 +294,7 @@ func (a *Activities) forwardOptions(m workflows.MoveRef, s sides, l0 string) (cd
 		return cdc.Options{}, err
 	}
 	return cdc.Options{
-		Move: m.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Source: m.Spec.Source, Slot: names.Slot, Publication: names.Publication,
+		Move: m.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Source: m.Spec.Source, Target: m.Spec.Target, Slot: names.Slot, Publication: names.Publication,
 		StartLSN: start, TargetDSN: target, Set: s.dstSet, Ranges: m.Spec.Ranges, Origin: names.Origin,
 		Logger: a.log.With("move", m.Spec.ID), Metrics: a.metrics.CDC, PeekCatchUpBytes: a.SQLCatchUpBytes,
 	}, nil
@@ -318,7 +320,7 @@ func (a *Activities) reverseOptions(m workflows.MoveRef, s sides, l0 string) (cd
 		return cdc.Options{}, err
 	}
 	o, err := cutover.ReverseOptions(fwd, plain, repl, s.srcSet, start)
-	o.Source = m.Spec.Target // the reverse stream reads the new owner
+	o.Source, o.Target = m.Spec.Target, m.Spec.Source // the reverse stream reads the new owner
 	return o, err
 }
 
@@ -349,8 +351,37 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 		a.putStream(in.Move.Spec.ID, st)
 		defer a.dropStream(in.Move.Spec.ID, st)
 	}
+	// Why the stream waits for the shards' schemas, and the applied
+	// position then: once it moves on, the wait is over.
+	var wait struct {
+		sync.Mutex
+		why string
+		at  pglogrepl.LSN
+	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return st.Run(gctx) })
+	g.Go(func() error {
+		for {
+			err := st.Run(gctx)
+			if !schemaWait(err) || gctx.Err() != nil {
+				return err
+			}
+			// A column one side lacks: the stream waits here, saying why
+			// (reshard status shows it), and runs again from the target's
+			// replication origin until the shards agree.
+			_, app, _ := st.Positions()
+			wait.Lock()
+			if wait.why != err.Error() {
+				a.log.Warn("stream waits for the shards' schemas", "move", in.Move.Spec.ID, "error", err)
+			}
+			wait.why, wait.at = err.Error(), app
+			wait.Unlock()
+			select {
+			case <-gctx.Done():
+				return gctx.Err()
+			case <-time.After(time.Second + rand.N(time.Second)):
+			}
+		}
+	})
 	// Every second: the workflow's cancellation (the phase it served is
 	// over) arrives with the answer to a heartbeat.
 	stop := keepBeating(gctx, time.Second, func() any {
@@ -359,6 +390,15 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 		if f := fw.seen(st); f != "" {
 			hb[workflows.HeartbeatFailover] = f
 		}
+		wait.Lock()
+		if wait.why != "" && app > wait.at {
+			a.log.Info("stream no longer waits for the shards' schemas", "move", in.Move.Spec.ID)
+			wait.why = ""
+		}
+		if wait.why != "" {
+			hb[workflows.HeartbeatWaiting] = wait.why
+		}
+		wait.Unlock()
 		return hb
 	})
 	err = g.Wait()
@@ -372,6 +412,14 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 		return errors.New("the stream ended by itself")
 	}
 	return fmt.Errorf("stream of move %s: %w", in.Move.Spec.ID, err)
+}
+
+// schemaWait: the stream ended because the shards' columns disagree (a
+// change on its way, or made by hand on one shard).
+func schemaWait(err error) bool {
+	var wait *tableset.ColumnWaitError
+	var gone *cdc.ColumnVanishedError
+	return errors.As(err, &wait) || errors.As(err, &gone)
 }
 
 // CDCStatus reports the forward stream's lag: the source's current WAL

@@ -20,6 +20,12 @@ import (
 // moving-range predicate on the target row (alias t), so the applier can
 // never touch a row the target owns (DESIGN.md §4.4).
 type tablePlan struct {
+	// base is the table as the target has it (all its columns); t is base
+	// with the columns the source's last Relation message did not send left
+	// out (see reshape).
+	base   tableset.Table
+	n      int // numbers the staging table
+	ranges []ring.Range
 	t      tableset.Table
 	kt     ring.KeyType
 	cols   []tableset.Column // written columns, in target attribute order
@@ -32,6 +38,7 @@ type tablePlan struct {
 	deleteSQL    string // $1..$k text[] of the primary key
 	collisionSQL string // same parameters as deleteSQL
 	fetchSQL     string // on the source: $1..$k text of the primary key; the snapshot, found, the columns
+	pkWhere      []string
 
 	stage     stageSQL // the staged path (stage.go)
 	updatable bool     // some column is outside the primary key
@@ -41,7 +48,7 @@ func cast(v string, c tableset.Column) string { return v + "::" + c.Type }
 
 // newTablePlan prepares table t's statements; n numbers its staging table.
 func newTablePlan(t tableset.Table, ranges []ring.Range, n int) (*tablePlan, error) {
-	p := &tablePlan{t: t, kt: t.KeyType, cols: t.WritableColumns(), byName: map[string]int{}, key: -1}
+	p := &tablePlan{base: t, n: n, ranges: ranges, t: t, kt: t.KeyType, cols: t.WritableColumns(), byName: map[string]int{}, key: -1}
 	for i, c := range p.cols {
 		p.byName[c.Name] = i
 	}
@@ -109,13 +116,25 @@ func (p *tablePlan) buildSQL() {
 		" WHERE " + strings.Join(pkJoin, " AND ") + " AND " + p.pred
 	p.collisionSQL = "SELECT " + strings.Join(pkText, ", ") + " FROM " + tq + " JOIN unnest(" + strings.Join(pkArrs, ", ") + ") AS u(" + strings.Join(pkUs, ", ") + ")" +
 		" ON " + strings.Join(pkJoin, " AND ") + " WHERE (" + p.pred + ") IS NOT TRUE LIMIT 1"
+	p.pkWhere = pkWhere
+	p.buildFetchSQL(nil)
+}
+
+// buildFetchSQL builds the source's read of a row; a column in gone (no
+// longer on the source: dropped there after the change being applied was
+// written) reads as NULL.
+func (p *tablePlan) buildFetchSQL(gone map[string]bool) {
 	// One statement, so one snapshot: the snapshot it reports is the one its
 	// read of the row used (see runner.fetch).
-	all := []string{"pg_current_snapshot()::text", "t." + pkNames[0] + " IS NOT NULL"}
+	all := []string{"pg_current_snapshot()::text", "t." + pgx.Identifier{p.cols[p.pk[0]].Name}.Sanitize() + " IS NOT NULL"}
 	for _, c := range p.cols {
+		if gone[c.Name] {
+			all = append(all, "NULL::text")
+			continue
+		}
 		all = append(all, "t."+pgx.Identifier{c.Name}.Sanitize()+"::text")
 	}
-	p.fetchSQL = "SELECT " + strings.Join(all, ", ") + " FROM (VALUES (1)) AS one LEFT JOIN " + tq + " ON " + strings.Join(pkWhere, " AND ")
+	p.fetchSQL = "SELECT " + strings.Join(all, ", ") + " FROM (VALUES (1)) AS one LEFT JOIN " + p.t.Quoted() + " AS t ON " + strings.Join(p.pkWhere, " AND ")
 }
 
 // partialUpdateSQL sets only the sent columns of the row whose primary key
@@ -146,9 +165,20 @@ type binding struct {
 	same bool
 }
 
-// bind checks a Relation message against the target's shape: a difference
-// means DDL happened on the source during the move.
-func bind(rel *Relation, p *tablePlan) (*binding, error) {
+// bind checks a Relation message against the plan's shape: a difference
+// means DDL happened on the source or the target during the move (the
+// applier then reshapes the plan, see runner.rebind).
+func bind(rel *Relation, p *tablePlan) (*binding, *SchemaChangeError) {
+	b, e := bindLoose(rel, p)
+	if e != nil {
+		return nil, e
+	}
+	return b, nil
+}
+
+// bindLoose maps the Relation's columns onto the plan by name and reports
+// every difference; the binding is usable when only types differ.
+func bindLoose(rel *Relation, p *tablePlan) (*binding, *SchemaChangeError) {
 	b := &binding{rel: rel, plan: p, cols: make([]int, len(rel.Columns))}
 	e := &SchemaChangeError{Table: p.t.String()}
 	seen := make([]bool, len(p.cols))
@@ -170,12 +200,12 @@ func bind(rel *Relation, p *tablePlan) (*binding, error) {
 			e.OnlyTarget = append(e.OnlyTarget, p.cols[j].Name)
 		}
 	}
-	if len(e.OnlySource)+len(e.OnlyTarget)+len(e.TypeChanged) > 0 {
-		return nil, e
-	}
-	b.same = true
+	b.same = len(rel.Columns) == len(p.cols)
 	for i, j := range b.cols {
 		b.same = b.same && i == j
+	}
+	if len(e.OnlySource)+len(e.OnlyTarget)+len(e.TypeChanged) > 0 {
+		return b, e
 	}
 	return b, nil
 }

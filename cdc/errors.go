@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/reshard/reshard/internal/pgerr"
+	"github.com/reshard/reshard/tableset"
 )
 
 // CollisionError is pgerr's: a change would overwrite a row the target
@@ -50,8 +51,9 @@ func (e *ConnError) Unwrap() error { return e.Err }
 
 // IsRetryable is the one place that says whether a stream error is worth a
 // restart: lost connections, server shutdown, serialization failures and a
-// replication origin or slot still held by a dying session are; collisions,
-// schema changes, bad data (SQLSTATE classes 22, 23, 42) and cancellation are
+// replication origin or slot still held by a dying session are, and so is a
+// schema change on its way (a column one side lacks: schema.go); collisions,
+// bad data (SQLSTATE classes 22, 23, 42) and cancellation are
 // not.
 func IsRetryable(err error) bool {
 	if err == nil {
@@ -59,6 +61,11 @@ func IsRetryable(err error) bool {
 	}
 	var ce *CollisionError
 	var se *SchemaChangeError
+	var wait *tableset.ColumnWaitError
+	var gone *ColumnVanishedError
+	if errors.As(err, &wait) || errors.As(err, &gone) {
+		return true // the shards' schemas are on their way to agree
+	}
 	if errors.As(err, &ce) || errors.As(err, &se) || errors.Is(err, ErrFailedOver) || errors.Is(err, context.Canceled) {
 		return false
 	}
@@ -78,7 +85,12 @@ func wrapOp(op string, err error) error {
 	var ce *CollisionError
 	var se *SchemaChangeError
 	var conn *ConnError
-	if errors.As(err, &ce) || errors.As(err, &se) || errors.As(err, &conn) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	var wait *tableset.ColumnWaitError
+	var gone *ColumnVanishedError
+	if undefinedColumn(err) && !errors.As(err, &gone) {
+		return &ColumnVanishedError{Op: op, Err: err}
+	}
+	if errors.As(err, &ce) || errors.As(err, &se) || errors.As(err, &conn) || errors.As(err, &wait) || errors.As(err, &gone) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if pgerr.ConnectionLost(err) {

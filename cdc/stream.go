@@ -56,9 +56,10 @@ type Options struct {
 	// that finds another system stops with a *TargetReplacedError. Zero:
 	// the first Run of this Stream records it.
 	TargetIdentity ServerIdentity
-	// Set is the table set as read from the target's catalog: the applier
-	// writes those columns, and a Relation message that disagrees stops the
-	// stream (DDL happened).
+	// Set is the table set as read from the target's catalog. The applier
+	// writes the columns both the target has and the source sends, by name,
+	// re-reading the target's catalog as each Run starts and whenever a
+	// Relation message disagrees (schema.go).
 	Set    tableset.Set
 	Ranges []ring.Range
 	// Origin is the replication origin on the target that records the
@@ -436,6 +437,9 @@ func (r *runner) run(ctx context.Context) error {
 	if err := r.checkTarget(ctx); err != nil {
 		return err
 	}
+	if err := r.refreshPlans(ctx); err != nil {
+		return err
+	}
 	start, err := r.setUpOrigin(ctx)
 	if err != nil {
 		return err
@@ -797,8 +801,18 @@ func (r *runner) fetch(ctx context.Context, p *tablePlan, pk []string) ([]Col, b
 		ptrs = append(ptrs, &vals[i])
 	}
 	pause, waited := time.Millisecond, time.Duration(0)
+	refetched := false
 	for {
 		if err := src.QueryRow(ctx, p.fetchSQL, args...).Scan(ptrs...); err != nil {
+			if undefinedColumn(err) && !refetched {
+				// A column dropped on the source since the change was
+				// written: read the others (schema.go).
+				refetched = true
+				if err := r.fetchExisting(ctx, p); err != nil {
+					return nil, false, err
+				}
+				continue
+			}
 			return nil, false, wrapOp("read unchanged TOAST values of "+p.t.String()+" from the source", err)
 		}
 		visible, err := visibleIn(snap, r.xid)
@@ -920,7 +934,7 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		if p == nil {
 			return fmt.Errorf("slot %s sends changes of %s, which is not in table set %q: check publication %s", r.o.Slot, m, r.o.Set.Name, r.o.Publication)
 		}
-		b, err := bind(m, p)
+		b, err := r.rebind(ctx, m, p)
 		if err != nil {
 			return err
 		}

@@ -624,38 +624,139 @@ func TestUniqueCollisionStops(t *testing.T) {
 	}
 }
 
-func TestSchemaChangeStops(t *testing.T) {
+// TestSchemaChangesFlowThrough: under live writes, the applier follows
+// additive changes made in schema apply's order (a column with a default
+// and a widened type on the target first, then on the source; a column
+// dropped on the source first, then on the target), and waits, retryably,
+// naming the column and the command, for a column added by hand on the
+// source only, then resumes by itself once the target has it. The target
+// ends equal to the source, row for row, every column.
+func TestSchemaChangesFlowThrough(t *testing.T) {
 	e := newEnv(t, "ddl", usersOnly...)
+	seedSource(t, e)
+	seedTargetOwned(t, e)
+	ownedRows := func() []string { // the target's own rows, in the columns they had before the DDL
+		return rowsAsText(t, e.dst, "SELECT id::text || '|' || md5(row(id, email, balance::bigint, payload)::text) FROM users AS t WHERE ("+ring.Predicate("hashint8extended(t.id, 0)", testRanges)+") IS NOT TRUE ORDER BY id")
+	}
+	owned := ownedRows()
 	e.createSlot(t)
+	e.copyRanges(t)
 	s, err := New(e.options())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var inside int64 = 1
-	for !inTestRanges(inside) {
-		inside++
+	var mu sync.Mutex
+	var waits []string
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			err := s.Run(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if !IsRetryable(err) {
+				t.Errorf("stream stopped with a non-retryable error: %v", err)
+				return
+			}
+			var cw *tableset.ColumnWaitError
+			if errors.As(err, &cw) {
+				mu.Lock()
+				waits = append(waits, err.Error())
+				mu.Unlock()
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	w := startWriter(t, e.src, false, 7)
+	time.Sleep(500 * time.Millisecond)
+
+	// schema apply's order for additive changes: the target, then the source.
+	for _, db := range []*pgtest.DB{e.dst, e.src} {
+		db.Exec(t, "ALTER TABLE users ADD COLUMN note text DEFAULT 'none'")
+		db.Exec(t, "ALTER TABLE users ALTER COLUMN balance TYPE numeric(30,0)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	e.src.Exec(t, "INSERT INTO users VALUES ($1, 'a', 0, 'p')", inside)
-	drain(t, e, s)
-	e.src.Exec(t, "ALTER TABLE users ADD COLUMN note text")
-	e.src.Exec(t, "INSERT INTO users VALUES ($1, 'b', 0, 'p', 'n')", inside+1_000_000_000)
-	e.src.Exec(t, "UPDATE users SET note = 'x' WHERE id = $1", inside)
-	err = <-done
-	var se *SchemaChangeError
-	if !errors.As(err, &se) || se.Table != "public.users" || !slices.Equal(se.OnlySource, []string{"note"}) || IsRetryable(err) {
-		t.Fatalf("Run = %v, want a schema change naming public.users and column note", err)
+	e.src.Exec(t, "UPDATE users SET note = 'set after the DDL' WHERE id % 7 = 0")
+	time.Sleep(500 * time.Millisecond)
+	drainSupervised(t, e, s)
+
+	// By hand, on the source only: the applier waits, saying what to run.
+	e.src.Exec(t, "ALTER TABLE users ADD COLUMN tag int")
+	mine := int64(900_000_000) // no writer's key
+	for !inTestRanges(mine) {
+		mine++
 	}
-	if !strings.Contains(err.Error(), "note") {
-		t.Fatalf("error does not name the column: %v", err)
+	e.src.Exec(t, "INSERT INTO users (id, email, tag) VALUES ($1, 'mine', 5)", mine)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		n := len(waits)
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the applier did not report that the target lacks column tag")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	// The change before the DDL was applied and committed.
-	if n := e.dst.QueryInt64(t, "SELECT count(*) FROM users WHERE id = $1", inside); n != 1 {
-		t.Fatalf("row inserted before the DDL: %d on the target, want 1", n)
+	mu.Lock()
+	msg := waits[0]
+	mu.Unlock()
+	t.Logf("while the target lacks the column: %s", msg)
+	for _, want := range []string{"the applier waits for the target to get column tag of public.users", `reshard schema apply --keyspace s 'ALTER TABLE public.users ADD COLUMN tag integer'`, "resumes by itself"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the wait message lacks %q", want)
+		}
 	}
+	time.Sleep(time.Second) // still waiting, still writing
+	e.dst.Exec(t, "ALTER TABLE users ADD COLUMN tag int")
+	drainSupervised(t, e, s)
+	if n := e.dst.QueryInt64(t, "SELECT count(*) FROM users WHERE id = $1 AND tag = 5", mine); n != 1 {
+		t.Errorf("the change written while the target lacked the column did not arrive")
+	}
+
+	// A drop: the source first, then the target.
+	e.src.Exec(t, "ALTER TABLE users DROP COLUMN note")
+	time.Sleep(500 * time.Millisecond)
+	drainSupervised(t, e, s)
+	e.dst.Exec(t, "ALTER TABLE users DROP COLUMN note")
+	time.Sleep(500 * time.Millisecond)
+	w.finish(t)
+	drainSupervised(t, e, s)
+	mu.Lock()
+	t.Logf("%d writes; the stream waited %d time(s) for the target's column", w.n, len(waits))
+	mu.Unlock()
+	if got := ownedRows(); !slices.Equal(got, owned) {
+		t.Errorf("the target's own rows changed: %v, want %v", head(got), head(owned))
+	}
+	// Every row of the ranges, every column, the same on both sides.
+	for _, db := range []*pgtest.DB{e.src, e.dst} {
+		if n := db.QueryInt64(t, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'users'::regclass AND attnum > 0 AND NOT attisdropped"); n != 5 {
+			t.Fatalf("%d columns, want 5 (id, email, balance, payload, tag)", n)
+		}
+	}
+	e.set.Tables[0].Columns = nil // rowsOf reads whole rows
+	src := rowsOf(t, e.src.Pool, e.set.Tables[0], true)
+	dst := rowsOf(t, e.dst.Pool, e.set.Tables[0], true)
+	if a, b := diff(src, dst); len(a)+len(b) > 0 || len(src) == 0 {
+		t.Errorf("%d source rows in the ranges, %d target rows; only on source (%d): %v; only on target (%d): %v", len(src), len(dst), len(a), head(a), len(b), head(b))
+	}
+}
+
+func rowsAsText(t *testing.T, db *pgtest.DB, sql string) []string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), sql)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // slotSnapshot is what verify does: a temporary slot exporting its

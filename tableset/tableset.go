@@ -38,6 +38,9 @@ type Column struct {
 	Generated bool   `json:"generated"` // GENERATED ALWAYS AS (...) STORED: never written
 	Identity  bool   `json:"identity"`  // GENERATED {ALWAYS|BY DEFAULT} AS IDENTITY: a per-shard sequence
 	Default   string `json:"default,omitempty"`
+	// SourceType is set by Shared when the source's type differs (a
+	// widening on its way): a copy reads the column cast to Type.
+	SourceType string `json:"source_type,omitempty"`
 }
 
 // Table is a table's shape as read from one server's catalog.

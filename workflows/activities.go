@@ -177,6 +177,10 @@ type VerifyInput struct {
 	Baseline *AdaptiveStatus   `json:"baseline,omitempty"`
 }
 
+// HeartbeatWaiting, in the heartbeat's map of a stream or a verify: why it
+// waits for the shards' schemas to agree (reshard status shows it).
+const HeartbeatWaiting = "waiting"
+
 // The heartbeat of a copy slice is a map of these keys to the rows and bytes
 // the slice has committed so far; status adds them to the move's count.
 const (

@@ -226,6 +226,9 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 			moveID := workflows.MoveWorkflowID(wfID, m.Spec.ID)
 			pending := describe(moveID)
 			m.Retrying = retryText(pending, now)
+			if w := schemaWaiting(pending); w != "" {
+				m.Retrying = strings.TrimPrefix(m.Retrying+"; waiting: "+w, "; ")
+			}
 			if m.Phase == workflows.PhaseSnapshotCopy && !sliceRunning(pending) {
 				// Between two slices, or past the last one: the move has
 				// counted the slice's rows, the migration may not have heard
@@ -249,6 +252,22 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 			}
 		}
 	}
+}
+
+// schemaWaiting is why a pending stream or verify waits for the shards'
+// schemas to agree, from its last heartbeat ("" if it does not).
+func schemaWaiting(pending []*workflowpb.PendingActivityInfo) string {
+	var out []string
+	for _, a := range pending {
+		if len(a.GetHeartbeatDetails().GetPayloads()) == 0 {
+			continue
+		}
+		var hb map[string]string
+		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) == nil && hb[workflows.HeartbeatWaiting] != "" {
+			out = append(out, hb[workflows.HeartbeatWaiting])
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // sliceRunning reports a copy slice among the pending activities.
