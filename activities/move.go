@@ -193,7 +193,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	err = ad.With(sctx, func(ctx context.Context) error {
 		var err error
 		stats, err = backfill.Copy(ctx, s.src, s.dst, backfill.Options{
-			Move: in.Move.Spec.ID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
+			Move: in.Move.Spec.ID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
 			Throttle: th, Progress: meter.progress,
 			Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
 		})

@@ -26,9 +26,17 @@ type Options struct {
 	// Move identifies the move; it names the checkpoints, so a rerun with the
 	// same Move resumes.
 	Move string
-	// Set is the table set, as introspected (both sides have the same shape:
-	// tableset.Preflight checks it).
+	// Set is the table set, as introspected on the source.
 	Set tableset.Set
+	// TargetSet is the same tables as introspected on the target (empty:
+	// the same shapes as Set). The copy writes the columns both sides have,
+	// by name (tableset.Shared: a schema change on its way leaves one side
+	// with a column the other lacks); a column the source has and the
+	// target lacks makes Copy return a retryable *tableset.ColumnWaitError
+	// without copying anything.
+	TargetSet tableset.Set
+	// Source and Target name the shards in messages.
+	Source, Target string
 	// Ranges are the moving ranges. They are normalized; each resulting range
 	// of each table is a unit with its own checkpoint.
 	Ranges []ring.Range
@@ -159,6 +167,11 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	c.log = c.log.With("move", opts.Move)
+	shared, err := sharedSet(opts)
+	if err != nil {
+		return Stats{}, err
+	}
+	c.opts.Set = shared
 	if err := EnsureSchema(ctx, target); err != nil {
 		return Stats{}, err
 	}
@@ -643,8 +656,55 @@ func Retryable(err error) bool {
 	if pgerr.Collision(err) {
 		return false
 	}
+	var wait *tableset.ColumnWaitError
+	if errors.As(err, &wait) || schemaMoved(err) {
+		return true
+	}
 	if errors.Is(err, errCheckpointMoved) {
 		return true
 	}
 	return pgerr.Retryable(err)
+}
+
+// sharedSet is opts.Set with, per table, the columns the target has too
+// (tableset.Shared), or a *tableset.ColumnWaitError naming a column the
+// target lacks.
+func sharedSet(opts Options) (tableset.Set, error) {
+	if len(opts.TargetSet.Tables) == 0 {
+		return opts.Set, nil
+	}
+	out := opts.Set
+	out.Tables = make([]tableset.Table, len(opts.Set.Tables))
+	for i, t := range opts.Set.Tables {
+		var dst *tableset.Table
+		for j := range opts.TargetSet.Tables {
+			if opts.TargetSet.Tables[j].String() == t.String() {
+				dst = &opts.TargetSet.Tables[j]
+			}
+		}
+		if dst == nil {
+			return tableset.Set{}, fmt.Errorf("backfill: table %s is not in the target's table set", t)
+		}
+		if lacking := tableset.OnlyIn(t, *dst); len(lacking) > 0 {
+			return tableset.Set{}, &tableset.ColumnWaitError{Keyspace: opts.Set.Name, Table: t, Has: shardName("source", opts.Source),
+				Lacking: shardName("target", opts.Target), Columns: lacking, Why: "the copy"}
+		}
+		out.Tables[i] = tableset.Shared(t, *dst)
+	}
+	return out, nil
+}
+
+func shardName(role, name string) string {
+	if name == "" {
+		return "the " + role
+	}
+	return role + " " + name
+}
+
+// schemaMoved: a chunk met a schema change made after the copy read the
+// shapes (a column dropped: 42703; a type changed, so the binary COPY
+// stream no longer fits: 22P03, 42804). A retry reads them again.
+func schemaMoved(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42703" || pe.Code == "22P03" || pe.Code == "42804")
 }

@@ -55,6 +55,21 @@ func writable(t tableset.Table) []string {
 	return out
 }
 
+// selectList is the source's read of the writable columns: a column whose
+// type differs on the target (a widening on its way: tableset.Shared) is
+// cast to the target's type, which the binary COPY stream must carry.
+func selectList(t tableset.Table) string {
+	var parts []string
+	for _, c := range t.WritableColumns() {
+		q := pgx.Identifier{c.Name}.Sanitize()
+		if c.SourceType != "" {
+			q = q + "::" + c.Type + " AS " + q
+		}
+		parts = append(parts, q)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // quoteLiteral renders s as an SQL string literal, whatever
 // standard_conforming_strings says.
 func quoteLiteral(s string) string {
@@ -106,7 +121,7 @@ func chunkSQL(t tableset.Table, parts []ring.Range, order Order, pos position, l
 		orderBy = tok + ", " + pk
 	}
 	return fmt.Sprintf("COPY (SELECT %s, %s FROM %s WHERE %s ORDER BY %s LIMIT %d) TO STDOUT (FORMAT binary)",
-		columnList("", writable(t)), strings.Join(extras, ", "), t.Quoted(), where, orderBy, limit)
+		selectList(t), strings.Join(extras, ", "), t.Quoted(), where, orderBy, limit)
 }
 
 // stageName is the session's temporary staging table of t.
