@@ -471,19 +471,60 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 		return workflows.VerifySummary{}, err
 	}
 	var chunks atomic.Int64
+	var waiting atomic.Pointer[string] // why verify waits for the shards' schemas
 	// Adaptive: starts slow (verify reads faster than the copy writes, its
 	// rate is not the copy's) against the copy's baselines.
 	th := backfill.NewThrottle(in.RowsPerSec, 0)
 	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, in.Baseline, false, th, s.src, s.dst, "")
 	defer a.follow(ctx, workflows.Throttle{RowsPerSec: in.RowsPerSec, Adaptive: in.Adaptive}, th, true, ad)()
 	// A throttled chunk may take longer than the heartbeat timeout.
-	stop := keepBeating(ctx, 5*time.Second, func() any { return beats{map[string]int64{"chunks": chunks.Load()}, adaptiveStatus(ad)} })
+	stop := keepBeating(ctx, 5*time.Second, func() any {
+		if w := waiting.Load(); w != nil {
+			return map[string]string{workflows.HeartbeatWaiting: *w}
+		}
+		return beats{map[string]int64{"chunks": chunks.Load()}, adaptiveStatus(ad)}
+	})
 	defer stop()
 	var rep *verify.Report
-	err = ad.With(ctx, func(ctx context.Context) error {
+	for {
+		rep, err = a.verifyOnce(ctx, in, s, st, th, ad, &chunks)
+		var wait *tableset.ColumnWaitError
+		if !errors.As(err, &wait) && !verify.SchemaMoved(err) || ctx.Err() != nil {
+			break
+		}
+		// A schema change on its way (or made on one shard by hand):
+		// verify compares nothing until the shards agree, says why, and
+		// reads the shapes again.
+		if w := waiting.Load(); w == nil || *w != err.Error() {
+			a.log.Warn("verify waits for the shards' schemas", "move", in.Move.Spec.ID, "error", err)
+		}
+		msg := err.Error()
+		waiting.Store(&msg)
+		heartbeat(ctx, map[string]string{workflows.HeartbeatWaiting: msg})
+		select {
+		case <-ctx.Done():
+			return workflows.VerifySummary{}, ctx.Err()
+		case <-time.After(2*time.Second + rand.N(time.Second)):
+		}
+		if s, err = a.sides(ctx, in.Move); err != nil {
+			return workflows.VerifySummary{}, err
+		}
+	}
+	waiting.Store(nil)
+	if err != nil {
+		return workflows.VerifySummary{}, fmt.Errorf("verify move %s: %w", in.Move.Spec.ID, err)
+	}
+	return verifySummary(in, rep)
+}
+
+// verifyOnce is one verify.Run of the move.
+func (a *Activities) verifyOnce(ctx context.Context, in workflows.VerifyInput, s sides, st *cdc.Stream, th *backfill.Throttle, ad *backfill.Adaptive, chunks *atomic.Int64) (*verify.Report, error) {
+	var rep *verify.Report
+	err := ad.With(ctx, func(ctx context.Context) error {
 		var err error
 		rep, err = verify.Run(ctx, s.src, s.dst, verify.Options{
-			RunID: in.RunID, Set: s.srcSet, Ranges: in.Move.Spec.Ranges, Throttle: th, Holder: st,
+			RunID: in.RunID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target,
+			Ranges: in.Move.Spec.Ranges, Throttle: th, Holder: st,
 			ChunkRows: verifyChunkRows(in.Move.Request),
 			Metrics:   a.metrics.Verify, Logger: a.log.With("move", in.Move.Spec.ID),
 			Progress: func(verify.ChunkReport) {
@@ -492,9 +533,11 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 		})
 		return err
 	})
-	if err != nil {
-		return workflows.VerifySummary{}, fmt.Errorf("verify move %s: %w", in.Move.Spec.ID, err)
-	}
+	return rep, err
+}
+
+// verifySummary is the workflow's summary of a finished verify.
+func verifySummary(in workflows.VerifyInput, rep *verify.Report) (workflows.VerifySummary, error) {
 	sum := workflows.VerifySummary{Passed: rep.OK(), Rows: rep.Rows, ReusedRows: rep.ReusedRows, ReusedLSN: rep.ReusedLSN, ReusedAt: rep.ReusedAt,
 		Mismatches: rep.Mismatches(), RowsPerSec: rep.RowsPerSecond, Problem: rep.Problem}
 	for _, t := range rep.Tables {

@@ -25,6 +25,9 @@ type ColumnWaitError struct {
 	Columns      []Column
 	// Why: what waits ("the copy", "the applier", "verify").
 	Why string
+	// Retyped: the shards have Columns with different types; Columns
+	// carry the type on Has.
+	Retyped bool
 }
 
 func (e *ColumnWaitError) Error() string {
@@ -43,6 +46,14 @@ func (e *ColumnWaitError) Error() string {
 		ks = " --keyspace " + e.Keyspace
 	}
 	table := plainIdent(e.Table.Schema) + "." + plainIdent(e.Table.Name)
+	if e.Retyped {
+		var alters []string
+		for _, c := range e.Columns {
+			alters = append(alters, "ALTER COLUMN "+plainIdent(c.Name)+" TYPE "+c.Type)
+		}
+		return fmt.Sprintf("%s waits for %s to agree with %s on the type of column %s of %s: run reshard schema apply%s 'ALTER TABLE %s %s'; the move resumes by itself once the shards agree",
+			e.Why, e.Lacking, e.Has, strings.Join(names, ", "), e.Table, ks, table, strings.Join(alters, ", "))
+	}
 	return fmt.Sprintf("%s waits for %s to get column %s of %s, which %s has: run reshard schema apply%s 'ALTER TABLE %s %s' (or, if the column is being dropped: reshard schema apply%s 'ALTER TABLE %s %s'); the move resumes by itself once the shards agree",
 		e.Why, e.Lacking, strings.Join(names, ", "), e.Table, e.Has, ks, table, strings.Join(adds, ", "), ks, table, strings.Join(drops, ", "))
 }
@@ -99,4 +110,27 @@ func Shared(src, dst Table) Table {
 		out.Columns = append(out.Columns, d)
 	}
 	return out
+}
+
+// Disagree is why two shapes of a table cannot be compared column by column
+// (verify): a column one side lacks (either way), or a column whose type
+// differs; nil when they agree.
+func Disagree(keyspace string, src, dst Table, srcName, dstName, why string) *ColumnWaitError {
+	if c := OnlyIn(src, dst); len(c) > 0 {
+		return &ColumnWaitError{Keyspace: keyspace, Table: src, Has: srcName, Lacking: dstName, Columns: c, Why: why}
+	}
+	if c := OnlyIn(dst, src); len(c) > 0 {
+		return &ColumnWaitError{Keyspace: keyspace, Table: src, Has: dstName, Lacking: srcName, Columns: c, Why: why}
+	}
+	var retyped []Column
+	for _, c := range src.Columns {
+		if d, ok := dst.Column(c.Name); ok && d.TypeOID != c.TypeOID {
+			retyped = append(retyped, d)
+		}
+	}
+	if len(retyped) > 0 {
+		// The target's type: schema apply reaches the targets first.
+		return &ColumnWaitError{Keyspace: keyspace, Table: src, Has: dstName, Lacking: srcName, Columns: retyped, Why: why, Retyped: true}
+	}
+	return nil
 }

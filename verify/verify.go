@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
@@ -29,8 +30,16 @@ type Options struct {
 	// the source's column order is the canonical column order of the row
 	// text on both sides, columns taken by name, so the target's physical
 	// column order does not matter.
-	Set    tableset.Set
-	Ranges []ring.Range
+	Set tableset.Set
+	// TargetSet is the same tables as read from the target (empty: not
+	// checked). While a column is on one side only, or typed differently
+	// (a schema change on its way), Run compares nothing and returns a
+	// retryable *tableset.ColumnWaitError naming it: verify never passes
+	// over a column it did not compare.
+	TargetSet tableset.Set
+	// Source and Target name the shards in messages.
+	Source, Target string
+	Ranges         []ring.Range
 	// ChunkRows is the target number of moving rows per chunk (default 50000).
 	ChunkRows int
 	// BisectRows: a mismatching interval with at most this many rows on
@@ -114,6 +123,9 @@ func (o Options) withDefaults() (Options, error) {
 func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if err := agree(opts); err != nil {
 		return nil, err
 	}
 	qs := make([]*tableSQL, len(opts.Set.Tables))
@@ -516,4 +528,36 @@ func rowDiff(ctx context.Context, s *session, q *tableSQL, lo, hi []string) ([]M
 		}
 	}
 	return out, nil
+}
+
+// agree checks that source and target have the same columns, by name and
+// type, for every table (see Options.TargetSet).
+func agree(o Options) error {
+	if len(o.TargetSet.Tables) == 0 {
+		return nil
+	}
+	name := func(role, n string) string {
+		if n == "" {
+			return "the " + role
+		}
+		return role + " " + n
+	}
+	for _, t := range o.Set.Tables {
+		for _, d := range o.TargetSet.Tables {
+			if d.String() != t.String() {
+				continue
+			}
+			if e := tableset.Disagree(o.Set.Name, t, d, name("source", o.Source), name("target", o.Target), "verify"); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// SchemaMoved: a comparison met a column dropped or retyped after verify
+// read the shapes (SQLSTATE 42703, 42804); running it again reads them anew.
+func SchemaMoved(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42703" || pe.Code == "42804")
 }
