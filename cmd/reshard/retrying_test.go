@@ -12,6 +12,7 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
@@ -87,5 +88,36 @@ func TestAddRetriesFromTheServer(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 30s: migration %q, moves %q, %q", st.Retrying, got, st.Moves[1].Retrying)
 		}
+	}
+}
+
+// A stream or verify that waits for the shards' schemas says so in its
+// heartbeat; status shows it as a wait, not as a failure. Other heartbeats
+// (a copy slice's counts) are not taken for one.
+func TestSchemaWaitingText(t *testing.T) {
+	dc := converter.GetDefaultDataConverter()
+	hb := func(v ...any) *commonpb.Payloads {
+		p, err := dc.ToPayloads(v...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	msg := "the applier waits for target shard5 to get column nickname of public.users, which source shard2 has: run reshard schema apply 'ALTER TABLE public.users ADD COLUMN nickname text'"
+	pending := []*workflowpb.PendingActivityInfo{
+		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityCopySlice}, HeartbeatDetails: hb(map[string]int64{workflows.HeartbeatSliceRows: 5}, nil)},
+		{ActivityType: &commonpb.ActivityType{Name: "RunCDC"}, HeartbeatDetails: hb(map[string]string{"applied": "0/1", workflows.HeartbeatWaiting: msg})},
+		{ActivityType: &commonpb.ActivityType{Name: "RunCDC"}, HeartbeatDetails: hb(map[string]string{"applied": "0/1"})},
+	}
+	if got := schemaWaiting(pending); got != msg {
+		t.Errorf("schemaWaiting = %q, want %q", got, msg)
+	}
+	now := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	st := workflows.MigrationState{Moves: []workflows.MoveState{{Spec: workflows.MoveSpec{Source: "shard2", Target: "shard5"},
+		Phase: workflows.PhaseCDCCatchUp, Retrying: "waiting: " + msg}}}
+	var b strings.Builder
+	printMigrationStatus(&b, "x", "", st, now)
+	if !strings.Contains(b.String(), "CDC_CATCH_UP (waiting: the applier waits for target shard5") || strings.Contains(b.String(), "retrying") {
+		t.Errorf("status:\n%s", b.String())
 	}
 }

@@ -401,7 +401,9 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 	if m.Error != "" {
 		v.Phase += ": " + m.Error
 	}
-	if m.Retrying != "" {
+	if strings.HasPrefix(m.Retrying, "waiting: ") {
+		v.Phase += " (" + m.Retrying + ")" // not a failure: the move waits for the shards' schemas
+	} else if m.Retrying != "" {
 		v.Phase += " (retrying " + m.Retrying + ")"
 	}
 	v.Rows = fmt.Sprintf("%d/%d rows", m.RowsCopied, m.Spec.EstRows)
