@@ -8,6 +8,11 @@
 // and all key columns share one key type (one token function per set). A
 // registered table is also Shardable: a plain table whose key is NOT NULL
 // and, for text, compared as bytes (a deterministic collation).
+//
+// Schema changes: ddl.go classifies the statements schema apply accepts
+// (pure) and ddlapply.go runs them on every shard of a keyspace; drift.go
+// is how the copy, the appliers and verify take the columns both shards
+// have, and the error that makes a move wait while they disagree.
 package tableset
 
 import (
