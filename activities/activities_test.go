@@ -38,6 +38,8 @@ func TestClassify(t *testing.T) {
 		{"serialization failure", &pgconn.PgError{Code: "40001"}, true, "Retryable"},
 		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true, "Retryable"},
 		{"undefined column", fmt.Errorf("copy: %w", &pgconn.PgError{Code: "42703"}), false, workflows.ErrTypeBadInput},
+		{"copy met a schema change", fmt.Errorf("copy: %w", &backfill.SchemaMovedError{Err: &pgconn.PgError{Code: "42703"}}), true, "Retryable"},
+		{"a column on one side only", fmt.Errorf("copy: %w", &tableset.ColumnWaitError{Table: tableset.Table{Schema: "public", Name: "users"}, Columns: []tableset.Column{{Name: "x"}}}), true, "Retryable"},
 		{"unique violation", &pgconn.PgError{Code: "23505", ConstraintName: "users_pkey"}, false, workflows.ErrTypeBadInput},
 		{"concurrent CREATE IF NOT EXISTS", fmt.Errorf("create work tables: %w", &pgconn.PgError{Code: "23505", ConstraintName: "pg_type_typname_nsp_index"}), true, "Retryable"},
 		{"duplicate table", &pgconn.PgError{Code: "42P07"}, true, "Retryable"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -414,6 +415,19 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	return fmt.Errorf("stream of move %s: %w", in.Move.Spec.ID, err)
 }
 
+// sameShapes: both sets have the same columns, table by table.
+func sameShapes(a, b tableset.Set) bool {
+	if len(a.Tables) != len(b.Tables) {
+		return false
+	}
+	for i := range a.Tables {
+		if !slices.Equal(a.Tables[i].Columns, b.Tables[i].Columns) {
+			return false
+		}
+	}
+	return true
+}
+
 // schemaWait: the stream ended because the shards' columns disagree (a
 // change on its way, or made by hand on one shard).
 func schemaWait(err error) bool {
@@ -491,6 +505,14 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 		var wait *tableset.ColumnWaitError
 		if !errors.As(err, &wait) && !verify.SchemaMoved(err) || ctx.Err() != nil {
 			break
+		}
+		if !errors.As(err, &wait) {
+			// A column went missing under a comparison: a schema change
+			// only if the shapes moved; else a fault that waiting would hide.
+			now, serr := a.sides(ctx, in.Move)
+			if serr != nil || sameShapes(s.srcSet, now.srcSet) && sameShapes(s.dstSet, now.dstSet) {
+				break
+			}
 		}
 		// A schema change on its way (or made on one shard by hand):
 		// verify compares nothing until the shards agree, says why, and

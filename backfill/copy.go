@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -198,6 +199,9 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 		})
 	}
 	err = g.Wait()
+	if schemaMoved(err) && c.shapesChanged(ctx, source, target, opts) {
+		err = &SchemaMovedError{Err: err}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.stats.Elapsed = time.Since(start)
@@ -657,7 +661,8 @@ func Retryable(err error) bool {
 		return false
 	}
 	var wait *tableset.ColumnWaitError
-	if errors.As(err, &wait) || schemaMoved(err) {
+	var moved *SchemaMovedError
+	if errors.As(err, &wait) || errors.As(err, &moved) {
 		return true
 	}
 	if errors.Is(err, errCheckpointMoved) {
@@ -701,9 +706,46 @@ func shardName(role, name string) string {
 	return role + " " + name
 }
 
-// schemaMoved: a chunk met a schema change made after the copy read the
-// shapes (a column dropped: 42703; a type changed, so the binary COPY
-// stream no longer fits: 22P03, 42804). A retry reads them again.
+// SchemaMovedError: a chunk met a schema change made after the copy read
+// the tables' shapes (a column dropped: 42703; a type changed, so the binary
+// COPY stream no longer fits: 22P03, 42804), and the shapes did change.
+// Retryable: the next run reads them again.
+type SchemaMovedError struct{ Err error }
+
+func (e *SchemaMovedError) Error() string {
+	return fmt.Sprintf("%v: the tables' columns changed while the copy ran; it reads them again and continues from its checkpoints", e.Err)
+}
+func (e *SchemaMovedError) Unwrap() error { return e.Err }
+
+// shapesChanged reports whether either side's tables differ now from the
+// shapes the copy started with (an error reading them: no).
+func (c *copier) shapesChanged(ctx context.Context, source, target *pgxpool.Pool, opts Options) bool {
+	spec := tableset.Spec{Name: opts.Set.Name}
+	for _, t := range opts.Set.Tables {
+		spec.Tables = append(spec.Tables, tableset.TableSpec{Schema: t.Schema, Table: t.Name, KeyColumn: t.KeyColumn})
+	}
+	ctx = context.WithoutCancel(ctx)
+	for _, side := range []struct {
+		pool *pgxpool.Pool
+		was  tableset.Set
+	}{{source, opts.Set}, {target, opts.TargetSet}} {
+		if len(side.was.Tables) == 0 {
+			continue
+		}
+		now, err := tableset.Introspect(ctx, side.pool, spec, "shard")
+		if err != nil {
+			return false
+		}
+		for i := range now.Tables {
+			if !slices.Equal(now.Tables[i].Columns, side.was.Tables[i].Columns) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// schemaMoved: the SQLSTATEs of a chunk that met a schema change.
 func schemaMoved(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == "42703" || pe.Code == "22P03" || pe.Code == "42804")

@@ -71,6 +71,24 @@ func TestCopyFollowsSchemaChanges(t *testing.T) {
 	if n := f.dst.QueryInt64(t, `SELECT count(*) FROM orders WHERE shipped`); n != 0 {
 		t.Errorf("%d copied orders have shipped set: the target-only column should keep its default", n)
 	}
+
+	// A column dropped after the copy read the shapes (source first, as
+	// schema apply drops): the chunk fails, the copy sees the shapes moved
+	// and says so retryably; the next run, with the new shapes, finishes.
+	stale := introspect()
+	stale.Move = "schema-drop"
+	f.src.Exec(t, `ALTER TABLE users DROP COLUMN extra2`)
+	_, err = Copy(ctx, f.src.Pool, f.dst.Pool, stale)
+	var moved *SchemaMovedError
+	if !errors.As(err, &moved) || !Retryable(err) {
+		t.Fatalf("copy after a column was dropped under it: %v, want a retryable SchemaMovedError", err)
+	}
+	t.Logf("%v", err)
+	fresh := introspect()
+	fresh.Move = "schema-drop"
+	if _, err := Copy(ctx, f.src.Pool, f.dst.Pool, fresh); err != nil {
+		t.Fatalf("copy with the new shapes (extra2 on the target only): %v", err)
+	}
 }
 
 func textRows(t *testing.T, db *pgtest.DB, q string) []string {
