@@ -22,7 +22,7 @@ import (
 type tablePlan struct {
 	// base is the table as the target has it (all its columns); t is base
 	// with the columns the source's last Relation message did not send left
-	// out (see reshape).
+	// out (see runner.rebind).
 	base   tableset.Table
 	n      int // numbers the staging table
 	ranges []ring.Range
