@@ -185,6 +185,7 @@ func bindLoose(rel *Relation, p *tablePlan) (*binding, *SchemaChangeError) {
 	for i, rc := range rel.Columns {
 		j, ok := p.byName[rc.Name]
 		if !ok {
+			b.cols[i] = -1 // not written (see runner.rebind)
 			e.OnlySource = append(e.OnlySource, rc.Name)
 			continue
 		}
@@ -225,7 +226,7 @@ func (b *binding) row(t Tuple, kind byte) []Col {
 		r[i] = Col{Kind: ColUnchanged}
 	}
 	for i, c := range t {
-		if kind == 'K' && !b.rel.Columns[i].Key {
+		if kind == 'K' && !b.rel.Columns[i].Key || b.cols[i] < 0 {
 			continue
 		}
 		r[b.cols[i]] = c

@@ -21,6 +21,9 @@ import (
 //     writes: the target's default fills it on insert, an update keeps it;
 //   - a type that differs is written as the text the source sends, cast to
 //     the target's type (a widening on its way);
+//   - a column the source sends (as the table was when the change was
+//     written) that the source no longer has and the target lacks was
+//     dropped on both: its values are left out;
 //   - a column the source sends and the target lacks, even after re-reading
 //     the target's catalog, makes the stream end with a retryable
 //     *tableset.ColumnWaitError naming the column and the schema apply that
@@ -117,10 +120,21 @@ func (r *runner) rebind(ctx context.Context, rel *Relation, p *tablePlan) (*bind
 	}
 	sent := map[string]bool{}
 	var lacking []tableset.Column
+	dropped := map[string]bool{}
 	for _, rc := range rel.Columns {
 		sent[rc.Name] = true
-		if c, ok := base.Column(rc.Name); !ok || c.Generated {
-			lacking = append(lacking, tableset.Column{Name: rc.Name, Type: r.sourceType(ctx, p.base, rc.Name)})
+		if c, ok := base.Column(rc.Name); ok && !c.Generated {
+			continue
+		}
+		// A column the target lacks: added on the source (wait for the
+		// target to get it), or dropped there too since these changes were
+		// written (the Relation describes the table as it was then: its
+		// values are left out).
+		typ, has := r.sourceColumn(ctx, p.base, rc.Name)
+		if has {
+			lacking = append(lacking, tableset.Column{Name: rc.Name, Type: typ})
+		} else {
+			dropped[rc.Name] = true
 		}
 	}
 	if len(lacking) > 0 {
@@ -150,25 +164,39 @@ func (r *runner) rebind(ctx context.Context, rel *Relation, p *tablePlan) (*bind
 		"was", len(p.cols), "now", len(np.cols), "target_only", len(base.WritableColumns())-len(np.cols))
 	*p = *np
 	b, diff = bindLoose(rel, p)
-	if diff != nil && len(diff.OnlySource)+len(diff.OnlyTarget) > 0 {
-		return nil, diff // cannot happen: the plan has exactly the columns sent
+	if diff != nil && len(diff.OnlyTarget) > 0 {
+		return nil, diff // cannot happen: the plan has only columns sent
+	}
+	for _, c := range diffOnlySource(diff) {
+		if !dropped[c] {
+			return nil, diff // cannot happen: the target has every other column sent
+		}
 	}
 	return b, nil // types may differ: the text sent is cast to the target's
 }
 
-// sourceType is a column's type on the source, for the message that says
-// how to add it ("" if it cannot be read).
-func (r *runner) sourceType(ctx context.Context, t tableset.Table, col string) string {
+func diffOnlySource(d *SchemaChangeError) []string {
+	if d == nil {
+		return nil
+	}
+	return d.OnlySource
+}
+
+// sourceColumn says whether the source's table has column col now, and its
+// type (for the message that says how to add it). When the source cannot be
+// asked, the column is taken to be there: the applier waits rather than
+// leave values out.
+func (r *runner) sourceColumn(ctx context.Context, t tableset.Table, col string) (typ string, has bool) {
 	src, err := r.sourceConn(ctx)
 	if err != nil {
-		return ""
+		return "", true
 	}
-	var typ string
-	if err := src.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`,
-		t.Quoted(), col).Scan(&typ); err != nil {
-		return ""
+	err = src.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND attnum > 0 AND NOT attisdropped`,
+		t.Quoted(), col).Scan(&typ)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false
 	}
-	return typ
+	return typ, true
 }
 
 // fetchExisting rebuilds p's read of a row on the source with the columns

@@ -649,7 +649,7 @@ func TestSchemaChangesFlowThrough(t *testing.T) {
 	var waits []string
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() {
+	run := func() {
 		defer close(done)
 		for ctx.Err() == nil {
 			err := s.Run(ctx)
@@ -668,7 +668,8 @@ func TestSchemaChangesFlowThrough(t *testing.T) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-	}()
+	}
+	go run()
 	t.Cleanup(func() { cancel(); <-done })
 	w := startWriter(t, e.src, false, 7)
 	time.Sleep(500 * time.Millisecond)
@@ -718,14 +719,24 @@ func TestSchemaChangesFlowThrough(t *testing.T) {
 		t.Errorf("the change written while the target lacked the column did not arrive")
 	}
 
-	// A drop: the source first, then the target.
+	// A drop: the source first, then the target, both while the stream is
+	// stopped, so that changes written with the column still wait in the
+	// slot when the target no longer has it.
+	cancel()
+	<-done
+	e.src.Exec(t, "UPDATE users SET note = 'late', tag = 6 WHERE id = $1", mine)
 	e.src.Exec(t, "ALTER TABLE users DROP COLUMN note")
-	time.Sleep(500 * time.Millisecond)
-	drainSupervised(t, e, s)
 	e.dst.Exec(t, "ALTER TABLE users DROP COLUMN note")
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	done = make(chan struct{})
+	go run()
 	time.Sleep(500 * time.Millisecond)
 	w.finish(t)
 	drainSupervised(t, e, s)
+	if n := e.dst.QueryInt64(t, "SELECT count(*) FROM users WHERE id = $1 AND tag = 6", mine); n != 1 {
+		t.Errorf("the change written with the since-dropped column did not arrive")
+	}
 	mu.Lock()
 	t.Logf("%d writes; the stream waited %d time(s) for the target's column", w.n, len(waits))
 	mu.Unlock()
