@@ -56,6 +56,17 @@ func columnValue(col string, typeOID uint32) string {
 	}
 }
 
+// RowHash is the 64-bit hash verify computes of a row of t (alias names the
+// table in the statement): every column by name, in t's order. The capacity
+// probe times it.
+func RowHash(t tableset.Table, alias string) string {
+	cols := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		cols[i] = columnValue(pgx.Identifier{alias, c.Name}.Sanitize(), c.TypeOID)
+	}
+	return "hash_record_extended(ROW(" + strings.Join(cols, ", ") + "), 0)"
+}
+
 // tableSQL renders the statements verify runs against one table. It is pure:
 // the same text is sent to source and target.
 //
@@ -94,11 +105,7 @@ func newTableSQL(t tableset.Table, ranges []ring.Range) (*tableSQL, error) {
 		q.pkCols = append(q.pkCols, pgx.Identifier{"t", c}.Sanitize())
 		q.pkTypes = append(q.pkTypes, col.Type)
 	}
-	cols := make([]string, len(t.Columns))
-	for i, c := range t.Columns {
-		cols[i] = columnValue(pgx.Identifier{"t", c.Name}.Sanitize(), c.TypeOID)
-	}
-	q.rowHash = "hash_record_extended(ROW(" + strings.Join(cols, ", ") + "), 0)"
+	q.rowHash = RowHash(t, "t")
 	// Many ranges (a move with virtual nodes has dozens): one binary search
 	// per row, not an OR of comparisons that each recompute the token —
 	// three times faster over 16 ranges.

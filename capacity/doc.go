@@ -1,0 +1,18 @@
+// Package capacity predicts what a migration will cost before anything
+// moves, from a short probe of the real servers, and refuses a plan that
+// cannot fit (DESIGN.md §7, "Capacity is predicted, not discovered").
+//
+// Invariant: the probe changes nothing. It reads the source's WAL position
+// twice (the WAL rate over a window), the settings that bound a slot's
+// retention, table and index sizes from pg_class, and times one chunk
+// copied from the source into a temporary table on the target inside a
+// transaction that is rolled back, and one verify-style checksum of the
+// source's rows. The model then follows what the code does today: a move's
+// slot is created before its copy and its stream starts after it, so the
+// slot retains the source's WAL of the whole copy; the figures are per move
+// and per shard, with the basis of each figure printed beside it.
+//
+// Layout: model.go is pure (the prediction and the refusals from probes and
+// budgets: table-tested); probe.go runs the probes (real PostgreSQL);
+// assess.go is the one entry the CLI's plan and the worker's PLAN call.
+package capacity

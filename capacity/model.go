@@ -1,0 +1,376 @@
+package capacity
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Budget is what an operator says a shard can spare (reshard.yaml's
+// capacity section); a zero field is not configured.
+type Budget struct {
+	// DiskBytes is the free space the shard has for a move's rows and
+	// indexes when it is a target.
+	DiskBytes int64 `json:"disk_bytes,omitempty" yaml:"disk_bytes"`
+	// WALBytes is the WAL a move's slot may retain on the shard when it is a
+	// source (below max_slot_wal_keep_size, or where that is unlimited).
+	WALBytes int64 `json:"wal_budget_bytes,omitempty" yaml:"wal_budget_bytes"`
+}
+
+// ShardProbe is what the probe read from one shard.
+type ShardProbe struct {
+	Shard string `json:"shard"`
+	// WALBytesPerSec is the shard's WAL rate over WALWindow
+	// (pg_current_wal_lsn() at both ends).
+	WALBytesPerSec float64       `json:"wal_bytes_per_sec"`
+	WALWindow      time.Duration `json:"wal_window"`
+	// MaxSlotWALKeep is max_slot_wal_keep_size in bytes, -1 when unlimited:
+	// a slot that retains more is invalidated (wal_status lost).
+	MaxSlotWALKeep int64 `json:"max_slot_wal_keep_size"`
+	// MaxWALSize is max_wal_size in bytes: past it a slot's wal_status is
+	// extended.
+	MaxWALSize int64 `json:"max_wal_size"`
+	// RTT is the median round trip of a trivial statement.
+	RTT time.Duration `json:"rtt"`
+}
+
+// MoveProbe is what the probe measured for one move.
+type MoveProbe struct {
+	// Table is the table sampled (the move's largest by estimate).
+	Table string `json:"table"`
+	// SampleRows rows of Table were copied into a temporary table on the
+	// target in CopyTime, and SampleBytes is their share of the table's
+	// size (pg_table_size per row): the copy's rate in the units of the
+	// estimates.
+	SampleRows  int64         `json:"sample_rows"`
+	SampleBytes int64         `json:"sample_bytes"`
+	CopyTime    time.Duration `json:"copy_time"`
+	// VerifyRows rows (VerifyBytes) were checksummed on the source the way
+	// verify does, in VerifyTime.
+	VerifyRows  int64         `json:"verify_rows"`
+	VerifyBytes int64         `json:"verify_bytes"`
+	VerifyTime  time.Duration `json:"verify_time"`
+	// FenceTime is one CREATE OR REPLACE FUNCTION of a fence-sized plpgsql
+	// function on each side (rolled back): the work of a fence step per
+	// table.
+	FenceTime time.Duration `json:"fence_time"`
+}
+
+// CopyRate is the sampled copy's rate in table bytes/s (0: not measured).
+func (p MoveProbe) CopyRate() float64 { return rate(p.SampleBytes, p.CopyTime) }
+
+// VerifyRate is the sampled checksum's rate in table bytes/s (0: not measured).
+func (p MoveProbe) VerifyRate() float64 { return rate(p.VerifyBytes, p.VerifyTime) }
+
+func rate(bytes int64, d time.Duration) float64 {
+	if bytes <= 0 || d <= 0 {
+		return 0
+	}
+	return float64(bytes) / d.Seconds()
+}
+
+// Move is one move as the model sees it: the plan's estimates and the probe.
+type Move struct {
+	ID     string `json:"id"`
+	Source string `json:"source"`
+	Target string `json:"target"`
+	Tables int    `json:"tables"`
+	// Rows and Bytes are the plan's estimate of the moving rows (bytes:
+	// their share of pg_table_size, TOAST included); IndexBytes their share
+	// of the tables' indexes on the source.
+	Rows       int64 `json:"rows"`
+	Bytes      int64 `json:"bytes"`
+	IndexBytes int64 `json:"index_bytes"`
+	// SetBytes is the size of the set's tables on the source (pg_table_size):
+	// the share of the source's writes that falls in the moving ranges is
+	// taken as Bytes/SetBytes.
+	SetBytes int64     `json:"set_bytes"`
+	Probe    MoveProbe `json:"probe"`
+}
+
+// Options are the migration's knobs the model follows.
+type Options struct {
+	// RowsPerSec and BytesPerSec are the copy's throttle per move (0: none).
+	RowsPerSec, BytesPerSec float64
+	// MaxParallelMoves and MaxMovesPerShard bound how many moves run at
+	// once (0: no bound); moves sharing a shard share its probed rate.
+	MaxParallelMoves, MaxMovesPerShard int
+	// CutoverBudget bounds the write pause (over it the cutover aborts and
+	// retries).
+	CutoverBudget time.Duration
+}
+
+// MovePrediction is the model's figures for one move.
+type MovePrediction struct {
+	ID     string `json:"id"`
+	Source string `json:"source"`
+	Target string `json:"target"`
+	// CopyBytesPerSec is the rate the copy is predicted to run at: the
+	// probe's, shared with the moves running beside it on the same shards,
+	// capped by the throttle.
+	CopyBytesPerSec float64 `json:"copy_bytes_per_sec"`
+	Copy            Seconds `json:"copy_seconds"`
+	CatchUp         Seconds `json:"catch_up_seconds"`
+	Verify          Seconds `json:"verify_seconds"`
+	Cleanup         Seconds `json:"cleanup_seconds"`
+	WritePause      Seconds `json:"write_pause_seconds"`
+	// SlotWAL is the WAL the move's slot retains when its stream starts:
+	// the source's WAL rate × the copy's duration.
+	SlotWAL int64 `json:"slot_wal_bytes"`
+	// TargetGrowth is the rows and indexes the target gains.
+	TargetGrowth int64 `json:"target_growth_bytes"`
+	// CleanupWAL is the WAL the source writes deleting the moved rows.
+	CleanupWAL int64 `json:"cleanup_wal_bytes"`
+	// Basis says where the figures come from.
+	Basis string `json:"basis"`
+	// Converges is false when the moving ranges' share of the source's WAL
+	// comes faster than the copy's rate: the catch-up would never end.
+	Converges bool `json:"converges"`
+}
+
+// Total is the predicted time to the cutover: copy, catch-up and verify.
+func (m MovePrediction) Total() time.Duration {
+	return (m.Copy + m.CatchUp + m.Verify).Duration()
+}
+
+// ShardPrediction is the model's figures for one shard.
+type ShardPrediction struct {
+	Shard          string  `json:"shard"`
+	WALBytesPerSec float64 `json:"wal_bytes_per_sec"`
+	// PeakSlotWAL is the most WAL a slot of a move from this shard retains
+	// (each move's slot holds the WAL of its own copy); 0 when the shard is
+	// no source.
+	PeakSlotWAL int64 `json:"peak_slot_wal_bytes"`
+	// WALBudget is the budget PeakSlotWAL is held to (-1: none) and
+	// WALBudgetFrom what sets it.
+	WALBudget     int64  `json:"wal_budget_bytes"`
+	WALBudgetFrom string `json:"wal_budget_from,omitempty"`
+	// TargetGrowth is what the shard gains as a target; DiskBytes the free
+	// space configured for it (0: not configured).
+	TargetGrowth int64 `json:"target_growth_bytes"`
+	DiskBytes    int64 `json:"disk_bytes,omitempty"`
+}
+
+// Refusal is a reason the plan cannot run: the shard, the figures, the fix.
+type Refusal struct {
+	Shard   string `json:"shard"`
+	Check   string `json:"check"` // "wal" or "disk"
+	Problem string `json:"problem"`
+	Fix     string `json:"fix"`
+}
+
+func (r Refusal) Error() string { return r.Shard + ": " + r.Problem + "; fix: " + r.Fix }
+
+// Report is a migration's predicted cost.
+type Report struct {
+	Moves    []MovePrediction  `json:"moves"`
+	Shards   []ShardPrediction `json:"shards"`
+	Refusals []Refusal         `json:"refusals,omitempty"`
+	Warnings []string          `json:"warnings,omitempty"`
+	// Probes are the shards' readings the figures come from.
+	Probes []ShardProbe `json:"probes,omitempty"`
+}
+
+// Seconds is a duration that reads as seconds in JSON.
+type Seconds float64
+
+// Duration is s as a time.Duration.
+func (s Seconds) Duration() time.Duration { return time.Duration(float64(s) * float64(time.Second)) }
+
+func secs(d float64) Seconds {
+	if math.IsInf(d, 0) || math.IsNaN(d) {
+		return -1
+	}
+	return Seconds(d)
+}
+
+// deleteRecord is the WAL of one heap tuple's DELETE record without its
+// key (PostgreSQL 15: record header, block reference, xl_heap_delete, with
+// wal_level=logical the old key): a format size, not a speed.
+const deleteRecord = 64
+
+// fenceRoundTrips is how many statements a cutover sends to each side
+// between the fence and the unfence besides the fence functions (lock,
+// read, write, in-flight wait, marker, commit): the count in
+// cutover.Run's steps.
+const fenceRoundTrips = 8
+
+// Predict computes the report from the moves, the shards' probes and the
+// budgets. Pure.
+func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budget, o Options) Report {
+	var rep Report
+	// Moves sharing a shard share its rate: as many as run at once.
+	perShard := map[string]int{}
+	for _, m := range moves {
+		perShard[m.Source]++
+		perShard[m.Target]++
+	}
+	running := func(shard string) int {
+		n := perShard[shard]
+		if o.MaxMovesPerShard > 0 {
+			n = min(n, o.MaxMovesPerShard)
+		}
+		if o.MaxParallelMoves > 0 {
+			n = min(n, o.MaxParallelMoves)
+		}
+		return max(n, 1)
+	}
+	peak := map[string]int64{}
+	growth := map[string]int64{}
+	for _, m := range moves {
+		src := shards[m.Source]
+		p := MovePrediction{ID: m.ID, Source: m.Source, Target: m.Target, Converges: true}
+		probeRate := m.Probe.CopyRate()
+		share := max(running(m.Source), running(m.Target))
+		r := probeRate / float64(share)
+		if o.BytesPerSec > 0 && (r == 0 || o.BytesPerSec < r) {
+			r = o.BytesPerSec
+		}
+		if o.RowsPerSec > 0 && m.Rows > 0 {
+			if br := o.RowsPerSec * float64(m.Bytes) / float64(m.Rows); r == 0 || br < r {
+				r = br
+			}
+		}
+		p.CopyBytesPerSec = r
+		copyS := 0.0
+		if m.Bytes > 0 && r > 0 {
+			copyS = float64(m.Bytes) / r
+		} else if m.Bytes > 0 {
+			// Nothing sampled (the probe found no row): not guessed.
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the probe copied no row, so its durations and WAL are not predicted", m.ID))
+		}
+		p.Copy = secs(copyS)
+		// The slot is created before the copy and streamed after it.
+		p.SlotWAL = int64(src.WALBytesPerSec * copyS)
+		// Catch-up applies the moving ranges' share of that WAL while the
+		// source keeps writing: W/(apply − incoming).
+		frac := 1.0
+		if m.SetBytes > 0 {
+			frac = min(float64(m.Bytes)/float64(m.SetBytes), 1)
+		}
+		incoming := src.WALBytesPerSec * frac
+		apply := probeRate
+		switch {
+		case incoming == 0 || copyS == 0:
+		case apply > incoming:
+			p.CatchUp = secs(incoming * copyS / (apply - incoming))
+		default:
+			p.CatchUp, p.Converges = -1, false
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the moving ranges take about %s/s of %s's WAL, no slower than the copy applies (%s/s): the catch-up may not converge; throttle the application's writes to these ranges or split the migration",
+				m.ID, HumanBytes(int64(incoming)), m.Source, HumanBytes(int64(apply))))
+		}
+		// Verify reads both sides side by side at the probed checksum rate.
+		if vr := m.Probe.VerifyRate(); vr > 0 {
+			p.Verify = secs(float64(m.Bytes) / vr)
+			p.Cleanup = secs(float64(m.Bytes) / vr)
+		}
+		// Every page deleted from may write a full-page image (the first
+		// change after a checkpoint): an upper bound.
+		p.CleanupWAL = m.Bytes + m.Rows*deleteRecord
+		p.TargetGrowth = m.Bytes + m.IndexBytes
+		tgt := shards[m.Target]
+		pause := time.Duration(m.Tables)*2*m.Probe.FenceTime + fenceRoundTrips*(src.RTT+tgt.RTT)
+		if o.CutoverBudget > 0 {
+			pause = min(pause, o.CutoverBudget)
+		}
+		p.WritePause = Seconds(pause.Seconds())
+		p.Basis = basis(m, share)
+		peak[m.Source] = max(peak[m.Source], p.SlotWAL)
+		growth[m.Target] += p.TargetGrowth
+		rep.Moves = append(rep.Moves, p)
+	}
+	names := make([]string, 0, len(perShard))
+	for n := range perShard {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		sp := ShardPrediction{Shard: n, WALBytesPerSec: shards[n].WALBytesPerSec, PeakSlotWAL: peak[n], TargetGrowth: growth[n],
+			DiskBytes: budgets[n].DiskBytes}
+		sp.WALBudget, sp.WALBudgetFrom = walBudget(shards[n], budgets[n])
+		rep.Shards = append(rep.Shards, sp)
+		if sp.WALBudget >= 0 && sp.PeakSlotWAL > sp.WALBudget {
+			rep.Refusals = append(rep.Refusals, walRefusal(sp, rep.Moves, o))
+		}
+		if sp.DiskBytes > 0 && sp.TargetGrowth > sp.DiskBytes {
+			rep.Refusals = append(rep.Refusals, Refusal{Shard: n, Check: "disk",
+				Problem: fmt.Sprintf("as a target it grows by %s (the moving rows and their indexes) but disk_bytes in reshard.yaml gives it %s",
+					HumanBytes(sp.TargetGrowth), HumanBytes(sp.DiskBytes)),
+				Fix: fmt.Sprintf("free space on %s and raise its disk_bytes to at least %s, or move less to it at once (fewer ranges, or another target)",
+					n, HumanBytes(sp.TargetGrowth))})
+		}
+	}
+	return rep
+}
+
+// walBudget is the WAL a new slot on the shard may retain: the lower of
+// max_slot_wal_keep_size (pg_replication_slots.safe_wal_size of a slot
+// created now) and the configured budget; -1 when neither is set.
+func walBudget(p ShardProbe, b Budget) (int64, string) {
+	switch {
+	case p.MaxSlotWALKeep >= 0 && b.WALBytes > 0 && b.WALBytes < p.MaxSlotWALKeep, p.MaxSlotWALKeep < 0 && b.WALBytes > 0:
+		return b.WALBytes, "wal_budget_bytes in reshard.yaml"
+	case p.MaxSlotWALKeep >= 0:
+		return p.MaxSlotWALKeep, "max_slot_wal_keep_size"
+	}
+	return -1, ""
+}
+
+func walRefusal(sp ShardPrediction, moves []MovePrediction, o Options) Refusal {
+	var worst MovePrediction
+	n := 0
+	for _, m := range moves {
+		if m.Source == sp.Shard {
+			n++
+			if m.SlotWAL >= worst.SlotWAL {
+				worst = m
+			}
+		}
+	}
+	problem := fmt.Sprintf("move %s's slot would retain %s of WAL (the source writes %s/s for the %s of its copy: the stream starts after the copy) but the budget is %s (%s)",
+		worst.ID, HumanBytes(sp.PeakSlotWAL), HumanBytes(int64(sp.WALBytesPerSec)), worst.Copy.Duration().Round(time.Second), HumanBytes(sp.WALBudget), sp.WALBudgetFrom)
+	var fixes []string
+	if sp.WALBytesPerSec > 0 && worst.CopyBytesPerSec > 0 {
+		fits := float64(sp.WALBudget) / sp.WALBytesPerSec // the longest copy that fits
+		need := worst.CopyBytesPerSec * worst.Copy.Duration().Seconds() / fits
+		if o.RowsPerSec > 0 || o.BytesPerSec > 0 {
+			fixes = append(fixes, fmt.Sprintf("a faster throttle (the copy must take under %s: at least %s/s)", time.Duration(fits*float64(time.Second)).Round(time.Second), HumanBytes(int64(need))))
+		}
+	}
+	if n > 1 || o.MaxMovesPerShard != 1 {
+		fixes = append(fixes, "fewer parallel moves (--max-moves-per-shard 1) or fewer ranges at once")
+	}
+	fixes = append(fixes, fmt.Sprintf("a bigger budget (max_slot_wal_keep_size, or wal_budget_bytes of %s in reshard.yaml, of at least %s, with that much free space for pg_wal)", sp.Shard, HumanBytes(sp.PeakSlotWAL)))
+	fix := fixes[0]
+	for _, f := range fixes[1:] {
+		fix += "; or " + f
+	}
+	return Refusal{Shard: sp.Shard, Check: "wal", Problem: problem, Fix: fix}
+}
+
+func basis(m Move, share int) string {
+	p := m.Probe
+	if p.SampleRows == 0 {
+		return "no rows to sample: durations not calibrated"
+	}
+	s := fmt.Sprintf("%d rows of %s copied to a temporary table in %s (%s/s), checksummed in %s (%s/s)", p.SampleRows, p.Table,
+		p.CopyTime.Round(time.Millisecond), HumanBytes(int64(p.CopyRate())), p.VerifyTime.Round(time.Millisecond), HumanBytes(int64(p.VerifyRate())))
+	if share > 1 {
+		s += fmt.Sprintf("; the rate shared by %d moves at once", share)
+	}
+	return s
+}
+
+// HumanBytes formats n in binary units.
+func HumanBytes(n int64) string {
+	const unit = 1024
+	if n < 0 {
+		return "-" + HumanBytes(-n)
+	}
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	exp := min(int(math.Log(float64(n))/math.Log(unit)), 5)
+	return fmt.Sprintf("%.1f %ciB", float64(n)/math.Pow(unit, float64(exp)), "KMGTP"[exp-1])
+}

@@ -1,0 +1,58 @@
+package capacity
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteText prints the report for an operator: a line per move and per
+// shard, the refusals with their fixes, the warnings.
+func WriteText(out io.Writer, rep Report) {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  MOVE\tCOPY\tCATCH-UP\tVERIFY\tPAUSE\tSLOT WAL\tTARGET GROWTH\tCLEANUP\tCLEANUP WAL")
+	for _, m := range rep.Moves {
+		fmt.Fprintf(w, "  %s → %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t≤ %s\n", m.Source, m.Target, dur(m.Copy), dur(m.CatchUp), dur(m.Verify),
+			dur(m.WritePause), HumanBytes(m.SlotWAL), HumanBytes(m.TargetGrowth), dur(m.Cleanup), HumanBytes(m.CleanupWAL))
+	}
+	w.Flush()
+	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  SHARD\tWAL RATE\tPEAK SLOT WAL\tWAL BUDGET\tTARGET GROWTH\tDISK")
+	for _, s := range rep.Shards {
+		budget := "none (max_slot_wal_keep_size unlimited)"
+		if s.WALBudget >= 0 {
+			budget = HumanBytes(s.WALBudget) + " (" + s.WALBudgetFrom + ")"
+		}
+		disk := "not configured"
+		if s.DiskBytes > 0 {
+			disk = HumanBytes(s.DiskBytes)
+		}
+		fmt.Fprintf(w, "  %s\t%s/s\t%s\t%s\t%s\t%s\n", s.Shard, HumanBytes(int64(s.WALBytesPerSec)), HumanBytes(s.PeakSlotWAL), budget, HumanBytes(s.TargetGrowth), disk)
+	}
+	w.Flush()
+	for _, m := range rep.Moves {
+		fmt.Fprintf(out, "  %s: %s\n", m.ID, m.Basis)
+	}
+	if len(rep.Probes) > 0 {
+		fmt.Fprintf(out, "  WAL rates over %s; the slot retains the source's WAL of the whole copy (its stream starts after the copy)\n", rep.Probes[0].WALWindow)
+	}
+	for _, wn := range rep.Warnings {
+		fmt.Fprintf(out, "  warning: %s\n", wn)
+	}
+	for _, r := range rep.Refusals {
+		fmt.Fprintf(out, "  [capacity/%s] %s: %s\n      fix: %s\n", r.Check, r.Shard, r.Problem, r.Fix)
+	}
+}
+
+func dur(s Seconds) string {
+	switch {
+	case s < 0:
+		return "never"
+	case s == 0:
+		return "0s"
+	case s < 1:
+		return s.Duration().Round(time.Millisecond).String()
+	}
+	return s.Duration().Round(time.Second).String()
+}
