@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,6 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/tableset"
@@ -104,6 +106,12 @@ type Activities struct {
 	// peeks of its slot (cdc.Options.PeekCatchUpBytes): 0 for the default,
 	// negative for never. Set before the worker starts.
 	SQLCatchUpBytes int64
+
+	// CapacityWALWindow is how long PLAN's capacity probe watches each
+	// shard's WAL rate (0: capacity.DefaultWALWindow). Set before the
+	// worker starts.
+	CapacityWALWindow time.Duration
+	budgets           atomic.Pointer[map[string]capacity.Budget] // SetBudgets
 }
 
 // New returns the activities of a worker.

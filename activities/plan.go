@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
@@ -70,7 +71,10 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 	}
 	specs := groupMoves(req.ID, moves)
 	res := workflows.PlanResult{FromVersion: cur.Version, MovedFraction: ring.MovedFraction(moves)}
-	var problems []string
+	var (
+		problems []string
+		capIn    []capacity.MoveInput
+	)
 	for i := range specs {
 		sp := &specs[i]
 		rep, err := a.preflight(ctx, req.Tables, *sp)
@@ -83,11 +87,26 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 		for _, w := range rep.Warnings {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("move %s: %v", sp.ID, w))
 		}
+		capIn = append(capIn, capacityInput(*sp, rep))
 		sp.EstRows, sp.EstBytes, sp.EstTables = rep.Rows(), rep.Bytes(), tableEstimates(rep.Estimates)
 		res.EstRows += sp.EstRows
 		res.EstBytes += sp.EstBytes
 		if eta := rep.ETA(req.Throttle.RowsPerSec, req.Throttle.BytesPerSec); eta > res.ETA {
 			res.ETA = eta // moves copy in parallel
+		}
+	}
+	if len(problems) == 0 { // capacity: what the moves will cost, and what cannot fit
+		crep, err := a.predict(ctx, req, specs, capIn)
+		if err != nil {
+			return workflows.PlanResult{}, err
+		}
+		for _, r := range crep.Refusals {
+			problems = append(problems, "capacity: "+r.Error())
+		}
+		if !req.DryRun {
+			if err := store.SavePlanCapacity(ctx, req.ID, capacityJSON(crep)); err != nil {
+				return workflows.PlanResult{}, err
+			}
 		}
 	}
 	if len(problems) > 0 {

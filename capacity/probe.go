@@ -18,7 +18,7 @@ import (
 )
 
 // DefaultWALWindow is how long the probe watches a source's WAL position.
-const DefaultWALWindow = 3 * time.Second
+const DefaultWALWindow = 2 * time.Second
 
 // ProbeShard reads what bounds a slot on the shard and its WAL rate over
 // window (DefaultWALWindow when zero). It changes nothing.

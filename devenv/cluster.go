@@ -615,6 +615,9 @@ type WorkerConfig struct {
 	PasswordFile string            `yaml:"password_file"`
 	Temporal     TemporalConfig    `yaml:"temporal"`
 	Worker       WorkerSection     `yaml:"worker,omitempty"`
+	// Capacity is what each shard can spare for a migration (optional):
+	// plan refuses what would overflow it.
+	Capacity map[string]ShardCapacity `yaml:"capacity,omitempty"`
 }
 
 // WorkerSection holds the worker's own settings.
@@ -622,6 +625,16 @@ type WorkerSection struct {
 	// Listen is the address of the worker's /metrics and health endpoint
 	// when --listen is not given (default 127.0.0.1:9464).
 	Listen string `yaml:"listen,omitempty"`
+}
+
+// ShardCapacity is one shard's entry under capacity in reshard.yaml.
+type ShardCapacity struct {
+	// DiskBytes is the free space the shard has for a move's rows and
+	// indexes when it is a target.
+	DiskBytes int64 `yaml:"disk_bytes,omitempty"`
+	// WALBudgetBytes is the WAL a move's slot may retain on the shard when
+	// it is a source (with max_slot_wal_keep_size, the lower of the two).
+	WALBudgetBytes int64 `yaml:"wal_budget_bytes,omitempty"`
 }
 
 // TemporalConfig says where the worker finds Temporal.
@@ -642,6 +655,9 @@ const configHeader = `# reshard worker configuration, written by "reshard dev up
 #   temporal:       address (host:port of the frontend), namespace, ui (URL)
 #   worker.listen:  address of the worker's /metrics and health endpoint
 #                   (a free port of this host, chosen by dev up)
+#   capacity:       optional, per shard: disk_bytes (free space for what a
+#                   move brings it), wal_budget_bytes (WAL a move's slot may
+#                   retain on it); plan refuses what would overflow them
 `
 
 // WorkerConfig is the configuration a worker needs to use this cluster.

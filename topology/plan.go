@@ -28,6 +28,9 @@ type Plan struct {
 	// ring is published (EndMigration): shards reweighed, or added with a
 	// weight. nil: it sets none. After carries them (ring.Spec).
 	Weights map[string]float64 `json:"weights,omitempty"`
+	// Capacity is the capacity.Report the plan was predicted with (JSON;
+	// nil: none stored). SavePlanCapacity stores it.
+	Capacity json.RawMessage `json:"capacity,omitempty"`
 }
 
 // ErrNoPlan: no plan is stored for the migration.
@@ -76,12 +79,22 @@ FROM reshard.plans WHERE migration_id = $1`,
 	return nil
 }
 
+// SavePlanCapacity stores the capacity a stored plan was predicted with
+// (JSON). The first prediction stays: a retried PLAN probes again, and what
+// status sets against the actual figures is what the migration started with.
+func (s *Store) SavePlanCapacity(ctx context.Context, migrationID string, capacity []byte) error {
+	if _, err := s.pool.Exec(ctx, `UPDATE reshard.plans SET capacity = $2 WHERE migration_id = $1 AND capacity IS NULL`, migrationID, capacity); err != nil {
+		return fmt.Errorf("save the predicted capacity of migration %s: %w", migrationID, err)
+	}
+	return nil
+}
+
 // LoadPlan reads a migration's plan, or ErrNoPlan.
 func (s *Store) LoadPlan(ctx context.Context, migrationID string) (Plan, error) {
 	p := Plan{MigrationID: migrationID, Before: new(ring.Ring), After: new(ring.Ring)}
-	var before, after, moves, weights []byte
-	err := s.pool.QueryRow(ctx, `SELECT from_version, ring_before, ring_after, moves, weights FROM reshard.plans WHERE migration_id = $1`, migrationID).
-		Scan(&p.FromVersion, &before, &after, &moves, &weights)
+	var before, after, moves, weights, capacity []byte
+	err := s.pool.QueryRow(ctx, `SELECT from_version, ring_before, ring_after, moves, weights, capacity FROM reshard.plans WHERE migration_id = $1`, migrationID).
+		Scan(&p.FromVersion, &before, &after, &moves, &weights, &capacity)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Plan{}, fmt.Errorf("migration %s: %w", migrationID, ErrNoPlan)
 	}
@@ -97,6 +110,7 @@ func (s *Store) LoadPlan(ctx context.Context, migrationID string) (Plan, error) 
 	if err := json.Unmarshal(moves, &p.Moves); err != nil {
 		return Plan{}, fmt.Errorf("plan of migration %s: moves: %w", migrationID, err)
 	}
+	p.Capacity = capacity
 	if weights != nil {
 		if err := json.Unmarshal(weights, &p.Weights); err != nil {
 			return Plan{}, fmt.Errorf("plan of migration %s: weights: %w", migrationID, err)

@@ -37,6 +37,19 @@ func TestPlanStoredOnce(t *testing.T) {
 	if got.FromVersion != 3 || !slices.Equal(got.Before.VNodes(), before.VNodes()) || !slices.Equal(got.After.VNodes(), after.VNodes()) || !slices.Equal(got.Moves, moves) {
 		t.Fatalf("loaded %+v, saved %+v", got, p)
 	}
+	if got.Capacity != nil {
+		t.Fatalf("a plan saved without a prediction loads with one: %s", got.Capacity)
+	}
+	// The prediction made when the migration started stays: a retried PLAN
+	// that probes again does not replace it.
+	for _, c := range []string{`{"moves":[{"id":"m1","copy_seconds":12}]}`, `{"moves":[{"id":"m1","copy_seconds":99}]}`} {
+		if err := s.SavePlanCapacity(ctx, "m1", []byte(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err = s.LoadPlan(ctx, "m1"); err != nil || !strings.Contains(string(got.Capacity), `"copy_seconds": 12`) {
+		t.Fatalf("capacity %s, %v: want the first prediction", got.Capacity, err)
+	}
 	other, _, err := ring.PlanChange(before, nil, ring.Change{Kind: "add-node", Shard: "d", Opts: ring.Options{VNodes: 4}})
 	if err != nil {
 		t.Fatal(err)

@@ -164,6 +164,11 @@ CREATE INDEX requests_by_migration ON reshard.requests (migration_id, sent_at);`
 	// weight of an added shard), written to reshard.shards by the publish
 	// of its planned ring (EndMigration). NULL: the plan sets none.
 	`ALTER TABLE reshard.plans ADD COLUMN weights jsonb;`,
+
+	// 10: the capacity a migration was predicted to need when it was
+	// planned (capacity.Report, as JSON), for status to set against what
+	// it took. NULL: planned before predictions, or a dry run.
+	`ALTER TABLE reshard.plans ADD COLUMN capacity jsonb;`,
 }
 
 // contractSQL is schema step 6. Tokens are PostgreSQL's own immutable hash

@@ -243,6 +243,21 @@ type MoveSpec struct {
 	// EstTables splits the estimate by table (none in a plan made before
 	// it): the copy's ETA weighs each table's rows by their width.
 	EstTables []TableEstimate `json:"est_tables,omitempty"`
+	// Predicted is what the capacity model predicted for the move when it
+	// was planned (nil: planned without): status sets it against what the
+	// move takes.
+	Predicted *Predicted `json:"predicted,omitempty"`
+}
+
+// Predicted is a move's predicted cost (the capacity model's figures).
+type Predicted struct {
+	Copy    time.Duration `json:"copy"`
+	CatchUp time.Duration `json:"catch_up"` // negative: the catch-up was predicted never to converge
+	Verify  time.Duration `json:"verify"`
+	// SlotWALBytes is the WAL the move's slot was predicted to retain when
+	// its stream starts; TargetGrowthBytes what the target gains.
+	SlotWALBytes      int64 `json:"slot_wal_bytes"`
+	TargetGrowthBytes int64 `json:"target_growth_bytes"`
 }
 
 // TableEstimate is one table's share of a move's estimate.

@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
 
+	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/topology"
@@ -38,7 +39,9 @@ type clusterConfig struct {
 	Temporal devenv.TemporalConfig
 	// Listen is worker.listen: the worker's /metrics address when its
 	// --listen is not given ("" : the flag's default).
-	Listen   string
+	Listen string
+	// Capacity is what each shard can spare (the file's capacity section).
+	Capacity map[string]capacity.Budget
 	password string
 }
 
@@ -100,6 +103,18 @@ func validateConfig(path string, wc devenv.WorkerConfig) (*clusterConfig, error)
 			return nil, bad("shards.%s: %v", name, err)
 		}
 		c.Shards[name] = dsn
+	}
+	for name, sc := range wc.Capacity {
+		if _, ok := c.Shards[name]; !ok {
+			return nil, bad("capacity.%s: no such shard under shards", name)
+		}
+		if sc.DiskBytes < 0 || sc.WALBudgetBytes < 0 {
+			return nil, bad("capacity.%s: disk_bytes and wal_budget_bytes are byte counts: want 0 (not configured) or more", name)
+		}
+		if c.Capacity == nil {
+			c.Capacity = map[string]capacity.Budget{}
+		}
+		c.Capacity[name] = capacity.Budget{DiskBytes: sc.DiskBytes, WALBytes: sc.WALBudgetBytes}
 	}
 	if wc.Temporal.Address == "" {
 		return nil, bad("temporal.address: the Temporal frontend (host:port) is missing")

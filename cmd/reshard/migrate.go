@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -42,6 +43,7 @@ type migrationFlags struct {
 	cutoverBudget   time.Duration
 	maxLagBytes     int64
 	adaptive        adaptiveFlags
+	walWindow       time.Duration // the capacity probe's WAL window
 	id              string
 	into            string   // split
 	rng             string   // move
@@ -72,6 +74,7 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	fl.DurationVar(&f.cutoverBudget, "cutover-budget", workflows.DefaultCutoverBudget, "write-pause budget of a cutover; over it the cutover aborts and retries")
 	fl.Int64Var(&f.maxLagBytes, "max-lag-bytes", workflows.DefaultMaxLagBytes, "CDC catch-up gate: a move verifies (and then cuts over) once its CDC lag is at most this many bytes")
 	f.adaptive.register(fl)
+	fl.DurationVar(&f.walWindow, "wal-window", capacity.DefaultWALWindow, "how long the capacity probe watches each shard's WAL rate before predicting the WAL a move's slot retains")
 	if !dryRun {
 		fl.StringVar(&f.id, "id", "", "migration id: lower-case letters, digits, '-' (default: generated)")
 	}
@@ -580,11 +583,11 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				return err
 			}
 			if dryRun {
-				return runPlan(ctx, cmd, cfg, p, f.asJSON)
+				return runPlan(ctx, cmd, cfg, p, f.asJSON, f.walWindow)
 			}
 			// The PLAN checks before anything starts: bad input is refused
 			// here with its fix, with no workflow left behind.
-			rep, err := preflightPlan(ctx, cfg, p)
+			rep, err := preflightPlan(ctx, cfg, p, f.walWindow)
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/ring"
@@ -76,12 +77,15 @@ type planReport struct {
 	Bytes        int64        `json:"bytes"`
 	ETASeconds   float64      `json:"eta_seconds"`
 	CutoverSteps []string     `json:"cutover_steps"`
-	Problems     int          `json:"problems"`
+	// Capacity is the predicted cost (nil when preflight found problems:
+	// the probe needs the tables it checks).
+	Capacity *capacity.Report `json:"capacity,omitempty"`
+	Problems int              `json:"problems"`
 }
 
 // runPlan runs the preflight of every pair and prints the plan.
-func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *migrationPlan, asJSON bool) error {
-	rep, err := preflightPlan(ctx, cfg, p)
+func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *migrationPlan, asJSON bool, walWindow time.Duration) error {
+	rep, err := preflightPlan(ctx, cfg, p, walWindow)
 	if err != nil {
 		return err
 	}
@@ -99,9 +103,10 @@ func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *mig
 	return nil
 }
 
-// preflightPlan runs the PLAN checks of every pair and the cutover dry run;
-// it changes nothing. Problems are in the report, not the error.
-func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan) (planReport, error) {
+// preflightPlan runs the PLAN checks of every pair, the capacity probe and
+// the cutover dry run; it changes nothing. Problems (capacity refusals
+// among them) are in the report, not the error.
+func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan, walWindow time.Duration) (planReport, error) {
 	pools := map[string]*pgxpool.Pool{}
 	defer func() {
 		for _, pl := range pools {
@@ -128,7 +133,10 @@ func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan) (p
 	rep := planReport{Request: r, What: p.what(), FromVersion: p.From.Version, ShardsBefore: p.From.Ring.Shards(),
 		ShardsAfter: p.Next.Shards(), Moved: p.Moved, Modulo: p.Modulo, Ideal: p.Ideal, Moves: p.Moves,
 		Steps: p.Steps, StepMoved: p.StepMoved}
-	var eta time.Duration
+	var (
+		eta   time.Duration
+		capIn []capacity.MoveInput
+	)
 	for _, pr := range p.Pairs {
 		pf, err := tableset.Preflight(ctx, pools[pr.Source], pools[pr.Target], r.Tables, tableset.PreflightOptions{
 			SourceName: pr.Source, TargetName: pr.Target, TargetShard: pr.Target, Ranges: pr.Ranges,
@@ -145,8 +153,21 @@ func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan) (p
 		rep.Rows += pf.Rows()
 		rep.Bytes += pf.Bytes()
 		rep.Problems += len(pf.Problems)
+		capIn = append(capIn, capacity.MoveInput{ID: pr.Source + " → " + pr.Target, Source: pr.Source, Target: pr.Target, Ranges: pr.Ranges,
+			Tables: pf.Source.Tables, Estimates: pf.Estimates})
 	}
 	rep.ETASeconds = eta.Seconds()
+	if rep.Problems == 0 {
+		c, err := capacity.Assess(ctx, func(_ context.Context, shard string) (*pgxpool.Pool, error) { return pools[shard], nil }, capIn,
+			capacity.AssessOptions{Options: capacity.Options{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec,
+				MaxParallelMoves: r.MaxParallelMoves, MaxMovesPerShard: r.MaxMovesPerShard, CutoverBudget: r.CutoverBudget},
+				Probe: capacity.ProbeOptions{ChunkRows: r.ChunkRows, VerifyRows: r.VerifyChunkRows}, WALWindow: walWindow, Budgets: cfg.Capacity})
+		if err != nil {
+			return planReport{}, err
+		}
+		rep.Capacity = &c
+		rep.Problems += len(c.Refusals)
+	}
 	// Every move's cutover runs the same steps; show them for the first.
 	var steps bytes.Buffer
 	first := p.Pairs[0]
@@ -170,6 +191,11 @@ func problemLines(rep planReport) []string {
 				where += " " + pb.Table
 			}
 			probs = append(probs, fmt.Sprintf("  [%s] %s: %s\n      fix: %s", pb.Check, where, pb.Problem, pb.Fix))
+		}
+	}
+	if rep.Capacity != nil {
+		for _, r := range rep.Capacity.Refusals {
+			probs = append(probs, fmt.Sprintf("  [capacity/%s] %s: %s\n      fix: %s", r.Check, r.Shard, r.Problem, r.Fix))
 		}
 	}
 	return dedupe(probs)
@@ -245,6 +271,10 @@ func printPlan(out io.Writer, rep planReport) {
 	if warns = dedupe(warns); len(warns) > 0 {
 		fmt.Fprintln(out, "\nwarnings:")
 		fmt.Fprintln(out, strings.Join(warns, "\n"))
+	}
+	if c := rep.Capacity; c != nil {
+		fmt.Fprintln(out, "\ncapacity (predicted from a probe of the servers; copy, catch-up and verify run one after the other):")
+		capacity.WriteText(out, capacity.Report{Moves: c.Moves, Shards: c.Shards, Warnings: c.Warnings, Probes: c.Probes})
 	}
 	fmt.Fprintf(out, "\ncutover of each move (shown for %s → %s; budget %s):\n", rep.Pairs[0].Source, rep.Pairs[0].Target, r.CutoverBudget)
 	for _, s := range rep.CutoverSteps {

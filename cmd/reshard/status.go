@@ -464,6 +464,70 @@ func printMigrationStatus(out io.Writer, id, link string, st workflows.Migration
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Phase, textBar(v.Copied, v.Est, 20), v.Rows, v.Lag, v.ETA, v.Verify, v.Pause)
 	}
 	w.Flush()
+	for _, m := range st.Moves {
+		if line := predictedText(m, now); line != "" {
+			fmt.Fprintf(out, "%s → %s: %s\n", m.Spec.Source, m.Spec.Target, line)
+		}
+	}
+}
+
+// predictedText sets a move's phases against what the capacity model
+// predicted when it was planned: "copy 3m12s of predicted 3m40s, catch-up
+// …". "" for a move planned without a prediction.
+func predictedText(m workflows.MoveState, now time.Time) string {
+	p := m.Spec.Predicted
+	if p == nil {
+		return ""
+	}
+	var parts []string
+	for _, ph := range []struct {
+		name  string
+		phase workflows.Phase
+		want  time.Duration
+	}{{"copy", workflows.PhaseSnapshotCopy, p.Copy}, {"catch-up", workflows.PhaseCDCCatchUp, p.CatchUp}, {"verify", workflows.PhaseVerify, p.Verify}} {
+		want := roundAbout(ph.want)
+		if ph.want < 0 {
+			want = "never ending"
+		}
+		took, ok := phaseTook(m, ph.phase, now)
+		switch {
+		case !ok:
+			parts = append(parts, fmt.Sprintf("%s predicted %s", ph.name, want))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s of predicted %s", ph.name, roundAbout(took), want))
+		}
+	}
+	return strings.Join(parts, ", ") + fmt.Sprintf("; slot WAL predicted %s", workflows.HumanBytes(p.SlotWALBytes))
+}
+
+// phaseTook is the time the move spent in phase (so far, while in it),
+// summed over its visits; false when it never entered it.
+func phaseTook(m workflows.MoveState, phase workflows.Phase, now time.Time) (time.Duration, bool) {
+	var (
+		d  time.Duration
+		ok bool
+	)
+	for _, t := range m.Timings {
+		if t.Phase != phase || t.Start.IsZero() {
+			continue
+		}
+		end := t.End
+		if end.IsZero() {
+			end = now
+		}
+		d += end.Sub(t.Start)
+		ok = true
+	}
+	return d, ok
+}
+
+// roundAbout rounds a duration for reading: to the second, or the
+// millisecond under a second.
+func roundAbout(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 // requestText says in a few words what a migration does.

@@ -26,6 +26,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/reshard/reshard/activities"
+	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -36,6 +37,7 @@ func newWorkerCmd(opts *globalOptions) *cobra.Command {
 		cf         configFlags
 		listen     string
 		sqlCatchUp int64
+		walWindow  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -61,7 +63,7 @@ what fails).`,
 			if !cmd.Flags().Changed("listen") && cfg.Listen != "" {
 				listen = cfg.Listen // worker.listen of the configuration
 			}
-			wf := workerFlags{listen: listen, sqlCatchUp: sqlCatchUp}
+			wf := workerFlags{listen: listen, sqlCatchUp: sqlCatchUp, walWindow: walWindow}
 			if sqlCatchUp == 0 {
 				wf.sqlCatchUp = -1 // off
 			}
@@ -72,6 +74,7 @@ what fails).`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9464", "address of the /metrics, /livez, /healthz and /readyz HTTP endpoint (default: worker.listen of the configuration, else 127.0.0.1:9464)")
 	cmd.Flags().Int64Var(&sqlCatchUp, "cdc-sql-catch-up-bytes", cdc.DefaultPeekCatchUpBytes,
 		"a move's CDC further behind its source than this many bytes of WAL catches up by SQL peeks of its slot, several times faster than a walsender streams small transactions (0: walsender only)")
+	cmd.Flags().DurationVar(&walWindow, "wal-window", capacity.DefaultWALWindow, "how long PLAN's capacity probe watches each shard's WAL rate")
 	return cmd
 }
 
@@ -108,6 +111,7 @@ func healthChecks(ctx context.Context, running bool, control *pgxpool.Pool, tc c
 type workerFlags struct {
 	listen     string
 	sqlCatchUp int64 // --cdc-sql-catch-up-bytes (activities.SQLCatchUpBytes: 0 default, negative off)
+	walWindow  time.Duration
 }
 
 func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, wf workerFlags) error {
@@ -117,6 +121,8 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, wf 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	acts := activities.New(&activities.Resolver{Control: cfg.Control, Shards: cfg.Shards, Password: cfg.password}, log, activities.NewMetrics(reg))
 	acts.SQLCatchUpBytes = wf.sqlCatchUp
+	acts.CapacityWALWindow = wf.walWindow
+	acts.SetBudgets(cfg.Capacity)
 	reg.MustRegister(acts.ControlCollector())
 	defer acts.Close()
 
@@ -273,6 +279,7 @@ func watchConfig(ctx context.Context, opts *globalOptions, cfg *clusterConfig, a
 			continue
 		}
 		added := acts.Reload(next.Shards, next.password)
+		acts.SetBudgets(next.Capacity)
 		log.Info("configuration reloaded", "config", cfg.Path, "shards", len(next.Shards), "added", added)
 		select {
 		case reportNow <- struct{}{}:

@@ -1,0 +1,66 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/capacity"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/workflows"
+)
+
+// SetBudgets sets what each shard can spare (reshard.yaml's capacity
+// section): PLAN refuses a plan that overflows them and the copy's slot
+// guard watches the WAL budget. Safe while the worker runs (a reload).
+func (a *Activities) SetBudgets(b map[string]capacity.Budget) {
+	a.budgets.Store(&b)
+}
+
+func (a *Activities) budgetsNow() map[string]capacity.Budget {
+	if b := a.budgets.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+
+// capacityInput is one move of a plan as the capacity model takes it.
+func capacityInput(sp workflows.MoveSpec, rep tableset.Report) capacity.MoveInput {
+	return capacity.MoveInput{ID: sp.ID, Source: sp.Source, Target: sp.Target, Ranges: sp.Ranges, Tables: rep.Source.Tables, Estimates: rep.Estimates}
+}
+
+// predict runs the capacity model over a plan's moves (capacity.Assess)
+// and writes each move's prediction into its spec.
+func (a *Activities) predict(ctx context.Context, req workflows.MigrationRequest, specs []workflows.MoveSpec, in []capacity.MoveInput) (capacity.Report, error) {
+	r := req.WithDefaults()
+	rep, err := capacity.Assess(ctx, func(ctx context.Context, shard string) (*pgxpool.Pool, error) { return a.pools.shard(ctx, shard) }, in,
+		capacity.AssessOptions{
+			Options: capacity.Options{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec,
+				MaxParallelMoves: r.MaxParallelMoves, MaxMovesPerShard: r.MaxMovesPerShard, CutoverBudget: r.CutoverBudget},
+			Probe:     capacity.ProbeOptions{ChunkRows: r.ChunkRows, VerifyRows: r.VerifyChunkRows},
+			WALWindow: a.CapacityWALWindow, Budgets: a.budgetsNow(),
+		})
+	if err != nil {
+		return rep, err
+	}
+	for i := range specs {
+		for _, m := range rep.Moves {
+			if m.ID == specs[i].ID {
+				catchUp := m.CatchUp.Duration()
+				if !m.Converges {
+					catchUp = -1
+				}
+				specs[i].Predicted = &workflows.Predicted{Copy: m.Copy.Duration(), CatchUp: catchUp, Verify: m.Verify.Duration(),
+					SlotWALBytes: m.SlotWAL, TargetGrowthBytes: m.TargetGrowth}
+			}
+		}
+	}
+	return rep, nil
+}
+
+// capacityJSON is the report as the plan stores it.
+func capacityJSON(rep capacity.Report) []byte {
+	b, _ := json.Marshal(rep) // plain data: never fails
+	return b
+}
