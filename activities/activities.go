@@ -112,6 +112,7 @@ type Activities struct {
 	// worker starts.
 	CapacityWALWindow time.Duration
 	budgets           atomic.Pointer[map[string]capacity.Budget] // SetBudgets
+	guardRates        sync.Map                                   // move id → the slot guard's rows/s its last copy slice left
 }
 
 // New returns the activities of a worker.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/workflows"
@@ -63,4 +64,27 @@ func (a *Activities) predict(ctx context.Context, req workflows.MigrationRequest
 func capacityJSON(rep capacity.Report) []byte {
 	b, _ := json.Marshal(rep) // plain data: never fails
 	return b
+}
+
+// slotGuard watches a copy slice's slot (backfill.SlotGuard) against the
+// source's WAL budget: the server's (max_slot_wal_keep_size) and the
+// configured one. It starts at the brake the move's last slice left in this
+// process.
+func (a *Activities) slotGuard(spec workflows.MoveSpec, th *backfill.Throttle, source *pgxpool.Pool, slot string) *backfill.SlotGuard {
+	g := &backfill.SlotGuard{Throttle: th, Source: source, Slot: slot, Shard: spec.Source, Move: spec.ID,
+		Budget: a.budgetsNow()[spec.Source].WALBytes, Logger: a.log.With("move", spec.ID, "shard", spec.Source), Metrics: a.metrics.Backfill}
+	if v, ok := a.guardRates.Load(spec.ID); ok {
+		g.Start = v.(float64)
+	}
+	return g
+}
+
+// keepGuard remembers a slice's brake for the next slice of its copy, or
+// forgets it when the copy is done.
+func (a *Activities) keepGuard(move string, g *backfill.SlotGuard, done bool) {
+	if done {
+		a.guardRates.Delete(move)
+		return
+	}
+	a.guardRates.Store(move, g.Rate())
 }

@@ -10,7 +10,9 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/capacity"
+	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
@@ -83,5 +85,55 @@ func TestPlanPredictsAndRefusesWhatCannotFit(t *testing.T) {
 	var stored capacity.Report
 	if err := json.Unmarshal(p.Capacity, &stored); err != nil || len(stored.Moves) != len(res.Moves) || stored.Moves[0].Copy <= 0 {
 		t.Fatalf("stored capacity %s: %v", p.Capacity, err)
+	}
+}
+
+// A copy slice runs under the slot guard: with the move's slot at 85 % of
+// the source's configured WAL budget it is braked, and the brake carries to
+// the next slice.
+func TestCopySliceBrakedNearTheWALBudget(t *testing.T) {
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	for _, db := range []*pgtest.DB{src, dst} {
+		db.Exec(t, `CREATE TABLE kv (k bigint PRIMARY KEY, v text)`)
+	}
+	src.Exec(t, `INSERT INTO kv SELECT g, md5(g::text) FROM generate_series(1, 20000) g`)
+	names, err := cdc.NamesFor("m_guard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Exec(t, `SELECT pg_create_logical_replication_slot('`+names.Slot+`', 'pgoutput')`)
+	src.Exec(t, `CREATE TABLE noise AS SELECT g, repeat('x', 500) AS pad FROM generate_series(1, 10000) g`)
+	ctx := context.Background()
+	if err := backfill.EnsureSchema(ctx, dst.Pool); err != nil { // JOINING's
+		t.Fatal(err)
+	}
+	r, err := backfill.ReadSlot(ctx, src.Pool, names.Slot, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(&Resolver{Shards: map[string]string{"a": src.DSN, "b": dst.DSN}}, nil, nil)
+	defer a.Close()
+	a.SetBudgets(map[string]capacity.Budget{"a": {WALBytes: r.Retained * 100 / 85}})
+	move := workflows.MoveRef{MigrationID: "m", Tables: keyspace.Spec{Name: "kv", Tables: []keyspace.TableSpec{{Table: "kv", KeyColumn: "k"}}},
+		Spec: workflows.MoveSpec{ID: "m_guard", Source: "a", Target: "b", Ranges: []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}, EstRows: 20000}}
+	in := workflows.CopySliceInput{Move: move, ChunkRows: 200, MaxTime: 5 * time.Second, Throttle: workflows.Throttle{RowsPerSec: 2000}}
+	p, err := a.copySlice(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, ok := a.guardRates.Load("m_guard")
+	t.Logf("slice 1: %d rows in 5 s at 2000 rows/s with the slot at 85%% of its budget; guard rate %v", p.Rows, v)
+	if !ok || v.(float64) <= 0 || v.(float64) >= 1000 {
+		t.Fatalf("copy not braked: guard rate %v after 5 s (a reading every 2 s halves it)", v)
+	}
+	// The next slice starts braked.
+	in.MaxTime = 3 * time.Second
+	p2, err := a.copySlice(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("slice 2: %d rows in 3 s", p2.Rows-p.Rows)
+	if p2.Rows-p.Rows >= 3000 { // unbraked: 6000
+		t.Fatalf("the next slice was not braked: %d rows in 3 s at 2000 rows/s", p2.Rows-p.Rows)
 	}
 }

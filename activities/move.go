@@ -190,18 +190,23 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	})
 	var stats backfill.Stats
 	// The slice's deadline ends the copy and the throttle's steps alike; a
-	// copy waiting on its throttle then ends as any slice does.
-	err = ad.With(sctx, func(ctx context.Context) error {
-		var err error
-		stats, err = backfill.Copy(ctx, s.src, s.dst, backfill.Options{
-			Move: in.Move.Spec.ID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
-			Throttle: th, Progress: meter.progress,
-			Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
+	// copy waiting on its throttle then ends as any slice does. The slot
+	// guard brakes a copy whose slot nears its WAL budget.
+	guard := a.slotGuard(in.Move.Spec, th, s.src, names.Slot)
+	err = guard.With(sctx, func(ctx context.Context) error {
+		return ad.With(ctx, func(ctx context.Context) error {
+			var err error
+			stats, err = backfill.Copy(ctx, s.src, s.dst, backfill.Options{
+				Move: in.Move.Spec.ID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
+				Throttle: th, Progress: meter.progress,
+				Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
+			})
+			return err
 		})
-		return err
 	})
 	stop()
 	done := err == nil
+	a.keepGuard(in.Move.Spec.ID, guard, done)
 	if err != nil && (sctx.Err() == nil || ctx.Err() != nil) {
 		return workflows.CopyProgress{}, fmt.Errorf("copy move %s: %w", in.Move.Spec.ID, err)
 	}

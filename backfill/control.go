@@ -22,6 +22,7 @@ type Throttle struct {
 	mu                    sync.Mutex
 	fixedRows, fixedBytes float64 // the operator's (0: unlimited)
 	adaptive              float64 // the adaptive throttle's rows/s (0: none)
+	guard                 float64 // the slot guard's rows/s (0: none)
 
 	passed atomic.Int64 // rows let through, for the adaptive throttle's achieved rate
 
@@ -72,6 +73,15 @@ func (t *Throttle) SetAdaptive(rowsPerSec float64) {
 	t.apply()
 }
 
+// SetGuard sets the slot guard's rows/s (0: none); the rows/s in force is
+// the lowest of it, the adaptive throttle's and the operator's limit.
+func (t *Throttle) SetGuard(rowsPerSec float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.guard = max(rowsPerSec, 0)
+	t.apply()
+}
+
 func (t *Throttle) apply() {
 	set := func(l *rate.Limiter, perSec float64, minBurst int) {
 		if perSec <= 0 {
@@ -81,7 +91,7 @@ func (t *Throttle) apply() {
 		l.SetBurst(max(minBurst, int(math.Min(perSec/10, math.MaxInt32))))
 		l.SetLimit(rate.Limit(perSec))
 	}
-	set(t.rows, lowest(t.fixedRows, t.adaptive), 1)
+	set(t.rows, lowest(lowest(t.fixedRows, t.adaptive), t.guard), 1)
 	set(t.bytes, t.fixedBytes, 64<<10)
 }
 
@@ -104,11 +114,11 @@ func (t *Throttle) Limits() (rowsPerSec, bytesPerSec float64) {
 }
 
 // InForce returns the limits in force: the operator's, the rows/s lowered
-// by the adaptive throttle (0 = unlimited).
+// by the adaptive throttle and the slot guard (0 = unlimited).
 func (t *Throttle) InForce() (rowsPerSec, bytesPerSec float64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return lowest(t.fixedRows, t.adaptive), t.fixedBytes
+	return lowest(lowest(t.fixedRows, t.adaptive), t.guard), t.fixedBytes
 }
 
 // ChunkRows is how many rows the next chunk may have: at most chunkRows,
@@ -287,6 +297,8 @@ type Metrics struct {
 	throttled           *prometheus.CounterVec
 	adaptiveRate        *prometheus.GaugeVec
 	adaptiveLimit       *prometheus.GaugeVec
+	slotBudgetRatio     *prometheus.GaugeVec
+	slotStatus          *prometheus.GaugeVec
 }
 
 // NewMetrics registers the backfill metrics on reg (or reuses those already
@@ -306,6 +318,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "The rows/s the adaptive throttle allows a move's copy, verify or cleanup now."}, []string{"move"})
 	m.adaptiveLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_throttle_limiting_signal",
 		Help: "1 for the signal that holds the adaptive throttle of a move back now (none when none does), 0 for the others."}, []string{"move", "signal"})
+	m.slotBudgetRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_slot_wal_budget_ratio",
+		Help: "The WAL a move's slot retains on its source shard over its budget (max_slot_wal_keep_size's headroom or the configured wal_budget_bytes), while the copy runs; over 0.8 the slot guard slows the copy. Absent without a budget."}, []string{"move", "shard"})
+	m.slotStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_slot_wal_status",
+		Help: "1 for the wal_status of a move's slot on its source shard (reserved, extended, unreserved, lost), 0 for the others, while the copy runs."}, []string{"move", "shard", "status"})
+	m.slotBudgetRatio = register(reg, m.slotBudgetRatio)
+	m.slotStatus = register(reg, m.slotStatus)
 	m.rows = register(reg, m.rows)
 	m.adaptiveRate = register(reg, m.adaptiveRate)
 	m.adaptiveLimit = register(reg, m.adaptiveLimit)
@@ -355,6 +373,33 @@ func (m *Metrics) adaptive(move string, d Decision) {
 		}
 		m.adaptiveLimit.WithLabelValues(move, s).Set(v)
 	}
+}
+
+// slotStatuses are the values of the wal_status label.
+var slotStatuses = []string{"reserved", "extended", "unreserved", "lost"}
+
+func (m *Metrics) slotBudget(move, shard string, r SlotReading) {
+	if m == nil {
+		return
+	}
+	if r.Budget > 0 {
+		m.slotBudgetRatio.WithLabelValues(move, shard).Set(r.Ratio())
+	}
+	for _, s := range slotStatuses {
+		v := 0.0
+		if s == r.Status {
+			v = 1
+		}
+		m.slotStatus.WithLabelValues(move, shard, s).Set(v)
+	}
+}
+
+func (m *Metrics) slotGuardEnded(move string) {
+	if m == nil {
+		return
+	}
+	m.slotBudgetRatio.DeletePartialMatch(prometheus.Labels{"move": move})
+	m.slotStatus.DeletePartialMatch(prometheus.Labels{"move": move})
 }
 
 func (m *Metrics) adaptiveEnded(move string) {

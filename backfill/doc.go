@@ -28,6 +28,8 @@
 // adaptive.go is the adaptive throttle's control law (pure: AIMD over the
 // signals against the operator's limits) and signals.go reads the signals
 // from the shards and steps the law while the work runs (copy, verify,
-// cleanup); delete.go deletes moved rows at CLEANUP; sql.go builds the
+// cleanup); slotguard.go brakes a copy whose slot nears its WAL budget
+// (max_slot_wal_keep_size, or the configured one) and ends it when the slot
+// is lost; delete.go deletes moved rows at CLEANUP; sql.go builds the
 // statements.
 package backfill
