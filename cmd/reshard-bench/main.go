@@ -48,6 +48,7 @@ var sections = []section{
 	{name: "cdc-toast", about: "apply rate for 200k single-row updates over 2,000 keys that leave a TOASTed column unchanged vs the source's decoding of them", run: runCDCToast},
 	{name: "cdc-long", about: "catch-up over many SQL reads: reading a copy of the slot ahead of the applier vs peeking the slot one read at a time", run: runCDCLong},
 	{name: "cdc-stage", about: "staged vs text[] flushes by flush size: where staging starts to pay (cdc.DefaultStageMinRows)", run: runCDCStage},
+	{name: "capacity", about: "a whole-table copy throttled to last -capacity-copy under steady writes, its slot created first as the code does: the slot's peak retained WAL, the copy's time and the target's growth against the capacity model's predictions", run: runCapacity},
 	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
 }
 
@@ -84,6 +85,8 @@ type config struct {
 	// fence trigger's cost with pgbench.
 	cutoverRounds int
 	fenceTax      bool
+	// capacityCopy is how long section capacity's throttled copy lasts.
+	capacityCopy time.Duration
 }
 
 func main() {
@@ -106,6 +109,7 @@ func main() {
 	flag.IntVar(&cfg.cdcRounds, "cdc-rounds", 3, "rounds of sections cdc and cdc-hot (new transactions, their decoding, streaming and apply each); the figures are the rounds' medians")
 	flag.Int64Var(&cfg.sqlCatchUp, "cdc-sql-catch-up-bytes", 0, "the appliers' lag past which they catch up by SQL peeks (0: cdc's default, negative: walsender only)")
 	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
+	flag.DurationVar(&cfg.capacityCopy, "capacity-copy", 150*time.Second, "how long section capacity's throttled copy lasts (its rows/s follows)")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
 	flag.IntVar(&cfg.cutoverRounds, "cutover-rounds", 10, "round trips of section cutover (a cutover and its rollback each: two write pauses)")
 	flag.BoolVar(&cfg.fenceTax, "fence-tax", true, "section cutover also measures the fence trigger's cost on single-row updates (pgbench, about 3 minutes)")
@@ -119,8 +123,8 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 {
-		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window and -cutover-rounds must be positive")
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 {
+		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window, -cutover-rounds and -capacity-copy must be positive")
 		os.Exit(2)
 	}
 	for _, f := range strings.FieldsFunc(*rates, func(r rune) bool { return r == ',' }) {
