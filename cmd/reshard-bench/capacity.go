@@ -122,6 +122,27 @@ func runCapacity(ctx context.Context, e *env, r *report) error {
 		capacity.HumanBytes(pm.SlotWAL), window, off(float64(pm.SlotWAL), float64(peak))))
 	r.add("capacity_target_growth_mib", float64(grown)/(1<<20), "MiB", fmt.Sprintf("pg_total_relation_size of the target's users after the copy; predicted %s (%+.0f%%)",
 		capacity.HumanBytes(pm.TargetGrowth), off(float64(pm.TargetGrowth), float64(grown))))
+
+	// The throttle sets the copy's time above; unthrottled, the model's rate
+	// is the sampled chunk's.
+	if err := e.truncateTarget(ctx); err != nil {
+		return err
+	}
+	free, err := capacity.Assess(ctx, pools, []capacity.MoveInput{in}, capacity.AssessOptions{WALWindow: time.Second,
+		Probe: capacity.ProbeOptions{ChunkRows: e.cfg.chunkRows}})
+	if err != nil {
+		return err
+	}
+	fm := free.Moves[0]
+	start = time.Now()
+	st, err = backfill.Copy(ctx, e.srcPool, e.dstPool, backfill.Options{Move: "capacity-free", Set: set, Ranges: ranges, ChunkRows: e.cfg.chunkRows,
+		Throttle: backfill.NewThrottle(0, 0)})
+	if err != nil {
+		return err
+	}
+	took = time.Since(start)
+	r.add("capacity_unthrottled_copy_s", took.Seconds(), "s", fmt.Sprintf("%d rows, no throttle, under the same writes; predicted %s from %s (%+.0f%%)",
+		st.Rows, fm.Copy.Duration().Round(100*time.Millisecond), fm.Basis, off(fm.Copy.Duration().Seconds(), took.Seconds())))
 	return nil
 }
 
