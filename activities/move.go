@@ -489,8 +489,12 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 	if err != nil {
 		return workflows.VerifySummary{}, err
 	}
-	var chunks atomic.Int64
 	var waiting atomic.Pointer[string] // why verify waits for the shards' schemas
+	est := in.EstRows
+	if est <= 0 {
+		est = in.Move.Spec.EstRows
+	}
+	meter := newVerifyMeter(est)
 	// Adaptive: starts slow (verify reads faster than the copy writes, its
 	// rate is not the copy's) against the copy's baselines.
 	th := backfill.NewThrottle(in.RowsPerSec, 0)
@@ -501,12 +505,12 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 		if w := waiting.Load(); w != nil {
 			return map[string]string{workflows.HeartbeatWaiting: *w}
 		}
-		return beats{map[string]int64{"chunks": chunks.Load()}, adaptiveStatus(ad)}
+		return beats{meter.heartbeat(time.Now()), adaptiveStatus(ad)}
 	})
 	defer stop()
 	var rep *verify.Report
 	for {
-		rep, err = a.verifyOnce(ctx, in, s, st, th, ad, &chunks)
+		rep, err = a.verifyOnce(ctx, in, s, st, th, ad, meter)
 		var wait *tableset.ColumnWaitError
 		if !errors.As(err, &wait) && !verify.SchemaMoved(err) || ctx.Err() != nil {
 			break
@@ -545,7 +549,7 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 }
 
 // verifyOnce is one verify.Run of the move.
-func (a *Activities) verifyOnce(ctx context.Context, in workflows.VerifyInput, s sides, st *cdc.Stream, th *backfill.Throttle, ad *backfill.Adaptive, chunks *atomic.Int64) (*verify.Report, error) {
+func (a *Activities) verifyOnce(ctx context.Context, in workflows.VerifyInput, s sides, st *cdc.Stream, th *backfill.Throttle, ad *backfill.Adaptive, meter *verifyMeter) (*verify.Report, error) {
 	var rep *verify.Report
 	err := ad.With(ctx, func(ctx context.Context) error {
 		var err error
@@ -554,8 +558,13 @@ func (a *Activities) verifyOnce(ctx context.Context, in workflows.VerifyInput, s
 			Ranges: in.Move.Spec.Ranges, Throttle: th, Holder: st,
 			ChunkRows: verifyChunkRows(in.Move.Request),
 			Metrics:   a.metrics.Verify, Logger: a.log.With("move", in.Move.Spec.ID),
-			Progress: func(verify.ChunkReport) {
-				heartbeat(ctx, map[string]int64{"chunks": chunks.Add(1)}, adaptiveStatus(ad))
+			Planned: func(p verify.PlanInfo) {
+				meter.planned(p, time.Now())
+				heartbeat(ctx, meter.heartbeat(time.Now()), adaptiveStatus(ad))
+			},
+			Progress: func(c verify.ChunkReport) {
+				meter.chunk(c)
+				heartbeat(ctx, meter.heartbeat(time.Now()), adaptiveStatus(ad))
 			},
 		})
 		return err

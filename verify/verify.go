@@ -67,6 +67,17 @@ type Options struct {
 	// compared it (so concurrently when Parallel > 1); chunks accepted from
 	// an earlier attempt are not reported here.
 	Progress func(ChunkReport)
+	// Planned, when set, is called once the run's chunks are known, before
+	// any is compared: how many there are, and how many of them (with how
+	// many rows) an earlier attempt verified (a progress bar's total).
+	Planned func(PlanInfo)
+}
+
+// PlanInfo is the size of a run's plan (Options.Planned).
+type PlanInfo struct {
+	Chunks     int
+	Reused     int
+	ReusedRows int64
 }
 
 // Throttle lets rows pass at its rate; it returns when they may, or when
@@ -155,6 +166,19 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 			rep.Tables[i].Chunks[j] = cr
 			opts.Metrics.chunk(cr)
 		}
+	}
+	if opts.Planned != nil {
+		info := PlanInfo{}
+		for i := range rep.Tables {
+			for _, c := range rep.Tables[i].Chunks {
+				info.Chunks++
+				if c.Resumed {
+					info.Reused++
+					info.ReusedRows += c.Rows
+				}
+			}
+		}
+		opts.Planned(info)
 	}
 	if len(todo) > 0 {
 		if err := compareAll(ctx, src, dst, opts, qs, todo, rep); err != nil {

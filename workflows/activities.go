@@ -175,11 +175,33 @@ type VerifyInput struct {
 	// Adaptive limits and the copy's baselines (nil: not adaptive).
 	Adaptive *AdaptiveThrottle `json:"adaptive,omitempty"`
 	Baseline *AdaptiveStatus   `json:"baseline,omitempty"`
+	// EstRows is how many rows the verify expects to compare per side: the
+	// rows the copy wrote (0: the plan's estimate). Its progress and ETA are
+	// reckoned against it.
+	EstRows int64 `json:"est_rows,omitempty"`
 }
 
 // HeartbeatWaiting, in the heartbeat's map of a stream or a verify: why it
 // waits for the shards' schemas to agree (reshard status shows it).
 const HeartbeatWaiting = "waiting"
+
+// The first heartbeat detail of a verify is a map of these keys (and
+// "chunks", the chunks compared by this attempt, as before them): status
+// shows them as the verify's progress bar and ETA.
+const (
+	// HeartbeatVerifyRows are the rows compared so far per side (chunks
+	// accepted from an earlier attempt included), HeartbeatVerifyEstRows
+	// what it expects in all.
+	HeartbeatVerifyRows    = "verify_rows"
+	HeartbeatVerifyEstRows = "verify_est_rows"
+	// HeartbeatVerifyChunksDone and HeartbeatVerifyChunks: chunks done
+	// (accepted ones included) of the run's plan (0 until planned).
+	HeartbeatVerifyChunksDone = "verify_chunks_done"
+	HeartbeatVerifyChunks     = "verify_chunks"
+	// HeartbeatVerifyEndMillis is when the verify should end at its rate so
+	// far, in Unix milliseconds (-1: no estimate yet).
+	HeartbeatVerifyEndMillis = "verify_end_ms"
+)
 
 // The heartbeat of a copy slice is a map of these keys to the rows and bytes
 // the slice has committed so far; status adds them to the move's count.

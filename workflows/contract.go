@@ -313,6 +313,29 @@ func (v VerifySummary) Text(now time.Time) string {
 	return fmt.Sprintf("passed (%d rows)", v.Rows)
 }
 
+// VerifyProgress is how far a running verify is: rows compared of those
+// expected, chunks done of its plan, and when it should end. The worker
+// reports it in the verify's heartbeat; reshard status reads it there.
+type VerifyProgress struct {
+	Rows        int64     `json:"rows"`
+	EstRows     int64     `json:"est_rows"`
+	ChunksDone  int64     `json:"chunks_done"`
+	Chunks      int64     `json:"chunks"` // 0: not planned yet
+	End         time.Time `json:"end,omitzero"`
+	HeartbeatAt time.Time `json:"heartbeat_at,omitzero"`
+}
+
+// Text is the running verify as status shows it: "running: 3/5 chunks".
+func (p *VerifyProgress) Text() string {
+	if p == nil {
+		return ""
+	}
+	if p.Chunks == 0 {
+		return "running: planning chunks"
+	}
+	return fmt.Sprintf("running: %d/%d chunks", p.ChunksDone, p.Chunks)
+}
+
 // MoveState is the progress of one move (the Move workflow's state query).
 type MoveState struct {
 	Spec        MoveSpec       `json:"spec"`
@@ -364,6 +387,9 @@ type MoveState struct {
 	// stream's heartbeat while the stream that found it runs. PhaseText
 	// shows it.
 	Failover string `json:"failover,omitempty"`
+	// VerifyProgress is filled by reshard status, not by the workflow: the
+	// running verify's progress, from its heartbeat (nil: none running).
+	VerifyProgress *VerifyProgress `json:"verify_progress,omitempty"`
 }
 
 // What a move waits for (MoveState.Waiting).

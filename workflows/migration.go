@@ -616,6 +616,8 @@ func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 		v := "—"
 		if m.Verify != nil {
 			v = m.Verify.Text(now)
+		} else if m.Phase == PhaseVerify {
+			v = "running"
 		}
 		wp := m.PauseText()
 		if wp == "" {
@@ -794,7 +796,21 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 			}
 			return nil
 		}, func(ctx workflow.Context) (string, error) {
+			var asked []int
+			for i, m := range r.state.Moves {
+				if r.started[i] && verifyFailed(m) {
+					asked = append(asked, i)
+				}
+			}
 			n, err := r.relay(ctx, MoveControl{Op: UpdateReverify}, verifyFailed)
+			// Shown at once, before the moves report: their failed results
+			// are history (a move whose signal failed keeps its own).
+			for _, i := range asked {
+				if m := &r.state.Moves[i]; verifyFailed(*m) && err == nil {
+					m.Verify, m.Waiting = nil, ""
+				}
+			}
+			r.details(ctx)
 			return fmt.Sprintf("re-verifying %d moves", n), err
 		}},
 	}

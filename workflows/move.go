@@ -215,6 +215,11 @@ func (m *moveRun) control(ctx workflow.Context, c MoveControl) {
 		m.completeAsked = true
 	case UpdateReverify:
 		m.verify = true
+		if v := m.state.Verify; v != nil && !v.Passed {
+			// The failed result is history from now on: status and the UI
+			// show the new verify running, not the old failure.
+			m.state.Verify, m.state.Waiting = nil, ""
+		}
 	default:
 		workflow.GetLogger(ctx).Warn("unknown control op", "op", c.Op)
 		return
@@ -342,6 +347,11 @@ func (m *moveRun) to(ctx workflow.Context, next Phase) error {
 	}
 	if !next.Terminal() {
 		m.state.Timings = append(m.state.Timings, PhaseTiming{Phase: next, Start: now})
+	}
+	if next == PhaseVerify {
+		// A verify starts (again, after an aborted cutover or a reverify):
+		// an earlier result no longer describes the move.
+		m.state.Verify = nil
 	}
 	workflow.GetLogger(ctx).Info("phase", "move", m.in.Spec.ID, "from", m.state.Phase, "phase", next)
 	m.state.Phase = next
@@ -662,7 +672,7 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 		return m.to(ctx, PhaseRollingBack)
 	}
 	in := VerifyInput{Move: m.ref, RunID: fmt.Sprintf("%s_v%d", m.in.Spec.ID, m.verifyRuns), RowsPerSec: m.throttle.RowsPerSec,
-		Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive}
+		Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive, EstRows: m.state.RowsCopied}
 	var sum VerifySummary
 	err := m.inSession(ctx, ActivityVerify, "verify at one LSN", 24*time.Hour, in, &sum)
 	var appErr *temporal.ApplicationError

@@ -836,3 +836,45 @@ func TestAdaptiveText(t *testing.T) {
 		t.Fatalf("%q", got)
 	}
 }
+
+// TestReverifyClearsTheFailureAtOnce: once reverify is accepted, the failed
+// result is no longer shown (it stayed the move's verify result, FAILED: 1
+// mismatch(es), until the new verify ended).
+func TestReverifyClearsTheFailureAtOnce(t *testing.T) {
+	env, f := newEnv(t)
+	env.OnActivity(ActivityVerify, mock.Anything, mock.Anything).After(time.Hour).Return(
+		func(ctx context.Context, in VerifyInput) (VerifySummary, error) {
+			if f.record(ActivityVerify+"/"+in.Move.Spec.ID, in) == 1 {
+				sum := VerifySummary{Mismatches: 1}
+				return sum, temporal.NewNonRetryableApplicationError("1 row differs", ErrTypeVerification, nil, sum)
+			}
+			return VerifySummary{Passed: true, Rows: 200}, nil
+		})
+	var upErr error
+	var upDone bool
+	var before, after MigrationState
+	env.RegisterDelayedCallback(func() { before = queryState(t, env) }, 3*time.Hour-time.Minute)
+	env.RegisterDelayedCallback(func() { update(env, UpdateReverify, &upErr, &upDone) }, 3*time.Hour)
+	env.RegisterDelayedCallback(func() { after = queryState(t, env) }, 3*time.Hour+time.Second)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if !upDone || upErr != nil || st.Phase != PhaseDone {
+		t.Fatalf("reverify: done=%v err=%v; migration %s", upDone, upErr, st.Phase)
+	}
+	for i, m := range before.Moves {
+		if m.Verify == nil || m.Verify.Passed || m.Waiting != WaitVerdict {
+			t.Fatalf("before reverify, move %d: verify %+v waiting %q; want the failure", i, m.Verify, m.Waiting)
+		}
+	}
+	for _, m := range after.Moves {
+		if m.Phase != PhaseVerify || m.Verify != nil || m.Waiting != "" {
+			t.Errorf("a second after reverify, move %s: %s, verify %+v, waiting %q; want VERIFY running with no result", m.Spec.ID, m.Phase, m.Verify, m.Waiting)
+		}
+		if txt := movesTable([]MoveState{m}, Throttle{}, env.Now()); !strings.Contains(txt, "| running |") || strings.Contains(txt, "FAILED") {
+			t.Errorf("the UI's table after reverify:\n%s", txt)
+		}
+	}
+	if f.count(ActivityVerify+"/t_m1") != 2 {
+		t.Fatalf("verify ran %d times", f.count(ActivityVerify+"/t_m1"))
+	}
+}

@@ -250,6 +250,9 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 			if f := streamFailover(pending); f != "" {
 				m.Failover = f
 			}
+			if m.Phase == workflows.PhaseVerify {
+				m.VerifyProgress = verifyProgress(pending)
+			}
 		}
 	}
 }
@@ -268,6 +271,35 @@ func schemaWaiting(pending []*workflowpb.PendingActivityInfo) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// verifyProgress is the running verify's progress from its last heartbeat
+// (nil: no verify running, or one from a worker that reports only its
+// chunk count).
+func verifyProgress(pending []*workflowpb.PendingActivityInfo) *workflows.VerifyProgress {
+	for _, a := range pending {
+		if a.GetActivityType().GetName() != workflows.ActivityVerify || a.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var hb map[string]int64
+		if len(a.GetHeartbeatDetails().GetPayloads()) == 0 ||
+			converter.GetDefaultDataConverter().FromPayload(a.GetHeartbeatDetails().GetPayloads()[0], &hb) != nil {
+			continue
+		}
+		if _, ok := hb[workflows.HeartbeatVerifyEstRows]; !ok {
+			continue
+		}
+		p := &workflows.VerifyProgress{Rows: hb[workflows.HeartbeatVerifyRows], EstRows: hb[workflows.HeartbeatVerifyEstRows],
+			ChunksDone: hb[workflows.HeartbeatVerifyChunksDone], Chunks: hb[workflows.HeartbeatVerifyChunks]}
+		if ms := hb[workflows.HeartbeatVerifyEndMillis]; ms > 0 {
+			p.End = time.UnixMilli(ms)
+		}
+		if t := a.GetLastHeartbeatTime(); t != nil {
+			p.HeartbeatAt = t.AsTime()
+		}
+		return p
+	}
+	return nil
 }
 
 // sliceRunning reports a copy slice among the pending activities.
@@ -412,6 +444,17 @@ func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time)
 	v.Verify = "-"
 	if m.Verify != nil {
 		v.Verify = m.Verify.Text(now)
+	} else if p := m.VerifyProgress; p != nil && m.Phase == workflows.PhaseVerify {
+		// The bar, the rows and the ETA are the verify's while it runs.
+		v.Verify = p.Text()
+		v.Copied, v.Est = p.Rows, p.EstRows
+		v.Rows = fmt.Sprintf("%d/%d rows compared", p.Rows, p.EstRows)
+		v.ETA = "?"
+		if !p.End.IsZero() {
+			v.ETA = max(p.End.Sub(now), 0).Round(time.Second).String()
+		}
+	} else if m.Phase == workflows.PhaseVerify {
+		v.Verify = "running"
 	}
 	v.Pause = m.PauseText()
 	if v.Pause == "" {
@@ -681,9 +724,9 @@ func (v *barView) update(id string, st workflows.MigrationState, now time.Time) 
 			v.mu.Unlock()
 		}
 		if mv.Est > 0 {
-			b.SetTotal(max(mv.Est, m.RowsCopied), false)
+			b.SetTotal(max(mv.Est, mv.Copied), false)
 		}
-		b.SetCurrent(m.RowsCopied)
+		b.SetCurrent(mv.Copied) // the copy's rows, or a running verify's
 	}
 }
 
