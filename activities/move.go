@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -392,7 +393,8 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	// over) arrives with the answer to a heartbeat.
 	stop := keepBeating(gctx, time.Second, func() any {
 		rcv, app, ack := st.Positions()
-		hb := map[string]string{"received": rcv.String(), "applied": app.String(), "acked": ack.String()}
+		hb := map[string]string{"received": rcv.String(), "applied": app.String(), "acked": ack.String(),
+			workflows.HeartbeatLagBytes: strconv.FormatInt(st.LagBytes(), 10)}
 		if f := fw.seen(st); f != "" {
 			hb[workflows.HeartbeatFailover] = f
 		}
@@ -849,29 +851,31 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 // (rollback.DuringGrace: the cutover in reverse over the reverse stream,
 // then the new owner cleaned). The workflow has stopped the streams.
 func (a *Activities) Rollback(ctx context.Context, in workflows.EndInput) (workflows.CleanupResult, error) {
-	err := a.rollback(ctx, in)
+	version, err := a.rollback(ctx, in)
 	if err == nil {
 		a.metrics.moveEnded(in.Move.Spec.ID)
 	}
-	return workflows.CleanupResult{}, classify(err)
+	return workflows.CleanupResult{Version: version}, classify(err)
 }
 
-func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error {
+// rollback also returns the topology version a reverse cutover published
+// (0: none).
+func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) (int64, error) {
 	s, err := a.sides(ctx, in.Move)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	store, err := a.store(ctx, keyspaceOf(in.Move.Request))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	control, err := a.pools.control(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	old, _, err := a.rings(ctx, store, in.Move)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	// The deletes run on the new owner: its signals alone, against a
 	// baseline measured now (the streams are stopped; the copy measured
@@ -892,25 +896,27 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) error 
 		if errors.Is(err, rollback.ErrCutOver) && in.ReverseL0 != "" {
 			in.Grace = true
 		} else if err != nil {
-			return fmt.Errorf("rollback of move %s: %w", in.Move.Spec.ID, err)
+			return 0, fmt.Errorf("rollback of move %s: %w", in.Move.Spec.ID, err)
 		} else {
-			return store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
+			return 0, store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
 		}
 	}
 	rev, err := a.reverseOptions(in.Move, s, in.ReverseL0)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	var version int64
 	err = ad.With(ctx, func(ctx context.Context) error {
-		_, err := rollback.DuringGrace(ctx, mv, rev, o)
+		res, err := rollback.DuringGrace(ctx, mv, rev, o)
+		version = res.Version
 		return err
 	})
 	if err != nil {
 		// An aborted reverse cutover (budget spent) is retried by the
 		// activity's retry policy, after its backoff.
-		return fmt.Errorf("rollback of move %s during GRACE: %w", in.Move.Spec.ID, err)
+		return 0, fmt.Errorf("rollback of move %s during GRACE: %w", in.Move.Spec.ID, err)
 	}
-	return store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
+	return version, store.RecordMoveEnd(ctx, moveEnd(in.Move, topology.MoveRolledBack))
 }
 
 // moveEnd describes the end of a move for the control database

@@ -150,11 +150,12 @@ func (r *runner) mLag(lastCommit time.Time) {
 	r.s.mPos[0].Set(float64(received))
 	r.s.mPos[1].Set(float64(applied))
 	r.s.mPos[2].Set(float64(acked))
+	lag := int64(0)
 	if r.serverEnd > applied {
-		r.s.mLagBytes.Set(float64(r.serverEnd - applied))
-	} else {
-		r.s.mLagBytes.Set(0)
+		lag = int64(r.serverEnd - applied)
 	}
+	r.s.mLagBytes.Set(float64(lag))
+	r.s.lagBytes.Store(lag)
 	if lastCommit.IsZero() || applied >= r.serverEnd {
 		r.s.mLagSecs.Set(0)
 	} else {

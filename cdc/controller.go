@@ -21,6 +21,10 @@ func (s *Stream) Positions() (received, applied, acked pglogrepl.LSN) {
 	return s.received, s.applied, s.acked
 }
 
+// LagBytes is the stream's lag as reshard_cdc_lag_bytes shows it: the
+// server's WAL end, as its last message told it, less what is applied.
+func (s *Stream) LagBytes() int64 { return s.lagBytes.Load() }
+
 // WaitApplied implements Controller.
 func (s *Stream) WaitApplied(ctx context.Context, lsn pglogrepl.LSN) error {
 	return s.wait(ctx, func() (bool, error) { return s.applied >= lsn, nil })

@@ -231,6 +231,8 @@ type Stream struct {
 	mPeeks    prometheus.Counter
 	mFlushes  [2]prometheus.Counter // array, staged
 	mLagBytes prometheus.Gauge
+	// lagBytes is the figure mLagBytes shows (LagBytes).
+	lagBytes  atomic.Int64
 	mLagSecs  prometheus.Gauge
 	mRetained prometheus.Gauge
 	mPos      [3]prometheus.Gauge

@@ -185,6 +185,12 @@ type VerifyInput struct {
 // waits for the shards' schemas to agree (reshard status shows it).
 const HeartbeatWaiting = "waiting"
 
+// HeartbeatLagBytes is the forward or reverse stream's lag in its heartbeat
+// (a map of strings; the figure reshard_cdc_lag_bytes shows): status shows
+// it while the stream runs, where the workflow's own figure is from the
+// last time it asked (CDC_CATCH_UP).
+const HeartbeatLagBytes = "lag_bytes"
+
 // The first heartbeat detail of a verify is a map of these keys (and
 // "chunks", the chunks compared by this attempt, as before them): status
 // shows them as the verify's progress bar and ETA.
@@ -279,4 +285,7 @@ type WritePauses struct {
 // CleanupResult is what CLEANUP (or a rollback) deleted.
 type CleanupResult struct {
 	RowsDeleted int64 `json:"rows_deleted"`
+	// Version is the topology version a rollback's reverse cutover
+	// published (0: none).
+	Version int64 `json:"version,omitempty"`
 }

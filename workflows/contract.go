@@ -387,6 +387,12 @@ type MoveState struct {
 	// stream's heartbeat while the stream that found it runs. PhaseText
 	// shows it.
 	Failover string `json:"failover,omitempty"`
+	// LagAt is when LagBytes was measured (status: the stream's last
+	// heartbeat).
+	LagAt time.Time `json:"lag_at,omitzero"`
+	// Version is the topology version the move's cutover published, or its
+	// reverse cutover in a rollback (0: none yet).
+	Version int64 `json:"version,omitempty"`
 	// VerifyProgress is filled by reshard status, not by the workflow: the
 	// running verify's progress, from its heartbeat (nil: none running).
 	VerifyProgress *VerifyProgress `json:"verify_progress,omitempty"`
@@ -461,19 +467,76 @@ func (m MoveState) PauseText() string {
 // MigrationState is the progress of a migration (the Migration workflow's
 // state query): the plan and every move.
 type MigrationState struct {
-	Request       MigrationRequest `json:"request"`
-	Phase         Phase            `json:"phase"`
-	FromVersion   int64            `json:"from_version"`
-	Version       int64            `json:"version"`
-	MovedFraction float64          `json:"moved_fraction"`
-	Moves         []MoveState      `json:"moves"`
-	Error         string           `json:"error,omitempty"`
+	Request     MigrationRequest `json:"request"`
+	Phase       Phase            `json:"phase"`
+	FromVersion int64            `json:"from_version"`
+	// Version is the newest topology version the migration or one of its
+	// moves published: v+1 marks the ranges migrating, each cutover and
+	// reverse cutover publishes one more, and the end one more.
+	Version       int64       `json:"version"`
+	MovedFraction float64     `json:"moved_fraction"`
+	Moves         []MoveState `json:"moves"`
+	Error         string      `json:"error,omitempty"`
 	// Retrying: as MoveState.Retrying, for the migration's own activities
 	// (plan, topology publication).
 	Retrying string `json:"retrying,omitempty"`
 	// Throttle is the throttle in force when an operator changed it
 	// (reshard throttle); nil: the request's.
 	Throttle *Throttle `json:"throttle,omitempty"`
+}
+
+// Headline is the migration's one-line summary as status, --watch and the
+// UI show it: what it does to the topology now, from the current version,
+// and how much of the token space moves (moved, or nothing once rolled
+// back).
+func (s MigrationState) Headline() string {
+	if s.FromVersion <= 0 {
+		return ""
+	}
+	topo := fmt.Sprintf("topology v%d", s.FromVersion)
+	if s.Version > s.FromVersion {
+		topo = fmt.Sprintf("topology v%d → v%d", s.FromVersion, s.Version)
+	}
+	pct := 100 * s.MovedFraction
+	switch s.Phase {
+	case PhaseRolledBack:
+		if s.Version > s.FromVersion {
+			return fmt.Sprintf("rolled back: nothing moved (topology v%d has the ring of v%d)", s.Version, s.FromVersion)
+		}
+		return fmt.Sprintf("rolled back: nothing moved (topology v%d)", s.FromVersion)
+	case PhaseDone:
+		return fmt.Sprintf("%s  moved %.2f%% of the token space", topo, pct)
+	case PhaseRollingBack:
+		return fmt.Sprintf("%s  rolling back %.2f%% of the token space", topo, pct)
+	case PhaseFailed:
+		return topo
+	}
+	if pct > 0 {
+		return fmt.Sprintf("%s  moving %.2f%% of the token space", topo, pct)
+	}
+	return topo
+}
+
+// Text is a throttle as status, plan and the UI show it: "500 rows/s,
+// 1.0 MiB/s, adaptive (…)" or "unlimited".
+func (t Throttle) Text() string {
+	var parts []string
+	if t.RowsPerSec > 0 {
+		parts = append(parts, fmt.Sprintf("%g rows/s", t.RowsPerSec))
+	}
+	if t.BytesPerSec > 0 {
+		parts = append(parts, HumanBytes(int64(t.BytesPerSec))+"/s")
+	}
+	if t.ChunkRows > 0 {
+		parts = append(parts, fmt.Sprintf("copy chunks of %d rows", t.ChunkRows))
+	}
+	if t.Adaptive.Enabled() {
+		parts = append(parts, "adaptive ("+t.Adaptive.Text()+")")
+	}
+	if len(parts) == 0 {
+		return "unlimited"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // ThrottleNow is the throttle in force: the operator's last change, else

@@ -414,6 +414,7 @@ func (r *migrationRun) awaitMoves(ctx workflow.Context) {
 			continue
 		}
 		r.state.Moves[i] = ms
+		r.state.Version = max(r.state.Version, ms.Version)
 		if ms.Phase == PhaseRolledBack {
 			r.rolledBack = append(r.rolledBack, ms.Spec.ID)
 		}
@@ -528,6 +529,7 @@ func (r *migrationRun) moveState(ctx workflow.Context, ms MoveState) {
 			break
 		}
 	}
+	r.state.Version = max(r.state.Version, ms.Version)
 	// The migration is where its least advanced move is, once the moves run.
 	// (Before version 1 a placeholder PLAN move froze it at PLAN.)
 	follow := r.state.Phase != PhasePlan
@@ -567,9 +569,10 @@ func (r *migrationRun) setPhase(ctx workflow.Context, p Phase) {
 func (r *migrationRun) details(ctx workflow.Context) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %s %s — %s\n\n", r.req.Kind, r.req.ID, r.state.Phase)
-	if r.state.MovedFraction > 0 {
-		fmt.Fprintf(&b, "moves %.1f%% of the token space; topology v%d → v%d\n\n", 100*r.state.MovedFraction, r.state.FromVersion, r.state.Version)
+	if h := r.state.Headline(); h != "" {
+		b.WriteString(h + "\n\n")
 	}
+	fmt.Fprintf(&b, "throttle per move: %s\n\n", r.state.ThrottleNow().Text())
 	if r.paused {
 		b.WriteString("**paused**\n\n")
 	}
@@ -628,8 +631,14 @@ func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 		if eta == "-" {
 			eta = "—"
 		}
+		lag := m.LagText()
+		if (m.Phase == PhaseVerify || m.Phase == PhaseCutover) && !m.LagAt.IsZero() {
+			// The workflow measures the lag in CDC_CATCH_UP only: say when
+			// (reshard status and the stream's heartbeat have it live).
+			lag += " at " + m.LagAt.UTC().Format("15:04:05")
+		}
 		fmt.Fprintf(&b, "| %s | %s → %s | %d | %s | %d / %d | %s | %s | %s | %s |\n",
-			m.Spec.ID, m.Spec.Source, m.Spec.Target, len(m.Spec.Ranges), phase, m.RowsCopied, m.Spec.EstRows, eta, m.LagText(), v, wp)
+			m.Spec.ID, m.Spec.Source, m.Spec.Target, len(m.Spec.Ranges), phase, m.RowsCopied, m.Spec.EstRows, eta, lag, v, wp)
 	}
 	return b.String()
 }
@@ -832,6 +841,7 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 			}
 			r.throttle = t
 			r.state.Throttle = &t
+			r.details(ctx) // the throttle in force, at once
 			n, err := r.relay(ctx, MoveControl{Op: UpdateThrottle, Throttle: &t}, live)
 			msg := fmt.Sprintf("throttle %.0f rows/s, %.0f bytes/s (0 = unlimited)", t.RowsPerSec, t.BytesPerSec)
 			if t.ChunkRows > 0 {

@@ -390,7 +390,7 @@ func (m *moveRun) notify(ctx workflow.Context, force bool) {
 }
 
 func (m *moveRun) details(ctx workflow.Context) {
-	workflow.SetCurrentDetails(ctx, "### move "+m.in.Spec.ID+"\n\n"+movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx)))
+	workflow.SetCurrentDetails(ctx, "### move "+m.in.Spec.ID+"\n\nthrottle: "+m.throttle.Text()+"\n\n"+movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx)))
 }
 
 // opts are the activity options of a phase; long activities heartbeat.
@@ -647,6 +647,7 @@ func (m *moveRun) catchUp(ctx workflow.Context) error {
 		if err := m.inSession(ctx, ActivityCDCStatus, "CDC lag", time.Minute, m.ref, &st); err != nil {
 			return err
 		}
+		m.state.LagAt = workflow.Now(ctx)
 		if st.LagBytes != m.state.LagBytes || (st.Failover != "" && st.Failover != m.state.Failover) {
 			m.state.LagBytes = st.LagBytes
 			if st.Failover != "" {
@@ -757,6 +758,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 		return err
 	}
 	m.state.Error = ""
+	m.state.Version = res.Version
 	m.state.WritePause, m.state.PauseSteps = res.WritePause, res.PauseSteps
 	m.state.Pauses = res.Pauses
 	if res.Failover != "" {
@@ -900,8 +902,12 @@ func (m *moveRun) rollback(ctx workflow.Context) error {
 		summary = "roll back: reverse cutover, delete rows on the new owner"
 	}
 	actx := m.waitOpts(ctx, summary, 24*time.Hour, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityRollback, in).Get(ctx, nil); err != nil {
+	var res CleanupResult
+	if err := workflow.ExecuteActivity(actx, ActivityRollback, in).Get(ctx, &res); err != nil {
 		return err
+	}
+	if res.Version > 0 {
+		m.state.Version = res.Version
 	}
 	return m.to(ctx, PhaseRolledBack)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	sdkpb "go.temporal.io/api/sdk/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -876,5 +877,73 @@ func TestReverifyClearsTheFailureAtOnce(t *testing.T) {
 	}
 	if f.count(ActivityVerify+"/t_m1") != 2 {
 		t.Fatalf("verify ran %d times", f.count(ActivityVerify+"/t_m1"))
+	}
+}
+
+// currentDetails is the workflow's current details (the Temporal UI's), by
+// the built-in metadata query.
+func currentDetails(t *testing.T, env *testsuite.TestWorkflowEnvironment) string {
+	t.Helper()
+	v, err := env.QueryWorkflow("__temporal_workflow_metadata")
+	if err != nil {
+		t.Errorf("metadata query: %v", err)
+		return ""
+	}
+	var md sdkpb.WorkflowMetadata
+	if err := v.Get(&md); err != nil {
+		t.Error(err)
+	}
+	return md.GetCurrentDetails()
+}
+
+// TestHeadlineIsCurrent: the migration's topology version follows the
+// cutovers and the reverse cutovers (it said v1 → v2 through GRACE while v6
+// was current, and "moving 20.00%" after a rollback), and the UI's details
+// show the throttle in force at once after reshard throttle.
+func TestHeadlineIsCurrent(t *testing.T) {
+	env, f := newEnv(t)
+	versions := map[string]int64{"t_m1": 3, "t_m2": 4}
+	f.cutover = func(in CutoverInput, _ int) (CutoverResult, error) {
+		return CutoverResult{WritePause: time.Millisecond, Version: versions[in.Move.Spec.ID]}, nil
+	}
+	env.OnActivity(ActivityRollback, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, in EndInput) (CleanupResult, error) {
+			f.record(ActivityRollback, in)
+			return CleanupResult{Version: versions[in.Move.Spec.ID] + 2}, nil
+		})
+	var grace MigrationState
+	var graceDetails, throttled string
+	var err, terr error
+	var done, tdone bool
+	env.RegisterDelayedCallback(func() {
+		grace = queryState(t, env)
+		graceDetails = currentDetails(t, env)
+		update(env, UpdateThrottle, &terr, &tdone, Throttle{RowsPerSec: 500})
+	}, 30*time.Minute)
+	env.RegisterDelayedCallback(func() {
+		throttled = currentDetails(t, env)
+		update(env, UpdateRollback, &err, &done)
+	}, 31*time.Minute)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	if !done || err != nil || !tdone || terr != nil || st.Phase != PhaseRolledBack {
+		t.Fatalf("throttle %v %v, rollback %v %v, migration %s", tdone, terr, done, err, st.Phase)
+	}
+	if grace.Phase != PhaseGrace || grace.Version != 4 {
+		t.Errorf("in GRACE: %s, version %d; want GRACE, v4 (the second cutover's)", grace.Phase, grace.Version)
+	}
+	if h := "topology v1 → v4  moving 20.00% of the token space"; grace.Headline() != h || !strings.Contains(graceDetails, h) {
+		t.Errorf("GRACE headline %q, details:\n%s\nwant %q", grace.Headline(), graceDetails, h)
+	}
+	if !strings.Contains(throttled, "throttle per move: 500 rows/s") {
+		t.Errorf("details after reshard throttle:\n%s", throttled)
+	}
+	if h := "rolled back: nothing moved (topology v9 has the ring of v1)"; st.Headline() != h {
+		t.Errorf("after the rollback: %q, want %q", st.Headline(), h)
+	}
+	for _, m := range st.Moves {
+		if m.Version != versions[m.Spec.ID]+2 {
+			t.Errorf("move %s: version %d, want its reverse cutover's", m.Spec.ID, m.Version)
+		}
 	}
 }

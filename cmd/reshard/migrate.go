@@ -496,27 +496,14 @@ func (p *migrationPlan) details() string {
 	for _, pr := range p.Pairs {
 		fmt.Fprintf(&b, "| %s | %s | %d | %.2f%% |\n", pr.Source, pr.Target, len(pr.Ranges), 100*pr.Fraction)
 	}
-	fmt.Fprintf(&b, "\nThrottle per move: %s. Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s.\n",
+	// Static details never change: the throttle here is the starting one,
+	// and says where the one in force is.
+	fmt.Fprintf(&b, "\nThrottle per move at the start: %s (reshard throttle changes it; the current details show the one in force). Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s.\n",
 		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, workflows.HumanBytes(r.MaxLagBytes), r.Grace())
 	return b.String()
 }
 
-func throttleText(t workflows.Throttle) string {
-	var parts []string
-	if t.RowsPerSec > 0 {
-		parts = append(parts, fmt.Sprintf("%g rows/s", t.RowsPerSec))
-	}
-	if t.BytesPerSec > 0 {
-		parts = append(parts, workflows.HumanBytes(int64(t.BytesPerSec))+"/s")
-	}
-	if t.Adaptive.Enabled() {
-		parts = append(parts, "adaptive ("+t.Adaptive.Text()+")")
-	}
-	if len(parts) == 0 {
-		return "unlimited"
-	}
-	return strings.Join(parts, ", ")
-}
+func throttleText(t workflows.Throttle) string { return t.Text() }
 
 // newMigrationCmd is split, add-node, remove-node or move; with dryRun, the
 // same verb under reshard plan.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -253,6 +254,7 @@ func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflow
 			if m.Phase == workflows.PhaseVerify {
 				m.VerifyProgress = verifyProgress(pending)
 			}
+			liveLag(m, pending)
 		}
 	}
 }
@@ -271,6 +273,37 @@ func schemaWaiting(pending []*workflowpb.PendingActivityInfo) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// liveLag replaces the move's lag with the running forward stream's, from
+// its last heartbeat: the figure reshard_cdc_lag_bytes shows. The
+// workflow's own is from the last time it asked, in CDC_CATCH_UP (it
+// showed 322 KiB through VERIFY and the approval wait while /metrics read
+// 0).
+func liveLag(m *workflows.MoveState, pending []*workflowpb.PendingActivityInfo) {
+	switch m.Phase {
+	case workflows.PhaseCDCCatchUp, workflows.PhaseVerify, workflows.PhaseCutover:
+	default:
+		return
+	}
+	for _, a := range pending {
+		if a.GetActivityType().GetName() != workflows.ActivityRunCDC || a.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var hb map[string]string
+		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) != nil {
+			continue
+		}
+		lag, err := strconv.ParseInt(hb[workflows.HeartbeatLagBytes], 10, 64)
+		if err != nil { // an older worker's heartbeat: positions only
+			continue
+		}
+		m.LagBytes = lag
+		if t := a.GetLastHeartbeatTime(); t != nil {
+			m.LagAt = t.AsTime()
+		}
+		return
+	}
 }
 
 // verifyProgress is the running verify's progress from its last heartbeat
@@ -476,11 +509,8 @@ func textBar(copied, est int64, width int) string {
 func printMigrationStatus(out io.Writer, id, link string, st workflows.MigrationState, now time.Time) {
 	r := st.Request
 	fmt.Fprintf(out, "migration %s  %s", id, st.Phase)
-	if st.FromVersion > 0 {
-		fmt.Fprintf(out, "  topology v%d → v%d", st.FromVersion, st.Version)
-	}
-	if st.MovedFraction > 0 {
-		fmt.Fprintf(out, "  moving %.2f%% of the token space", 100*st.MovedFraction)
+	if h := st.Headline(); h != "" {
+		fmt.Fprintf(out, "  %s", h)
 	}
 	fmt.Fprintln(out)
 	if r.Kind != "" {
@@ -649,6 +679,9 @@ func printChanges(out io.Writer, st workflows.MigrationState, last map[string]st
 		}
 	}
 	head := fmt.Sprintf("migration %s", st.Phase)
+	if h := st.Headline(); h != "" {
+		head += "  " + h
+	}
 	if st.Retrying != "" {
 		head += " (retrying " + st.Retrying + ")"
 	}
@@ -685,8 +718,8 @@ func newBarView(out io.Writer, id string) *barView {
 // render goroutine calls the decorators, which take the lock.
 func (v *barView) update(id string, st workflows.MigrationState, now time.Time) {
 	head := fmt.Sprintf("migration %s  %s", id, st.Phase)
-	if st.FromVersion > 0 {
-		head += fmt.Sprintf("  topology v%d → v%d  moving %.2f%% of the token space", st.FromVersion, st.Version, 100*st.MovedFraction)
+	if h := st.Headline(); h != "" {
+		head += "  " + h
 	}
 	if st.Retrying != "" {
 		head += "  retrying " + st.Retrying

@@ -67,3 +67,41 @@ func TestStatusShowsVerifyProgress(t *testing.T) {
 		t.Errorf("a verify running without progress shows %q", v.Verify)
 	}
 }
+
+// TestStatusLagIsTheStreamsOwn: in VERIFY and CUTOVER (the approval wait)
+// status shows the running stream's lag, the figure /metrics shows, not the
+// workflow's from the end of CDC_CATCH_UP (322 KiB stayed while /metrics
+// read 0); GRACE's header names the current topology version.
+func TestStatusLagIsTheStreamsOwn(t *testing.T) {
+	now := time.Now()
+	hb, err := converter.GetDefaultDataConverter().ToPayloads(map[string]string{"received": "0/3000000", "applied": "0/3000000", "acked": "0/3000000",
+		workflows.HeartbeatLagBytes: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := []*workflowpb.PendingActivityInfo{{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityRunCDC}, HeartbeatDetails: hb,
+		LastHeartbeatTime: timestamppb.New(now)}}
+	for _, phase := range []workflows.Phase{workflows.PhaseVerify, workflows.PhaseCutover} {
+		m := workflows.MoveState{Phase: phase, LagBytes: 329_728, CopyDone: true}
+		liveLag(&m, pending)
+		if m.LagText() != "0 B" || m.LagAt.IsZero() {
+			t.Errorf("%s: lag %s at %s; want the stream's 0 B", phase, m.LagText(), m.LagAt)
+		}
+	}
+	m := workflows.MoveState{Phase: workflows.PhaseGrace, LagBytes: 329_728}
+	if liveLag(&m, pending); m.LagBytes != 329_728 {
+		t.Errorf("GRACE took the forward stream's lag")
+	}
+	st := workflows.MigrationState{Phase: workflows.PhaseGrace, FromVersion: 1, Version: 6, MovedFraction: 0.2}
+	var b strings.Builder
+	printMigrationStatus(&b, "x", "", st, now)
+	if !strings.HasPrefix(b.String(), "migration x  GRACE  topology v1 → v6  moving 20.00% of the token space\n") {
+		t.Errorf("GRACE header:\n%s", b.String())
+	}
+	st.Phase, st.Version = workflows.PhaseRolledBack, 8
+	b.Reset()
+	printMigrationStatus(&b, "x", "", st, now)
+	if !strings.HasPrefix(b.String(), "migration x  ROLLED_BACK  rolled back: nothing moved (topology v8 has the ring of v1)\n") {
+		t.Errorf("rolled back header:\n%s", b.String())
+	}
+}
