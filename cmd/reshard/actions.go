@@ -293,14 +293,16 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 		}
 		if f.asJSON {
 			return topoWriteJSON(cmd.OutOrStdout(), struct {
-				Verb      string `json:"verb"`
-				ID        string `json:"id"`
-				RequestID string `json:"request_id"`
-				UpdateID  string `json:"update_id"`
-				Result    any    `json:"result"`
-			}{verb, id, reqID, uid, res})
+				Verb      string   `json:"verb"`
+				ID        string   `json:"id"`
+				RequestID string   `json:"request_id"`
+				UpdateID  string   `json:"update_id"`
+				Result    any      `json:"result"`
+				NextSteps []string `json:"next_steps"`
+			}{verb, id, reqID, uid, res, actionNextSteps(verb, id)})
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %v\n", verb, id, res)
+		printNextSteps(cmd.OutOrStdout(), actionNextSteps(verb, id))
 		return nil
 	}
 	var rej rejectedError

@@ -82,10 +82,12 @@ func TestActionsAgainstWorker(t *testing.T) {
 	out, code = c.run(t, "throttle", "act-one", "--rows-per-sec", "40", "--request-id", "t1", "--json")
 	var thr struct {
 		Verb, ID, Result string
-		UpdateID         string `json:"update_id"`
+		UpdateID         string   `json:"update_id"`
+		NextSteps        []string `json:"next_steps"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &thr) != nil || thr.Verb != "throttle" || thr.ID != "act-one" ||
-		thr.UpdateID != updateID("throttle", "act-one", "t1") || !strings.HasPrefix(thr.Result, "throttle 40 rows/s") {
+		thr.UpdateID != updateID("throttle", "act-one", "t1") || !strings.HasPrefix(thr.Result, "throttle 40 rows/s") ||
+		strings.Join(thr.NextSteps, ",") != "reshard status act-one" {
 		t.Errorf("throttle: exit %d\n%s", code, out)
 	}
 	out, code = c.run(t, "complete", "act-one")
@@ -118,11 +120,13 @@ func TestActionsAgainstWorker(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	if st.ID != "act-one" || st.State.Request.Throttle.RowsPerSec != 50 || st.State.Moves[0].Spec.Target != "shard3" || st.State.FromVersion != 1 {
+	if st.ID != "act-one" || st.State.Request.Throttle.RowsPerSec != 50 || st.State.Moves[0].Spec.Target != "shard3" || st.State.FromVersion != 1 ||
+		strings.Join(st.NextSteps, ",") != "reshard resume act-one" {
 		t.Errorf("state: %+v", st)
 	}
 	out, code = c.run(t, "status")
-	if code != 0 || !strings.Contains(out, "migration act-one") || !strings.Contains(out, "shard1 → shard3") || !strings.Contains(out, "SNAPSHOT_COPY (paused)") {
+	if code != 0 || !strings.Contains(out, "migration act-one") || !strings.Contains(out, "shard1 → shard3") || !strings.Contains(out, "SNAPSHOT_COPY (paused)") ||
+		!strings.Contains(out, "\nnext: reshard resume act-one\n") {
 		t.Errorf("status of the newest running migration: exit %d\n%s", code, out)
 	}
 
@@ -145,6 +149,9 @@ func TestActionsAgainstWorker(t *testing.T) {
 	st = statusJSON{}
 	if code != 1 || json.NewDecoder(strings.NewReader(out)).Decode(&st) != nil || len(st.State.Moves) != 2 {
 		t.Fatalf("status after the rollback: exit %d (want 1: rolled back)\n%s", code, out)
+	}
+	if strings.Join(st.NextSteps, ",") != "reshard topology check" {
+		t.Errorf("next steps after the rollback: %q", st.NextSteps)
 	}
 	for _, m := range st.State.Moves {
 		var phases []string

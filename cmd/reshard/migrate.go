@@ -570,7 +570,7 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				return err
 			}
 			if dryRun {
-				return runPlan(ctx, cmd, cfg, p, f.asJSON, f.walWindow)
+				return runPlan(ctx, cmd, args, cfg, p, f.asJSON, f.walWindow)
 			}
 			// The PLAN checks before anything starts: bad input is refused
 			// here with its fix, with no workflow left behind.

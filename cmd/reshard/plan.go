@@ -81,14 +81,18 @@ type planReport struct {
 	// the probe needs the tables it checks).
 	Capacity *capacity.Report `json:"capacity,omitempty"`
 	Problems int              `json:"problems"`
+	// NextSteps: the command that starts this migration, or, with
+	// problems, the plan again once they are fixed.
+	NextSteps []string `json:"next_steps"`
 }
 
 // runPlan runs the preflight of every pair and prints the plan.
-func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *migrationPlan, asJSON bool, walWindow time.Duration) error {
+func runPlan(ctx context.Context, cmd *cobra.Command, args []string, cfg *clusterConfig, p *migrationPlan, asJSON bool, walWindow time.Duration) error {
 	rep, err := preflightPlan(ctx, cfg, p, walWindow)
 	if err != nil {
 		return err
 	}
+	rep.NextSteps = planNextSteps(cmd, args, rep.Problems)
 	out := cmd.OutOrStdout()
 	if asJSON {
 		if err := topoWriteJSON(out, rep); err != nil {
@@ -96,11 +100,22 @@ func runPlan(ctx context.Context, cmd *cobra.Command, cfg *clusterConfig, p *mig
 		}
 	} else {
 		printPlan(out, rep)
+		printNextSteps(out, rep.NextSteps)
 	}
 	if rep.Problems > 0 {
 		return usageError{fmt.Errorf("%d preflight problem(s): fix these, nothing was changed", rep.Problems)}
 	}
 	return nil
+}
+
+// planNextSteps: the command that starts the planned migration, or, with
+// problems, the plan again once they are fixed.
+func planNextSteps(cmd *cobra.Command, args []string, problems int) []string {
+	start := startCommand(cmd, args)
+	if problems > 0 {
+		return []string{"reshard plan" + strings.TrimPrefix(start, "reshard")}
+	}
+	return []string{start}
 }
 
 // preflightPlan runs the PLAN checks of every pair, the capacity probe and

@@ -88,12 +88,13 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 					return err
 				}
 				if asJSON {
-					if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: cfg.uiLink(wfID), State: st, Pending: pending}); err != nil {
+					if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: cfg.uiLink(wfID), State: st, Pending: pending, NextSteps: nextSteps(id, st)}); err != nil {
 						return err
 					}
 				} else {
 					printMigrationStatus(out, id, cfg.uiLink(wfID), st, time.Now())
 					printPending(out, pending, time.Now())
+					printNextSteps(out, nextSteps(id, st))
 					if perr != nil {
 						fmt.Fprintf(out, "pending requests: not read (%v)\n", perr)
 					}
@@ -133,6 +134,8 @@ type statusJSON struct {
 	State      workflows.MigrationState `json:"state"`
 	// Pending: operator requests sent that no worker has answered yet.
 	Pending []pendingRequest `json:"pending,omitempty"`
+	// NextSteps are the commands an operator would run next (nextSteps).
+	NextSteps []string `json:"next_steps"`
 }
 
 // newestRunning is the id of the most recently started running migration.
@@ -643,13 +646,17 @@ func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link 
 		now := time.Now()
 		switch {
 		case asJSON:
-			if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, Time: now, State: st}); err != nil {
+			if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, Time: now, State: st, NextSteps: nextSteps(id, st)}); err != nil {
 				return err
 			}
 		case tty:
 			bars.update(id, st, now)
 		default:
 			printChanges(out, st, last, now)
+			if next := strings.Join(nextSteps(id, st), "  |  "); next != last["next"] && !st.Phase.Terminal() {
+				last["next"] = next
+				fmt.Fprintf(out, "%s next: %s\n", now.Format("15:04:05"), next)
+			}
 		}
 		if st.Phase.Terminal() {
 			if bars != nil {
@@ -658,6 +665,7 @@ func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link 
 			}
 			if !asJSON {
 				fmt.Fprintf(out, "migration %s ended: %s\n", id, st.Phase)
+				printNextSteps(out, nextSteps(id, st))
 			}
 			return endedBadly(id, st)
 		}

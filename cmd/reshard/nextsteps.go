@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/reshard/reshard/workflows"
+)
+
+// nextSteps are the commands an operator would run next on a migration in
+// state st, most likely first: what it waits for (approve, reverify,
+// resume), what undoes it (rollback) or ends it (complete, recover), else
+// how to follow it. status prints them and --json carries them as
+// next_steps.
+func nextSteps(id string, st workflows.MigrationState) []string {
+	var steps []string
+	add := func(verb string) {
+		if s := "reshard " + verb + " " + id; !slices.Contains(steps, s) {
+			steps = append(steps, s)
+		}
+	}
+	switch st.Phase {
+	case workflows.PhaseDone:
+		return []string{}
+	case workflows.PhaseRolledBack:
+		return []string{"reshard topology check"}
+	case workflows.PhaseFailed:
+		add("recover")
+		return steps
+	}
+	grace := false
+	for _, m := range st.Moves {
+		switch {
+		case m.Phase.Terminal():
+		case m.Stopped:
+			add("resume")
+			add("rollback")
+		case m.Waiting == workflows.WaitVerdict:
+			add("reverify")
+			add("rollback")
+		case m.Waiting == workflows.WaitApproval:
+			add("approve")
+			add("rollback")
+		case m.Paused:
+			add("resume")
+		case m.Phase == workflows.PhaseGrace:
+			grace = true
+		}
+	}
+	if grace {
+		add("complete")
+		add("rollback")
+	}
+	if len(steps) == 0 {
+		steps = append(steps, "reshard status "+id+" --watch")
+	}
+	return steps
+}
+
+// actionNextSteps follow an accepted action: what it leaves to do.
+func actionNextSteps(verb, id string) []string {
+	switch verb {
+	case "pause":
+		return []string{"reshard resume " + id, "reshard status " + id}
+	case "throttle":
+		return []string{"reshard status " + id}
+	}
+	return []string{"reshard status " + id + " --watch"}
+}
+
+// printNextSteps is the human form of next_steps: one line.
+func printNextSteps(out io.Writer, steps []string) {
+	if len(steps) > 0 {
+		fmt.Fprintf(out, "next: %s\n", strings.Join(steps, "  |  "))
+	}
+}
+
+// startCommand is the command that starts the migration a plan describes:
+// the same verb, arguments and flags without plan and --json.
+func startCommand(cmd *cobra.Command, args []string) string {
+	parts := []string{"reshard", cmd.Name()}
+	parts = append(parts, args...)
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if f.Name == "json" || f.Name == "dry-run" {
+			return
+		}
+		if f.Value.Type() == "bool" {
+			if f.Value.String() == "true" {
+				parts = append(parts, "--"+f.Name)
+			} else {
+				parts = append(parts, "--"+f.Name+"=false")
+			}
+			return
+		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() {
+				parts = append(parts, "--"+f.Name, shellQuote(v))
+			}
+			return
+		}
+		parts = append(parts, "--"+f.Name, shellQuote(f.Value.String()))
+	})
+	return strings.Join(parts, " ")
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,@%+", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
