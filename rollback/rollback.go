@@ -60,6 +60,9 @@ var ErrNotCutOver = errors.New("the move is not cut over: roll it back with Befo
 // journalSuffix names the reverse cutover's journal (move id + suffix).
 const journalSuffix = "/rollback"
 
+// ReverseJournal names the journal of the reverse cutover of move.
+func ReverseJournal(move string) string { return move + journalSuffix }
+
 func giveBack(m cutover.Move, o Options) topology.Handover {
 	h := topology.GiveBack(o.Old, m.Ranges, m.From, m.To, "rollback of move "+m.ID)
 	h.MigrationID = o.MigrationID

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -40,7 +43,15 @@ type shardCheck struct {
 	Unplaced []tableset.NullKeyRows `json:"unplaced,omitempty"`
 	Repaired []string               `json:"repaired,omitempty"`
 	Skipped  string                 `json:"skipped,omitempty"`
+	// InTransition names the cutovers (or rollbacks' reverse cutovers)
+	// midway on this shard while it was read: its fences change as they
+	// go, so a difference from the topology is theirs, not drift (Drift
+	// lists it; it is not repaired and does not fail the check).
+	InTransition []string `json:"in_transition,omitempty"`
 }
+
+// drifting: a difference no cutover in progress explains.
+func (c shardCheck) drifting() bool { return len(c.Drift) > 0 && len(c.InTransition) == 0 }
 
 func newTopologyCheckCmd(opts *globalOptions, keyspace *string) *cobra.Command {
 	var (
@@ -69,11 +80,18 @@ command that removes them: reshard recover <id>. It asks Temporal only when
 there is something to ask about; when Temporal cannot say, it notes it and
 reports nothing of that migration.
 
+A shard whose fences differ while a cutover (or a rollback's reverse cutover)
+of one of its moves is midway — its journal (reshard.cutover_journal) shows a
+step begun and not ended, read before and after the shards, or a step taken
+between the two reads — is reported "in transition", not drift: its fences
+change as the cutover goes. It does not fail the check and --repair leaves it
+alone; check again once the cutover ends.
+
 --repair reconciles the fences and guards of every drifting shard (the same
 reconciler cutover, cleanup and rollback use); misplaced rows are reported,
-never deleted. Exit codes: 0 no drift (or all repaired), no misplaced rows, no
-ended migration with work left and nothing left behind; 1 otherwise; 2 bad
-input.`,
+never deleted. Exit codes: 0 no drift (or all repaired; shards in transition
+count as no drift), no misplaced rows, no ended migration with work left and
+nothing left behind; 1 otherwise; 2 bad input.`,
 		Example: `  reshard topology check
   reshard topology check --repair --json`,
 		Args: usageArgs(cobra.NoArgs),
@@ -99,7 +117,7 @@ input.`,
 						return err
 					}
 					for _, c := range checks {
-						if len(c.Strays) > 0 || len(c.Unplaced) > 0 || (len(c.Drift) > 0 && len(c.Repaired) == 0) {
+						if len(c.Strays) > 0 || len(c.Unplaced) > 0 || (c.drifting() && len(c.Repaired) == 0) {
 							bad++
 						}
 					}
@@ -211,6 +229,21 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 		return nil, err
 	}
 	defer closeAll()
+	// The cutover journals of the running moves, read before and after the
+	// shards: a cutover midway at either read, or that moved on between
+	// them, changed fences under the look.
+	journals, err := runningJournals(ctx, store, running)
+	if err != nil {
+		return nil, err
+	}
+	if err := cutover.EnsureJournal(ctx, ctl.Pool); err != nil {
+		return nil, err
+	}
+	before, err := cutover.LastSteps(ctx, ctl.Pool, slices.Collect(maps.Keys(journals)))
+	if err != nil {
+		return nil, err
+	}
+	sets := map[string]tableset.Set{}
 	var out []shardCheck
 	for _, n := range names {
 		c := shardCheck{Shard: n}
@@ -238,8 +271,33 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 		for _, d := range fence.Compare(n, c.Want, c.Have) {
 			c.Drift = append(c.Drift, d.String())
 		}
-		if repair && len(c.Drift) > 0 {
-			ch, err := fence.Reconcile(ctx, pools[n], n, set, ctl)
+		sets[n] = set
+		if c.Strays, err = fence.Strays(ctx, pools[n], set, strayOutsideMoves(fence.StraySpace(t, n), n, running)); err != nil {
+			return nil, err
+		}
+		if c.Unplaced, err = tableset.NullKeys(ctx, pools[n], set); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	after, err := cutover.LastSteps(ctx, ctl.Pool, slices.Collect(maps.Keys(journals)))
+	if err != nil {
+		return nil, err
+	}
+	moving := cutover.InTransition(before, after, time.Now())
+	for i := range out {
+		c := &out[i]
+		if len(c.Drift) == 0 {
+			continue
+		}
+		for _, name := range slices.Sorted(maps.Keys(moving)) {
+			if j := journals[name]; j.touches(c.Shard) {
+				c.InTransition = append(c.InTransition, j.describe(moving[name]))
+			}
+		}
+		if repair && c.drifting() { // never against a cutover in progress
+			n := c.Shard
+			ch, err := fence.Reconcile(ctx, pools[n], n, sets[n], ctl)
 			if err != nil {
 				return nil, err
 			}
@@ -251,13 +309,48 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 				c.Repaired = append(c.Repaired, "fence triggers installed")
 			}
 		}
-		if c.Strays, err = fence.Strays(ctx, pools[n], set, strayOutsideMoves(fence.StraySpace(t, n), n, running)); err != nil {
-			return nil, err
+	}
+	return out, nil
+}
+
+// journalOf is a cutover journal of a running move: the forward cutover's
+// or its rollback's reverse one.
+type journalOf struct {
+	move     topology.PlannedMove
+	reversed bool
+}
+
+func (j journalOf) touches(shard string) bool { return j.move.From == shard || j.move.To == shard }
+
+func (j journalOf) describe(l cutover.Last) string {
+	what := fmt.Sprintf("the cutover of move %s (%s → %s)", j.move.ID, j.move.From, j.move.To)
+	if j.reversed {
+		what = fmt.Sprintf("the rollback's reverse cutover of move %s (%s → %s)", j.move.ID, j.move.To, j.move.From)
+	}
+	return fmt.Sprintf("%s, at step %s since %s", what, l.Step, l.At.UTC().Format("15:04:05"))
+}
+
+// runningJournals names the cutover journals of the keyspace's running
+// moves, from their migrations' stored plans.
+func runningJournals(ctx context.Context, store *topology.Store, running []topology.RunningMove) (map[string]journalOf, error) {
+	out := map[string]journalOf{}
+	plans := map[string][]topology.PlannedMove{}
+	for _, r := range running {
+		pm, ok := plans[r.MigrationID]
+		if !ok {
+			p, err := store.LoadPlan(ctx, r.MigrationID)
+			if err != nil {
+				return nil, controlErr(err)
+			}
+			pm = p.PlannedMoves()
+			plans[r.MigrationID] = pm
 		}
-		if c.Unplaced, err = tableset.NullKeys(ctx, pools[n], set); err != nil {
-			return nil, err
+		for _, m := range pm {
+			if m.From == r.From && m.To == r.To {
+				out[m.ID] = journalOf{move: m}
+				out[rollback.ReverseJournal(m.ID)] = journalOf{move: m, reversed: true}
+			}
 		}
-		out = append(out, c)
 	}
 	return out, nil
 }
@@ -293,6 +386,19 @@ func printChecks(out io.Writer, k topology.Keyspace, checks []shardCheck) {
 				guard = "on"
 			}
 			fmt.Fprintf(out, "%-10s ok: fences as topology v%d wants (%d range(s)), TRUNCATE guard %s\n", c.Shard, c.Want.Version, len(c.Want.Ranges), guard)
+			continue
+		}
+		if len(c.InTransition) > 0 {
+			for _, tr := range c.InTransition {
+				fmt.Fprintf(out, "%-10s in transition: %s; its fences change as it goes, check again once it ends\n", c.Shard, tr)
+			}
+			for _, d := range c.Drift {
+				fmt.Fprintf(out, "%-10s   (meanwhile %s)\n", c.Shard, d)
+			}
+			for _, s := range c.Strays {
+				fmt.Fprintf(out, "%-10s misplaced: %d row(s) of %s in ranges it does not own (keys %s)\n", c.Shard, s.Rows, s.Table, strings.Join(s.Samples, ", "))
+			}
+			printUnplaced(out, c.Shard, c.Unplaced)
 			continue
 		}
 		for _, d := range c.Drift {
