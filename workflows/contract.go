@@ -313,6 +313,18 @@ func (v VerifySummary) Text(now time.Time) string {
 	return fmt.Sprintf("passed (%d rows)", v.Rows)
 }
 
+// Short is the verify result in a few words, for a table cell: "passed",
+// "FAILED: 3 mismatch(es)", "FAILED" (Text says why).
+func (v VerifySummary) Short() string {
+	switch {
+	case v.Passed:
+		return fmt.Sprintf("passed (%d rows)", v.Rows+v.ReusedRows)
+	case v.Problem != "":
+		return "FAILED"
+	}
+	return fmt.Sprintf("FAILED: %d mismatch(es)", v.Mismatches)
+}
+
 // VerifyProgress is how far a running verify is: rows compared of those
 // expected, chunks done of its plan, and when it should end. The worker
 // reports it in the verify's heartbeat; reshard status reads it there.

@@ -360,7 +360,7 @@ func (r *migrationRun) startMove(ctx workflow.Context, plan PlanResult, i int) {
 	parent := workflow.GetInfo(ctx).WorkflowExecution.ID
 	{
 		mv := plan.Moves[i]
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		co := workflow.ChildWorkflowOptions{
 			WorkflowID:    MoveWorkflowID(MigrationWorkflowID(r.req.ID), mv.ID),
 			TaskQueue:     TaskQueue,
 			StaticSummary: fmt.Sprintf("move %s: %s → %s, %d ranges, ~%d rows", mv.ID, mv.Source, mv.Target, len(mv.Ranges), mv.EstRows),
@@ -368,7 +368,13 @@ func (r *migrationRun) startMove(ctx workflow.Context, plan PlanResult, i int) {
 			// it publishes the stable topology (and ends, which would
 			// terminate them).
 			WaitForCancellation: true,
-		})
+		}
+		// A Move's Details read "No details available": they say what the
+		// move is. Versioned: the start command carries them.
+		if workflow.GetVersion(ctx, "move-static-details", workflow.DefaultVersion, 1) >= 1 {
+			co.StaticDetails = moveDetails(r.req, mv, r.throttle)
+		}
+		cctx := workflow.WithChildOptions(ctx, co)
 		in := MoveInput{Request: r.req, Spec: mv, ParentID: parent, FromVersion: plan.FromVersion}
 		in.Request.Throttle = r.throttle
 		r.children[i] = workflow.ExecuteChildWorkflow(cctx, MoveWorkflow, in)
@@ -386,6 +392,27 @@ func (r *migrationRun) startMove(ctx workflow.Context, plan PlanResult, i int) {
 			}
 		})
 	}
+}
+
+// moveDetails is the StaticDetails of a Move: what it moves, from where to
+// where, of which migration, and how to act on it (through the migration).
+func moveDetails(req MigrationRequest, mv MoveSpec, t Throttle) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### move %s of migration %s\n\n", markdownEscape(mv.ID), markdownEscape(req.ID))
+	fmt.Fprintf(&b, "%s → %s: %d token range(s), about %d rows (%s) of keyspace %s.\n\n",
+		markdownEscape(mv.Source), markdownEscape(mv.Target), len(mv.Ranges), mv.EstRows, HumanBytes(mv.EstBytes), markdownEscape(req.Tables.Name))
+	var ranges []string
+	for i, rg := range mv.Ranges {
+		if i == 3 {
+			ranges = append(ranges, fmt.Sprintf("and %d more", len(mv.Ranges)-3))
+			break
+		}
+		ranges = append(ranges, rg.String())
+	}
+	fmt.Fprintf(&b, "Ranges (lo exclusive, hi inclusive): %s.\n\n", markdownEscape(strings.Join(ranges, ", ")))
+	fmt.Fprintf(&b, "Throttle at the start: %s (the current details show the one in force).\n\n", markdownEscape(t.Text()))
+	fmt.Fprintf(&b, "Operators act on the migration: reshard status %s, pause, resume, throttle, approve, reverify, rollback, complete.\n", markdownEscape(req.ID))
+	return b.String()
 }
 
 // awaitMoves waits for the children this run started and records how each
@@ -568,11 +595,11 @@ func (r *migrationRun) setPhase(ctx workflow.Context, p Phase) {
 
 func (r *migrationRun) details(ctx workflow.Context) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "### %s %s — %s\n\n", r.req.Kind, r.req.ID, r.state.Phase)
+	fmt.Fprintf(&b, "### %s %s — %s\n\n", r.req.Kind, markdownEscape(r.req.ID), markdownEscape(string(r.state.Phase)))
 	if h := r.state.Headline(); h != "" {
-		b.WriteString(h + "\n\n")
+		b.WriteString(markdownEscape(h) + "\n\n")
 	}
-	fmt.Fprintf(&b, "throttle per move: %s\n\n", r.state.ThrottleNow().Text())
+	fmt.Fprintf(&b, "throttle per move: %s\n\n", markdownEscape(r.state.ThrottleNow().Text()))
 	if r.paused {
 		b.WriteString("**paused**\n\n")
 	}
@@ -582,14 +609,14 @@ func (r *migrationRun) details(ctx workflow.Context) {
 		// much as the migration has moves (1,000 rows a report stalled a
 		// replay past the SDK's 1 s deadlock check): this run's moves, and
 		// how many are in each phase.
-		fmt.Fprintf(&b, "%d moves: %s; this run's %d below\n\n", len(moves), phaseCounts(moves), r.window[1]-r.window[0])
+		fmt.Fprintf(&b, "%d moves: %s; this run's %d below\n\n", len(moves), markdownEscape(phaseCounts(moves)), r.window[1]-r.window[0])
 		moves = moves[r.window[0]:r.window[1]]
 	}
 	if len(moves) > 0 {
 		b.WriteString(movesTable(moves, r.state.ThrottleNow(), workflow.Now(ctx)))
 	}
 	if r.state.Error != "" {
-		fmt.Fprintf(&b, "\n**error:** %s\n", r.state.Error)
+		fmt.Fprintf(&b, "\n**error:** %s\n", markdownEscape(r.state.Error))
 	}
 	workflow.SetCurrentDetails(ctx, b.String())
 }
@@ -610,23 +637,41 @@ func phaseCounts(moves []MoveState) string {
 }
 
 // movesTable renders moves as the markdown table of the UI's current
-// details.
+// details. Each cell stays short (the UI clips long ones): the phase and
+// the verify result in a few words; what a move waits for, why it stopped
+// or failed and the verify's samples go in a note under the table. Text
+// from names and errors is escaped (Markdown took the underscores of
+// SNAPSHOT_COPY and qs_add5_m4 for emphasis).
 func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 	var b strings.Builder
+	var notes []string
 	b.WriteString("| move | source → target | ranges | phase | rows copied / est. | copy ETA | lag | verify | write pause |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range moves {
 		v := "—"
 		if m.Verify != nil {
-			v = m.Verify.Text(now)
+			v = m.Verify.Short()
+			if full := m.Verify.Text(now); full != v {
+				notes = append(notes, m.Spec.ID+" verify: "+full)
+			}
 		} else if m.Phase == PhaseVerify {
 			v = "running"
 		}
 		wp := m.PauseText()
 		if wp == "" {
 			wp = "—"
+		} else if m.Pauses.Attempts > 1 {
+			wp = fmt.Sprintf("%s (%d tries)", m.Pauses.Total.Round(time.Millisecond), m.Pauses.Attempts)
+			notes = append(notes, m.Spec.ID+" write pause: "+m.PauseText())
 		}
-		phase := m.PhaseText()
+		phase := string(m.Phase)
+		if sub := m.PhaseText(); sub != phase {
+			phase += " …"
+			notes = append(notes, m.Spec.ID+": "+sub)
+		}
+		if m.Error != "" {
+			notes = append(notes, m.Spec.ID+" error: "+m.Error)
+		}
 		eta := m.ETAText(t, now)
 		if eta == "-" {
 			eta = "—"
@@ -637,8 +682,34 @@ func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 			// (reshard status and the stream's heartbeat have it live).
 			lag += " at " + m.LagAt.UTC().Format("15:04:05")
 		}
-		fmt.Fprintf(&b, "| %s | %s → %s | %d | %s | %d / %d | %s | %s | %s | %s |\n",
-			m.Spec.ID, m.Spec.Source, m.Spec.Target, len(m.Spec.Ranges), phase, m.RowsCopied, m.Spec.EstRows, eta, lag, v, wp)
+		cells := []string{m.Spec.ID, m.Spec.Source + " → " + m.Spec.Target, fmt.Sprint(len(m.Spec.Ranges)), phase,
+			fmt.Sprintf("%d / %d", m.RowsCopied, m.Spec.EstRows), eta, lag, v, wp}
+		for i := range cells {
+			cells[i] = markdownEscape(cells[i])
+		}
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+	}
+	for _, n := range notes {
+		b.WriteString("\n- " + markdownEscape(n))
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// markdownEscape escapes the characters Markdown reads as markup (a table's
+// | included), so that names and messages show as they are.
+func markdownEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune("\\`*_{}[]<>()#+!|~", r) {
+			b.WriteByte('\\')
+		}
+		if r == '\n' {
+			r = ' '
+		}
+		b.WriteRune(r)
 	}
 	return b.String()
 }

@@ -390,7 +390,8 @@ func (m *moveRun) notify(ctx workflow.Context, force bool) {
 }
 
 func (m *moveRun) details(ctx workflow.Context) {
-	workflow.SetCurrentDetails(ctx, "### move "+m.in.Spec.ID+"\n\nthrottle: "+m.throttle.Text()+"\n\n"+movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx)))
+	workflow.SetCurrentDetails(ctx, "### move "+markdownEscape(m.in.Spec.ID)+"\n\nthrottle: "+markdownEscape(m.throttle.Text())+"\n\n"+
+		movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx)))
 }
 
 // opts are the activity options of a phase; long activities heartbeat.

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
 )
 
 func TestPhaseTransitions(t *testing.T) {
@@ -70,5 +73,46 @@ func TestETAText(t *testing.T) {
 	table := movesTable([]MoveState{with(func(m *MoveState) { m.CopyEnd = now.Add(42 * time.Second) })}, Throttle{}, now)
 	if !strings.Contains(table, "| copy ETA |") || !strings.Contains(table, "| 100 / 1000 | 42s |") {
 		t.Errorf("the UI's table lacks the ETA status shows:\n%s", table)
+	}
+}
+
+// TestUIDetailsCellsShortAndEscaped: the UI's table keeps each cell short
+// (it clipped the GRACE text and a failed verify's samples) with the long
+// texts in notes under it, and escapes Markdown (SNAPSHOT_COPY and
+// qs_add5_m4 lost their underscores to emphasis); a Move has details of its
+// own ("No details available").
+func TestUIDetailsCellsShortAndEscaped(t *testing.T) {
+	now := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	moves := []MoveState{
+		{Spec: MoveSpec{ID: "qs_add5_m4", Source: "shard1", Target: "shard5", EstRows: 1000}, Phase: PhaseSnapshotCopy, Paused: true, RowsCopied: 10},
+		{Spec: MoveSpec{ID: "qs_add5_m5", Source: "shard2", Target: "shard5"}, Phase: PhaseVerify, Waiting: WaitVerdict,
+			Verify: &VerifySummary{Mismatches: 3, Samples: []string{"missing public.users key=[42]", "extra public.users key=[43]"}}},
+		{Spec: MoveSpec{ID: "qs_add5_m6", Source: "shard3", Target: "shard5"}, Phase: PhaseGrace, GraceUntil: now.Add(time.Hour),
+			Pauses: WritePauses{Attempts: 2, Total: 300 * time.Millisecond, Longest: 200 * time.Millisecond}},
+	}
+	table := movesTable(moves, Throttle{}, now)
+	for _, want := range []string{`| qs\_add5\_m4 |`, `| SNAPSHOT\_COPY … |`, `| FAILED: 3 mismatch\(es\) |`, `| GRACE … |`, `| 300ms \(2 tries\) |`,
+		`- qs\_add5\_m4: SNAPSHOT\_COPY \(paused\)`, `- qs\_add5\_m5 verify: FAILED: 3 mismatch\(es\) e.g. missing public.users key=\[42\]`,
+		`- qs\_add5\_m6: GRACE \(until 2026-01-01T11:00:00Z; reshard complete ends it now\)`} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the UI's table lacks %s:\n%s", want, table)
+		}
+	}
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "| ") {
+			continue
+		}
+		for _, cell := range strings.Split(strings.Trim(line, "| "), " | ") {
+			if len([]rune(cell)) > 40 {
+				t.Errorf("a cell of %d characters: %q", len([]rune(cell)), cell)
+			}
+		}
+	}
+	d := moveDetails(MigrationRequest{ID: "qs_add5", Tables: tableset.Spec{Name: "users"}}, MoveSpec{ID: "qs_add5_m4", Source: "shard1", Target: "shard5",
+		Ranges: []ring.Range{{Lo: 1, Hi: 2}, {Lo: 3, Hi: 4}, {Lo: 5, Hi: 6}, {Lo: 7, Hi: 8}}, EstRows: 1200}, Throttle{RowsPerSec: 500})
+	for _, want := range []string{`### move qs\_add5\_m4 of migration qs\_add5`, "shard1 → shard5: 4 token range(s), about 1200 rows", "and 1 more", "Throttle at the start: 500 rows/s"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("a Move's static details lack %q:\n%s", want, d)
+		}
 	}
 }

@@ -273,10 +273,29 @@ func (c *clusterConfig) dialTemporal(ctx context.Context, opts *globalOptions) (
 	return tc, nil
 }
 
-// uiLink is the Temporal UI page of a workflow ("" without a UI address).
-func (c *clusterConfig) uiLink(workflowID string) string {
+// uiLink is the Temporal UI page of a workflow ("" without a UI address):
+// with its run id, the User Metadata tab, where its summary and current
+// details (the progress) are; without, the workflow's page (the UI opens
+// its History).
+func (c *clusterConfig) uiLink(workflowID, runID string) string {
 	if c.Temporal.UI == "" {
 		return ""
 	}
-	return c.Temporal.UI + "/namespaces/" + c.Temporal.Namespace + "/workflows/" + workflowID
+	page := c.Temporal.UI + "/namespaces/" + url.PathEscape(c.Temporal.Namespace) + "/workflows/" + url.PathEscape(workflowID)
+	if runID != "" {
+		page += "/" + url.PathEscape(runID) + "/user-metadata"
+	}
+	return page
+}
+
+// runIDOf is the run id of a workflow's newest run ("" when Temporal
+// cannot say: the link then opens the workflow's page).
+func runIDOf(ctx context.Context, tc client.Client, workflowID string) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	d, err := tc.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		return ""
+	}
+	return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 }

@@ -309,12 +309,12 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 				st = s
 			}
 			if desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-				return fmt.Errorf("migration %s ended %s (%s): see %s", plan.Request.ID, statusText(desc.WorkflowExecutionInfo.Status), st.Error, cfg.uiLink(wfID))
+				return fmt.Errorf("migration %s ended %s (%s): see %s", plan.Request.ID, statusText(desc.WorkflowExecutionInfo.Status), st.Error, cfg.uiLink(wfID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()))
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("migration %s did not end within --timeout %s: see %s", plan.Request.ID, o.timeout, cfg.uiLink(wfID))
+			return fmt.Errorf("migration %s did not end within --timeout %s: see %s", plan.Request.ID, o.timeout, cfg.uiLink(wfID, runIDOf(ctx, tc, wfID)))
 		}
 	}
 	migrationTime := time.Since(t0)

@@ -685,7 +685,7 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 		return fmt.Errorf("start migration %s: %w", req.ID, err)
 	}
 	out := cmd.OutOrStdout()
-	link := cfg.uiLink(wfID)
+	link := cfg.uiLink(wfID, run.GetRunID())
 	if asJSON {
 		return topoWriteJSON(out, struct {
 			ID         string  `json:"id"`

@@ -206,8 +206,8 @@ func TestStartMigration(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("add-node: exit %d\n%s", code, out)
 	}
-	link := c.ui + "/namespaces/reshard/workflows/reshard-add-one"
-	if !strings.Contains(out, "workflow  reshard-add-one") || !strings.Contains(out, link) {
+	link := c.ui + "/namespaces/reshard/workflows/reshard-add-one/"
+	if !strings.Contains(out, "workflow  reshard-add-one") || !strings.Contains(out, link) || !strings.Contains(out, "/user-metadata\n") {
 		t.Errorf("add-node output lacks the workflow id or %s:\n%s", link, out)
 	}
 	d, err := c.tc.DescribeWorkflow(ctx, "reshard-add-one", "")

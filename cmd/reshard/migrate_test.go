@@ -218,8 +218,13 @@ func TestValidateConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.password != "from-file" || c.Temporal.Namespace != devenv.Namespace || c.uiLink("reshard-x") != "http://127.0.0.1:8233/namespaces/reshard/workflows/reshard-x" {
-		t.Errorf("password %q (want from-file), namespace %q, link %q", c.password, c.Temporal.Namespace, c.uiLink("reshard-x"))
+	if c.password != "from-file" || c.Temporal.Namespace != devenv.Namespace || c.uiLink("reshard-x", "") != "http://127.0.0.1:8233/namespaces/reshard/workflows/reshard-x" {
+		t.Errorf("password %q (want from-file), namespace %q, link %q", c.password, c.Temporal.Namespace, c.uiLink("reshard-x", ""))
+	}
+	// With the run id: the User Metadata tab, where the progress is (a
+	// Move's id has a "/").
+	if got, want := c.uiLink("reshard-x/x_m1", "01a2-b3"), "http://127.0.0.1:8233/namespaces/reshard/workflows/reshard-x%2Fx_m1/01a2-b3/user-metadata"; got != want {
+		t.Errorf("link %q, want %q", got, want)
 	}
 	if got := strings.Join(c.ShardNames(), ","); got != "shard1,shard2" {
 		t.Errorf("shard names %s", got)

@@ -71,6 +71,7 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 			}
 			wfID := workflows.MigrationWorkflowID(id)
 			out := cmd.OutOrStdout()
+			link := cfg.uiLink(wfID, runIDOf(ctx, tc, wfID))
 			if !watch {
 				// A query nobody can answer waits its whole --timeout: ask
 				// first whether a worker runs.
@@ -88,11 +89,11 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 					return err
 				}
 				if asJSON {
-					if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: cfg.uiLink(wfID), State: st, Pending: pending, NextSteps: nextSteps(id, st)}); err != nil {
+					if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, UI: link, State: st, Pending: pending, NextSteps: nextSteps(id, st)}); err != nil {
 						return err
 					}
 				} else {
-					printMigrationStatus(out, id, cfg.uiLink(wfID), st, time.Now())
+					printMigrationStatus(out, id, link, st, time.Now())
 					printPending(out, pending, time.Now())
 					printNextSteps(out, nextSteps(id, st))
 					if perr != nil {
@@ -101,7 +102,7 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 				}
 				return endedBadly(id, st)
 			}
-			return watchStatus(ctx, out, tc, id, cfg.uiLink(wfID), interval, timeout, asJSON)
+			return watchStatus(ctx, out, tc, id, link, interval, timeout, asJSON)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
