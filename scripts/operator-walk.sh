@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The operator walk of issue #15, run for real against a local cluster of its own: a migration
-# started with no worker, an action refused with no worker, throttle, the approval wait, approve,
-# GRACE, a rollback, the status of the rolled-back migration and the list. Every command is echoed
-# with its exit code, as an operator would see it.
+# The operator walk of issues #15 and #33, run for real against a local cluster of its own: a
+# migration started with no worker, an action refused with no worker, throttle, the verify's
+# progress bar and ETA, the approval wait, approve, GRACE with the current topology version (and
+# topology check meanwhile), a rollback, the header of the rolled-back migration and the list. Every
+# command is echoed with its exit code, as an operator would see it; status ends with its "next:"
+# line, and --json carries the same commands as next_steps.
 #
 #   scripts/operator-walk.sh [reshard-binary]      (default bin/reshard: make build)
 set -uo pipefail
@@ -40,7 +42,7 @@ python3 -c 'print("id,name"); [print(f"{i},user {i}") for i in range(1, 30001)]'
 quiet load --config "$cfg" --table users --file "$state/users.csv"
 
 echo "# 1. A migration started while no worker runs, then an action with no worker"
-say add-node shard3 --id walk --rows-per-sec 300 --require-approval --grace 20s
+say add-node shard3 --id walk --rows-per-sec 300 --require-approval --grace 20s --verify-chunk-rows 1000
 say pause walk --timeout 5s
 
 echo; echo "# 2. A worker starts; throttle; status shows the new limit and the live copy"
@@ -52,17 +54,30 @@ say throttle walk --rows-per-sec 5000
 sleep 2
 say status walk
 
-echo; echo "# 3. The approval wait is its own state, then approve, then GRACE with its end"
+echo; echo "# 3. Verify has a progress bar, rows compared, chunks and an ETA (slowed to be seen)"
+wait_for CDC_CATCH_UP status walk
+say throttle walk --rows-per-sec 400
+wait_for "rows compared" status walk
+say status walk
+sleep 5
+say status walk
+say throttle walk --rows-per-sec 5000
+
+echo; echo "# 4. The approval wait is its own state (next: approve or rollback, in --json too), then approve,"
+echo "#    then GRACE with the topology version now current, and topology check meanwhile"
 wait_for "waiting for approval" status walk
 say status walk
-say approve walk
+printf '\n$ reshard status walk --json | next_steps\n'
+"$bin" status walk --config "$cfg" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["next_steps"])'
+say approve walk --json
 wait_for GRACE status walk
 say status walk
+say topology check
 say complete walk
 wait_for "ended: DONE" status walk --watch --interval 1s
 say status walk
 
-echo; echo "# 4. A rollback during the copy, the status of the rolled-back migration, the list"
+echo; echo "# 5. A rollback during the copy, the header of the rolled-back migration, the list"
 say remove-node shard3 --id walk2 --rows-per-sec 200
 wait_for SNAPSHOT_COPY status walk2
 say rollback walk2
