@@ -496,14 +496,15 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 	if est <= 0 {
 		est = in.Move.Spec.EstRows
 	}
-	meter := newVerifyMeter(est)
 	// Adaptive: starts slow (verify reads faster than the copy writes, its
 	// rate is not the copy's) against the copy's baselines.
 	th := backfill.NewThrottle(in.RowsPerSec, 0)
+	meter := newVerifyMeter(est, func() float64 { r, _ := th.InForce(); return r })
 	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, in.Baseline, false, th, s.src, s.dst, "")
 	defer a.follow(ctx, workflows.Throttle{RowsPerSec: in.RowsPerSec, Adaptive: in.Adaptive}, th, true, ad)()
-	// A throttled chunk may take longer than the heartbeat timeout.
-	stop := keepBeating(ctx, 5*time.Second, func() any {
+	// Every second, as the copy: status's ETA is the heartbeat's end, and
+	// a throttled chunk may take longer than the heartbeat timeout.
+	stop := keepBeating(ctx, time.Second, func() any {
 		if w := waiting.Load(); w != nil {
 			return map[string]string{workflows.HeartbeatWaiting: *w}
 		}

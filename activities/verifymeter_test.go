@@ -13,7 +13,8 @@ import (
 // chunks an earlier attempt verified counted as done but not in the rate.
 func TestVerifyMeter(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
-	v := newVerifyMeter(12000)
+	limit := 0.0
+	v := newVerifyMeter(12000, func() float64 { return limit })
 	hb := v.heartbeat(t0)
 	if hb[workflows.HeartbeatVerifyChunks] != 0 || hb[workflows.HeartbeatVerifyEndMillis] != -1 || hb[workflows.HeartbeatVerifyEstRows] != 12000 {
 		t.Fatalf("before the plan: %v", hb)
@@ -40,6 +41,13 @@ func TestVerifyMeter(t *testing.T) {
 		hb[workflows.HeartbeatVerifyEndMillis] != t0.Add(10*time.Second).UnixMilli() {
 		t.Errorf("past the estimate: %v", hb)
 	}
+	// A throttle below the measured rate bounds it: 400 rows/s with the
+	// estimate raised to 20000 leaves 6000 rows, 15 s.
+	limit, v.est = 400, 20000
+	if hb = v.heartbeat(t0.Add(8 * time.Second)); hb[workflows.HeartbeatVerifyEndMillis] != t0.Add(23*time.Second).UnixMilli() {
+		t.Errorf("under a 400 rows/s throttle: end %d, want %d", hb[workflows.HeartbeatVerifyEndMillis], t0.Add(23*time.Second).UnixMilli())
+	}
+	limit, v.est = 0, 12000
 	v.chunk(verify.ChunkReport{Rows: 1})
 	if hb = v.heartbeat(t0.Add(9 * time.Second)); hb[workflows.HeartbeatVerifyEndMillis] != t0.Add(9*time.Second).UnixMilli() {
 		t.Errorf("every chunk done: end %d, want now", hb[workflows.HeartbeatVerifyEndMillis])
