@@ -390,6 +390,13 @@ func (r *migrationRun) startMove(ctx workflow.Context, plan PlanResult, i int) {
 			if r.approved {
 				r.signal(ctx, i, MoveControl{Op: UpdateApprove})
 			}
+			// A rollback accepted while this child was starting was relayed
+			// to the moves already started only: this one copied, cut over
+			// and sat in GRACE ('rolling back 1 moves' of 2, in the operator
+			// walk). Versioned: the signal is a new command.
+			if r.rollbackAsked && workflow.GetVersion(ctx, "relay-rollback-to-starting-moves", workflow.DefaultVersion, 1) >= 1 {
+				r.signal(ctx, i, MoveControl{Op: UpdateRollback})
+			}
 		})
 	}
 }
