@@ -778,7 +778,11 @@ func awaitsApproval(m MoveState) bool {
 	return !m.Stopped && ((m.Phase == PhaseVerify && m.Verify != nil && m.Verify.Passed) || m.Phase == PhaseCutover)
 }
 func canRollBack(m MoveState) bool { return m.Phase.CanRollBack() }
-func stopped(m MoveState) bool     { return m.Stopped && !m.Phase.Terminal() }
+
+// rollbackTakes: a move a rollback reaches — one that can roll back, or one
+// in PLAN (started, its preflight running, or about to start).
+func rollbackTakes(m MoveState) bool { return canRollBack(m) || m.Phase == PhasePlan }
+func stopped(m MoveState) bool       { return m.Stopped && !m.Phase.Terminal() }
 
 // handlers registers the operator Updates. Validators reject what makes no
 // sense in the current phase, with the phases in the message.
@@ -853,13 +857,17 @@ func (r *migrationRun) handlers(ctx workflow.Context) error {
 			if err := terminal(); err != nil {
 				return err
 			}
-			if !r.any(canRollBack) {
+			if !r.any(rollbackTakes) {
 				return fmt.Errorf("no move can be rolled back now (rollback is possible until GRACE ends; after CLEANUP it is a new migration); %s", r.phases())
 			}
 			return nil
 		}, func(ctx workflow.Context) (string, error) {
 			r.rollbackAsked = true // moves still queued for a slot are not started
-			n, err := r.relay(ctx, MoveControl{Op: UpdateRollback}, canRollBack)
+			accept := canRollBack
+			if workflow.GetVersion(ctx, versionRollbackInPlan, workflow.DefaultVersion, 1) >= 1 {
+				accept = rollbackTakes // a move in PLAN too: it went on to copy and cut over
+			}
+			n, err := r.relay(ctx, MoveControl{Op: UpdateRollback}, accept)
 			return fmt.Sprintf("rolling back %d moves", n), err
 		}},
 		{UpdateComplete, func() error {

@@ -158,6 +158,10 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 	return m.state, nil
 }
 
+// versionRollbackInPlan marks the runs in which a rollback reaches a move
+// still in PLAN (the migration relays it, the move takes it).
+const versionRollbackInPlan = "rollback-in-plan"
+
 // versionCancelRollsBack marks the runs in which a cancellation of the
 // workflow rolls the move (or the migration) back; before it a cancel
 // ended the workflow FAILED with everything left in place.
@@ -208,7 +212,12 @@ func (m *moveRun) control(ctx workflow.Context, c MoveControl) {
 	case UpdateApprove:
 		m.approved = true
 	case UpdateRollback:
-		if m.state.Phase.CanRollBack() {
+		// In PLAN (its preflight running) too: join sees it and rolls back
+		// before anything is created; before the version a rollback that
+		// came in PLAN was dropped and the move went on to copy and cut
+		// over.
+		if m.state.Phase.CanRollBack() ||
+			m.state.Phase == PhasePlan && workflow.GetVersion(ctx, versionRollbackInPlan, workflow.DefaultVersion, 1) >= 1 {
 			m.rollbackAsked = true
 		}
 	case UpdateComplete:

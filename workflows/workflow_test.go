@@ -947,3 +947,39 @@ func TestHeadlineIsCurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestRollbackReachesMovesInPlan: a rollback while the moves are in PLAN
+// (their preflight running) rolls them back: it was refused ("no move can
+// be rolled back now") when every move was in PLAN, and with one move past
+// PLAN the other was not relayed to, took no rollback, and went on to copy
+// and cut over (the operator walk's 'rolling back 1 moves' of 2).
+func TestRollbackReachesMovesInPlan(t *testing.T) {
+	env, f := newEnv(t)
+	env.OnActivity(ActivityPreflightMove, mock.Anything, mock.Anything).After(time.Minute).Return(
+		func(ctx context.Context, in MoveRef) error { f.record(ActivityPreflightMove, in); return nil })
+	var err error
+	var done bool
+	var inPlan MigrationState
+	env.RegisterDelayedCallback(func() {
+		inPlan = queryState(t, env)
+		update(env, UpdateRollback, &err, &done)
+	}, 30*time.Second)
+	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
+	st := result[MigrationState](t, env)
+	for _, m := range inPlan.Moves {
+		if m.Phase != PhasePlan {
+			t.Fatalf("at the rollback, move %s is in %s, want PLAN", m.Spec.ID, m.Phase)
+		}
+	}
+	if !done || err != nil || st.Phase != PhaseRolledBack {
+		t.Fatalf("rollback in PLAN: %v %v, migration %s", done, err, st.Phase)
+	}
+	for _, m := range st.Moves {
+		if m.Phase != PhaseRolledBack {
+			t.Errorf("move %s ended %s through %v, want ROLLED_BACK", m.Spec.ID, m.Phase, phasesOf(m))
+		}
+	}
+	if n := f.count(ActivityCopySlice+"/t_m1") + f.count(ActivityCopySlice+"/t_m2"); n != 0 {
+		t.Errorf("%d copy slices ran after the rollback", n)
+	}
+}
