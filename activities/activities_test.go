@@ -104,30 +104,6 @@ func TestResolverKeepsThePasswordOut(t *testing.T) {
 	}
 }
 
-func TestGroupMovesOnePerPair(t *testing.T) {
-	moves := []ring.Move{
-		{Range: ring.Range{Lo: 0, Hi: 10}, From: "a", To: "e"},
-		{Range: ring.Range{Lo: 20, Hi: 30}, From: "b", To: "e"},
-		{Range: ring.Range{Lo: 40, Hi: 50}, From: "a", To: "e"},
-	}
-	specs := groupMoves("Mig-2026/11", moves)
-	if len(specs) != 2 || specs[0].Source != "a" || len(specs[0].Ranges) != 2 || specs[1].Source != "b" {
-		t.Fatalf("specs %+v", specs)
-	}
-	for _, s := range specs {
-		if _, err := cdc.ReverseNamesFor(s.ID); err != nil {
-			t.Fatalf("move id %q: %v", s.ID, err)
-		}
-	}
-	if specs[0].ID != "mig_2026_11_m1" {
-		t.Fatalf("id %q", specs[0].ID)
-	}
-	long := groupMoves(strings.Repeat("x", 80), moves)
-	if _, err := cdc.ReverseNamesFor(long[1].ID); err != nil || long[0].ID == long[1].ID {
-		t.Fatalf("long ids %q %q: %v", long[0].ID, long[1].ID, err)
-	}
-}
-
 // A live chunk-size change (reshard throttle --copy-chunk-rows) wins over
 // the migration's setting; 0 keeps the setting.
 func TestCopyChunkRows(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/capacity"
-	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -37,16 +37,6 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 	if err != nil {
 		return workflows.PlanResult{}, err
 	}
-	cur, err := store.Current(ctx)
-	if errors.Is(err, topology.ErrNoTopology) {
-		return workflows.PlanResult{}, badInput("no topology is published yet: publish the initial ring first (reshard init)")
-	}
-	if err != nil {
-		return workflows.PlanResult{}, fmt.Errorf("read the current topology: %w", err)
-	}
-	if m := cur.Migrating(); len(m) > 0 {
-		return workflows.PlanResult{}, badInput("topology v%d has %d ranges migrating (migration %q): wait for it to end before planning another (if its workflow has ended, reshard recover %s)", cur.Version, len(m), cur.MigrationID, cur.MigrationID)
-	}
 	// Every migration moves every table of its keyspace (a cluster set up
 	// before keyspaces has none registered: its tables are the request's).
 	if k, err := store.ResolveKeyspace(ctx, store.Keyspace()); err == nil {
@@ -56,47 +46,44 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 	} else if !errors.Is(err, topology.ErrNoKeyspace) {
 		return workflows.PlanResult{}, fmt.Errorf("read the keyspace: %w", err)
 	}
-	nr, moves, err := planRing(ctx, store, cur.Ring, req)
+	c, err := req.Change()
 	if err != nil {
-		return workflows.PlanResult{}, err
+		return workflows.PlanResult{}, badInput("%v", err)
 	}
-	if len(moves) == 0 {
-		return workflows.PlanResult{}, badInput("the plan moves nothing: the ring already looks like that")
+	p, err := plan.Make(ctx, store, plan.Request{Migration: req.ID, Change: c})
+	if err != nil {
+		return workflows.PlanResult{}, planErr(err)
 	}
 	if !req.DryRun {
 		// Computed once, here; every later step reads it.
-		if err := store.SavePlan(ctx, topology.Plan{MigrationID: req.ID, FromVersion: cur.Version, Before: cur.Ring, After: nr, Moves: moves, Weights: planWeights(nr, req)}); err != nil {
+		if err := store.SavePlan(ctx, p.Stored()); err != nil {
 			return workflows.PlanResult{}, badInput("%v", err)
 		}
 	}
-	specs := groupMoves(req.ID, moves)
-	res := workflows.PlanResult{FromVersion: cur.Version, MovedFraction: ring.MovedFraction(moves)}
+	rep, err := plan.Preflight(ctx, a.pools.shard, req.Tables, p.Grouped, plan.Throttle{RowsPerSec: req.Throttle.RowsPerSec, BytesPerSec: req.Throttle.BytesPerSec})
+	if err != nil {
+		return workflows.PlanResult{}, err
+	}
+	res := workflows.PlanResult{FromVersion: p.From.Version, MovedFraction: p.Moved, EstRows: rep.Rows, EstBytes: rep.Bytes, ETA: rep.ETA}
 	var (
 		problems []string
 		capIn    []capacity.MoveInput
 	)
-	for i := range specs {
-		sp := &specs[i]
-		rep, err := a.preflight(ctx, req.Tables, *sp)
-		if err != nil && len(rep.Problems) == 0 {
-			return workflows.PlanResult{}, err
+	for _, mr := range rep.Moves {
+		m := mr.Move
+		for _, pb := range mr.Problems {
+			problems = append(problems, fmt.Sprintf("move %s (%s → %s): %s", m.ID, m.From, m.To, pb.Error()))
 		}
-		for _, p := range rep.Problems {
-			problems = append(problems, fmt.Sprintf("move %s (%s → %s): %s", sp.ID, sp.Source, sp.Target, p.Error()))
+		for _, w := range mr.Warnings {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("move %s: %v", m.ID, w))
 		}
-		for _, w := range rep.Warnings {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("move %s: %v", sp.ID, w))
-		}
-		capIn = append(capIn, capacityInput(*sp, rep))
-		sp.EstRows, sp.EstBytes, sp.EstTables = rep.Rows(), rep.Bytes(), tableEstimates(rep.Estimates)
-		res.EstRows += sp.EstRows
-		res.EstBytes += sp.EstBytes
-		if eta := rep.ETA(req.Throttle.RowsPerSec, req.Throttle.BytesPerSec); eta > res.ETA {
-			res.ETA = eta // moves copy in parallel
-		}
+		sp := workflows.MoveSpec{ID: m.ID, Source: m.From, Target: m.To, Ranges: m.Ranges,
+			EstRows: mr.Rows(), EstBytes: mr.Bytes(), EstTables: tableEstimates(mr.Estimates)}
+		res.Moves = append(res.Moves, sp)
+		capIn = append(capIn, capacityInput(sp, mr.Report))
 	}
 	if len(problems) == 0 { // capacity: what the moves will cost, and what cannot fit
-		crep, err := a.predict(ctx, req, specs, capIn)
+		crep, err := a.predict(ctx, req, res.Moves, capIn)
 		if err != nil {
 			return workflows.PlanResult{}, err
 		}
@@ -114,41 +101,41 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 			fmt.Sprintf("preflight found %d problems; nothing was changed:\n  %s", len(problems), strings.Join(problems, "\n  ")),
 			workflows.ErrTypePreflight, nil)
 	}
-	res.Moves = specs
 	return res, nil
+}
+
+// planErr makes the plan's refusals bad input; a database error stays
+// retryable.
+func planErr(err error) error {
+	var in *plan.InputError
+	if errors.As(err, &in) {
+		return badInput("%v", err)
+	}
+	return err
 }
 
 // PreflightMove re-runs the PLAN checks of one move (its child workflow's
 // PLAN phase): the servers may have changed since the migration was planned.
 func (a *Activities) PreflightMove(ctx context.Context, m workflows.MoveRef) error {
 	defer keepBeating(ctx, 5*time.Second, func() any { return "preflight" })()
-	rep, err := a.preflight(ctx, m.Tables, m.Spec)
-	if err != nil && len(rep.Problems) > 0 {
-		var msgs []string
-		for _, p := range rep.Problems {
-			msgs = append(msgs, p.Error())
-		}
+	mv := topology.PlannedMove{ID: m.Spec.ID, From: m.Spec.Source, To: m.Spec.Target, Ranges: m.Spec.Ranges}
+	rep, err := plan.Preflight(ctx, a.pools.shard, m.Tables, []topology.PlannedMove{mv}, plan.Throttle{})
+	if err != nil {
+		return classify(err)
+	}
+	var msgs []string
+	for _, p := range rep.Moves[0].Problems {
+		msgs = append(msgs, p.Error())
+	}
+	if len(msgs) > 0 {
 		return temporal.NewNonRetryableApplicationError("preflight of move "+m.Spec.ID+" failed; nothing was changed:\n  "+strings.Join(msgs, "\n  "),
 			workflows.ErrTypePreflight, nil)
 	}
-	return classify(err)
+	return nil
 }
 
-func (a *Activities) preflight(ctx context.Context, spec tableset.Spec, mv workflows.MoveSpec) (tableset.Report, error) {
-	src, err := a.pools.shard(ctx, mv.Source)
-	if err != nil {
-		return tableset.Report{}, err
-	}
-	dst, err := a.pools.shard(ctx, mv.Target)
-	if err != nil {
-		return tableset.Report{}, err
-	}
-	return tableset.Preflight(ctx, src, dst, spec, tableset.PreflightOptions{
-		SourceName: "source " + mv.Source, TargetName: "target " + mv.Target, TargetShard: mv.Target, Ranges: mv.Ranges,
-		CatchUpSlots: cdc.CatchUpSlots,
-	})
-}
-
+// checkRequest refuses a request the worker cannot plan: no id, no tables,
+// or what workflows.MigrationRequest.Validate refuses (the CLI's check).
 func checkRequest(req workflows.MigrationRequest) error {
 	if req.ID == "" {
 		return badInput("the migration has no id")
@@ -156,65 +143,10 @@ func checkRequest(req workflows.MigrationRequest) error {
 	if len(req.Tables.Tables) == 0 {
 		return badInput("the migration names no tables: give the table set (tables and their shard-key columns)")
 	}
-	switch req.Kind {
-	case workflows.KindAddNode, workflows.KindRemoveNode:
-		if req.Shard == "" {
-			return badInput("%s needs the shard", req.Kind)
-		}
-	case workflows.KindSplit:
-		if req.Shard == "" || req.Into == "" {
-			return badInput("split needs the shard to split and the new shard (into)")
-		}
-	case workflows.KindMove:
-		if req.Range == nil || req.To == "" {
-			return badInput("move needs a range and a target shard")
-		}
-	case workflows.KindRebalance:
-		if len(req.Add) == 0 && len(req.Remove) == 0 && len(req.Weights) == 0 {
-			return badInput("rebalance needs shards to add, shards to remove or new weights")
-		}
-	default:
-		return badInput("unknown migration kind %q (add-node, split, remove-node, move, rebalance)", req.Kind)
+	if err := req.Validate(); err != nil {
+		return badInput("%v", err)
 	}
 	return nil
-}
-
-// planRing computes the migration's new ring from old with the one planner
-// (ring.PlanChange) and the shard registry's weights. Only Plan calls it
-// (and storedPlan, for a migration started before plans were stored): the
-// plan is stored and every later step reads it.
-func planRing(ctx context.Context, store *topology.Store, old *ring.Ring, req workflows.MigrationRequest) (*ring.Ring, []ring.Move, error) {
-	shards, err := store.Shards(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read the shard registry: %w", err)
-	}
-	var reg []ring.Shard
-	for _, sh := range shards {
-		reg = append(reg, ring.Shard{Name: sh.Name, Weight: sh.Weight, Domain: sh.FailureDomain})
-	}
-	c, err := change(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	nr, moves, err := ring.PlanChange(old, reg, c)
-	if err != nil {
-		return nil, nil, badInput("plan %s: %v", req.Kind, err)
-	}
-	return nr, moves, nil
-}
-
-// change is the request as the planner sees it.
-func change(req workflows.MigrationRequest) (ring.Change, error) {
-	c := ring.Change{Kind: string(req.Kind), Shard: req.Shard, Into: req.Into, Range: req.Range, To: req.To,
-		Add: req.Add, Remove: req.Remove, Weights: req.Weights, Opts: ring.Options{VNodes: req.VNodes}}
-	if req.Tokens != "" {
-		alloc, err := ring.ParseAllocation(req.Tokens)
-		if err != nil {
-			return c, badInput("%v", err)
-		}
-		c.Opts.Tokens = alloc
-	}
-	return c, nil
 }
 
 // storedPlan reads the migration's stored plan. A migration started before
@@ -229,28 +161,20 @@ func storedPlan(ctx context.Context, store *topology.Store, id string, fromVersi
 	if err != nil {
 		return p, fmt.Errorf("load topology v%d: %w", fromVersion, err)
 	}
-	nr, moves, err := planRing(ctx, store, from.Ring, req)
+	reg, err := plan.Registry(ctx, store)
 	if err != nil {
 		return p, err
 	}
-	p = topology.Plan{MigrationID: id, FromVersion: fromVersion, Before: from.Ring, After: nr, Moves: moves, Weights: planWeights(nr, req)}
+	c, err := req.Change()
+	if err != nil {
+		return p, badInput("%v", err)
+	}
+	computed, err := plan.Compute(from, reg, plan.Request{Migration: id, Change: c})
+	if err != nil {
+		return p, planErr(err)
+	}
+	p = computed.Stored()
 	return p, store.SavePlan(ctx, p)
-}
-
-// planWeights are the weights the request sets, as the planned ring after
-// has them (ring.PlanChange): what the migration's end writes to the
-// registry. nil when it sets none.
-func planWeights(after *ring.Ring, req workflows.MigrationRequest) map[string]float64 {
-	if len(req.Weights) == 0 {
-		return nil
-	}
-	out := make(map[string]float64, len(req.Weights))
-	for name := range req.Weights {
-		if after.HasShard(name) {
-			out[name] = after.Spec(name).Weight
-		}
-	}
-	return out
 }
 
 // tableEstimates sums a move's estimates by table, in the order met.
@@ -268,17 +192,6 @@ func tableEstimates(es []tableset.Estimate) []workflows.TableEstimate {
 		out[i].Bytes += e.Bytes
 	}
 	return out
-}
-
-// groupMoves makes one MoveSpec per (source, target) pair, in the order the
-// pairs first appear in token order (topology.GroupMoves: recover derives
-// the same moves from the stored plan).
-func groupMoves(migration string, moves []ring.Move) []workflows.MoveSpec {
-	var specs []workflows.MoveSpec
-	for _, m := range topology.GroupMoves(migration, moves) {
-		specs = append(specs, workflows.MoveSpec{ID: m.ID, Source: m.From, Target: m.To, Ranges: m.Ranges})
-	}
-	return specs
 }
 
 // store is the topology store of keyspace ks ("" the default one).

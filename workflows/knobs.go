@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/reshard/reshard/ring"
 )
 
 // The defaults of a migration's settings, each written once. The CLI's flag
@@ -58,9 +60,13 @@ func (r MigrationRequest) WithDefaults() MigrationRequest {
 	return r
 }
 
-// Validate checks the settings (zero means the default); errors name the
-// CLI flag that sets the value.
+// Validate checks the request's kind and what it names, and the settings
+// (zero means the default); errors name the CLI flag that sets the value.
+// The CLI runs it before anything starts and the PLAN activity again.
 func (r MigrationRequest) Validate() error {
+	if err := r.validateKind(); err != nil {
+		return err
+	}
 	switch {
 	case r.VNodes < 0 || r.VNodes > 4096:
 		return fmt.Errorf("--vnodes %d: want 1 to 4096", r.VNodes)
@@ -115,4 +121,45 @@ func (a *AdaptiveThrottle) Validate() error {
 		return fmt.Errorf("--probe-query without a limit to watch: give --max-source-latency-increase or --max-probe-latency")
 	}
 	return nil
+}
+
+// validateKind checks that the request names what its kind needs.
+func (r MigrationRequest) validateKind() error {
+	switch r.Kind {
+	case KindAddNode, KindRemoveNode:
+		if r.Shard == "" {
+			return fmt.Errorf("%s needs the shard", r.Kind)
+		}
+	case KindSplit:
+		if r.Shard == "" || r.Into == "" {
+			return fmt.Errorf("split needs the shard to split and the new shard (--into)")
+		}
+	case KindMove:
+		if r.Range == nil || r.To == "" {
+			return fmt.Errorf("move needs --range and --to")
+		}
+	case KindRebalance:
+		if len(r.Add) == 0 && len(r.Remove) == 0 && len(r.Weights) == 0 {
+			return fmt.Errorf("rebalance needs --add shards, --remove shards or --weight shard=w")
+		}
+	default:
+		return fmt.Errorf("unknown migration kind %q (add-node, split, remove-node, move, rebalance)", r.Kind)
+	}
+	return nil
+}
+
+// Change is the request as the ring's planner sees it (ring.PlanChange),
+// its token allocation parsed (ring.ParseAllocation; "" the planner's
+// default).
+func (r MigrationRequest) Change() (ring.Change, error) {
+	c := ring.Change{Kind: string(r.Kind), Shard: r.Shard, Into: r.Into, Range: r.Range, To: r.To,
+		Add: r.Add, Remove: r.Remove, Weights: r.Weights, Opts: ring.Options{VNodes: r.VNodes}}
+	if r.Tokens != "" {
+		alloc, err := ring.ParseAllocation(r.Tokens)
+		if err != nil {
+			return c, fmt.Errorf("--tokens: %w", err)
+		}
+		c.Opts.Tokens = alloc
+	}
+	return c, nil
 }

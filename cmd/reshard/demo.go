@@ -25,6 +25,7 @@ import (
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/demo"
 	"github.com/reshard/reshard/internal/ledger"
+	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -262,20 +263,20 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	if req.Keyspace, req.Tables, _, err = migrationKeyspace(ctx, store, topology.DefaultKeyspace, req.Tables); err != nil {
 		return err
 	}
-	reg, err := registryShards(ctx, store)
+	reg, err := plan.Registry(ctx, store)
 	if err != nil {
-		return err
+		return controlErr(err)
 	}
-	plan, err := planMigration(cfg, topo, reg, req)
+	p, err := planMigration(cfg, topo, reg, req)
 	if err != nil {
 		return err
 	}
 	startCmd := &cobra.Command{}
 	startCmd.SetOut(out)
-	if err := startMigration(ctx, startCmd, opts, cfg, plan, false); err != nil {
+	if err := startMigration(ctx, startCmd, opts, cfg, p, false); err != nil {
 		return err
 	}
-	wfID := workflows.MigrationWorkflowID(plan.Request.ID)
+	wfID := workflows.MigrationWorkflowID(p.Request.ID)
 
 	// 7. Follow it to the end.
 	deadline := time.Now().Add(o.timeout)
@@ -309,12 +310,12 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 				st = s
 			}
 			if desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-				return fmt.Errorf("migration %s ended %s (%s): see %s", plan.Request.ID, statusText(desc.WorkflowExecutionInfo.Status), st.Error, cfg.uiLink(wfID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()))
+				return fmt.Errorf("migration %s ended %s (%s): see %s", p.Request.ID, statusText(desc.WorkflowExecutionInfo.Status), st.Error, cfg.uiLink(wfID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()))
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("migration %s did not end within --timeout %s: see %s", plan.Request.ID, o.timeout, cfg.uiLink(wfID, runIDOf(ctx, tc, wfID)))
+			return fmt.Errorf("migration %s did not end within --timeout %s: see %s", p.Request.ID, o.timeout, cfg.uiLink(wfID, runIDOf(ctx, tc, wfID)))
 		}
 	}
 	migrationTime := time.Since(t0)
@@ -334,7 +335,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 		return err
 	}
 	sum := demoSummary{
-		State: st, Plan: plan, Final: final, Stats: stats, Mismatches: mismatches, Placement: place, PeakLag: peakLag,
+		State: st, Plan: p, Final: final, Stats: stats, Mismatches: mismatches, Placement: place, PeakLag: peakLag,
 		Rows: rows, Elapsed: migrationTime, Ledger: len(keys), ETAs: etas,
 	}
 	sum.print(out)

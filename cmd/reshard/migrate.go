@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/capacity"
+	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -256,190 +257,68 @@ func newMigrationID(kind workflows.Kind) string {
 }
 
 // movePair is the ranges going from one source to one target: one Move
-// workflow, one slot on the source.
+// workflow, one slot on the source. ID is the move's id (none in a dry run,
+// which names nothing).
 type movePair struct {
+	ID       string       `json:"id,omitempty"`
 	Source   string       `json:"source"`
 	Target   string       `json:"target"`
 	Ranges   []ring.Range `json:"ranges"`
 	Fraction float64      `json:"fraction"`
 }
 
-// migrationPlan is what a request does to the current topology.
+// migrationPlan is what a request does to the current topology: the plan
+// the worker's PLAN stores (plan.Compute), and its moves as pairs.
 type migrationPlan struct {
 	Request workflows.MigrationRequest
-	From    topology.Topology
-	Next    *ring.Ring
-	Moves   []ring.Move
-	Pairs   []movePair
-	// Moved is the moved fraction of the token space; Modulo what hash-mod-N
-	// placement would move for the same change (0: not comparable); Ideal the
-	// least any placement must move.
-	Moved, Modulo, Ideal float64
-	// Steps is what a rebalance moves one shard at a time (ring.PlanSteps),
-	// in so many steps: the sequence of migrations it replaces.
-	Steps     int
-	StepMoved float64
+	plan.Plan
+	Pairs []movePair
 }
 
-// planMigration checks the request against the configuration and the current
-// topology and computes its moves with the one planner (ring.PlanChange, as
-// the workflow's Plan does) and the registry's weights reg. Errors are bad
-// input naming the fix.
+// planMigration checks the request against the configuration and computes
+// its plan on topology t with the registry's weights reg, as the worker's
+// PLAN does (plan.Compute). Errors are bad input naming the fix.
 func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, req workflows.MigrationRequest) (*migrationPlan, error) {
-	if m := t.Migrating(); len(m) > 0 {
-		id := t.MigrationID
-		if id == "" {
-			id = "(unknown)"
-		}
-		return nil, usageError{fmt.Errorf("topology v%d has %d range(s) migrating (migration %s): wait for it to finish or roll it back first (reshard rollback %s; if its workflow has ended, reshard recover %s)", t.Version, len(m), id, id, id)}
-	}
-	old := t.Ring
-	n := len(old.Shards())
-	configured := func(name, flag string) error {
-		if _, ok := cfg.Shards[name]; !ok {
-			return usageError{fmt.Errorf("%s %s is not in the configuration %s (shards: %s): add it there first (locally: %s)",
-				flag, name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), devUpHint(name, len(cfg.Shards)))}
-		}
-		return nil
-	}
-	inRing := func(name, flag string) error {
-		if !old.HasShard(name) {
-			return usageError{fmt.Errorf("%s %s: topology v%d has no shard %s (shards: %s)", flag, name, t.Version, name, strings.Join(old.Shards(), ", "))}
-		}
-		return nil
-	}
-	notInRing := func(name, flag string) error {
-		if old.HasShard(name) {
-			return usageError{fmt.Errorf("%s %s: topology v%d already has a shard %s; name a new shard", flag, name, t.Version, name)}
-		}
-		return nil
-	}
-	o := ring.Options{VNodes: req.VNodes, Tokens: ring.Allocation(req.Tokens)}
-	p := &migrationPlan{Request: req, From: t}
-	var err error
-	share := old.Share()
-	switch req.Kind {
-	case workflows.KindAddNode:
-		if err := notInRing(req.Shard, "add-node"); err != nil {
-			return nil, err
-		}
-		if err := configured(req.Shard, "add-node"); err != nil {
-			return nil, err
-		}
-		p.Modulo, p.Ideal = float64(n)/float64(n+1), 1/float64(n+1)
-	case workflows.KindSplit:
-		if err := inRing(req.Shard, "split"); err != nil {
-			return nil, err
-		}
-		if err := notInRing(req.Into, "--into"); err != nil {
-			return nil, err
-		}
-		if err := configured(req.Into, "--into"); err != nil {
-			return nil, err
-		}
-		p.Modulo, p.Ideal = float64(n)/float64(n+1), share[req.Shard]/2
-	case workflows.KindRemoveNode:
-		if err := inRing(req.Shard, "remove-node"); err != nil {
-			return nil, err
-		}
-		if n == 1 {
-			return nil, usageError{fmt.Errorf("remove-node %s: it is the only shard; the ring needs at least one", req.Shard)}
-		}
-		p.Modulo, p.Ideal = float64(n-1)/float64(n), share[req.Shard]
-	case workflows.KindMove:
-		if err := configured(req.To, "--to"); err != nil {
-			return nil, err
-		}
-	case workflows.KindRebalance:
-		for _, name := range req.Add {
-			if err := notInRing(name, "--add"); err != nil {
-				return nil, err
-			}
-			if err := configured(name, "--add"); err != nil {
-				return nil, err
-			}
-		}
-		for _, name := range req.Remove {
-			if err := inRing(name, "--remove"); err != nil {
-				return nil, err
-			}
-		}
-		for name := range req.Weights {
-			if !slices.Contains(req.Add, name) {
-				if err := inRing(name, "--weight"); err != nil {
-					return nil, err
-				}
-			}
-		}
-	default:
-		return nil, usageError{fmt.Errorf("unknown migration kind %q", req.Kind)}
-	}
-	c := ring.Change{Kind: string(req.Kind), Shard: req.Shard, Into: req.Into, Range: req.Range, To: req.To,
-		Add: req.Add, Remove: req.Remove, Weights: req.Weights, Opts: o}
-	p.Next, p.Moves, err = ring.PlanChange(old, reg, c)
+	c, err := req.Change()
 	if err != nil {
 		return nil, usageError{err}
 	}
-	if req.Kind == workflows.KindRebalance {
-		// The same change one shard at a time, on the same ring and weights.
-		withReg, err := ringWithRegistry(old, reg)
-		if err != nil {
+	pl, err := plan.Compute(t, reg, plan.Request{Migration: req.ID, Change: c})
+	if err != nil {
+		var in *plan.InputError
+		if errors.As(err, &in) {
 			return nil, usageError{err}
 		}
-		steps, err := ring.PlanSteps(withReg, c.Target(), o)
-		if err != nil {
-			return nil, usageError{err}
+		return nil, err
+	}
+	var named []string // the shards the request sends ranges to by name
+	switch req.Kind {
+	case workflows.KindAddNode:
+		named = []string{req.Shard}
+	case workflows.KindSplit:
+		named = []string{req.Into}
+	case workflows.KindMove:
+		named = []string{req.To}
+	case workflows.KindRebalance:
+		named = req.Add
+	}
+	for _, name := range named {
+		if _, ok := cfg.Shards[name]; !ok {
+			return nil, usageError{fmt.Errorf("%s %s is not in the configuration %s (shards: %s): add it there first (locally: %s)",
+				flagOf(req.Kind), name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), devUpHint(name, len(cfg.Shards)))}
 		}
-		p.Steps = len(steps)
-		for _, st := range steps {
-			p.StepMoved += ring.MovedFraction(st)
-		}
 	}
-	if len(p.Moves) == 0 {
-		return nil, usageError{errors.New("nothing to move: the ring already has that shape")}
+	p := &migrationPlan{Request: req, Plan: pl}
+	for _, m := range pl.Grouped {
+		p.Pairs = append(p.Pairs, movePair{ID: m.ID, Source: m.From, Target: m.To, Ranges: m.Ranges, Fraction: plan.Fraction(m)})
 	}
-	p.Moved = ring.MovedFraction(p.Moves)
-	if req.Kind == workflows.KindMove || req.Kind == workflows.KindRebalance {
-		p.Ideal = p.Moved // a rebalance moves the least possible (ring.PlanRebalance)
-	}
-	p.Pairs = pairMoves(p.Moves)
 	return p, nil
 }
 
-// registryShards are the registered shards' weights and domains, which the
-// planner applies.
-func registryShards(ctx context.Context, store *topology.Store) ([]ring.Shard, error) {
-	shards, err := store.Shards(ctx)
-	if err != nil {
-		return nil, controlErr(err)
-	}
-	var out []ring.Shard
-	for _, sh := range shards {
-		out = append(out, ring.Shard{Name: sh.Name, Weight: sh.Weight, Domain: sh.FailureDomain})
-	}
-	return out, nil
-}
-
-// pairMoves groups moves by (source, target), in order of first appearance
-// sorted by source then target.
-func pairMoves(moves []ring.Move) []movePair {
-	var pairs []movePair
-	for _, m := range moves {
-		i := slices.IndexFunc(pairs, func(p movePair) bool { return p.Source == m.From && p.Target == m.To })
-		if i < 0 {
-			pairs = append(pairs, movePair{Source: m.From, Target: m.To})
-			i = len(pairs) - 1
-		}
-		pairs[i].Ranges = append(pairs[i].Ranges, m.Range)
-		pairs[i].Fraction += m.Range.Width() / 18446744073709551616.0
-	}
-	slices.SortFunc(pairs, func(a, b movePair) int {
-		if c := strings.Compare(a.Source, b.Source); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Target, b.Target)
-	})
-	return pairs
+// flagOf names the argument or flag that names a new shard of kind.
+func flagOf(kind workflows.Kind) string {
+	return map[workflows.Kind]string{workflows.KindAddNode: "add-node", workflows.KindSplit: "--into",
+		workflows.KindMove: "--to", workflows.KindRebalance: "--add"}[kind]
 }
 
 // what says in a few words what the migration does.
@@ -453,18 +332,6 @@ func (p *migrationPlan) what() string {
 // rebalanceText is a rebalance's target, e.g. "add e,f; remove a; weight b=2".
 func rebalanceText(r workflows.MigrationRequest) string {
 	return ring.Change{Add: r.Add, Remove: r.Remove, Weights: r.Weights}.Target().String()
-}
-
-// ringWithRegistry is old with the registry's weights of its shards, as
-// ring.PlanChange applies them.
-func ringWithRegistry(old *ring.Ring, reg []ring.Shard) (*ring.Ring, error) {
-	var specs []ring.Shard
-	for _, s := range reg {
-		if old.HasShard(s.Name) {
-			specs = append(specs, s)
-		}
-	}
-	return old.WithShards(specs)
 }
 
 // summary is the one-line StaticSummary of the workflow.
@@ -482,7 +349,7 @@ func (p *migrationPlan) details() string {
 	r := p.Request
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %s (migration `%s`)\n\n", p.what(), r.ID)
-	fmt.Fprintf(&b, "From topology v%d: %d shard(s) → %d. Moves **%.2f%%** of the token space", p.From.Version, len(p.From.Ring.Shards()), len(p.Next.Shards()), 100*p.Moved)
+	fmt.Fprintf(&b, "From topology v%d: %d shard(s) → %d. Moves **%.2f%%** of the token space", p.From.Version, len(p.From.Ring.Shards()), len(p.After.Shards()), 100*p.Moved)
 	if p.Modulo > 0 {
 		fmt.Fprintf(&b, " (hash-mod-N would move %.2f%%; the least possible is %.2f%%)", 100*p.Modulo, 100*p.Ideal)
 	}
@@ -561,9 +428,9 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				}
 				return controlErr(err)
 			}
-			reg, err := registryShards(ctx, store)
+			reg, err := plan.Registry(ctx, store)
 			if err != nil {
-				return err
+				return controlErr(err)
 			}
 			p, err := planMigration(cfg, t, reg, req)
 			if err != nil {

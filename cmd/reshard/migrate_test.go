@@ -334,7 +334,7 @@ func TestPlanMigrationRebalance(t *testing.T) {
 	if len(targets) != 4 {
 		t.Errorf("targets %v", targets)
 	}
-	rep := planReport{Request: p.Request, What: p.what(), ShardsBefore: r.Shards(), ShardsAfter: p.Next.Shards(), Moved: p.Moved,
+	rep := planReport{Request: p.Request, What: p.what(), ShardsBefore: r.Shards(), ShardsAfter: p.After.Shards(), Moved: p.Moved,
 		Ideal: p.Ideal, Moves: p.Moves, Steps: p.Steps, StepMoved: p.StepMoved, CutoverSteps: []string{"fence"}}
 	for _, pr := range p.Pairs {
 		rep.Pairs = append(rep.Pairs, pairReport{movePair: pr})

@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/capacity"
-	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -118,9 +118,10 @@ func planNextSteps(cmd *cobra.Command, args []string, problems int) []string {
 	return []string{start}
 }
 
-// preflightPlan runs the PLAN checks of every pair, the capacity probe and
-// the cutover dry run; it changes nothing. Problems (capacity refusals
-// among them) are in the report, not the error.
+// preflightPlan runs the PLAN checks of every pair (plan.Preflight, as the
+// worker's PLAN does), the capacity probe and the cutover dry run; it
+// changes nothing. Problems (capacity refusals among them) are in the
+// report, not the error.
 func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan, walWindow time.Duration) (planReport, error) {
 	pools := map[string]*pgxpool.Pool{}
 	defer func() {
@@ -128,52 +129,39 @@ func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan, wa
 			pl.Close()
 		}
 	}()
-	slots := map[string]int{} // each pair takes a slot on its source (forward) and on its target (reverse, GRACE)
-	for _, pr := range p.Pairs {
-		slots[pr.Source]++
-		slots[pr.Target]++
-	}
-	for name := range slots {
+	shards := func(ctx context.Context, name string) (*pgxpool.Pool, error) {
+		if pl, ok := pools[name]; ok {
+			return pl, nil
+		}
 		dsn, ok := cfg.Shards[name]
 		if !ok {
-			return planReport{}, usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
+			return nil, usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
 		}
 		pl, err := cfg.connect(ctx, "shard "+name, dsn)
 		if err != nil {
-			return planReport{}, err
+			return nil, err
 		}
 		pools[name] = pl
+		return pl, nil
 	}
 	r := p.Request
-	rep := planReport{Request: r, What: p.what(), FromVersion: p.From.Version, ShardsBefore: p.From.Ring.Shards(),
-		ShardsAfter: p.Next.Shards(), Moved: p.Moved, Modulo: p.Modulo, Ideal: p.Ideal, Moves: p.Moves,
-		Steps: p.Steps, StepMoved: p.StepMoved}
-	var (
-		eta   time.Duration
-		capIn []capacity.MoveInput
-	)
-	for _, pr := range p.Pairs {
-		pf, err := tableset.Preflight(ctx, pools[pr.Source], pools[pr.Target], r.Tables, tableset.PreflightOptions{
-			SourceName: pr.Source, TargetName: pr.Target, TargetShard: pr.Target, Ranges: pr.Ranges,
-			Slots: max(slots[pr.Source], slots[pr.Target]), WalSenders: max(slots[pr.Source], slots[pr.Target]),
-			CatchUpSlots: cdc.CatchUpSlots,
-		})
-		if err != nil && len(pf.Problems) == 0 {
-			return planReport{}, fmt.Errorf("preflight %s → %s: %w", pr.Source, pr.Target, err)
-		}
-		e := pf.ETA(r.Throttle.RowsPerSec, r.Throttle.BytesPerSec)
-		eta = max(eta, e) // moves run in parallel, each throttled on its own
-		rep.Pairs = append(rep.Pairs, pairReport{movePair: pr, Rows: pf.Rows(), Bytes: pf.Bytes(), ETASeconds: e.Seconds(),
-			Estimates: topoNonNil(pf.Estimates), Problems: topoNonNil(pf.Problems), Warnings: topoNonNil(pf.Warnings), Indexes: topoNonNil(pf.Indexes)})
-		rep.Rows += pf.Rows()
-		rep.Bytes += pf.Bytes()
-		rep.Problems += len(pf.Problems)
-		capIn = append(capIn, capacity.MoveInput{ID: pr.Source + " → " + pr.Target, Source: pr.Source, Target: pr.Target, Ranges: pr.Ranges,
-			Tables: pf.Source.Tables, Estimates: pf.Estimates})
+	pf, err := plan.Preflight(ctx, shards, r.Tables, p.Grouped, plan.Throttle{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec})
+	if err != nil {
+		return planReport{}, err
 	}
-	rep.ETASeconds = eta.Seconds()
+	rep := planReport{Request: r, What: p.what(), FromVersion: p.From.Version, ShardsBefore: p.From.Ring.Shards(),
+		ShardsAfter: p.After.Shards(), Moved: p.Moved, Modulo: p.Modulo, Ideal: p.Ideal, Moves: p.Moves,
+		Steps: p.Steps, StepMoved: p.StepMoved, Rows: pf.Rows, Bytes: pf.Bytes, ETASeconds: pf.ETA.Seconds(), Problems: pf.Problems}
+	var capIn []capacity.MoveInput
+	for i, m := range pf.Moves {
+		pr := p.Pairs[i]
+		rep.Pairs = append(rep.Pairs, pairReport{movePair: pr, Rows: m.Rows(), Bytes: m.Bytes(), ETASeconds: m.ETA.Seconds(),
+			Estimates: topoNonNil(m.Estimates), Problems: topoNonNil(m.Problems), Warnings: topoNonNil(m.Warnings), Indexes: topoNonNil(m.Indexes)})
+		capIn = append(capIn, capacity.MoveInput{ID: pr.Source + " → " + pr.Target, Source: pr.Source, Target: pr.Target, Ranges: pr.Ranges,
+			Tables: m.Source.Tables, Estimates: m.Estimates})
+	}
 	if rep.Problems == 0 {
-		c, err := capacity.Assess(ctx, func(_ context.Context, shard string) (*pgxpool.Pool, error) { return pools[shard], nil }, capIn,
+		c, err := capacity.Assess(ctx, shards, capIn,
 			capacity.AssessOptions{Options: capacity.Options{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec,
 				MaxParallelMoves: r.MaxParallelMoves, MaxMovesPerShard: r.MaxMovesPerShard, CutoverBudget: r.CutoverBudget},
 				Probe: capacity.ProbeOptions{ChunkRows: r.ChunkRows, VerifyRows: r.VerifyChunkRows}, WALWindow: walWindow, Budgets: cfg.Capacity})

@@ -34,7 +34,7 @@ func stdlib(path string) bool {
 }
 
 // The domain packages: the protocol's data plane and its pure core.
-var domain = []string{"ring", "keyspace", "topology", "tableset", "fence", "backfill", "cdc", "verify", "cutover", "rollback", "capacity"}
+var domain = []string{"ring", "keyspace", "topology", "tableset", "plan", "fence", "backfill", "cdc", "verify", "cutover", "rollback", "capacity"}
 
 func TestDependencyRules(t *testing.T) {
 	// ring and keyspace are pure: the standard library only.
