@@ -10,7 +10,6 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/capacity"
-	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
@@ -206,12 +205,6 @@ func (a *Activities) store(ctx context.Context, ks string) (*topology.Store, err
 	if !a.controlReady {
 		if err := topology.Migrate(ctx, pool); err != nil {
 			return nil, fmt.Errorf("prepare the control database: %w", err)
-		}
-		if err := cutover.EnsureJournal(ctx, pool); err != nil {
-			return nil, fmt.Errorf("prepare the cutover journal: %w", err)
-		}
-		if err := fence.EnsureControl(ctx, pool); err != nil {
-			return nil, fmt.Errorf("prepare the fence holds: %w", err)
 		}
 		a.controlReady = true
 	}

@@ -40,9 +40,6 @@ func newCutoverEnv(t *testing.T) *cutoverEnv {
 	if err := topology.Migrate(ctx, e.ctl.Pool); err != nil {
 		t.Fatal(err)
 	}
-	if err := fence.EnsureControl(ctx, e.ctl.Pool); err != nil {
-		t.Fatal(err)
-	}
 	store := topology.NewStore(e.ctl.Pool)
 	e.fences = fence.Control{Pool: e.ctl.Pool, Store: store}
 	for n, db := range map[string]*pgtest.DB{"src": e.src, "dst": e.dst} {
@@ -66,9 +63,6 @@ func newCutoverEnv(t *testing.T) *cutoverEnv {
 		if _, err := fence.Reconcile(ctx, db.Pool, n, e.set, e.fences); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := EnsureJournal(ctx, e.ctl.Pool); err != nil {
-		t.Fatal(err)
 	}
 	e.journal = PGJournal{Pool: e.ctl.Pool, Move: "m1"}
 	return e

@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/reshard/reshard/internal/pgddl"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -35,32 +34,6 @@ type PGJournal struct {
 // ErrStale: a newer attempt has claimed the move; this one must stop
 // without acting.
 var ErrStale = errors.New("a newer attempt has taken over this move; this attempt stops without acting")
-
-const journalSQL = `
-CREATE SCHEMA IF NOT EXISTS reshard;
-CREATE TABLE IF NOT EXISTS reshard.cutover_journal (
-	id     bigserial PRIMARY KEY,
-	move   text NOT NULL,
-	step   text NOT NULL,
-	detail text NOT NULL DEFAULT '',
-	at     timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE INDEX IF NOT EXISTS cutover_journal_move ON reshard.cutover_journal (move, id);
-ALTER TABLE reshard.cutover_journal ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
-CREATE TABLE IF NOT EXISTS reshard.cutover_epoch (
-	move  text PRIMARY KEY,
-	epoch bigint NOT NULL
-);
-`
-
-// EnsureJournal creates the journal table; idempotent and safe to run
-// concurrently.
-func EnsureJournal(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := pgddl.Apply(ctx, pool, journalSQL, 0); err != nil {
-		return fmt.Errorf("create cutover journal: %w", err)
-	}
-	return nil
-}
 
 // Claim makes a new attempt at the move, newer than every earlier one, and
 // returns the journal of it.

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/reshard/reshard/internal/pgddl"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -67,28 +66,6 @@ func Wanted(t topology.Topology, shard string, holds []ring.Range) Want {
 type Control struct {
 	Pool  *pgxpool.Pool
 	Store *topology.Store
-}
-
-const holdSQL = `
-CREATE SCHEMA IF NOT EXISTS reshard;
-CREATE TABLE IF NOT EXISTS reshard.fence_hold (
-	keyspace   text NOT NULL,
-	shard      text NOT NULL,
-	hold       text NOT NULL,
-	ranges     jsonb NOT NULL,
-	created_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (keyspace, shard, hold)
-);
-ALTER TABLE reshard.fence_hold ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
-`
-
-// EnsureControl creates the holds table in the control database;
-// idempotent and safe to run concurrently.
-func EnsureControl(ctx context.Context, pool *pgxpool.Pool) error {
-	if err := pgddl.Apply(ctx, pool, holdSQL, 0); err != nil {
-		return fmt.Errorf("create the fence holds table: %w", err)
-	}
-	return nil
 }
 
 // ErrStaleHold: a newer attempt holds the ranges; the caller must stop.

@@ -77,9 +77,6 @@ func controlFor(t *testing.T, ctl *pgtest.DB, top topology.Topology) Control {
 	if err := topology.Migrate(ctx, ctl.Pool); err != nil {
 		t.Fatal(err)
 	}
-	if err := EnsureControl(ctx, ctl.Pool); err != nil {
-		t.Fatal(err)
-	}
 	store := topology.NewStore(ctl.Pool)
 	for _, n := range []string{"a", "b", "c"} {
 		ref := topology.ConnRef{Host: "127.0.0.1", Port: 5432, Database: "x", User: "postgres"}

@@ -100,12 +100,9 @@ func Recover(ctx context.Context, id string, o RecoverOptions) (Recovery, error)
 		return rec, err
 	}
 	defer unlock()
-	// The journals and holds tables exist once a move has joined; a
-	// migration stopped before may not have made them.
-	if err := cutover.EnsureJournal(ctx, o.Control); err != nil {
-		return rec, fmt.Errorf("recover migration %s: %w", id, err)
-	}
-	if err := fence.EnsureControl(ctx, o.Control); err != nil {
+	// A control database older than this binary may lack the journal and
+	// holds tables recover reads.
+	if err := topology.Migrate(ctx, o.Control); err != nil {
 		return rec, fmt.Errorf("recover migration %s: %w", id, err)
 	}
 	start, err := o.Store.FindMigration(ctx, id)

@@ -10,8 +10,13 @@ import (
 	"github.com/reshard/reshard/internal/pgerr"
 )
 
-// migrations are applied in order, each exactly once, recorded in
-// reshard.topology_schema. Append new steps; never edit an applied one.
+// migrations are the control database's schema: every table, view and
+// function any package reads there (topology, keyspaces, plans, workers,
+// requests, the routing contract, the cutover journal, the fence holds),
+// applied in order by Migrate, each exactly once, recorded in
+// reshard.topology_schema. A package that needs a new control table appends
+// a step here; never edit an applied one. (The shards' own objects, fences,
+// copy checkpoints and verify runs, are their packages'.)
 var migrations = []string{
 	// 1: shards, versions, and the triggers that keep versions append-only.
 	`CREATE SCHEMA IF NOT EXISTS reshard;
@@ -169,6 +174,35 @@ CREATE INDEX requests_by_migration ON reshard.requests (migration_id, sent_at);`
 	// planned (capacity.Report, as JSON), for status to set against what
 	// it took. NULL: planned before predictions, or a dry run.
 	`ALTER TABLE reshard.plans ADD COLUMN capacity jsonb;`,
+
+	// 11: the cutover journal and the attempts of each move (package
+	// cutover: PGJournal). Before this step cutover created them itself, so
+	// every statement takes them as they may already be.
+	`CREATE TABLE IF NOT EXISTS reshard.cutover_journal (
+	id     bigserial PRIMARY KEY,
+	move   text NOT NULL,
+	step   text NOT NULL,
+	detail text NOT NULL DEFAULT '',
+	at     timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS cutover_journal_move ON reshard.cutover_journal (move, id);
+ALTER TABLE reshard.cutover_journal ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS reshard.cutover_epoch (
+	move  text PRIMARY KEY,
+	epoch bigint NOT NULL
+);`,
+
+	// 12: the fence holds of cutovers in progress (package fence: Control,
+	// Wanted). Before this step fence created the table itself.
+	`CREATE TABLE IF NOT EXISTS reshard.fence_hold (
+	keyspace   text NOT NULL,
+	shard      text NOT NULL,
+	hold       text NOT NULL,
+	ranges     jsonb NOT NULL,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (keyspace, shard, hold)
+);
+ALTER TABLE reshard.fence_hold ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;`,
 }
 
 // contractSQL is schema step 6. Tokens are PostgreSQL's own immutable hash
@@ -305,7 +339,9 @@ END $fn$;`
 // migrateLockKey serializes concurrent Migrate calls (pg_advisory_xact_lock).
 const migrateLockKey = 0x7265736861726401 // "reshard\x01"
 
-// Migrate creates or upgrades the topology schema in the control database.
+// Migrate creates or upgrades the control database's schema (migrations):
+// the one entry point, called once by each process that uses the control
+// database (the worker, the CLI commands that write to it, test helpers).
 // It is idempotent and safe to run concurrently from several processes.
 //
 // A role refused a privilege gets the fix: reshard needs no superuser on

@@ -61,12 +61,6 @@ func benchPause(ctx context.Context, e *env, r *report) error {
 	if err := topology.Migrate(ctx, ctl); err != nil {
 		return err
 	}
-	if err := cutover.EnsureJournal(ctx, ctl); err != nil {
-		return err
-	}
-	if err := fence.EnsureControl(ctx, ctl); err != nil {
-		return err
-	}
 	store := topology.NewStore(ctl)
 	for _, s := range []struct {
 		name string

@@ -186,9 +186,6 @@ func checkedKeyspaces(ctx context.Context, store *topology.Store, pool *pgxpool.
 		}
 		all = []topology.Keyspace{k}
 	}
-	if err := fence.EnsureControl(ctx, pool); err != nil {
-		return nil, err
-	}
 	if err := topology.Migrate(ctx, pool); err != nil {
 		return nil, controlErr(err)
 	}
@@ -234,9 +231,6 @@ func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store,
 	// them, changed fences under the look.
 	journals, err := runningJournals(ctx, store, running)
 	if err != nil {
-		return nil, err
-	}
-	if err := cutover.EnsureJournal(ctx, ctl.Pool); err != nil {
 		return nil, err
 	}
 	before, err := cutover.LastSteps(ctx, ctl.Pool, slices.Collect(maps.Keys(journals)))

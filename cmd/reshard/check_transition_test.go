@@ -53,7 +53,7 @@ func TestTopologyCheckSaysInTransition(t *testing.T) {
 	// The cutover fenced its source (hold, reconcile); the check reads the
 	// topology and holds a moment later, when the hold is gone.
 	ctl := fence.Control{Pool: c.control.Pool, Store: store}
-	if err := fence.EnsureControl(ctx, c.control.Pool); err != nil {
+	if err := topology.Migrate(ctx, c.control.Pool); err != nil {
 		t.Fatal(err)
 	}
 	set, err := tableset.Introspect(ctx, c.shards["shard1"].Pool, k.Spec(), "shard1")
@@ -70,7 +70,7 @@ func TestTopologyCheckSaysInTransition(t *testing.T) {
 	if err := ctl.Release(ctx, "shard1", cutover.HoldName(move), 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := cutover.EnsureJournal(ctx, c.control.Pool); err != nil {
+	if err := topology.Migrate(ctx, c.control.Pool); err != nil {
 		t.Fatal(err)
 	}
 	j := cutover.PGJournal{Pool: c.control.Pool, Move: move}

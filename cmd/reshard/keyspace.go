@@ -173,6 +173,7 @@ func keyspaceShards(t topology.Topology) []string {
 // topology (store is In the keyspace), then registers it and reconciles
 // every shard's fences and guards. Nothing is
 // registered when a check fails (bad input naming the shard and the fix).
+// The caller has migrated the control database (topology.Migrate).
 func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.Store, control *pgxpool.Pool, name string, spec tableset.Spec) (topology.Keyspace, error) {
 	t, err := store.Current(ctx)
 	if errors.Is(err, topology.ErrNoTopology) {
@@ -196,9 +197,6 @@ func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.S
 	k, err := store.RegisterTables(ctx, name, kt, spec.Tables)
 	if err != nil {
 		return topology.Keyspace{}, usageError{err}
-	}
-	if err := fence.EnsureControl(ctx, control); err != nil {
-		return k, err
 	}
 	ctl := fence.Control{Pool: control, Store: store}
 	whole := k.Spec()

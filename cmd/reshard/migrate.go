@@ -453,6 +453,9 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				return err
 			}
 			if register { // a cluster from before keyspaces: its first migration registers them
+				if err := topology.Migrate(ctx, pool); err != nil {
+					return controlErr(err)
+				}
 				if _, err := registerKeyspace(ctx, cfg, store, pool, req.Tables.Name, req.Tables); err != nil {
 					return err
 				}

@@ -131,12 +131,6 @@ func New(t testing.TB, id string, nKeys int, opts ...Option) *Env {
 	if err := topology.Migrate(ctx, e.Ctl.Pool); err != nil {
 		t.Fatal(err)
 	}
-	if err := cutover.EnsureJournal(ctx, e.Ctl.Pool); err != nil {
-		t.Fatal(err)
-	}
-	if err := fence.EnsureControl(ctx, e.Ctl.Pool); err != nil {
-		t.Fatal(err)
-	}
 	e.Store = topology.NewStore(e.Ctl.Pool)
 	e.Fences = fence.Control{Pool: e.Ctl.Pool, Store: e.Store}
 	for n, db := range e.DBs {
