@@ -305,7 +305,7 @@ func classify(err error) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeSchemaChange, nil)
 	case errors.Is(err, cdc.ErrFailedOver):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeFailedOver, nil)
-	case cdc.IsRetryable(err), backfill.Retryable(err), pgerr.DDLRace(err):
+	case pgerr.Retryable(err), pgerr.DDLRace(err):
 		return temporal.NewApplicationErrorWithCause(err.Error(), "Retryable", err)
 	case pgerr.RowSecurity(err):
 		return temporal.NewNonRetryableApplicationError(err.Error()+"; fix: "+pgerr.RowSecurityFix, workflows.ErrTypeBadInput, nil)

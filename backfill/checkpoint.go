@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/internal/pgddl"
+	"github.com/reshard/reshard/internal/pgerr"
 )
 
 const schemaDDL = `
@@ -81,7 +82,7 @@ func Checkpoints(ctx context.Context, target *pgxpool.Pool, move string) ([]Chec
 func DropCheckpoints(ctx context.Context, target *pgxpool.Pool, move string) error {
 	if _, err := target.Exec(ctx, `DELETE FROM reshard.copy_checkpoint WHERE move = $1`, move); err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // never copied anything
+		if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUndefinedTable { // never copied anything
 			return nil
 		}
 		return fmt.Errorf("drop checkpoints of move %s: %w", move, err)
@@ -106,7 +107,16 @@ func loadCheckpoint(ctx context.Context, target *pgxpool.Pool, move string, u un
 // land after a new run read the checkpoint; the chunk's transaction is
 // rolled back and the unit resumes from the checkpoint as it now is, so no
 // chunk is counted, or applied on top of a newer position, twice.
-var errCheckpointMoved = errors.New("the unit's checkpoint moved since this chunk was read (another run committed it)")
+var errCheckpointMoved error = checkpointMovedError{}
+
+type checkpointMovedError struct{}
+
+func (checkpointMovedError) Error() string {
+	return "the unit's checkpoint moved since this chunk was read (another run committed it)"
+}
+
+// Retryable: the unit resumes from the checkpoint as it now is.
+func (checkpointMovedError) Retryable() bool { return true }
 
 // saveCheckpoint records, in the chunk's own transaction, that the unit has
 // copied rows more rows from from up to pos; it fails with

@@ -22,6 +22,11 @@ import (
 	"github.com/reshard/reshard/tableset"
 )
 
+// DefaultChunkRows is the rows per chunk of Options{} (the migration's
+// default, workflows.DefaultCopyChunkRows: cmd/reshard's TestKnobsAgree
+// checks they agree).
+const DefaultChunkRows = 5000
+
 // Options configure one copy.
 type Options struct {
 	// Move identifies the move; it names the checkpoints, so a rerun with the
@@ -46,7 +51,7 @@ type Options struct {
 	// a move: other sub-ranges do not find their checkpoints and start over
 	// (harmlessly). Default 1.
 	Split int
-	// ChunkRows is the number of rows per chunk (default 5000).
+	// ChunkRows is the number of rows per chunk (0: DefaultChunkRows).
 	ChunkRows int
 	// RowsPerSec and BytesPerSec limit the copy (0 = unlimited); ignored when
 	// Throttle is set.
@@ -149,7 +154,7 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 		return Stats{}, errors.New("backfill: Options.Set has no tables")
 	}
 	if opts.ChunkRows <= 0 {
-		opts.ChunkRows = 5000
+		opts.ChunkRows = DefaultChunkRows
 	}
 	if opts.Parallel <= 0 {
 		opts.Parallel = 1
@@ -280,7 +285,7 @@ func (c *copier) runUnit(ctx context.Context, u unit) error {
 	log := c.log.With("table", u.table.String(), "range", u.rng.String())
 	for attempt := 0; ; attempt++ {
 		err := c.copyUnit(ctx, u, log, attempt > 0)
-		if err == nil || ctx.Err() != nil || attempt >= c.opts.Retries || !Retryable(err) {
+		if err == nil || ctx.Err() != nil || attempt >= c.opts.Retries || !pgerr.Retryable(err) {
 			return err
 		}
 		log.Warn("unit failed, resuming from its checkpoint", "attempt", attempt+1, "error", err)
@@ -550,7 +555,7 @@ func (w *writer) write(ctx context.Context, ch chunk) error {
 	fast := w.fast && ch.rows > 0
 	err := w.tx(ctx, ch, fast)
 	var pgErr *pgconn.PgError
-	if fast && errors.As(err, &pgErr) && pgErr.Code == "23505" {
+	if fast && errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation {
 		// A row of the chunk exists on the target (an earlier copy, the
 		// applier, or a collision): upsert from now on, which tells them apart.
 		w.fast = false
@@ -654,23 +659,6 @@ func (w *writer) collision(ctx context.Context, tx pgx.Tx, wrote int64, rows int
 	return &CollisionError{Table: t.String(), Key: strings.Join(parts, ", "), TargetShardKey: shardKey}
 }
 
-// Retryable reports whether err may go away by itself (pgerr.Retryable), or
-// a chunk's checkpoint moved under it; a collision never does.
-func Retryable(err error) bool {
-	if pgerr.Collision(err) {
-		return false
-	}
-	var wait *tableset.ColumnWaitError
-	var moved *SchemaMovedError
-	if errors.As(err, &wait) || errors.As(err, &moved) {
-		return true
-	}
-	if errors.Is(err, errCheckpointMoved) {
-		return true
-	}
-	return pgerr.Retryable(err)
-}
-
 // sharedSet is opts.Set with, per table, the columns the target has too
 // (tableset.Shared), or a *tableset.ColumnWaitError naming a column the
 // target lacks.
@@ -716,6 +704,9 @@ func (e *SchemaMovedError) Error() string {
 	return fmt.Sprintf("%v: the tables' columns changed while the copy ran; it reads them again and continues from its checkpoints", e.Err)
 }
 func (e *SchemaMovedError) Unwrap() error { return e.Err }
+
+// Retryable: the next attempt reads the table as it now is.
+func (e *SchemaMovedError) Retryable() bool { return true }
 
 // shapesChanged reports whether either side's tables differ now from the
 // shapes the copy started with (an error reading them: no).

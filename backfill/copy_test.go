@@ -338,8 +338,8 @@ func TestCopyResumesAfterKilledConnections(t *testing.T) {
 		}
 	}
 	_, err := Copy(ctx, f.src.Pool, f.dst.Pool, opts)
-	if err == nil || !Retryable(err) {
-		t.Fatalf("copy with its target connections killed returned %v (retryable %t)", err, Retryable(err))
+	if err == nil || !pgerr.Retryable(err) {
+		t.Fatalf("copy with its target connections killed returned %v (retryable %t)", err, pgerr.Retryable(err))
 	}
 	// A crashed worker would start with new connections; so do the test's checks.
 	f.src.Pool.Reset()
@@ -391,7 +391,7 @@ func TestCopyStopsOnCollision(t *testing.T) {
 	if !errors.As(err, &ce) {
 		t.Fatalf("copy returned %v, want a collision", err)
 	}
-	if ce.Table != "public.orders" || ce.Key != "id=7" || !strings.Contains(err.Error(), "id=7") || Retryable(err) {
+	if ce.Table != "public.orders" || ce.Key != "id=7" || !strings.Contains(err.Error(), "id=7") || pgerr.Retryable(err) {
 		t.Fatalf("collision %+v: %v", ce, err)
 	}
 	var uid int64
@@ -420,7 +420,7 @@ func TestCopyStopsOnUniqueCollision(t *testing.T) {
 	f.dst.Exec(t, `UPDATE users SET email = $2 WHERE id = $1`, own, fmt.Sprintf("u%d@example.com", moving))
 	_, err := Copy(ctx, f.src.Pool, f.dst.Pool, f.opts("unique"))
 	var ue *pgerr.UniqueError
-	if !errors.As(err, &ue) || Retryable(err) {
+	if !errors.As(err, &ue) || pgerr.Retryable(err) {
 		t.Fatalf("copy returned %v, want a non-retryable unique collision", err)
 	}
 	want := fmt.Sprintf(`unique constraint "users_email_key" of public.users: Key (email)=(u%d@example.com) already exists on the target`, moving)

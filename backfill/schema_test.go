@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -35,7 +36,7 @@ func TestCopyFollowsSchemaChanges(t *testing.T) {
 	}
 	_, err := Copy(ctx, f.src.Pool, f.dst.Pool, introspect())
 	var wait *tableset.ColumnWaitError
-	if !errors.As(err, &wait) || !Retryable(err) {
+	if !errors.As(err, &wait) || !pgerr.Retryable(err) {
 		t.Fatalf("copy while the target lacks users.extra1 and extra2: %v, want a retryable wait", err)
 	}
 	t.Logf("%v", err)
@@ -80,7 +81,7 @@ func TestCopyFollowsSchemaChanges(t *testing.T) {
 	f.src.Exec(t, `ALTER TABLE users DROP COLUMN extra2`)
 	_, err = Copy(ctx, f.src.Pool, f.dst.Pool, stale)
 	var moved *SchemaMovedError
-	if !errors.As(err, &moved) || !Retryable(err) {
+	if !errors.As(err, &moved) || !pgerr.Retryable(err) {
 		t.Fatalf("copy after a column was dropped under it: %v, want a retryable SchemaMovedError", err)
 	}
 	t.Logf("%v", err)

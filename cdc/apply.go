@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -663,7 +664,7 @@ func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row
 		tag, err := tg.tx.Exec(ctx, sql, args...)
 		if err != nil {
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation {
 				return &CollisionError{Table: p.t.String(), Key: p.describeKey(newPK), Detail: pgErr.Detail}
 			}
 			return wrapOp("apply update of "+p.t.String()+" (unchanged TOAST columns kept)", err)

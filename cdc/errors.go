@@ -39,6 +39,9 @@ func (e *SchemaChangeError) Error() string {
 		e.Table, strings.Join(parts, "; "))
 }
 
+// Retryable: not until the schemas match again, which an operator does.
+func (e *SchemaChangeError) Retryable() bool { return false }
+
 // ConnError is a lost or refused connection: retry the stream, it resumes
 // from the target's replication origin.
 type ConnError struct {
@@ -49,32 +52,8 @@ type ConnError struct {
 func (e *ConnError) Error() string { return e.Op + ": connection lost: " + e.Err.Error() }
 func (e *ConnError) Unwrap() error { return e.Err }
 
-// IsRetryable is the one place that says whether a stream error is worth a
-// restart: lost connections, server shutdown, serialization failures and a
-// replication origin or slot still held by a dying session are, and so is a
-// schema change on its way (a column one side lacks: schema.go); collisions,
-// bad data (SQLSTATE classes 22, 23, 42) and cancellation are
-// not.
-func IsRetryable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var ce *CollisionError
-	var se *SchemaChangeError
-	var wait *tableset.ColumnWaitError
-	var gone *ColumnVanishedError
-	if errors.As(err, &wait) || errors.As(err, &gone) {
-		return true // the shards' schemas are on their way to agree
-	}
-	if errors.As(err, &ce) || errors.As(err, &se) || errors.Is(err, ErrFailedOver) || errors.Is(err, context.Canceled) {
-		return false
-	}
-	var conn *ConnError
-	if errors.As(err, &conn) {
-		return true
-	}
-	return pgerr.Retryable(err)
-}
+// Retryable: a new stream resumes from the target's replication origin.
+func (e *ConnError) Retryable() bool { return true }
 
 // wrapOp names what was being done and marks connection loss as retryable.
 func wrapOp(op string, err error) error {

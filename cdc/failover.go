@@ -75,6 +75,10 @@ var ErrFailedOver = errors.New("source failed over")
 // Is makes errors.Is(err, ErrFailedOver) true.
 func (e *FailedOverError) Is(target error) bool { return target == ErrFailedOver }
 
+// Retryable: the changes since the failover may be missing; a repair, not
+// a retry, follows.
+func (e *FailedOverError) Retryable() bool { return false }
+
 // checkSource compares the source with the identity the stream expects
 // (Options.SourceIdentity, else the one an earlier Run of this Stream saw)
 // and looks at the slot, before anything is read from it: a missing slot,

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
 )
@@ -121,7 +122,7 @@ func testSwitchover(t *testing.T, mode string) {
 	}
 	select {
 	case err := <-done:
-		if !IsRetryable(err) {
+		if !pgerr.Retryable(err) {
 			t.Fatalf("stream ended with %v, want a retryable error (the source went away)", err)
 		}
 		t.Logf("stream ended: %v", err)
@@ -201,7 +202,7 @@ func TestSourceFailoverIsReported(t *testing.T) {
 		if !errors.As(err, &fe) || !errors.Is(err, ErrFailedOver) {
 			t.Fatalf("%s: %v, want a *FailedOverError", name, err)
 		}
-		if IsRetryable(err) {
+		if pgerr.Retryable(err) {
 			t.Fatalf("%s: a failover is retryable: %v", name, err)
 		}
 		if fe.SlotMissing != slotMissing || fe.Was.Timeline != 1 || fe.Now.Timeline != 2 || fe.SystemChanged || fe.Since == 0 || fe.Since > applied {
@@ -273,7 +274,7 @@ func TestLostSlotIsReported(t *testing.T) {
 	defer rcancel()
 	err = st.Run(rctx)
 	var fe *FailedOverError
-	if !errors.As(err, &fe) || !fe.SlotLost || IsRetryable(err) || !strings.Contains(err.Error(), "wal_status lost") {
+	if !errors.As(err, &fe) || !fe.SlotLost || pgerr.Retryable(err) || !strings.Contains(err.Error(), "wal_status lost") {
 		t.Fatalf("run with a lost slot: %v, want a non-retryable *FailedOverError saying wal_status lost", err)
 	}
 	t.Logf("lost slot: %v", err)

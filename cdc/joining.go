@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -57,7 +58,7 @@ func CreatePublication(ctx context.Context, conn Querier, name string, set table
 	if !exists {
 		_, err := conn.Exec(ctx, "CREATE PUBLICATION "+ident+" FOR "+tables+" WITH (publish = 'insert, update, delete')")
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42710" { // created concurrently: fall through to ALTER
+		if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeDuplicateObject { // created concurrently: fall through to ALTER
 			exists = true
 		} else if err != nil {
 			return wrapOp("create publication "+name, err)
@@ -100,7 +101,7 @@ func CreateSlot(ctx context.Context, replConn *pgconn.PgConn, name string) (pglo
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "42710" { // created concurrently
+		if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeDuplicateObject { // created concurrently
 			lsn, ok, err2 := existingSlot(ctx, replConn, name)
 			if err2 == nil && ok {
 				return lsn, "", nil
@@ -158,7 +159,7 @@ func DropSlot(ctx context.Context, conn Querier, name string) error {
 		if !*active {
 			_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name)
 			var pgErr *pgconn.PgError
-			if err == nil || !(errors.As(err, &pgErr) && pgErr.Code == "55006") {
+			if err == nil || !(errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeObjectInUse) {
 				return wrapOp("drop replication slot "+name, err)
 			}
 		}
@@ -186,7 +187,7 @@ func DropOrigin(ctx context.Context, conn Querier, name string) error {
 	for {
 		_, err := conn.Exec(ctx, `SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname = $1`, name)
 		var pgErr *pgconn.PgError
-		if err == nil || !(errors.As(err, &pgErr) && pgErr.Code == "55006") {
+		if err == nil || !(errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeObjectInUse) {
 			return wrapOp("drop replication origin "+name, err)
 		}
 		if time.Now().After(deadline) {

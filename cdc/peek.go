@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"time"
 
@@ -452,7 +451,7 @@ func (f *feed) addReaders(ctx context.Context, conn *pgx.Conn, inPlace bool) err
 		}
 		name := fmt.Sprintf("%s_p%08x", f.r.o.Slot, rand.Uint32())
 		if _, err := conn.Exec(ctx, `SELECT pg_copy_logical_replication_slot($1, $2, true)`, f.r.o.Slot, name); err != nil {
-			if sessionLost(err) || ctx.Err() != nil {
+			if pgerr.ConnectionLost(err) || ctx.Err() != nil {
 				f.dropCopies()
 				return wrapOp("copy slot "+f.r.o.Slot, err)
 			}
@@ -834,16 +833,5 @@ func (e *peekError) Unwrap() error { return e.err }
 func fallBack(err error) bool {
 	var pe *peekError
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pe) && errors.As(err, &pgErr) && !sessionLost(err)
-}
-
-// sessionLost: err ended the session (or came from a server shutting
-// down: classes 08 and 57P), where an error of another class is the
-// server's answer to the statement.
-func sessionLost(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
-	}
-	return pgerr.ConnectionLost(err)
+	return errors.As(err, &pe) && errors.As(err, &pgErr) && !pgerr.ConnectionLost(err)
 }

@@ -47,6 +47,9 @@ func (e *ColumnVanishedError) Error() string {
 }
 func (e *ColumnVanishedError) Unwrap() error { return e.Err }
 
+// Retryable: the shards' schemas are on their way to agree.
+func (e *ColumnVanishedError) Retryable() bool { return true }
+
 // undefinedColumn: SQLSTATE 42703.
 func undefinedColumn(err error) bool {
 	var pe *pgconn.PgError

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 )
 
@@ -232,7 +233,7 @@ func TestStagedCollisionStops(t *testing.T) {
 				defer cancel()
 				err = s.Run(ctx)
 				var ce *CollisionError
-				if !errors.As(err, &ce) || ce.Table != "public.orders" || ce.Key != "id=9001" || IsRetryable(err) {
+				if !errors.As(err, &ce) || ce.Table != "public.orders" || ce.Key != "id=9001" || pgerr.Retryable(err) {
 					t.Fatalf("Run = %v, want a non-retryable collision on public.orders id=9001", err)
 				}
 				var note string

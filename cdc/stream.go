@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -290,7 +291,7 @@ func New(opts Options) (*Stream, error) {
 }
 
 // Run streams and applies until ctx ends or an error stops it. Connection
-// loss comes back as a *ConnError (IsRetryable); calling Run again resumes
+// loss comes back as a *ConnError (pgerr.Retryable); calling Run again resumes
 // from the target's replication origin.
 func Run(ctx context.Context, opts Options) error {
 	s, err := New(opts)
@@ -557,7 +558,7 @@ func whileSlotBusy(ctx context.Context, op func() error) error {
 	for {
 		err := op()
 		var pgErr *pgconn.PgError
-		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || time.Now().After(deadline) {
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != pgerr.CodeObjectInUse || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -680,7 +681,7 @@ func (r *runner) setUpOrigin(ctx context.Context) (pglogrepl.LSN, error) {
 	created := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		var pgErr *pgconn.PgError
-		if !(errors.As(err, &pgErr) && pgErr.Code == "23505") { // created concurrently
+		if !(errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation) { // created concurrently
 			return 0, wrapOp("create replication origin "+r.o.Origin, err)
 		}
 	}

@@ -410,7 +410,7 @@ func supervise(t *testing.T, s *Stream) (stop func()) {
 			if ctx.Err() != nil {
 				return
 			}
-			if !IsRetryable(err) {
+			if !pgerr.Retryable(err) {
 				t.Errorf("stream stopped with a non-retryable error: %v", err)
 				return
 			}
@@ -580,7 +580,7 @@ func TestCollisionWithTargetRowStops(t *testing.T) {
 	defer cancel()
 	err = s.Run(ctx)
 	var ce *CollisionError
-	if !errors.As(err, &ce) || ce.Table != "public.orders" || ce.Key != "id=9001" || IsRetryable(err) {
+	if !errors.As(err, &ce) || ce.Table != "public.orders" || ce.Key != "id=9001" || pgerr.Retryable(err) {
 		t.Fatalf("Run = %v, want a non-retryable collision on public.orders id=9001", err)
 	}
 	var note string
@@ -613,7 +613,7 @@ func TestUniqueCollisionStops(t *testing.T) {
 	defer cancel()
 	err = s.Run(ctx)
 	var ue *pgerr.UniqueError
-	if !errors.As(err, &ue) || IsRetryable(err) {
+	if !errors.As(err, &ue) || pgerr.Retryable(err) {
 		t.Fatalf("Run = %v, want a non-retryable unique collision", err)
 	}
 	if want := `unique constraint "users_email_key" of public.users: Key (email)=(taken@example.com) already exists on the target`; !strings.Contains(err.Error(), want) {
@@ -656,7 +656,7 @@ func TestSchemaChangesFlowThrough(t *testing.T) {
 			if ctx.Err() != nil {
 				return
 			}
-			if !IsRetryable(err) {
+			if !pgerr.Retryable(err) {
 				t.Errorf("stream stopped with a non-retryable error: %v", err)
 				return
 			}

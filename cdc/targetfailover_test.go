@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
 )
@@ -111,7 +112,7 @@ func TestTargetFailoverAppliesEveryChangeOnce(t *testing.T) {
 				found = append(found, f)
 			}
 			mu.Unlock()
-			if !IsRetryable(err) {
+			if !pgerr.Retryable(err) {
 				loopDone <- err
 				return
 			}
@@ -287,7 +288,7 @@ func TestTargetOfAnotherSystemStops(t *testing.T) {
 	defer cancel()
 	err = st.Run(ctx)
 	var re *TargetReplacedError
-	if !errors.As(err, &re) || !errors.Is(err, ErrFailedOver) || IsRetryable(err) {
+	if !errors.As(err, &re) || !errors.Is(err, ErrFailedOver) || pgerr.Retryable(err) {
 		t.Fatalf("Run = %v, want a non-retryable *TargetReplacedError", err)
 	}
 	for _, want := range []string{"target shard_t is another database cluster", "system id 7000000000000000001 → ", "reshard rollback"} {

@@ -12,6 +12,7 @@ import (
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -159,7 +160,7 @@ func DropWorkRows(ctx context.Context, m Move, verifyRunIDs []string) error {
 	// verify_chunk rows go with their run (ON DELETE CASCADE).
 	_, err := m.Target.Exec(ctx, `DELETE FROM reshard.verify_run WHERE run_id = ANY($1)`, verifyRunIDs)
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" { // verify never recorded a run here
+	if errors.As(err, &pe) && pe.Code == pgerr.CodeUndefinedTable { // verify never recorded a run here
 		return nil
 	}
 	if err != nil {

@@ -59,10 +59,15 @@ type Journal interface {
 	Last(ctx context.Context) (Step, error)
 }
 
+// DefaultBudget is the write-pause budget of Options{} (the migration's
+// default, workflows.DefaultCutoverBudget: cmd/reshard's TestKnobsAgree
+// checks they agree).
+const DefaultBudget = 2 * time.Second
+
 // Options of one cutover attempt.
 type Options struct {
 	// Budget bounds the write pause (fence to unfence). Over it, the cutover
-	// aborts by unfencing the source. Default 2s.
+	// aborts by unfencing the source. 0: DefaultBudget.
 	Budget time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
@@ -97,7 +102,7 @@ const budgetSlack = 500 * time.Millisecond
 // ErrAborted. After publish the cutover only goes forward.
 func Run(ctx context.Context, a Actions, j Journal, opts Options) (Result, error) {
 	if opts.Budget <= 0 {
-		opts.Budget = 2 * time.Second
+		opts.Budget = DefaultBudget
 	}
 	now := opts.Now
 	if now == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -156,7 +157,7 @@ CROSS JOIN LATERAL (SELECT at FROM reshard.cutover_journal j
 	WHERE j.move = last.move AND j.step = $1 ORDER BY id DESC LIMIT 1) f
 WHERE last.step NOT IN ($2, $3)`, string(StepFenceSource), string(StepDone), string(StepAbort)).Scan(&d)
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // no journal yet
+	if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUndefinedTable { // no journal yet
 		return 0, nil
 	}
 	if err != nil {

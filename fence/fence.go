@@ -17,17 +17,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/internal/pgddl"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
 
 // TruncateSQLState is the SQLSTATE of a TRUNCATE refused during a move.
-const TruncateSQLState = "RST01"
+const TruncateSQLState = pgerr.CodeTruncateRefused
 
 // NullKeySQLState is the SQLSTATE of a write refused because its key is
 // NULL (not_null_violation): a row without a token belongs to no shard, and
 // unlike RSF01 no router should retry it elsewhere.
-const NullKeySQLState = "23502"
+const NullKeySQLState = pgerr.CodeNotNullViolation
 
 // schemaSQL creates the fence registry: one row per fenced table, holding the
 // fenced token ranges as an int8multirange, the topology version they were
@@ -148,7 +149,7 @@ func fenceRaise(fenced, version string) string {
 				(SELECT CASE WHEN lower_inf(x) THEN '[` + strconv.FormatInt(ring.MinToken, 10) + `' ELSE '(' || (lower(x) - 1) END
 					|| ',' || CASE WHEN upper_inf(x) THEN '` + strconv.FormatInt(ring.MaxToken, 10) + `' ELSE (upper(x) - 1)::text END || ']'
 				FROM unnest(` + fenced + `) x WHERE x @> tok), ` + version + `
-				USING ERRCODE = 'RSF01', HINT = 'this shard no longer owns the range (or does not own it yet): refresh the topology and retry on the owner';`
+				USING ERRCODE = '` + pgerr.CodeFenced + `', HINT = 'this shard no longer owns the range (or does not own it yet): refresh the topology and retry on the owner';`
 }
 
 // nullRaise is the refusal of a write of a NULL key.
@@ -742,7 +743,7 @@ func withLockRetry(ctx context.Context, f func() error) error {
 	for {
 		err := f()
 		var pe *pgconn.PgError
-		if err == nil || !errors.As(err, &pe) || (pe.Code != "55P03" && pe.Code != "40P01") {
+		if err == nil || !errors.As(err, &pe) || (pe.Code != pgerr.CodeLockNotAvailable && pe.Code != pgerr.CodeDeadlockDetected) {
 			return err
 		}
 		pause := delay/2 + time.Duration(rand.Int64N(int64(delay/2)+1))

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -498,7 +499,7 @@ func multirangeText(rs []ring.Range) string {
 // errNotInstalled.
 func registryMissing(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "42703") {
+	if errors.As(err, &pe) && (pe.Code == pgerr.CodeUndefinedTable || pe.Code == pgerr.CodeUndefinedColumn) {
 		return fmt.Errorf("%w: %v", errNotInstalled, err)
 	}
 	return err

@@ -60,9 +60,15 @@ func ParseAllocation(s string) (Allocation, error) {
 	return "", fmt.Errorf("token allocation %q: want %s or %s", s, AllocBalanced, AllocHash)
 }
 
+// DefaultVNodes is the vnodes per unit of weight of Options{} (the
+// migration's default, workflows.DefaultVNodes: cmd/reshard's
+// TestKnobsAgree checks they agree).
+const DefaultVNodes = 16
+
 // Options tunes allocation and planning.
 type Options struct {
-	// VNodes is the number of vnodes per unit of weight; 0 means 16.
+	// VNodes is the number of vnodes per unit of weight; 0 means
+	// DefaultVNodes.
 	VNodes int
 	// Tokens is the allocation mode; empty means AllocBalanced.
 	Tokens Allocation
@@ -71,7 +77,7 @@ type Options struct {
 func (o Options) vnodes(s Shard) int {
 	v := o.VNodes
 	if v <= 0 {
-		v = 16
+		v = DefaultVNodes
 	}
 	return max(1, int(math.Round(float64(v)*s.weight())))
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -283,7 +284,7 @@ func recoverMove(ctx context.Context, m cutover.Move, plan topology.Plan, store 
 func verifyRuns(ctx context.Context, m cutover.Move) ([]string, error) {
 	rows, err := m.Target.Query(ctx, `SELECT run_id FROM reshard.verify_run WHERE starts_with(run_id, $1) ORDER BY run_id`, m.ID+"_v")
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") { // verify never ran on this shard
+	if errors.As(err, &pe) && (pe.Code == pgerr.CodeUndefinedTable || pe.Code == pgerr.CodeInvalidSchemaName) { // verify never ran on this shard
 		return nil, nil
 	}
 	if err != nil {

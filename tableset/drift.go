@@ -30,6 +30,9 @@ type ColumnWaitError struct {
 	Retyped bool
 }
 
+// Retryable: the shards' schemas are on their way to agree.
+func (e *ColumnWaitError) Retryable() bool { return true }
+
 func (e *ColumnWaitError) Error() string {
 	var names, adds, drops []string
 	for _, c := range e.Columns {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 )
 
@@ -24,7 +25,7 @@ import (
 // range fenced on it (DESIGN.md §3): the router's cue to refresh and retry.
 // The cutover package raises it from its trigger:
 // RAISE EXCEPTION ... USING ERRCODE = 'RSF01'.
-const FenceSQLState = "RSF01"
+const FenceSQLState = pgerr.CodeFenced
 
 // IsFenceError reports whether err is, or wraps, the fence error.
 func IsFenceError(err error) bool {

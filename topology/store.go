@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 )
 
@@ -249,7 +250,7 @@ VALUES ($1, $2, $3, $4, $5, $6) RETURNING created_at`, s.keyspace, next.Version,
 	})
 	if err != nil {
 		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "23505" { // a racing insert that skipped the lock
+		if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation { // a racing insert that skipped the lock
 			have, herr := s.currentVersion(ctx)
 			if herr != nil {
 				have = -1

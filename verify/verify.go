@@ -19,6 +19,11 @@ import (
 	"github.com/reshard/reshard/tableset"
 )
 
+// DefaultChunkRows is the moving rows per chunk of Options{} (the
+// migration's default, workflows.DefaultVerifyChunkRows: cmd/reshard's
+// TestKnobsAgree checks they agree).
+const DefaultChunkRows = 50_000
+
 // Options configure one verification.
 type Options struct {
 	// RunID names the run; its plan and verified chunks are recorded on the
@@ -40,7 +45,8 @@ type Options struct {
 	// Source and Target name the shards in messages.
 	Source, Target string
 	Ranges         []ring.Range
-	// ChunkRows is the target number of moving rows per chunk (default 50000).
+	// ChunkRows is the target number of moving rows per chunk (0:
+	// DefaultChunkRows).
 	ChunkRows int
 	// BisectRows: a mismatching interval with at most this many rows on
 	// either side is compared row by row (default 1000, at least 16).
@@ -88,7 +94,7 @@ type Throttle interface {
 
 func (o Options) withDefaults() (Options, error) {
 	if o.ChunkRows <= 0 {
-		o.ChunkRows = 50_000
+		o.ChunkRows = DefaultChunkRows
 	}
 	if o.BisectRows <= 0 {
 		o.BisectRows = 1000

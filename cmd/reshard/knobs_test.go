@@ -7,6 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -35,6 +39,22 @@ func TestKnobsAgree(t *testing.T) {
 		"max-replica-lag":             "0s",
 		"max-slot-wal":                "0",
 		"max-active-backends":         "0",
+	}
+	// The domain packages' own fallbacks, for a zero option, are the
+	// workflow's defaults.
+	for _, d := range []struct {
+		what      string
+		got, want any
+	}{
+		{"ring.DefaultVNodes", ring.DefaultVNodes, workflows.DefaultVNodes},
+		{"ring's default allocation", string(ring.AllocBalanced), workflows.DefaultTokens},
+		{"backfill.DefaultChunkRows", backfill.DefaultChunkRows, workflows.DefaultCopyChunkRows},
+		{"verify.DefaultChunkRows", verify.DefaultChunkRows, workflows.DefaultVerifyChunkRows},
+		{"cutover.DefaultBudget", cutover.DefaultBudget, workflows.DefaultCutoverBudget},
+	} {
+		if d.got != d.want {
+			t.Errorf("%s is %v, the workflow's default %v", d.what, d.got, d.want)
+		}
 	}
 	doc, err := os.ReadFile("../../docs/operations.md")
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
@@ -123,7 +124,7 @@ func openControl(ctx context.Context, dsn, keyspace string) (*topology.Store, fu
 // controlErr explains a missing schema instead of printing "relation does not exist".
 func controlErr(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+	if errors.As(err, &pgErr) && (pgErr.Code == pgerr.CodeUndefinedTable || pgErr.Code == pgerr.CodeInvalidSchemaName) {
 		return fmt.Errorf("the control database has no topology schema (reshard.topology_versions); it is created by topology.Migrate when the cluster is set up: %w", err)
 	}
 	if errors.Is(err, topology.ErrNoTopology) {

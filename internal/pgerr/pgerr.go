@@ -14,6 +14,43 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// The SQLSTATEs reshard compares, by their PostgreSQL names (Appendix A of
+// the manual); no package writes one as a literal.
+const (
+	CodeNotNullViolation      = "23502" // not_null_violation
+	CodeUniqueViolation       = "23505" // unique_violation
+	CodeInvalidSchemaName     = "3F000" // invalid_schema_name
+	CodeSerializationFailure  = "40001" // serialization_failure
+	CodeDeadlockDetected      = "40P01" // deadlock_detected
+	CodeInsufficientPrivilege = "42501" // insufficient_privilege
+	CodeUndefinedColumn       = "42703" // undefined_column
+	CodeUndefinedObject       = "42704" // undefined_object
+	CodeUndefinedTable        = "42P01" // undefined_table
+	CodeDuplicateTable        = "42P07" // duplicate_table
+	CodeDuplicateObject       = "42710" // duplicate_object
+	CodeObjectInUse           = "55006" // object_in_use
+	CodeLockNotAvailable      = "55P03" // lock_not_available
+	CodeAdminShutdown         = "57P01" // admin_shutdown
+	CodeCrashShutdown         = "57P02" // crash_shutdown
+	CodeCannotConnectNow      = "57P03" // cannot_connect_now
+	// CodeFenced is reshard's own: a fence refused a write to a range the
+	// shard does not own (or not yet); a router refreshes its topology and
+	// retries on the owner (DESIGN.md §3).
+	CodeFenced = "RSF01"
+	// CodeTruncateRefused is reshard's own too: a TRUNCATE guard refused a
+	// TRUNCATE of a table a live move streams from or into.
+	CodeTruncateRefused = "RST01"
+)
+
+// Code is err's SQLSTATE; "" when err is no server error.
+func Code(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
 // RetryableSQLState reports a server error that goes away by itself:
 // connection exceptions (class 08), insufficient resources (53), a
 // serialization failure or a deadlock (40001, 40P01), an administrator or
@@ -23,24 +60,31 @@ import (
 func RetryableSQLState(code string) bool {
 	switch {
 	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"),
-		code == "40001", code == "40P01",
-		code == "57P01", code == "57P02", code == "57P03",
-		code == "55006":
+		code == CodeSerializationFailure, code == CodeDeadlockDetected,
+		code == CodeAdminShutdown, code == CodeCrashShutdown, code == CodeCannotConnectNow,
+		code == CodeObjectInUse:
 		return true
 	}
 	return false
 }
 
-// ConnectionLost reports an error of the connection itself rather than of
-// a statement: end of stream, reset, closed or timed-out connections, and
-// the retryable server states above.
+// ConnectionLost reports an error that ended the session rather than the
+// server's answer to a statement: end of stream, reset, closed or timed-out
+// connections, connection exceptions (class 08) and a server shutting down
+// or starting up (57P01-57P03). A serialization failure, a deadlock or a
+// resource limit (53) is an answer: the session goes on (Retryable says
+// whether to try the statement again).
 func ConnectionLost(err error) bool {
 	if err == nil {
 		return false
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return RetryableSQLState(pgErr.Code)
+		switch c := pgErr.Code; {
+		case strings.HasPrefix(c, "08"), c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow:
+			return true
+		}
+		return false
 	}
 	var netErr net.Error
 	var timeout interface{ Timeout() bool }
@@ -57,11 +101,25 @@ func ConnectionLost(err error) bool {
 	return false
 }
 
-// Retryable reports whether err may go away by itself: a retryable server
-// state or a lost connection. A cancelled or expired context is not: the
-// caller stopped.
+// retrier is an error that says itself whether a retry may succeed, as
+// pgx's errors answer pgconn.SafeToRetry: the domain packages' error types
+// (cdc's lost connection, schema change and failover, backfill's moved
+// checkpoint, the collisions here) implement it, so that one predicate,
+// Retryable, classifies every error.
+type retrier interface{ Retryable() bool }
+
+// Retryable reports whether err may go away by itself: an error that says
+// so (its Retryable method), a retryable server state or a lost
+// connection. A cancelled or expired context is not: the caller stopped.
 func Retryable(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || Collision(err) {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var r retrier
+	if errors.As(err, &r) {
+		return r.Retryable()
+	}
+	if errors.Is(err, context.DeadlineExceeded) || Collision(err) {
 		return false
 	}
 	var pgErr *pgconn.PgError
@@ -89,7 +147,7 @@ func FatalInput(err error) bool {
 // 42501, insufficient_privilege): the role needs a GRANT, not a retry.
 func Privilege(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+	return errors.As(err, &pgErr) && pgErr.Code == CodeInsufficientPrivilege
 }
 
 // RowSecurity reports a statement refused because a row-level security
@@ -98,7 +156,7 @@ func Privilege(err error) bool {
 // a verify or a cleanup. RowSecurityFix says what to grant.
 func RowSecurity(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42501" && strings.Contains(pgErr.Message, "row-level security")
+	return errors.As(err, &pgErr) && pgErr.Code == CodeInsufficientPrivilege && strings.Contains(pgErr.Message, "row-level security")
 }
 
 // RowSecurityFix is the fix of a RowSecurity error.
@@ -108,7 +166,7 @@ const RowSecurityFix = "reshard must see every row of the tables it moves: as a 
 // that does not exist (SQLSTATE 42704).
 func UndefinedObject(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42704"
+	return errors.As(err, &pgErr) && pgErr.Code == CodeUndefinedObject
 }
 
 // DDLRace reports the errors of two sessions creating the same object at
@@ -121,9 +179,9 @@ func DDLRace(err error) bool {
 		return false
 	}
 	switch pgErr.Code {
-	case "23505":
+	case CodeUniqueViolation:
 		return strings.HasPrefix(pgErr.ConstraintName, "pg_")
-	case "42P07", "42710": // duplicate_table, duplicate_object
+	case CodeDuplicateTable, CodeDuplicateObject:
 		return true
 	}
 	return false
@@ -143,6 +201,9 @@ type CollisionError struct {
 	// unique violation.
 	Detail string
 }
+
+// Retryable: a collision stays until the operator changes a row.
+func (e *CollisionError) Retryable() bool { return false }
 
 func (e *CollisionError) Error() string {
 	whose := ""
@@ -186,13 +247,16 @@ func (e *UniqueError) Error() string {
 
 func (e *UniqueError) Unwrap() error { return e.Err }
 
+// Retryable: a unique violation stays until the operator changes a row.
+func (e *UniqueError) Retryable() bool { return false }
+
 // Unique returns err as a *UniqueError when it is a unique violation
 // (23505) on a constraint of a table outside the system catalogs, and err
 // unchanged otherwise.
 func Unique(err error) error {
 	var pgErr *pgconn.PgError
 	var ue *UniqueError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || DDLRace(err) || errors.As(err, &ue) {
+	if !errors.As(err, &pgErr) || pgErr.Code != CodeUniqueViolation || DDLRace(err) || errors.As(err, &ue) {
 		return err
 	}
 	table := pgErr.TableName

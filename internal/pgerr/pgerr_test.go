@@ -21,11 +21,14 @@ func TestPredicates(t *testing.T) {
 	}{
 		{"nil", nil, false, false, false, false},
 		{"connection failure", pg("08006"), true, true, false, false},
-		{"out of memory", pg("53200"), true, true, false, false},
-		{"serialization failure", pg("40001"), true, true, false, false},
-		{"deadlock", pg("40P01"), true, true, false, false},
+		{"out of memory", pg("53200"), true, false, false, false},
+		{"serialization failure", pg("40001"), true, false, false, false},
+		{"deadlock", pg("40P01"), true, false, false, false},
 		{"admin shutdown", pg("57P01"), true, true, false, false},
-		{"slot in use", pg("55006"), true, true, false, false},
+		{"slot in use", pg("55006"), true, false, false, false},
+		{"temp_file_limit", pg("53400"), true, false, false, false},
+		{"starting up", pg("57P03"), true, true, false, false},
+		{"database dropped", pg("57P04"), false, false, false, false},
 		{"lock timeout", pg("55P03"), false, false, false, false},
 		{"bad data", pg("22P02"), false, false, true, false},
 		{"unique violation", pg("23505"), false, false, true, false},
@@ -49,6 +52,35 @@ func TestPredicates(t *testing.T) {
 		}
 		if got := DDLRace(tc.err); got != tc.ddlRace {
 			t.Errorf("%s: DDLRace = %v", tc.name, got)
+		}
+	}
+}
+
+type answers struct {
+	retry bool
+	err   error
+}
+
+func (e *answers) Error() string   { return "answers" }
+func (e *answers) Unwrap() error   { return e.err }
+func (e *answers) Retryable() bool { return e.retry }
+
+// An error that says whether to retry is asked first, whatever it wraps:
+// the domain packages' types answer for themselves (cdc.ConnError,
+// cdc.SchemaChangeError, ...), so classify asks Retryable alone.
+func TestRetryableAsksTheError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"says yes over a deadline", fmt.Errorf("op: %w", &answers{true, context.DeadlineExceeded}), true},
+		{"says no over a lost connection", &answers{false, io.EOF}, false},
+		{"says yes, cancelled", &answers{true, context.Canceled}, false},
+		{"collision", &CollisionError{Table: "t", Key: "id=1"}, false},
+	} {
+		if got := Retryable(tc.err); got != tc.want {
+			t.Errorf("%s: Retryable = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
