@@ -125,34 +125,9 @@ func Recover(ctx context.Context, id string, o RecoverOptions) (Recovery, error)
 		return rec, fmt.Errorf("recover migration %s: %w", id, err)
 	}
 	fences := fence.Control{Pool: o.Control, Store: store}
-	sets := map[string]tableset.Set{} // the shards of moves recovered, reconciled at the end
-	pools := map[string]*pgxpool.Pool{}
-	open := func(name string) (*pgxpool.Pool, error) {
-		if p, ok := pools[name]; ok {
-			return p, nil
-		}
-		p, err := o.Shards(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("shard %s: %w", name, err)
-		}
-		pools[name] = p
-		return p, nil
-	}
-	shard := func(name string) (*pgxpool.Pool, tableset.Set, error) {
-		p, err := open(name)
-		if err != nil {
-			return nil, tableset.Set{}, err
-		}
-		if set, ok := sets[name]; ok {
-			return p, set, nil
-		}
-		set, err := tableset.Introspect(ctx, p, o.Tables, "shard "+name)
-		if err != nil {
-			return nil, tableset.Set{}, err
-		}
-		sets[name] = set
-		return p, set, nil
-	}
+	sh := recoverShards{o: o, pools: map[string]*pgxpool.Pool{}, sets: map[string]tableset.Set{}}
+	open := func(name string) (*pgxpool.Pool, error) { return sh.open(ctx, name) }
+	shard := func(name string) (*pgxpool.Pool, tableset.Set, error) { return sh.shard(ctx, name) }
 	completed := 0
 	planned := plan.PlannedMoves()
 	for _, pm := range planned {
@@ -202,33 +177,81 @@ func Recover(ctx context.Context, id string, o RecoverOptions) (Recovery, error)
 	if start.Ended {
 		rec.Note = "its end was already published"
 	} else {
-		var after *ring.Ring
-		var weights map[string]float64
-		if completed == len(planned) {
-			after, weights = plan.After, plan.Weights
-		}
-		cur, err := store.Current(ctx)
-		if err != nil {
-			return rec, fmt.Errorf("recover migration %s: %w", id, err)
-		}
-		if cur.MigrationID != id {
-			// Its moves have ended, and a newer version (not one of its
-			// own) is current: nothing of it is left to clear.
-			rec.Note = fmt.Sprintf("topology v%d belongs to %q now; no end published", cur.Version, cur.MigrationID)
-		} else if rec.Version, err = topology.EndMigration(ctx, store, id, start.Kind, after, weights); err != nil {
-			return rec, fmt.Errorf("recover migration %s: %w", id, err)
-		} else if err := store.SyncShardStates(ctx); err != nil {
+		if err := publishEnd(ctx, store, start, plan, completed == len(planned), &rec); err != nil {
 			return rec, fmt.Errorf("recover migration %s: %w", id, err)
 		}
 		log.Info("migration ended", "ring_version", rec.Version, "completed", completed, "moves", len(planned))
 	}
 	// The guards of every shard of the plan go with the migrating ranges.
-	for name, set := range sets {
-		if _, err := fence.Reconcile(ctx, pools[name], name, set, fences); err != nil {
+	for name, set := range sh.sets {
+		if _, err := fence.Reconcile(ctx, sh.pools[name], name, set, fences); err != nil {
 			return rec, fmt.Errorf("recover migration %s: shard %s: %w", id, name, err)
 		}
 	}
 	return rec, nil
+}
+
+// recoverShards opens each shard once and reads its table set once; the
+// shards whose set was read are those of the moves recovered, reconciled at
+// the end.
+type recoverShards struct {
+	o     RecoverOptions
+	pools map[string]*pgxpool.Pool
+	sets  map[string]tableset.Set
+}
+
+func (r recoverShards) open(ctx context.Context, name string) (*pgxpool.Pool, error) {
+	if p, ok := r.pools[name]; ok {
+		return p, nil
+	}
+	p, err := r.o.Shards(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", name, err)
+	}
+	r.pools[name] = p
+	return p, nil
+}
+
+func (r recoverShards) shard(ctx context.Context, name string) (*pgxpool.Pool, tableset.Set, error) {
+	p, err := r.open(ctx, name)
+	if err != nil {
+		return nil, tableset.Set{}, err
+	}
+	if set, ok := r.sets[name]; ok {
+		return p, set, nil
+	}
+	set, err := tableset.Introspect(ctx, p, r.o.Tables, "shard "+name)
+	if err != nil {
+		return nil, tableset.Set{}, err
+	}
+	r.sets[name] = set
+	return p, set, nil
+}
+
+// publishEnd publishes the end of the migration start began: its planned
+// ring when every move completed, the ring as it stands otherwise (the
+// rolled back moves' ranges on their old owners); nothing, said in
+// rec.Note, when a newer migration's version is current.
+func publishEnd(ctx context.Context, store *topology.Store, start topology.MigrationStart, plan topology.Plan, allCompleted bool, rec *Recovery) error {
+	var after *ring.Ring
+	var weights map[string]float64
+	if allCompleted {
+		after, weights = plan.After, plan.Weights
+	}
+	cur, err := store.Current(ctx)
+	if err != nil {
+		return err
+	}
+	if cur.MigrationID != rec.MigrationID {
+		// Its moves have ended, and a newer version (not one of its own)
+		// is current: nothing of it is left to clear.
+		rec.Note = fmt.Sprintf("topology v%d belongs to %q now; no end published", cur.Version, cur.MigrationID)
+		return nil
+	}
+	if rec.Version, err = topology.EndMigration(ctx, store, rec.MigrationID, start.Kind, after, weights); err != nil {
+		return err
+	}
+	return store.SyncShardStates(ctx)
 }
 
 // recoverMove completes a cut-over move or rolls back one that is not, and
