@@ -784,173 +784,188 @@ func canRollBack(m MoveState) bool { return m.Phase.CanRollBack() }
 func rollbackTakes(m MoveState) bool { return canRollBack(m) || m.Phase == PhasePlan }
 func stopped(m MoveState) bool       { return m.Stopped && !m.Phase.Terminal() }
 
-// handlers registers the operator Updates. Validators reject what makes no
-// sense in the current phase, with the phases in the message.
+// handlers registers the operator Updates, each a method (on*) with its
+// validator method (validate*), which rejects what makes no sense in the current
+// phase with the phases in the message.
 func (r *migrationRun) handlers(ctx workflow.Context) error {
-	type handler struct {
+	for _, h := range []struct {
 		name     string
-		validate func() error
-		apply    func(ctx workflow.Context) (string, error)
-	}
-	terminal := func() error {
-		if r.state.Phase.Terminal() {
-			return fmt.Errorf("migration %s has ended (%s)", r.req.ID, r.state.Phase)
-		}
-		return nil
-	}
-	hs := []handler{
-		{UpdatePause, func() error {
-			if err := terminal(); err != nil {
-				return err
-			}
-			if r.paused {
-				return errors.New("already paused")
-			}
-			if r.state.Phase != PhasePlan && !r.any(copying) {
-				return fmt.Errorf("pause stops the snapshot copy, and no move is copying any more (%s)", r.phases())
-			}
-			return nil
-		}, func(ctx workflow.Context) (string, error) {
-			r.paused = true
-			r.details(ctx)
-			n, err := r.relay(ctx, MoveControl{Op: UpdatePause}, copying)
-			return fmt.Sprintf("paused (%d moves copying)", n), err
-		}},
-		{UpdateResume, func() error {
-			if err := terminal(); err != nil {
-				return err
-			}
-			if !r.paused && !r.any(stopped) {
-				return errors.New("not paused, and no move is stopped by an error")
-			}
-			return nil
-		}, func(ctx workflow.Context) (string, error) {
-			retried := r.count(stopped)
-			r.paused = false
-			r.details(ctx)
-			n, err := r.relay(ctx, MoveControl{Op: UpdateResume}, live)
-			if retried > 0 {
-				return fmt.Sprintf("resumed (%d moves; %d stopped moves run their phase again)", n, retried), err
-			}
-			return fmt.Sprintf("resumed (%d moves)", n), err
-		}},
-		{UpdateApprove, func() error {
-			if err := terminal(); err != nil {
-				return err
-			}
-			if !r.req.RequireApproval {
-				return errors.New("this migration was not started with require-approval: its cutovers need no approval")
-			}
-			if r.approved {
-				return errors.New("cutover already approved")
-			}
-			if !r.any(awaitsApproval) {
-				return fmt.Errorf("approve-cutover is accepted when a move has passed VERIFY or waits in CUTOVER (a move stopped there needs reshard resume first); %s", r.phases())
-			}
-			return nil
-		}, func(ctx workflow.Context) (string, error) {
-			r.approved = true
-			n, err := r.relay(ctx, MoveControl{Op: UpdateApprove}, live)
-			return fmt.Sprintf("cutover approved (%d moves)", n), err
-		}},
-		{UpdateRollback, func() error {
-			if err := terminal(); err != nil {
-				return err
-			}
-			if !r.any(rollbackTakes) {
-				return fmt.Errorf("no move can be rolled back now (rollback is possible until GRACE ends; after CLEANUP it is a new migration); %s", r.phases())
-			}
-			return nil
-		}, func(ctx workflow.Context) (string, error) {
-			r.rollbackAsked = true // moves still queued for a slot are not started
-			accept := canRollBack
-			if workflow.GetVersion(ctx, versionRollbackInPlan, workflow.DefaultVersion, 1) >= 1 {
-				accept = rollbackTakes // a move in PLAN too: it went on to copy and cut over
-			}
-			n, err := r.relay(ctx, MoveControl{Op: UpdateRollback}, accept)
-			return fmt.Sprintf("rolling back %d moves", n), err
-		}},
-		{UpdateComplete, func() error {
-			if err := terminal(); err != nil {
-				return err
-			}
-			if !r.any(inGrace) {
-				return fmt.Errorf("complete ends GRACE early, and no move is in GRACE; %s", r.phases())
-			}
-			return nil
-		}, func(ctx workflow.Context) (string, error) {
-			n, err := r.relay(ctx, MoveControl{Op: UpdateComplete}, inGrace)
-			return fmt.Sprintf("completing %d moves", n), err
-		}},
-		{UpdateReverify, func() error {
-			if err := terminal(); err != nil {
-				return err
-			}
-			if !r.any(verifyFailed) {
-				return fmt.Errorf("reverify follows a failed verify, and no move has one; %s", r.phases())
-			}
-			return nil
-		}, func(ctx workflow.Context) (string, error) {
-			var asked []int
-			for i, m := range r.state.Moves {
-				if r.started[i] && verifyFailed(m) {
-					asked = append(asked, i)
-				}
-			}
-			n, err := r.relay(ctx, MoveControl{Op: UpdateReverify}, verifyFailed)
-			// Shown at once, before the moves report: their failed results
-			// are history (a move whose signal failed keeps its own).
-			for _, i := range asked {
-				if m := &r.state.Moves[i]; verifyFailed(*m) && err == nil {
-					m.Verify, m.Waiting = nil, ""
-				}
-			}
-			r.details(ctx)
-			return fmt.Sprintf("re-verifying %d moves", n), err
-		}},
-	}
-	for _, h := range hs {
-		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name,
-			func(ctx workflow.Context) (string, error) { return h.apply(ctx) },
-			workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return h.validate() }},
-		); err != nil {
+		apply    func(workflow.Context) (string, error)
+		validate func(workflow.Context) error
+	}{
+		{UpdatePause, r.onPause, r.validatePause},
+		{UpdateResume, r.onResume, r.validateResume},
+		{UpdateApprove, r.onApprove, r.validateApprove},
+		{UpdateRollback, r.onRollback, r.validateRollback},
+		{UpdateComplete, r.onComplete, r.validateComplete},
+		{UpdateReverify, r.onReverify, r.validateReverify},
+	} {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, h.name, h.apply, workflow.UpdateHandlerOptions{Validator: h.validate}); err != nil {
 			return err
 		}
 	}
-	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateThrottle,
-		func(ctx workflow.Context, t Throttle) (string, error) {
-			if t.Adaptive == nil { // an update without adaptive limits keeps those in force
-				t.Adaptive = r.throttle.Adaptive
-			}
-			if t.KeepRates {
-				t.RowsPerSec, t.BytesPerSec, t.ChunkRows, t.KeepRates = r.throttle.RowsPerSec, r.throttle.BytesPerSec, r.throttle.ChunkRows, false
-			}
-			r.throttle = t
-			r.state.Throttle = &t
-			r.details(ctx) // the throttle in force, at once
-			n, err := r.relay(ctx, MoveControl{Op: UpdateThrottle, Throttle: &t}, live)
-			msg := fmt.Sprintf("throttle %.0f rows/s, %.0f bytes/s (0 = unlimited)", t.RowsPerSec, t.BytesPerSec)
-			if t.ChunkRows > 0 {
-				msg += fmt.Sprintf(", copy chunks of %d rows", t.ChunkRows)
-			}
-			if t.Adaptive.Enabled() {
-				msg += ", adaptive: " + t.Adaptive.Text()
-			}
-			return fmt.Sprintf("%s for %d moves", msg, n), err
-		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, t Throttle) error {
-			if err := terminal(); err != nil {
-				return err
-			}
-			if t.RowsPerSec < 0 || t.BytesPerSec < 0 {
-				return errors.New("throttle limits must be >= 0 (0 = unlimited)")
-			}
-			if t.ChunkRows < 0 {
-				return errors.New("copy chunk rows must be >= 0 (0 = the migration's --copy-chunk-rows)")
-			}
-			if err := t.Adaptive.Validate(); err != nil {
-				return err
-			}
-			return nil
-		}})
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateThrottle, r.onThrottle, workflow.UpdateHandlerOptions{Validator: r.validateThrottle})
+}
+
+// ended refuses every update once the migration has ended.
+func (r *migrationRun) ended() error {
+	if r.state.Phase.Terminal() {
+		return fmt.Errorf("migration %s has ended (%s)", r.req.ID, r.state.Phase)
+	}
+	return nil
+}
+
+func (r *migrationRun) validatePause(workflow.Context) error {
+	if err := r.ended(); err != nil {
+		return err
+	}
+	if r.paused {
+		return errors.New("already paused")
+	}
+	if r.state.Phase != PhasePlan && !r.any(copying) {
+		return fmt.Errorf("pause stops the snapshot copy, and no move is copying any more (%s)", r.phases())
+	}
+	return nil
+}
+
+func (r *migrationRun) onPause(ctx workflow.Context) (string, error) {
+	r.paused = true
+	r.details(ctx)
+	n, err := r.relay(ctx, MoveControl{Op: UpdatePause}, copying)
+	return fmt.Sprintf("paused (%d moves copying)", n), err
+}
+
+func (r *migrationRun) validateResume(workflow.Context) error {
+	if err := r.ended(); err != nil {
+		return err
+	}
+	if !r.paused && !r.any(stopped) {
+		return errors.New("not paused, and no move is stopped by an error")
+	}
+	return nil
+}
+
+func (r *migrationRun) onResume(ctx workflow.Context) (string, error) {
+	retried := r.count(stopped)
+	r.paused = false
+	r.details(ctx)
+	n, err := r.relay(ctx, MoveControl{Op: UpdateResume}, live)
+	if retried > 0 {
+		return fmt.Sprintf("resumed (%d moves; %d stopped moves run their phase again)", n, retried), err
+	}
+	return fmt.Sprintf("resumed (%d moves)", n), err
+}
+
+func (r *migrationRun) validateApprove(workflow.Context) error {
+	if err := r.ended(); err != nil {
+		return err
+	}
+	if !r.req.RequireApproval {
+		return errors.New("this migration was not started with require-approval: its cutovers need no approval")
+	}
+	if r.approved {
+		return errors.New("cutover already approved")
+	}
+	if !r.any(awaitsApproval) {
+		return fmt.Errorf("approve-cutover is accepted when a move has passed VERIFY or waits in CUTOVER (a move stopped there needs reshard resume first); %s", r.phases())
+	}
+	return nil
+}
+
+func (r *migrationRun) onApprove(ctx workflow.Context) (string, error) {
+	r.approved = true
+	n, err := r.relay(ctx, MoveControl{Op: UpdateApprove}, live)
+	return fmt.Sprintf("cutover approved (%d moves)", n), err
+}
+
+// whenAny refuses an update once the migration has ended, or while no move
+// is as f asks (why says what the update needs, the phases follow).
+func (r *migrationRun) whenAny(f func(MoveState) bool, why string) error {
+	if err := r.ended(); err != nil {
+		return err
+	}
+	if !r.any(f) {
+		return fmt.Errorf("%s; %s", why, r.phases())
+	}
+	return nil
+}
+
+func (r *migrationRun) validateRollback(workflow.Context) error {
+	return r.whenAny(rollbackTakes, "no move can be rolled back now (rollback is possible until GRACE ends; after CLEANUP it is a new migration)")
+}
+
+func (r *migrationRun) onRollback(ctx workflow.Context) (string, error) {
+	r.rollbackAsked = true // moves still queued for a slot are not started
+	accept := canRollBack
+	if workflow.GetVersion(ctx, versionRollbackInPlan, workflow.DefaultVersion, 1) >= 1 {
+		accept = rollbackTakes // a move in PLAN too: it went on to copy and cut over
+	}
+	n, err := r.relay(ctx, MoveControl{Op: UpdateRollback}, accept)
+	return fmt.Sprintf("rolling back %d moves", n), err
+}
+
+func (r *migrationRun) validateComplete(workflow.Context) error {
+	return r.whenAny(inGrace, "complete ends GRACE early, and no move is in GRACE")
+}
+
+func (r *migrationRun) onComplete(ctx workflow.Context) (string, error) {
+	n, err := r.relay(ctx, MoveControl{Op: UpdateComplete}, inGrace)
+	return fmt.Sprintf("completing %d moves", n), err
+}
+
+func (r *migrationRun) validateReverify(workflow.Context) error {
+	return r.whenAny(verifyFailed, "reverify follows a failed verify, and no move has one")
+}
+
+func (r *migrationRun) onReverify(ctx workflow.Context) (string, error) {
+	var asked []int
+	for i, m := range r.state.Moves {
+		if r.started[i] && verifyFailed(m) {
+			asked = append(asked, i)
+		}
+	}
+	n, err := r.relay(ctx, MoveControl{Op: UpdateReverify}, verifyFailed)
+	// Shown at once, before the moves report: their failed results are
+	// history (a move whose signal failed keeps its own).
+	for _, i := range asked {
+		if m := &r.state.Moves[i]; verifyFailed(*m) && err == nil {
+			m.Verify, m.Waiting = nil, ""
+		}
+	}
+	r.details(ctx)
+	return fmt.Sprintf("re-verifying %d moves", n), err
+}
+
+func (r *migrationRun) validateThrottle(_ workflow.Context, t Throttle) error {
+	if err := r.ended(); err != nil {
+		return err
+	}
+	if t.RowsPerSec < 0 || t.BytesPerSec < 0 {
+		return errors.New("throttle limits must be >= 0 (0 = unlimited)")
+	}
+	if t.ChunkRows < 0 {
+		return errors.New("copy chunk rows must be >= 0 (0 = the migration's --copy-chunk-rows)")
+	}
+	return t.Adaptive.Validate()
+}
+
+func (r *migrationRun) onThrottle(ctx workflow.Context, t Throttle) (string, error) {
+	if t.Adaptive == nil { // an update without adaptive limits keeps those in force
+		t.Adaptive = r.throttle.Adaptive
+	}
+	if t.KeepRates {
+		t.RowsPerSec, t.BytesPerSec, t.ChunkRows, t.KeepRates = r.throttle.RowsPerSec, r.throttle.BytesPerSec, r.throttle.ChunkRows, false
+	}
+	r.throttle = t
+	r.state.Throttle = &t
+	r.details(ctx) // the throttle in force, at once
+	n, err := r.relay(ctx, MoveControl{Op: UpdateThrottle, Throttle: &t}, live)
+	msg := fmt.Sprintf("throttle %.0f rows/s, %.0f bytes/s (0 = unlimited)", t.RowsPerSec, t.BytesPerSec)
+	if t.ChunkRows > 0 {
+		msg += fmt.Sprintf(", copy chunks of %d rows", t.ChunkRows)
+	}
+	if t.Adaptive.Enabled() {
+		msg += ", adaptive: " + t.Adaptive.Text()
+	}
+	return fmt.Sprintf("%s for %d moves", msg, n), err
 }
