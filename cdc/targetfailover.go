@@ -112,6 +112,10 @@ func (e *TargetReplacedError) Error() string {
 // the server its positions belong to, and resuming cannot fix it.
 func (e *TargetReplacedError) Is(target error) bool { return target == ErrFailedOver }
 
+// Retryable: another server answers as the target; a repair, not a retry,
+// follows.
+func (e *TargetReplacedError) Retryable() bool { return false }
+
 // checkTarget compares the target the applier's session reached with the
 // identity the stream expects (Options.TargetIdentity, else the last one a
 // Run of this Stream saw). A new timeline is noted as a TargetFailover,
