@@ -739,5 +739,5 @@ func (c *copier) shapesChanged(ctx context.Context, source, target *pgxpool.Pool
 // schemaMoved: the SQLSTATEs of a chunk that met a schema change.
 func schemaMoved(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "42703" || pe.Code == "22P03" || pe.Code == "42804")
+	return errors.As(err, &pe) && (pe.Code == pgerr.CodeUndefinedColumn || pe.Code == pgerr.CodeInvalidBinaryRepr || pe.Code == pgerr.CodeDatatypeMismatch)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/tableset"
 )
 
@@ -53,7 +54,7 @@ func (e *ColumnVanishedError) Retryable() bool { return true }
 // undefinedColumn: SQLSTATE 42703.
 func undefinedColumn(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42703"
+	return errors.As(err, &pe) && pe.Code == pgerr.CodeUndefinedColumn
 }
 
 func (r *runner) targetName() string {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/reshard/reshard/internal/pgerr"
 )
 
 // DDLShard is one shard schema apply changes. Target: it is the target of a
@@ -124,7 +125,7 @@ func applyOne(ctx context.Context, pool *pgxpool.Pool, d DDL, o DDLOptions) (str
 
 func lockBusy(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "40P01")
+	return errors.As(err, &pe) && (pe.Code == pgerr.CodeLockNotAvailable || pe.Code == pgerr.CodeDeadlockDetected)
 }
 
 // shapeSQL fingerprints a table's columns (name, type, NOT NULL, default),
@@ -149,7 +150,7 @@ func tryOne(ctx context.Context, pool *pgxpool.Pool, d DDL, o DDLOptions) (strin
 		}
 		if _, err := tx.Exec(ctx, d.SQL); err != nil {
 			var pe *pgconn.PgError
-			if errors.As(err, &pe) && ((d.Kind == DDLAdditive && d.Column != "" && pe.Code == "42701") || (d.Kind == DDLDrop && pe.Code == "42703")) {
+			if errors.As(err, &pe) && ((d.Kind == DDLAdditive && d.Column != "" && pe.Code == pgerr.CodeDuplicateColumn) || (d.Kind == DDLDrop && pe.Code == pgerr.CodeUndefinedColumn)) {
 				return errAlreadyThere // the column is already added (42701) or already gone (42703)
 			}
 			return err

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 )
@@ -589,5 +590,5 @@ func agree(o Options) error {
 // read the shapes (SQLSTATE 42703, 42804); running it again reads them anew.
 func SchemaMoved(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "42703" || pe.Code == "42804")
+	return errors.As(err, &pe) && (pe.Code == pgerr.CodeUndefinedColumn || pe.Code == pgerr.CodeDatatypeMismatch)
 }

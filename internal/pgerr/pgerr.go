@@ -24,6 +24,9 @@ const (
 	CodeDeadlockDetected      = "40P01" // deadlock_detected
 	CodeInsufficientPrivilege = "42501" // insufficient_privilege
 	CodeUndefinedColumn       = "42703" // undefined_column
+	CodeDuplicateColumn       = "42701" // duplicate_column
+	CodeDatatypeMismatch      = "42804" // datatype_mismatch
+	CodeInvalidBinaryRepr     = "22P03" // invalid_binary_representation
 	CodeUndefinedObject       = "42704" // undefined_object
 	CodeUndefinedTable        = "42P01" // undefined_table
 	CodeDuplicateTable        = "42P07" // duplicate_table
