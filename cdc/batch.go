@@ -69,6 +69,10 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 		}
 		r.counted(c.Kind)
 		samePK := pkMapKey(oldPK) == pkMapKey(newPK)
+		r.s.witness.touched(p.t.String(), newPK, r.commit)
+		if !samePK {
+			r.s.witness.touched(p.t.String(), oldPK, r.commit)
+		}
 		if hasUnchanged(newRow) {
 			// Unchanged TOAST values carried over from the key's image
 			// pending in this batch; those it lacks too stay as the target
@@ -97,6 +101,7 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 		// is one of ours (the predicate is on the target row's own key, which
 		// also covers messages without the key).
 		r.counted(c.Kind)
+		r.s.witness.touched(p.t.String(), oldPK, r.commit)
 		r.tg.add(p, &pendingOp{pk: oldPK})
 	}
 	return nil

@@ -54,5 +54,8 @@
 // target's identity on the applier's session before the origin: a new
 // timeline (a promoted synchronous standby, which holds every committed
 // batch with its origin progress) is reported as a TargetFailover and the
-// stream resumes from the origin there, another system stops the stream.
+// stream resumes from the origin there, another system stops the stream;
+// witness.go keeps what the stream received (the ids of source transactions
+// until a source snapshot sees them, the keys each changed) so that verify
+// can re-check, at a point without a slot, only what changed since its run.
 package cdc

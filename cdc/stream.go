@@ -253,6 +253,8 @@ type Stream struct {
 	running  bool
 	runErr   error
 	wake     func() // interrupts the runner's wait for the next message
+
+	witness witness // what was received, for a verify without a slot (witness.go)
 }
 
 var _ Controller = (*Stream)(nil)
@@ -378,7 +380,8 @@ type runner struct {
 	peekOff       bool          // the source refused a peek: stream only, this Run
 
 	inTxn, skipTxn bool
-	xid            uint32 // of the source transaction being received
+	xid            uint32        // of the source transaction being received
+	commit         pglogrepl.LSN // its commit LSN
 	txnMarkers     []string
 	batchTxns      int
 	batchStart     time.Time
@@ -448,6 +451,9 @@ func (r *runner) run(ctx context.Context) error {
 		return err
 	}
 	r.noteResume(start)
+	if err := r.startWitness(ctx, start); err != nil {
+		return err
+	}
 	// The target holds every source transaction up to start, committed by
 	// an earlier Run: a hold before it is passed (checkHold), as if this
 	// Run had committed them. The origin keeps a transaction's end, not its
@@ -924,7 +930,8 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 				return err
 			}
 		}
-		r.inTxn, r.skipTxn, r.txnMarkers, r.xid = true, false, r.txnMarkers[:0], m.Xid
+		r.inTxn, r.skipTxn, r.txnMarkers, r.xid, r.commit = true, false, r.txnMarkers[:0], m.Xid, m.FinalLSN
+		r.s.witness.received(m.Xid, m.FinalLSN)
 		if r.batchTxns == 0 {
 			r.batchStart = time.Now()
 		}
@@ -973,6 +980,9 @@ func (r *runner) handle(ctx context.Context, at pglogrepl.LSN, msg Message) erro
 		r.lastEnd, r.lastCommit, r.lastCommitTime = m.EndLSN, m.CommitLSN, m.CommitTime
 		r.batchTxns++
 		r.behind.Store(now.Sub(m.CommitTime) > r.o.BatchDelay)
+		if err := r.pruneWitness(ctx); err != nil {
+			return err
+		}
 		if len(r.txnMarkers) > 0 || r.tg.batchRows() >= r.o.BatchRows || now.Sub(r.batchStart) >= r.batchDelay() {
 			return r.commitBatch(ctx)
 		}

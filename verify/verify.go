@@ -67,7 +67,14 @@ type Options struct {
 	// Holder holds the CDC applier at the source snapshot's LSN while the
 	// target snapshot is taken. Nil only when the source is quiescent: then
 	// a concurrent write can show up as a false mismatch.
-	Holder  Holder
+	Holder Holder
+	// Recheck: the run's verified chunks are older than changes made since
+	// (an aborted cutover's among them). The chunks those changes touched
+	// are compared again, the others stand; the Holder must be the move's
+	// stream (Witness), which says what changed, and the comparison is at a
+	// point without a replication slot, which a long transaction on the
+	// source does not hold up (recheck.go).
+	Recheck bool
 	Metrics *Metrics
 	Logger  *slog.Logger
 	// Progress, when set, is called after every chunk, from the worker that
@@ -158,6 +165,19 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 		return nil, err
 	}
 	rep := &Report{RunID: opts.RunID, Ranges: ring.Normalize(opts.Ranges), Started: started, Tables: make([]TableReport, len(qs))}
+	var (
+		snaps *snapshots
+		redo  map[[2]int]bool
+	)
+	if opts.Recheck {
+		if opts.RunID == "" {
+			return nil, errors.New("verify: a re-check needs the run id of the verify it re-checks")
+		}
+		if snaps, redo, err = recheckChunks(ctx, src, dst, opts, qs, chunks); err != nil {
+			return nil, err
+		}
+		defer snaps.close()
+	}
 	var todo []chunk
 	for i, q := range qs {
 		rep.Tables[i] = TableReport{Table: q.t.String(), PK: q.t.PK, Chunks: make([]ChunkReport, len(chunks[i]))}
@@ -165,7 +185,7 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 			if c.index != j {
 				return nil, fmt.Errorf("verify run %q: chunks of %s are not numbered 0..%d: use a new run id", opts.RunID, q.t, len(chunks[i])-1)
 			}
-			if c.done == nil {
+			if c.done == nil || redo[[2]int{i, c.index}] {
 				todo = append(todo, c)
 				continue
 			}
@@ -188,7 +208,7 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 		opts.Planned(info)
 	}
 	if len(todo) > 0 {
-		if err := compareAll(ctx, src, dst, opts, qs, todo, rep); err != nil {
+		if err := compareAll(ctx, src, dst, opts, qs, todo, rep, snaps); err != nil {
 			return nil, err
 		}
 	}
@@ -226,18 +246,23 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 	return rep, nil
 }
 
-func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []*tableSQL, todo []chunk, rep *Report) error {
+// compareAll compares the chunks of todo, in snaps when given (a re-check's,
+// closed by the caller), else in snapshots of its own.
+func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []*tableSQL, todo []chunk, rep *Report, snaps *snapshots) error {
 	n := min(opts.Parallel, len(todo))
-	snaps, err := openSnapshots(ctx, src, dst, opts.Holder, n)
-	if err != nil {
-		return fmt.Errorf("verify: take snapshots: %w", err)
+	if snaps == nil {
+		var err error
+		if snaps, err = openSnapshots(ctx, src, dst, opts.Holder, n); err != nil {
+			return fmt.Errorf("verify: take snapshots: %w", err)
+		}
+		defer snaps.close()
 	}
-	defer snaps.close()
+	n = min(n, len(snaps.sessions))
 	rep.LSN = snaps.lsn
 	opts.Logger.Info("verify snapshots taken", "lsn", snaps.lsn, "chunks", len(todo), "workers", n)
 
 	free := make(chan *session, n)
-	for _, s := range snaps.sessions {
+	for _, s := range snaps.sessions[:n] {
 		free <- s
 	}
 	var lim *rate.Limiter
