@@ -558,7 +558,7 @@ func (a *Activities) verifyOnce(ctx context.Context, in workflows.VerifyInput, s
 		var err error
 		rep, err = verify.Run(ctx, s.src, s.dst, verify.Options{
 			RunID: in.RunID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target,
-			Ranges: in.Move.Spec.Ranges, Throttle: th, Holder: st,
+			Ranges: in.Move.Spec.Ranges, Throttle: th, Holder: st, Recheck: in.Recheck,
 			ChunkRows: verifyChunkRows(in.Move.Request),
 			Metrics:   a.metrics.Verify, Logger: a.log.With("move", in.Move.Spec.ID),
 			Planned: func(p verify.PlanInfo) {

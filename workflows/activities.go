@@ -170,6 +170,11 @@ type CDCStatus struct {
 type VerifyInput struct {
 	Move  MoveRef `json:"move"`
 	RunID string  `json:"run_id"`
+	// Recheck: the run's verified chunks are older than changes made since
+	// (a cutover attempt was aborted after the run passed): compare again
+	// the chunks those changes touched, at a point a long transaction on
+	// the source does not hold up (verify.Options.Recheck).
+	Recheck bool `json:"recheck,omitempty"`
 	// RowsPerSec throttles the rows read per side (0 = unlimited).
 	RowsPerSec float64 `json:"rows_per_sec"`
 	// Adaptive limits and the copy's baselines (nil: not adaptive).

@@ -59,6 +59,8 @@ type MoveCarry struct {
 	Runs     int       `json:"runs"`
 	// VerifyRuns counts operator re-verifies (each a new verify run id).
 	VerifyRuns int `json:"verify_runs"`
+	// Recheck: the next verify re-checks its run (a cutover was aborted).
+	Recheck bool `json:"recheck,omitempty"`
 }
 
 // errContinueAsNew unwinds the phase code to the continue-as-new point.
@@ -75,6 +77,7 @@ type moveRun struct {
 	throttle                             Throttle
 	rollbackAsked, completeAsked, verify bool // verify: reverify asked
 	retryAsked                           bool // resume of a stopped move
+	recheck                              bool // the next verify re-checks its run (VerifyInput.Recheck)
 	runs, slices, verifyRuns             int
 	reverseL0                            string
 	lastNotify                           time.Time
@@ -103,6 +106,7 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 	m.ref = MoveRef{MigrationID: in.Request.ID, Spec: in.Spec, Tables: in.Request.Tables, FromVersion: in.FromVersion, Request: &req}
 	if c := in.Carry; c != nil {
 		m.state, m.l0, m.paused, m.throttle, m.approved, m.runs, m.verifyRuns = c.State, c.L0, c.Paused, c.Throttle, c.Approved, c.Runs+1, c.VerifyRuns
+		m.recheck = c.Recheck
 	} else {
 		m.state = MoveState{Spec: in.Spec, Phase: PhasePlan}
 		m.state.Timings = []PhaseTiming{{Phase: PhasePlan, Start: workflow.Now(ctx)}}
@@ -504,7 +508,7 @@ func (m *moveRun) continueAsNew(ctx workflow.Context) (MoveState, error) {
 		return m.state, err
 	}
 	in := m.in
-	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns}
+	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck}
 	return m.state, workflow.NewContinueAsNewError(ctx, MoveWorkflow, in)
 }
 
@@ -683,7 +687,7 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 		return m.to(ctx, PhaseRollingBack)
 	}
 	in := VerifyInput{Move: m.ref, RunID: fmt.Sprintf("%s_v%d", m.in.Spec.ID, m.verifyRuns), RowsPerSec: m.throttle.RowsPerSec,
-		Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive, EstRows: m.state.RowsCopied}
+		Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive, EstRows: m.state.RowsCopied, Recheck: m.recheck}
 	var sum VerifySummary
 	err := m.inSession(ctx, ActivityVerify, "verify at one LSN", 24*time.Hour, in, &sum)
 	var appErr *temporal.ApplicationError
@@ -718,6 +722,7 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 	}
 	sum.Passed = true
 	m.state.Verify = &sum
+	m.recheck = false
 	if m.in.Request.RequireApproval && !m.approved {
 		m.state.Waiting = WaitApproval
 	}
@@ -755,6 +760,15 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	var appErr *temporal.ApplicationError
 	if err != nil && errors.As(err, &appErr) && appErr.Type() == ErrTypeCutoverAborted {
 		m.state.Error = appErr.Error()
+		// The verify before the next attempt must vouch for the rows as they
+		// are then: its run's chunks were compared before the changes made
+		// since (the aborted attempt's among them). It re-checks the chunks
+		// those changes touched, at a point without a slot, which the long
+		// transaction that aborted the attempt does not hold up (a new run
+		// through a slot's snapshot waited for it: 3ed165a).
+		if workflow.GetVersion(ctx, "recheck-after-abort", workflow.DefaultVersion, 1) >= 1 {
+			m.recheck = true
+		}
 		var aborted CutoverResult
 		if appErr.HasDetails() && appErr.Details(&aborted) == nil {
 			m.state.Pauses = aborted.Pauses

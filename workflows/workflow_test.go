@@ -564,9 +564,11 @@ func TestCutoverAbortedRetriesAfterCatchUp(t *testing.T) {
 	if got := phasesOf(st); !equal(got, want) {
 		t.Fatalf("walked %v, want %v", got, want)
 	}
-	// The verify after the abort resumes the same run (its chunks stand).
-	if in := f.last[ActivityVerify+"/t_m1"].(VerifyInput); in.RunID != "t_m1_v0" {
-		t.Fatalf("verify run after abort %q", in.RunID)
+	// The verify after the abort re-checks the same run: the chunks that
+	// the changes since touched are compared again (on 6e755b7 it resumed
+	// t_m1_v0 as it stood: "0 rows compared, 351 reused ... 1m13s ago").
+	if in := f.last[ActivityVerify+"/t_m1"].(VerifyInput); in.RunID != "t_m1_v0" || !in.Recheck {
+		t.Fatalf("verify after abort: run %q, recheck %v; want t_m1_v0 re-checked", in.RunID, in.Recheck)
 	}
 }
 
