@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -294,6 +295,30 @@ func fillUnchanged(row, from []Col) []Col {
 	}
 	return out
 }
+
+// onPrimaryKey says whether a unique violation's detail ("Key (id)=(42)
+// already exists.") is on the primary key's columns; a violation of another
+// unique constraint is a *pgerr.UniqueError (wrapOp), which names the
+// constraint, the key and the value. An empty detail (the role may not read
+// the columns) is not taken as the primary key: the UniqueError then names
+// the constraint, whichever it is.
+func (p *tablePlan) onPrimaryKey(detail string) bool {
+	asServer := make([]string, len(p.pk)) // quote_identifier's choice, keywords aside
+	quoted := make([]string, len(p.pk))
+	for j, i := range p.pk {
+		n := p.cols[i].Name
+		quoted[j] = pgx.Identifier{n}.Sanitize()
+		asServer[j] = n
+		if !plainIdent.MatchString(n) {
+			asServer[j] = quoted[j]
+		}
+	}
+	return strings.HasPrefix(detail, "Key ("+strings.Join(asServer, ", ")+")=(") ||
+		strings.HasPrefix(detail, "Key ("+strings.Join(quoted, ", ")+")=(")
+}
+
+// plainIdent is an identifier PostgreSQL prints without quotes.
+var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_$]*$`)
 
 func (p *tablePlan) describeKey(pk []string) string {
 	parts := make([]string, len(pk))
@@ -664,7 +689,7 @@ func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row
 		tag, err := tg.tx.Exec(ctx, sql, args...)
 		if err != nil {
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation {
+			if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation && p.onPrimaryKey(pgErr.Detail) {
 				return &CollisionError{Table: p.t.String(), Key: p.describeKey(newPK), Detail: pgErr.Detail}
 			}
 			return wrapOp("apply update of "+p.t.String()+" (unchanged TOAST columns kept)", err)
