@@ -294,7 +294,10 @@ func classify(err error) error {
 	var bad *badInputError
 	var schema *cdc.SchemaChangeError
 	var problem *tableset.Problem
+	var firing *tableset.FiringError
 	switch {
+	case errors.As(err, &firing):
+		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeFiringTrigger, nil)
 	case errors.As(err, &bad):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeBadInput, nil)
 	case errors.As(err, &problem):

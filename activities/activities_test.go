@@ -33,6 +33,7 @@ func TestClassify(t *testing.T) {
 		{"preflight problem", fmt.Errorf("preflight: %w", &tableset.Problem{Check: "table", Shard: "source shard1", Problem: "no table", Fix: "create it"}), false, workflows.ErrTypePreflight},
 		{"copy collision", fmt.Errorf("copy: %w", &backfill.CollisionError{Table: "users", Key: "id=1"}), false, workflows.ErrTypeCollision},
 		{"cdc collision", &cdc.CollisionError{Table: "public.users", Key: "id=1"}, false, workflows.ErrTypeCollision},
+		{"trigger enabled after PLAN", fmt.Errorf("move m1: %w", &tableset.FiringError{Problems: []*tableset.Problem{{Check: tableset.CheckReplicaTriggers, Shard: "shard2", Problem: "trigger audit is ENABLE ALWAYS", Fix: "ENABLE TRIGGER audit"}}}), false, workflows.ErrTypeFiringTrigger},
 		{"schema change", &cdc.SchemaChangeError{Table: "public.users", OnlySource: []string{"x"}}, false, workflows.ErrTypeSchemaChange},
 		{"connection lost", &cdc.ConnError{Op: "receive", Err: io.ErrUnexpectedEOF}, true, "Retryable"},
 		{"serialization failure", &pgconn.PgError{Code: "40001"}, true, "Retryable"},

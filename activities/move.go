@@ -54,6 +54,25 @@ func (a *Activities) sides(ctx context.Context, m workflows.MoveRef) (sides, err
 	return s, nil
 }
 
+// firing stops a phase that writes rows before a trigger or rule of the
+// application can fire for reshard's writes: preflight refused them at PLAN,
+// but a deploy may enable one ALWAYS or REPLICA since (tableset.CheckFiring).
+// target: the copy and the forward applier write there; source: the reverse
+// applier and cleanup.
+func (s sides) firing(ctx context.Context, m workflows.MoveRef, source, target bool) error {
+	if target {
+		if err := tableset.CheckFiring(ctx, s.dst, m.Spec.Target, s.dstSet); err != nil {
+			return fmt.Errorf("move %s: %w", m.Spec.ID, err)
+		}
+	}
+	if source {
+		if err := tableset.CheckFiring(ctx, s.src, m.Spec.Source, s.srcSet); err != nil {
+			return fmt.Errorf("move %s: %w", m.Spec.ID, err)
+		}
+	}
+	return nil
+}
+
 // move is the move as the cutover and rollback packages see it.
 func (s sides) move(m workflows.MoveRef) cutover.Move {
 	return cutover.Move{ID: m.Spec.ID, From: m.Spec.Source, To: m.Spec.Target, Source: s.src, Target: s.dst, Set: s.dstSet, Ranges: m.Spec.Ranges}
@@ -155,6 +174,9 @@ func (a *Activities) CopySlice(ctx context.Context, in workflows.CopySliceInput)
 func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput) (workflows.CopyProgress, error) {
 	s, err := a.sides(ctx, in.Move)
 	if err != nil {
+		return workflows.CopyProgress{}, err
+	}
+	if err := s.firing(ctx, in.Move, false, true); err != nil {
 		return workflows.CopyProgress{}, err
 	}
 	if in.MaxTime <= 0 {
@@ -334,6 +356,9 @@ func (a *Activities) reverseOptions(m workflows.MoveRef, s sides, l0 string) (cd
 func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	s, err := a.sides(ctx, in.Move)
 	if err != nil {
+		return err
+	}
+	if err := s.firing(ctx, in.Move, in.Reverse, !in.Reverse); err != nil {
 		return err
 	}
 	var opts cdc.Options
@@ -625,6 +650,11 @@ func (a *Activities) PrepareReverse(ctx context.Context, m workflows.MoveRef) (w
 func (a *Activities) prepareReverse(ctx context.Context, m workflows.MoveRef) (workflows.JoinResult, error) {
 	s, err := a.sides(ctx, m)
 	if err != nil {
+		return workflows.JoinResult{}, err
+	}
+	// Before the cutover: from it on, the reverse applier writes on the
+	// source, and the forward one still writes on the target.
+	if err := s.firing(ctx, m, true, true); err != nil {
 		return workflows.JoinResult{}, err
 	}
 	repl, err := a.pools.r.replicationDSN(m.Spec.Target)

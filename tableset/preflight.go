@@ -475,6 +475,19 @@ func (rep *Report) checkTable(ctx context.Context, q Querier, name string, t Tab
 // reshard's can make a trigger that fires on its writes fire only once, and
 // the fix is one reversible statement.
 func (rep *Report) checkReplicaTriggers(ctx context.Context, q Querier, name string, t Table) error {
+	found, err := replicaTriggers(ctx, q, name, t)
+	if err != nil {
+		return fmt.Errorf("preflight: %w", err)
+	}
+	for _, p := range found {
+		rep.add(p)
+	}
+	return nil
+}
+
+// replicaTriggers lists, as problems with their fix, the triggers and rules
+// of t on shard name that fire for reshard's writes (checkReplicaTriggers).
+func replicaTriggers(ctx context.Context, q Querier, name string, t Table) ([]*Problem, error) {
 	rows, err := q.Query(ctx, `
 		SELECT 'trigger', tgname, tgenabled::text FROM pg_trigger
 		WHERE tgrelid = $1::regclass AND NOT tgisinternal AND tgenabled IN ('A', 'R')
@@ -483,7 +496,7 @@ func (rep *Report) checkReplicaTriggers(ctx context.Context, q Querier, name str
 		WHERE ev_class = $1::regclass AND rulename <> '_RETURN' AND ev_enabled IN ('A', 'R')
 		ORDER BY 1, 2`, t.Quoted())
 	if err != nil {
-		return fmt.Errorf("preflight: read triggers and rules of %s on %s: %w", t, name, err)
+		return nil, fmt.Errorf("read triggers and rules of %s on %s: %w", t, name, err)
 	}
 	type fires struct{ kind, name, mode string }
 	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (fires, error) {
@@ -491,22 +504,58 @@ func (rep *Report) checkReplicaTriggers(ctx context.Context, q Querier, name str
 		return f, r.Scan(&f.kind, &f.name, &f.mode)
 	})
 	if err != nil {
-		return fmt.Errorf("preflight: read triggers and rules of %s on %s: %w", t, name, err)
+		return nil, fmt.Errorf("read triggers and rules of %s on %s: %w", t, name, err)
 	}
+	var out []*Problem
 	for _, f := range found {
 		id := pgx.Identifier{f.name}.Sanitize()
 		kw := strings.ToUpper(f.kind)
 		if f.mode == "A" {
-			rep.add(&Problem{Check: CheckReplicaTriggers, Shard: name, Table: t.String(),
+			out = append(out, &Problem{Check: CheckReplicaTriggers, Shard: name, Table: t.String(),
 				Problem: fmt.Sprintf("%s %s on %s of %s is ENABLE ALWAYS: it fires for reshard's copy, catch-up and cleanup writes too (session_replication_role = replica does not stop it), running the application's logic a second time for rows it wrote once", f.kind, id, name, t),
 				Fix: fmt.Sprintf("ALTER TABLE %s ENABLE %s %s (it then fires for the application's writes only), or ALTER TABLE %s DISABLE %s %s for the move; after CLEANUP, ENABLE ALWAYS %s %s restores it",
 					t.Quoted(), kw, id, t.Quoted(), kw, id, kw, id)})
 			continue
 		}
-		rep.add(&Problem{Check: CheckReplicaTriggers, Shard: name, Table: t.String(),
+		out = append(out, &Problem{Check: CheckReplicaTriggers, Shard: name, Table: t.String(),
 			Problem: fmt.Sprintf("%s %s on %s of %s is ENABLE REPLICA: it fires only for replicated writes, so for every row reshard copies, applies or cleans up there, and never for the application's", f.kind, id, name, t),
 			Fix: fmt.Sprintf("ALTER TABLE %s DISABLE %s %s for the move; after CLEANUP, ALTER TABLE %s ENABLE REPLICA %s %s restores it",
 				t.Quoted(), kw, id, t.Quoted(), kw, id)})
+	}
+	return out, nil
+}
+
+// FiringError: a trigger or rule that fires for reshard's writes was found
+// on a shard a move writes to, after PLAN (an application deploy switched it
+// to ENABLE ALWAYS or REPLICA). The move stops before it can fire there.
+type FiringError struct {
+	Problems []*Problem
+}
+
+func (e *FiringError) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.Problem + "; fix: " + p.Fix
+	}
+	return "a trigger or rule fires for reshard's writes, enabled after the move was planned: " + strings.Join(parts, "; ") +
+		"; then resume the move"
+}
+
+// CheckFiring is preflight's trigger check again, for the phases that write
+// rows on shard name (copy, catch-up, the reverse stream, before cutover):
+// a *FiringError when a table of set has a trigger or rule that would fire
+// for reshard's writes there.
+func CheckFiring(ctx context.Context, q Querier, name string, set Set) error {
+	var all []*Problem
+	for _, t := range set.Tables {
+		found, err := replicaTriggers(ctx, q, name, t)
+		if err != nil {
+			return fmt.Errorf("check triggers: %w", err)
+		}
+		all = append(all, found...)
+	}
+	if len(all) > 0 {
+		return &FiringError{Problems: all}
 	}
 	return nil
 }

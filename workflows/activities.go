@@ -57,6 +57,12 @@ const (
 	// move stops for the operator with that said (the repair path of #30
 	// is not built yet: roll back).
 	ErrTypeFailedOver = "FailedOver"
+	// ErrTypeFiringTrigger: a trigger or rule of the application that fires
+	// for reshard's writes (ENABLE ALWAYS or REPLICA) appeared on a shard a
+	// phase writes to after PLAN; the phase stopped before writing. The move
+	// stops for the operator, in CUTOVER and GRACE too, naming the trigger
+	// and the statement that fixes it; resume runs the phase again.
+	ErrTypeFiringTrigger = "FiringTrigger"
 )
 
 // PlanResult is the plan of a migration: the moves, grouped by (source,

@@ -269,6 +269,8 @@ func (m *moveRun) run(ctx workflow.Context) error {
 		}
 		if err != nil && m.stoppable(err) && workflow.GetVersion(ctx, "stop-for-operator", workflow.DefaultVersion, 1) >= 1 {
 			err = m.stopForOperator(ctx, err)
+		} else if err != nil && m.firing(err) && workflow.GetVersion(ctx, "stop-for-trigger", workflow.DefaultVersion, 1) >= 1 {
+			err = m.stopForOperator(ctx, err)
 		}
 		if err != nil {
 			return err
@@ -292,10 +294,24 @@ func (m *moveRun) stoppable(err error) bool {
 		return false
 	}
 	switch appErr.Type() {
-	case ErrTypeCollision, ErrTypeSchemaChange, ErrTypeBadInput, ErrTypeFailedOver:
+	case ErrTypeCollision, ErrTypeSchemaChange, ErrTypeBadInput, ErrTypeFailedOver, ErrTypeFiringTrigger:
 		return true
 	}
 	return false
+}
+
+// firing reports a trigger that fires for reshard's writes met in CUTOVER
+// (before the attempt: the reverse stream's preparation checks) or GRACE
+// (the reverse stream's start): the phase did not write, so it can stop for
+// the operator and run again on resume (ErrTypeFiringTrigger).
+func (m *moveRun) firing(err error) bool {
+	switch m.state.Phase {
+	case PhaseCutover, PhaseGrace:
+	default:
+		return false
+	}
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrTypeFiringTrigger
 }
 
 // stopForOperator keeps a move that met err in its phase, with the cause

@@ -37,6 +37,8 @@ type fakes struct {
 	lag       func(n int) int64
 	verify    func(VerifyInput, int) (VerifySummary, error)
 	cutover   func(CutoverInput, int) (CutoverResult, error)
+	// prepareReverse, when set, answers the n-th PrepareReverse.
+	prepareReverse func(MoveRef, int) (JoinResult, error)
 }
 
 func (f *fakes) record(name string, in any) int {
@@ -129,7 +131,10 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 		return f.verify(in, f.record(ActivityVerify+"/"+in.Move.Spec.ID, in))
 	})
 	reg(ActivityPrepareReverse, func(ctx context.Context, in MoveRef) (JoinResult, error) {
-		f.record(ActivityPrepareReverse, in)
+		n := f.record(ActivityPrepareReverse, in)
+		if f.prepareReverse != nil {
+			return f.prepareReverse(in, n)
+		}
 		return JoinResult{L0: "0/2000000"}, nil
 	})
 	reg(ActivityCutover, func(ctx context.Context, in CutoverInput) (CutoverResult, error) {
