@@ -119,6 +119,7 @@ func newLife(t *testing.T, users, accounts int) *life {
 		db.Exec(t, `INSERT INTO entries SELECT $1, g, g FROM generate_series(1, 3) g`, name)
 	}
 	c.entries = 3 * int64(accounts)
+	c.identities()
 	return c
 }
 
@@ -406,6 +407,8 @@ func (c *life) check(s lifeStep) {
 	if n := c.ctl.QueryInt64(t, `SELECT count(*) FROM reshard.fence_hold`); n != 0 {
 		t.Fatalf("%s: %d fence holds left", s.name, n)
 	}
+	// No insert through a router collides on an identity column.
+	c.checkSequences(s.name)
 	// Shard states.
 	for name, want := range s.states {
 		sh, err := c.store.Shard(ctx, name)
@@ -442,6 +445,9 @@ func clusterLife(t *testing.T, users, accounts int, long bool) {
 	c.startWritersWith(c.metrics)
 	c.startAcctsWriter()
 	active := topology.ShardActive
+	// Rows with ids from the identities on their first owners, before any
+	// move: the ids the moves carry.
+	c.checkSequences("before the first migration")
 
 	c.run(lifeStep{name: "add-node shard5", req: func() workflows.MigrationRequest {
 		r := c.req("life-add5", workflows.KindAddNode, "")
