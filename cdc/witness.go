@@ -244,25 +244,33 @@ func (s *Stream) InDoubt(snap string, below pglogrepl.LSN) (doubt []uint32, unkn
 
 // Touched returns, per table (schema.table), the primary keys (as text
 // values) of the moving rows that source transactions committed at or after
-// since changed, as far as this stream received them; complete is false when
-// its record does not reach back to since (the stream started later, or the
-// record overflowed): then any row may have changed.
-func (s *Stream) Touched(since pglogrepl.LSN) (keys map[string][][]string, complete bool) {
+// since changed, as far as this stream received them, each with the commit
+// LSN of its last change; complete is false when its record does not reach
+// back to since (the stream started later, or the record overflowed): then
+// any row may have changed.
+func (s *Stream) Touched(since pglogrepl.LSN) (keys map[string][]TouchedKey, complete bool) {
 	w := &s.witness
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.keysSet || w.keysFrom > since {
 		return nil, false
 	}
-	keys = map[string][][]string{}
+	keys = map[string][]TouchedKey{}
 	for t, m := range w.keys {
 		for k, commit := range m {
 			if commit >= since {
-				keys[t] = append(keys[t], strings.Split(k, "\x00"))
+				keys[t] = append(keys[t], TouchedKey{PK: strings.Split(k, "\x00"), Commit: commit})
 			}
 		}
 	}
 	return keys, true
+}
+
+// TouchedKey is a primary key a received change touched, and the commit LSN
+// of the last such change.
+type TouchedKey struct {
+	PK     []string
+	Commit pglogrepl.LSN
 }
 
 // runningIn lists the transactions running in a pg_snapshot's text.

@@ -36,7 +36,7 @@ type Witness interface {
 	// moving rows changed by source transactions committed at or after
 	// since; complete=false when the stream's record does not reach back
 	// that far.
-	Touched(since pglogrepl.LSN) (keys map[string][][]string, complete bool)
+	Touched(since pglogrepl.LSN) (keys map[string][]cdc.TouchedKey, complete bool)
 }
 
 var _ Witness = (*cdc.Stream)(nil)
@@ -170,9 +170,9 @@ func plainAttempt(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, w 
 }
 
 // recheckChunks takes a re-check's snapshots and says which verified chunks
-// to compare again: those holding a key that changed since the oldest of
-// them was compared, or all of them when the stream cannot say what changed
-// since then.
+// to compare again: those holding a key that changed at or after the chunk's
+// own LSN, or all of them when the stream cannot say what changed since the
+// oldest was compared.
 func recheckChunks(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []*tableSQL, chunks [][]chunk) (*snapshots, map[[2]int]bool, error) {
 	w, ok := opts.Holder.(Witness)
 	if !ok || opts.Holder == nil {
@@ -218,29 +218,40 @@ func recheckChunks(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs
 			}
 			continue
 		}
-		idx, err := chunksHolding(ctx, src, q, chunks[i], keys[q.t.String()])
+		touched := keys[q.t.String()]
+		pks := make([][]string, len(touched))
+		for j, k := range touched {
+			pks[j] = k.PK
+		}
+		idx, err := chunksHolding(ctx, src, q, chunks[i], pks)
 		if err != nil {
 			snaps.close()
 			return nil, nil, err
 		}
-		for _, j := range idx {
-			redo[[2]int{i, j}] = true
+		for j, c := range idx {
+			ch := chunks[i][c]
+			if ch.done == nil {
+				continue
+			}
+			if l, err := pglogrepl.ParseLSN(ch.done.lsn); err != nil || touched[j].Commit >= l {
+				redo[[2]int{i, c}] = true
+			}
 		}
 	}
 	opts.Logger.Info("verify re-check", "since", since.String(), "complete", complete, "chunks", len(redo), "lsn", snaps.lsn)
 	return snaps, redo, nil
 }
 
-// chunksHolding returns the indexes of the chunks (lo, hi] of q that hold
-// one of keys (primary keys as text). The chunk of a key is the number of
-// chunk bounds below it, compared as the key's types with the columns'
+// chunksHolding returns, for each of keys (primary keys as text), the index
+// of the chunk (lo, hi] of q that holds it. The chunk of a key is the number
+// of chunk bounds below it, compared as the key's types with the columns'
 // collations, as the chunks' own predicates compare them.
 func chunksHolding(ctx context.Context, src *pgxpool.Pool, q *tableSQL, chunks []chunk, keys [][]string) ([]int, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
 	if len(chunks) == 1 {
-		return []int{chunks[0].index}, nil
+		return make([]int, len(keys)), nil
 	}
 	ncol := len(q.pkTypes)
 	colls := make([]string, ncol)
@@ -282,8 +293,9 @@ func chunksHolding(ctx context.Context, src *pgxpool.Pool, q *tableSQL, chunks [
 		args = append(args, vals[j])
 		kargs = append(kargs, "$"+strconv.Itoa(len(args))+"::text[]")
 	}
-	sql := "SELECT DISTINCT (SELECT count(*) FROM unnest(" + strings.Join(bargs, ", ") + ") AS b(" + strings.Join(bcols, ", ") + ") WHERE ROW(" +
-		strings.Join(bexpr, ", ") + ") < ROW(" + strings.Join(kexpr, ", ") + "))::int FROM unnest(" + strings.Join(kargs, ", ") + ") AS k(" + strings.Join(kcols, ", ") + ")"
+	sql := "SELECT (SELECT count(*) FROM unnest(" + strings.Join(bargs, ", ") + ") AS b(" + strings.Join(bcols, ", ") + ") WHERE ROW(" +
+		strings.Join(bexpr, ", ") + ") < ROW(" + strings.Join(kexpr, ", ") + "))::int FROM unnest(" + strings.Join(kargs, ", ") + ") WITH ORDINALITY AS k(" +
+		strings.Join(kcols, ", ") + ", n) ORDER BY k.n"
 	rows, err := src.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("chunks of the changed keys of %s: %w", q.t, err)
@@ -291,6 +303,9 @@ func chunksHolding(ctx context.Context, src *pgxpool.Pool, q *tableSQL, chunks [
 	idx, err := pgx.CollectRows(rows, pgx.RowTo[int])
 	if err != nil {
 		return nil, fmt.Errorf("chunks of the changed keys of %s: %w", q.t, err)
+	}
+	if len(idx) != len(keys) {
+		return nil, fmt.Errorf("chunks of the changed keys of %s: %d answers for %d keys", q.t, len(idx), len(keys))
 	}
 	return idx, nil
 }
