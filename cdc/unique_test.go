@@ -44,7 +44,7 @@ func TestPartialUpdateUniqueCollisionNamesTheConstraint(t *testing.T) {
 	err = <-done
 	var ue *pgerr.UniqueError
 	var ce *CollisionError
-	if !errors.As(err, &ue) || errors.As(err, &ce) || IsRetryable(err) {
+	if !errors.As(err, &ue) || errors.As(err, &ce) || pgerr.Retryable(err) {
 		t.Fatalf("Run = %v, want a non-retryable collision on users_email_key, not a primary-key collision", err)
 	}
 	if want := `unique constraint "users_email_key" of public.users: Key (email)=(taken@example.com) already exists on the target`; !strings.Contains(err.Error(), want) {
