@@ -14,6 +14,11 @@
 // row-level security policy would hide makes the read fail (row_security
 // off) instead of leaving it out of both counts.
 //
+// Repair (repair.go) uses the same comparison with the source as the truth:
+// each chunk that differs is rewritten on the target in one transaction (the
+// differing and extra rows deleted, the source's rows copied), nothing else;
+// it needs the move's stream stopped, being then the only writer.
+//
 // Layout: verify.go runs a verify (plan, compare, summarize); plan.go plans
 // chunks and records them on the target for resumption; snapshot.go takes
 // both sides' snapshots at one LSN; sql.go builds the checksum statements;

@@ -75,15 +75,10 @@ var snapshotName = regexp.MustCompile(`^[0-9A-Fa-f-]+$`)
 // pool) and starts a read-only REPEATABLE READ transaction in it, importing
 // snapshot when not empty.
 func begin(ctx context.Context, pool *pgxpool.Pool, snapshot string) (*readTx, error) {
-	cfg := pool.Config().ConnConfig.Copy()
 	// Whoever made the pool, the text form of a value hashed as text
 	// (columnValue) must be the same on both servers, and no policy may
 	// hide a row from the comparison (an error instead: row_security off).
-	pgsession.PinConfig(&cfg.Config)
-	if cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = "reshard verify"
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := dial(ctx, pool, "reshard verify")
 	if err != nil {
 		return nil, err
 	}
@@ -144,8 +139,9 @@ func importN(ctx context.Context, pool *pgxpool.Pool, snapshot string, n int) ([
 // the slot's consistent point; the applier is held at exactly that LSN while
 // the target snapshot is taken, and released at once. Without a holder (a
 // quiescent source, or a check outside a move) both snapshots are simply
-// taken one after the other.
-func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n int) (_ *snapshots, err error) {
+// taken one after the other; with srcSnapshot the source is read in that
+// exported snapshot (a new slot's, for a repair).
+func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, srcSnapshot string, n int) (_ *snapshots, err error) {
 	s := &snapshots{sessions: make([]*session, n)}
 	for i := range s.sessions {
 		s.sessions[i] = &session{}
@@ -156,7 +152,12 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n
 		}
 	}()
 	var srcTx []*readTx
-	if holder == nil {
+	switch {
+	case srcSnapshot != "":
+		if srcTx, err = importN(ctx, src, srcSnapshot, n); err != nil {
+			return nil, fmt.Errorf("source: %w", err)
+		}
+	case holder == nil:
 		first, snap, err := export(ctx, src)
 		if err != nil {
 			return nil, fmt.Errorf("source: %w", err)
@@ -167,7 +168,7 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n
 			return nil, fmt.Errorf("source: %w", err)
 		}
 		srcTx = append([]*readTx{first}, rest...)
-	} else {
+	default:
 		for attempt := 1; ; attempt++ {
 			var lsn pglogrepl.LSN
 			if srcTx, lsn, err = slotSnapshot(ctx, src, n); err != nil {

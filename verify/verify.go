@@ -85,6 +85,10 @@ type Options struct {
 	// any is compared: how many there are, and how many of them (with how
 	// many rows) an earlier attempt verified (a progress bar's total).
 	Planned func(PlanInfo)
+	// SourceSnapshot, when set, is an exported snapshot (a new slot's, see
+	// Repair) the source is read in instead of one taken now. Only without
+	// a Holder.
+	SourceSnapshot string
 }
 
 // PlanInfo is the size of a run's plan (Options.Planned).
@@ -125,6 +129,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RowsPerSecond < 0 {
 		return o, fmt.Errorf("verify: rows per second %v is negative", o.RowsPerSecond)
+	}
+	if o.SourceSnapshot != "" && o.Holder != nil {
+		return o, errors.New("verify: a source snapshot given and an applier to hold: the applier would be held at another LSN")
 	}
 	return o, nil
 }
@@ -208,7 +215,7 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 		opts.Planned(info)
 	}
 	if len(todo) > 0 {
-		if err := compareAll(ctx, src, dst, opts, qs, todo, rep, snaps); err != nil {
+		if err := compareAll(ctx, src, dst, opts, qs, todo, rep, snaps, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -246,13 +253,18 @@ func Run(ctx context.Context, src, dst *pgxpool.Pool, opts Options) (*Report, er
 	return rep, nil
 }
 
+// afterChunk is run by the worker that compared a chunk, in its session,
+// with every row that differs (not only the sampled ones of the report).
+type afterChunk func(ctx context.Context, s *session, q *tableSQL, c chunk, diffs []Mismatch) error
+
 // compareAll compares the chunks of todo, in snaps when given (a re-check's,
-// closed by the caller), else in snapshots of its own.
-func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []*tableSQL, todo []chunk, rep *Report, snaps *snapshots) error {
+// closed by the caller), else in snapshots of its own; after, when given,
+// runs on each chunk compared with every row that differs.
+func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []*tableSQL, todo []chunk, rep *Report, snaps *snapshots, after afterChunk) error {
 	n := min(opts.Parallel, len(todo))
 	if snaps == nil {
 		var err error
-		if snaps, err = openSnapshots(ctx, src, dst, opts.Holder, n); err != nil {
+		if snaps, err = openSnapshots(ctx, src, dst, opts.Holder, opts.SourceSnapshot, n); err != nil {
 			return fmt.Errorf("verify: take snapshots: %w", err)
 		}
 		defer snaps.close()
@@ -279,11 +291,16 @@ func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []
 			s := <-free
 			defer func() { free <- s }()
 			q := qs[c.table]
-			cr, checksum, err := compareChunk(gctx, s, q, c, snaps.lsn, opts)
+			cr, checksum, diffs, err := compareChunk(gctx, s, q, c, snaps.lsn, opts)
 			if err != nil {
 				return fmt.Errorf("verify chunk %d %s of %s: %w", c.index, interval(c.lo, c.hi), q.t, err)
 			}
 			rep.Tables[c.table].Chunks[c.index] = cr
+			if after != nil {
+				if err := after(gctx, s, q, c, diffs); err != nil {
+					return err
+				}
+			}
 			if opts.RunID != "" {
 				if err := record(gctx, dst, opts.RunID, q, cr, checksum); err != nil {
 					return err
@@ -439,11 +456,13 @@ func both[T any](ctx context.Context, s *session, f func(ctx context.Context, tx
 	return src, dst, err
 }
 
-func compareChunk(ctx context.Context, s *session, q *tableSQL, c chunk, lsn string, opts Options) (ChunkReport, string, error) {
+// compareChunk compares one chunk; it returns its report (with at most
+// opts.MaxSampleKeys keys), its checksum and every row that differs.
+func compareChunk(ctx context.Context, s *session, q *tableSQL, c chunk, lsn string, opts Options) (ChunkReport, string, []Mismatch, error) {
 	start := time.Now()
 	sd, dd, err := both(ctx, s, func(ctx context.Context, tx pgx.Tx) ([]*digest, error) { return digests(ctx, tx, q, c.lo, c.hi) })
 	if err != nil {
-		return ChunkReport{}, "", err
+		return ChunkReport{}, "", nil, err
 	}
 	cr := ChunkReport{Table: q.t.String(), Index: c.index, Lo: c.lo, Hi: c.hi, LSN: lsn, Ranges: make([]RangeReport, len(q.ranges))}
 	equal := true
@@ -454,7 +473,7 @@ func compareChunk(ctx context.Context, s *session, q *tableSQL, c chunk, lsn str
 	var diffs []Mismatch
 	if !equal {
 		if diffs, err = bisect(ctx, s, q, c.lo, c.hi, total(sd), total(dd), opts.BisectRows); err != nil {
-			return ChunkReport{}, "", err
+			return ChunkReport{}, "", nil, err
 		}
 	}
 	extra := make([]int64, len(q.ranges))
@@ -483,7 +502,7 @@ func compareChunk(ctx context.Context, s *session, q *tableSQL, c chunk, lsn str
 	if sec := cr.Duration.Seconds(); sec > 0 {
 		cr.RowsPerSecond = float64(cr.Rows) / sec
 	}
-	return cr, total(sd).String(), nil
+	return cr, total(sd).String(), diffs, nil
 }
 
 // bisect narrows a mismatching key interval: it splits it at the median key
