@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reshard/reshard/internal/pgsession"
@@ -171,4 +172,21 @@ func (r *runner) failedOverSince(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// SlotReader is the process id of the walsender reading the slot (0: none)
+// and whether the slot exists at all.
+func SlotReader(ctx context.Context, conn Querier, slot string) (pid int32, exists bool, err error) {
+	var active *int32
+	err = conn.QueryRow(ctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, wrapOp("read replication slot "+slot, err)
+	}
+	if active != nil {
+		pid = *active
+	}
+	return pid, true, nil
 }

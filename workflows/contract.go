@@ -650,3 +650,22 @@ func (a *AdaptiveThrottle) Text() string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// RepairRefusal says why reshard verify --repair may not rewrite this move's
+// target now ("": it may). A repair must be the only writer of the moving
+// ranges on the target and no cutover may start while it runs, so the move
+// must be stopped for the operator (State.Stopped) in SNAPSHOT_COPY,
+// CDC_CATCH_UP or VERIFY, or wait for the verdict on a failed verify in
+// VERIFY (its stream is stopped then, and only reverify or rollback goes
+// on). The caller also checks that no stream reads the move's slot.
+func (m MoveState) RepairRefusal() string {
+	switch {
+	case m.Phase == PhaseVerify && m.Waiting == WaitVerdict:
+		return ""
+	case m.Stopped && (m.Phase == PhaseSnapshotCopy || m.Phase == PhaseCDCCatchUp || m.Phase == PhaseVerify):
+		return ""
+	case m.Stopped:
+		return fmt.Sprintf("move %s is stopped in %s: a repair runs only in SNAPSHOT_COPY, CDC_CATCH_UP or VERIFY", m.Spec.ID, m.Phase)
+	}
+	return fmt.Sprintf("move %s is in %s and neither stopped for the operator nor waiting for the verdict on a failed verify: its stream or a cutover may write the target; repair it once reshard status shows it stopped, or after a failed verify", m.Spec.ID, m.Phase)
+}

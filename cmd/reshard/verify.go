@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -27,6 +28,9 @@ func newVerifyCmd(opts *globalOptions) *cobra.Command {
 		chunkRows, parallel   int
 		bisectRows, maxKeys   int
 		rowsPerSec            float64
+		repair                string
+		cf                    configFlags
+		timeout               time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -42,11 +46,41 @@ LSN instead.
 With --run-id, progress is recorded on the target (schema reshard) and a
 rerun with the same id continues with the chunks not yet verified.
 
-Exit status: 0 equal, 1 rows differ (or the comparison failed), 2 bad input.`,
+Repair mode (--repair <migration-or-move>): makes the target of a move equal
+to its source in the move's ranges, the source being the truth. It compares
+every chunk as verify does and, for each chunk that differs, in one target
+transaction, deletes the target's rows that differ or that the source lacks and
+copies the source's rows; a chunk that compares equal is not written. Shards,
+tables and ranges come from the migration (reshard.yaml and its workflow).
+It refuses, changing nothing, unless the move is stopped for the operator
+(reshard status shows "stopped") in SNAPSHOT_COPY, CDC_CATCH_UP or VERIFY, or
+waits for the verdict on a failed verify in VERIFY, and no stream reads the
+move's slot on the source: then nothing else writes the target's moving ranges
+and no cutover can start. Do not resume, reverify or approve while it runs.
+Afterwards reshard reverify <id> (after a failed verify) or reshard resume <id>
+(a stopped move) goes on.
+
+Exit status: 0 equal (repaired), 1 rows differ (or the comparison failed), 2 bad
+input, 3 refused (the move may not be repaired now; the reason is printed).`,
 		Example: `  reshard verify --source-dsn postgres://u@src/app --target-dsn postgres://u@dst/app \
-    --table users:id --table orders:user_id --range -9223372036854775808:0`,
+    --table users:id --table orders:user_id --range -9223372036854775808:0
+
+  # after a failed verify of migration add-shard3 (or name one move: add_shard3_m2)
+  reshard verify --repair add-shard3 && reshard reverify add-shard3`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if repair != "" {
+				f := cmd.Flags()
+				for _, name := range []string{"source-dsn", "target-dsn", "table", "range", "run-id"} {
+					if f.Changed(name) {
+						return usageError{errRepairArgs}
+					}
+				}
+				return runRepair(cmd, opts, &cf, repair, timeout, asJSON, repairOptions{
+					chunkRows: chunkRowsIfSet(f.Changed("chunk-rows"), chunkRows), parallel: parallel, bisectRows: bisectRows,
+					rowsPerSec: rowsPerSec, logger: opts.logger,
+				})
+			}
 			srcDSN, dstDSN := flagOrEnv(srcDSN, "RESHARD_SOURCE_DSN"), flagOrEnv(dstDSN, "RESHARD_TARGET_DSN")
 			spec, rs, err := parseVerifyInput(srcDSN, dstDSN, tables, ranges)
 			if err != nil {
@@ -111,7 +145,54 @@ Exit status: 0 equal, 1 rows differ (or the comparison failed), 2 bad input.`,
 	f.IntVar(&parallel, "parallel", 2, "chunks compared at once (one connection per side each)")
 	f.Float64Var(&rowsPerSec, "rows-per-sec", 0, "throttle: rows read per second and side (0: unthrottled)")
 	f.IntVar(&maxKeys, "max-keys", 20, "differing keys listed per chunk")
+	f.StringVar(&repair, "repair", "", "repair the target of a stopped move (or of every stopped move of a migration): see above")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "with --repair: how long to wait for a worker to answer the state query")
+	cf.register(cmd)
 	return cmd
+}
+
+// chunkRowsIfSet: a repair uses the migration's verify chunk size unless
+// --chunk-rows was given.
+func chunkRowsIfSet(set bool, n int) int {
+	if set {
+		return n
+	}
+	return 0
+}
+
+// runRepair is verify --repair: the move's state from its workflow, the
+// rule checked, the repair run, the figures printed.
+func runRepair(cmd *cobra.Command, opts *globalOptions, cf *configFlags, arg string, timeout time.Duration, asJSON bool, o repairOptions) error {
+	cfg, err := cf.load(opts)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	migration, move, err := repairTarget(ctx, cfg, arg)
+	if err != nil {
+		return err
+	}
+	tc, err := cfg.dialTemporal(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	st, err := queryState(ctx, tc, workflows.MigrationWorkflowID(migration), timeout)
+	if err != nil {
+		return err
+	}
+	rs, err := repairMoves(ctx, cfg, st, move, o)
+	out := cmd.OutOrStdout()
+	if len(rs) > 0 {
+		if asJSON {
+			if jerr := topoWriteJSON(out, rs); jerr != nil {
+				return jerr
+			}
+		} else if perr := printRepairs(out, rs); perr != nil {
+			return perr
+		}
+	}
+	return err
 }
 
 // parseVerifyInput checks the flags; every error is bad input.
