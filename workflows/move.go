@@ -721,6 +721,12 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 		if m.in.Request.OnVerifyFail == VerifyFailRollback {
 			return m.to(ctx, PhaseRollingBack)
 		}
+		// While it waits for the verdict the stream is stopped: a repair
+		// (reshard verify --repair) must be the only writer of the target's
+		// moving ranges. Reverify starts it again, from the target's origin.
+		if workflow.GetVersion(ctx, versionVerdictStopsStream, workflow.DefaultVersion, 1) >= 1 {
+			m.stopCDC(ctx)
+		}
 		m.verify = false
 		if err := workflow.Await(ctx, func() bool { return m.rollbackAsked || m.verify }); err != nil {
 			return err
@@ -744,6 +750,11 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 	}
 	return m.to(ctx, PhaseCutover)
 }
+
+// versionVerdictStopsStream marks the runs whose stream stops while a
+// failed verify waits for its verdict; before it the stream ran on, and a
+// repair of the target would have raced it.
+const versionVerdictStopsStream = "verdict-stops-stream"
 
 func (m *moveRun) cutover(ctx workflow.Context) error {
 	if m.in.Request.RequireApproval && !m.approved {

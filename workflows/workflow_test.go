@@ -378,6 +378,14 @@ func TestReverifyAfterFailure(t *testing.T) {
 			t.Fatalf("%s verified %d times, want 2", ts, n)
 		}
 	}
+	// The stream stops while the failed verify waits for its verdict (a
+	// repair must be the target's only writer) and the reverify starts it
+	// again.
+	for _, ts := range []string{"t_m1", "t_m2"} {
+		if n := f.count(ActivityRunCDC + "/" + ts); n != 2 {
+			t.Errorf("%s: the stream started %d times, want 2 (stopped for the verdict, started by the reverify)", ts, n)
+		}
+	}
 	runs[f.last[ActivityVerify+"/t_m1"].(VerifyInput).RunID] = true
 	if runs["t_m1_v0"] {
 		t.Fatal("the re-verify reused the failed run id")
