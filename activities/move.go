@@ -130,17 +130,20 @@ func (a *Activities) join(ctx context.Context, m workflows.MoveRef) (workflows.J
 	if err := cdc.CreatePublication(ctx, s.src, names.Publication, s.srcSet, m.Spec.Ranges); err != nil {
 		return workflows.JoinResult{}, fmt.Errorf("source %s: %w", m.Spec.Source, err)
 	}
-	l0, err := a.createSlot(ctx, m.Spec.Source, names.Slot)
+	l0, id, err := a.createSlot(ctx, m.Spec.Source, names.Slot)
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
-	return workflows.JoinResult{L0: l0.String()}, nil
+	return workflows.JoinResult{L0: l0.String(), Source: &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}}, nil
 }
 
-func (a *Activities) createSlot(ctx context.Context, shard, slot string) (pglogrepl.LSN, error) {
+// createSlot creates the slot (or finds it) and identifies the server it is
+// on, over the same replication connection.
+func (a *Activities) createSlot(ctx context.Context, shard, slot string) (pglogrepl.LSN, cdc.SourceIdentity, error) {
+	var none cdc.SourceIdentity
 	dsn, err := a.pools.r.replicationDSN(shard)
 	if err != nil {
-		return 0, err
+		return 0, none, err
 	}
 	heartbeat(ctx, "creating slot "+slot+" (waits for running write transactions)")
 	stop := keepBeating(ctx, 5*time.Second, func() any { return "creating slot " + slot })
@@ -148,18 +151,53 @@ func (a *Activities) createSlot(ctx context.Context, shard, slot string) (pglogr
 	cfg, err := pgsession.ParseConfig(dsn)
 	if err != nil {
 		// The parse error may quote the DSN: do not pass it on.
-		return 0, badInput("the replication DSN of %s does not parse", printable(shard))
+		return 0, none, badInput("the replication DSN of %s does not parse", printable(shard))
 	}
 	rc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return 0, &cdc.ConnError{Op: "replication connection to " + shard, Err: errors.New("cannot connect")}
+		return 0, none, &cdc.ConnError{Op: "replication connection to " + shard, Err: errors.New("cannot connect")}
 	}
 	defer rc.Close(context.WithoutCancel(ctx))
 	l0, _, err := cdc.CreateSlot(ctx, rc, slot)
 	if err != nil {
-		return 0, fmt.Errorf("create slot %s on %s: %w", slot, shard, err)
+		return 0, none, fmt.Errorf("create slot %s on %s: %w", slot, shard, err)
 	}
-	return l0, nil
+	id, err := cdc.IdentifySource(ctx, rc)
+	if err != nil {
+		return 0, none, fmt.Errorf("slot %s on %s: %w", slot, shard, err)
+	}
+	return l0, id, nil
+}
+
+// checkSource is cdc.CheckSource for a move's forward slot against the
+// server recorded when the slot was created: a *cdc.FailedOverError (the
+// move stops: ErrTypeFailedOver) when the source failed over. A move
+// without a record (joined before it was kept) is not checked.
+func (a *Activities) checkSource(ctx context.Context, m workflows.MoveRef) error {
+	if m.Source == nil || m.Source.SystemID == "" {
+		return nil
+	}
+	names, err := cdc.NamesFor(m.Spec.ID)
+	if err != nil {
+		return badInput("move id: %v", err)
+	}
+	since, err := pglogrepl.ParseLSN(m.Source.L0)
+	if err != nil {
+		return badInput("move %s: recorded L0 %q: %v", m.Spec.ID, m.Source.L0, err)
+	}
+	dsn, err := a.pools.r.replicationDSN(m.Spec.Source)
+	if err != nil {
+		return err
+	}
+	_, err = cdc.CheckSource(ctx, dsn, m.Spec.Source, names.Slot, sourceIdentity(m.Source), since)
+	return err
+}
+
+func sourceIdentity(id *workflows.SourceIdentity) cdc.SourceIdentity {
+	if id == nil {
+		return cdc.SourceIdentity{}
+	}
+	return cdc.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline}
 }
 
 // CopySlice copies for at most MaxTime, then returns the copy's position:
@@ -172,6 +210,11 @@ func (a *Activities) CopySlice(ctx context.Context, in workflows.CopySliceInput)
 }
 
 func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput) (workflows.CopyProgress, error) {
+	// The copy relies on the slot predating it: on a promoted source (no
+	// slot, another timeline) it must not copy on, nor say it is done.
+	if err := a.checkSource(ctx, in.Move); err != nil {
+		return workflows.CopyProgress{}, err
+	}
 	s, err := a.sides(ctx, in.Move)
 	if err != nil {
 		return workflows.CopyProgress{}, err
@@ -231,7 +274,15 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	done := err == nil
 	a.keepGuard(in.Move.Spec.ID, guard, done)
 	if err != nil && (sctx.Err() == nil || ctx.Err() != nil) {
+		if ferr := a.checkSource(ctx, in.Move); ferr != nil {
+			return workflows.CopyProgress{}, ferr // a copy error from the source's failover: the failover is the news
+		}
 		return workflows.CopyProgress{}, fmt.Errorf("copy move %s: %w", in.Move.Spec.ID, err)
+	}
+	// The source may have failed over during the slice, the copy then
+	// going on against the promoted server: not done, not silently.
+	if err := a.checkSource(ctx, in.Move); err != nil {
+		return workflows.CopyProgress{}, err
 	}
 	cps, err := backfill.Checkpoints(ctx, s.dst, in.Move.Spec.ID)
 	if err != nil {
@@ -323,7 +374,8 @@ func (a *Activities) forwardOptions(m workflows.MoveRef, s sides, l0 string) (cd
 		return cdc.Options{}, err
 	}
 	return cdc.Options{
-		Move: m.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Source: m.Spec.Source, Target: m.Spec.Target, Slot: names.Slot, Publication: names.Publication,
+		Move: m.Spec.ID, SourceReplicationDSN: repl, SourceDSN: plain, Source: m.Spec.Source, SourceIdentity: sourceIdentity(m.Source),
+		Target: m.Spec.Target, Slot: names.Slot, Publication: names.Publication,
 		StartLSN: start, TargetDSN: target, Set: s.dstSet, Ranges: m.Spec.Ranges, Origin: names.Origin,
 		Logger: a.log.With("move", m.Spec.ID), Metrics: a.metrics.CDC, PeekCatchUpBytes: a.SQLCatchUpBytes,
 	}, nil
@@ -510,6 +562,9 @@ func (a *Activities) Verify(ctx context.Context, in workflows.VerifyInput) (work
 func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (workflows.VerifySummary, error) {
 	st, err := a.stream(ctx, in.Move.Spec.ID, streamWait)
 	if err != nil {
+		return workflows.VerifySummary{}, err
+	}
+	if err := a.checkSource(ctx, in.Move); err != nil {
 		return workflows.VerifySummary{}, err
 	}
 	s, err := a.sides(ctx, in.Move)

@@ -86,37 +86,15 @@ func (e *FailedOverError) Retryable() bool { return false }
 // a lost one or another timeline or system is a *FailedOverError, never
 // "no changes". The first identity seen is remembered for later Runs.
 func (r *runner) checkSource(ctx context.Context, since pglogrepl.LSN) error {
-	cfg, err := pgsession.ParseConfig(r.o.SourceReplicationDSN)
-	if err != nil {
-		return fmt.Errorf("parse source connection string: %w", redactParseError(err))
-	}
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return wrapOp("connect to the source for replication", err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	now, err := IdentifySource(ctx, conn)
-	if err != nil {
-		return err
-	}
-	// Replication connections take simple queries only, hence the quoting.
-	res, err := conn.Exec(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(r.o.Slot)).ReadAll()
-	if err != nil {
-		return wrapOp("look up replication slot "+r.o.Slot, err)
-	}
-	missing := len(res) == 0 || len(res[0].Rows) == 0
-	lost := !missing && string(res[0].Rows[0][0]) == "lost"
-
 	r.s.mu.Lock()
 	was := r.o.SourceIdentity
 	if !was.known() {
 		was = r.s.identity
 	}
 	r.s.mu.Unlock()
-	fe := &FailedOverError{Source: r.o.Source, Slot: r.o.Slot, Since: since, Was: was, Now: now, SlotMissing: missing, SlotLost: lost,
-		SystemChanged: was.known() && was.SystemID != now.SystemID}
-	if missing || lost || fe.SystemChanged || (was.known() && was.Timeline != now.Timeline) {
-		return fe
+	now, err := CheckSource(ctx, r.o.SourceReplicationDSN, r.o.Source, r.o.Slot, was, since)
+	if err != nil {
+		return err
 	}
 	r.s.mu.Lock()
 	if !r.s.identity.known() {
@@ -124,6 +102,42 @@ func (r *runner) checkSource(ctx context.Context, since pglogrepl.LSN) error {
 	}
 	r.s.mu.Unlock()
 	return nil
+}
+
+// CheckSource tells whether the source is still the server a move's
+// positions belong to, for every activity that holds one (the stream, a
+// copy slice, a verify): it runs IDENTIFY_SYSTEM over replicationDSN and
+// reads the slot's row. A missing slot, a lost one (wal_status lost), or a
+// timeline or system id other than was's (when known) is a
+// *FailedOverError naming source and since (the position the caller's
+// work started from); otherwise it returns the identity found.
+func CheckSource(ctx context.Context, replicationDSN, source, slot string, was SourceIdentity, since pglogrepl.LSN) (SourceIdentity, error) {
+	cfg, err := pgsession.ParseConfig(replicationDSN)
+	if err != nil {
+		return SourceIdentity{}, fmt.Errorf("parse source connection string: %w", redactParseError(err))
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return SourceIdentity{}, wrapOp("connect to the source for replication", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	now, err := IdentifySource(ctx, conn)
+	if err != nil {
+		return SourceIdentity{}, err
+	}
+	// Replication connections take simple queries only, hence the quoting.
+	res, err := conn.Exec(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(slot)).ReadAll()
+	if err != nil {
+		return SourceIdentity{}, wrapOp("look up replication slot "+slot, err)
+	}
+	missing := len(res) == 0 || len(res[0].Rows) == 0
+	lost := !missing && string(res[0].Rows[0][0]) == "lost"
+	fe := &FailedOverError{Source: source, Slot: slot, Since: since, Was: was, Now: now, SlotMissing: missing, SlotLost: lost,
+		SystemChanged: was.known() && was.SystemID != now.SystemID}
+	if missing || lost || fe.SystemChanged || (was.known() && was.Timeline != now.Timeline) {
+		return now, fe
+	}
+	return now, nil
 }
 
 // Identity is the source identity this Stream's Runs have seen (zero before
@@ -155,17 +169,18 @@ func dsnHosts(dsn string) string {
 }
 
 // failedOverSince is the *FailedOverError of a Run that found the slot
-// missing with an origin the target already had, when the source's
-// timeline or system id changed (a promoted standby); nil otherwise (a
-// cleanup dropped the slot first: setUpOrigin's error says so).
+// missing, when the source's timeline or system id changed (a promoted
+// standby) against what the stream knows of it (Options.SourceIdentity, or
+// an earlier Run's): since is the target origin's position, or StartLSN
+// when the target has none yet. Nil otherwise (a cleanup dropped the slot
+// first: setUpOrigin's error says so).
 func (r *runner) failedOverSince(ctx context.Context) error {
+	since := r.o.StartLSN
 	var progress *string
-	if err := r.tg.conn.QueryRow(ctx, `SELECT pg_replication_origin_progress($1, true)::text`, r.o.Origin).Scan(&progress); err != nil || progress == nil {
-		return nil
-	}
-	since, err := pglogrepl.ParseLSN(*progress)
-	if err != nil {
-		return nil
+	if err := r.tg.conn.QueryRow(ctx, `SELECT pg_replication_origin_progress(roname, true)::text FROM pg_replication_origin WHERE roname = $1`, r.o.Origin).Scan(&progress); err == nil && progress != nil {
+		if lsn, err := pglogrepl.ParseLSN(*progress); err == nil && lsn > 0 {
+			since = lsn
+		}
 	}
 	var fe *FailedOverError
 	if err := r.checkSource(ctx, since); errors.As(err, &fe) && (fe.SystemChanged || (fe.Was.known() && fe.Was.Timeline != fe.Now.Timeline)) {

@@ -701,8 +701,12 @@ func (r *runner) setUpOrigin(ctx context.Context) (pglogrepl.LSN, error) {
 			if _, derr := conn.Exec(ctx, `SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin WHERE roname = $1`, r.o.Origin); derr != nil {
 				return 0, fmt.Errorf("%w; drop the replication origin %s it created: %w", err, r.o.Origin, wrapOp("drop replication origin", derr))
 			}
-		} else if ferr := r.failedOverSince(ctx); ferr != nil {
-			return 0, ferr // the origin's position is the target's: a failover, not a cleanup
+		}
+		// A source on another timeline or system than the one the slot was
+		// created on (the origin's, or the move's record of it for a first
+		// Run) failed over: not a cleanup.
+		if ferr := r.failedOverSince(ctx); ferr != nil {
+			return 0, ferr
 		}
 		return 0, err
 	}

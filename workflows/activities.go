@@ -55,7 +55,7 @@ const (
 	// missing or lost, or its timeline or system id changed): changes may
 	// be missing on the target, which no retry or resume brings back. The
 	// move stops for the operator with that said (the repair path of #30
-	// is not built yet: roll back).
+	// is not built yet for a source failover: roll back, or repair with reshard verify --repair once the move is stopped).
 	ErrTypeFailedOver = "FailedOver"
 	// ErrTypeFiringTrigger: a trigger or rule of the application that fires
 	// for reshard's writes (ENABLE ALWAYS or REPLICA) appeared on a shard a
@@ -98,6 +98,21 @@ type MoveRef struct {
 	// ring: the planner over it) instead of carrying them in payloads.
 	FromVersion int64             `json:"from_version,omitempty"`
 	Request     *MigrationRequest `json:"request,omitempty"`
+	// Source is the source server the move's slot was created on
+	// (JOINING's JoinResult.Source): every activity that holds a position
+	// on the source compares the server with it (nil: a move joined before
+	// it was recorded; nothing to compare).
+	Source *SourceIdentity `json:"source_identity,omitempty"`
+}
+
+// SourceIdentity is the server a move's slot and positions belong to: its
+// system identifier and timeline (IDENTIFY_SYSTEM) when the slot was
+// created, and the slot's consistent point. A promoted standby has the same
+// system identifier on a later timeline and, on PostgreSQL 15, no slot.
+type SourceIdentity struct {
+	SystemID string `json:"system_id"`
+	Timeline int32  `json:"timeline"`
+	L0       string `json:"l0"`
 }
 
 // EndInput ends a move: CLEANUP after GRACE, or a rollback (before the
@@ -115,9 +130,11 @@ type EndInput struct {
 	Baseline *AdaptiveStatus   `json:"baseline,omitempty"`
 }
 
-// JoinResult is what JOINING records: the slot's consistent point L0.
+// JoinResult is what JOINING records: the slot's consistent point L0 and
+// (forward slot) the source server it was created on.
 type JoinResult struct {
-	L0 string `json:"l0"`
+	L0     string          `json:"l0"`
+	Source *SourceIdentity `json:"source,omitempty"`
 }
 
 // CopySliceInput is one bounded slice of SNAPSHOT_COPY.

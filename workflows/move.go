@@ -61,6 +61,8 @@ type MoveCarry struct {
 	VerifyRuns int `json:"verify_runs"`
 	// Recheck: the next verify re-checks its run (a cutover was aborted).
 	Recheck bool `json:"recheck,omitempty"`
+	// Source is the server the move's slot was created on (MoveRef.Source).
+	Source *SourceIdentity `json:"source,omitempty"`
 }
 
 // errContinueAsNew unwinds the phase code to the continue-as-new point.
@@ -107,6 +109,7 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 	if c := in.Carry; c != nil {
 		m.state, m.l0, m.paused, m.throttle, m.approved, m.runs, m.verifyRuns = c.State, c.L0, c.Paused, c.Throttle, c.Approved, c.Runs+1, c.VerifyRuns
 		m.recheck = c.Recheck
+		m.ref.Source = c.Source
 	} else {
 		m.state = MoveState{Spec: in.Spec, Phase: PhasePlan}
 		m.state.Timings = []PhaseTiming{{Phase: PhasePlan, Start: workflow.Now(ctx)}}
@@ -467,6 +470,9 @@ func (m *moveRun) join(ctx workflow.Context) error {
 		return err
 	}
 	m.l0 = jr.L0
+	// Every later activity on the source compares the server with it: a
+	// fresh worker after a failover reports it too.
+	m.ref.Source = jr.Source
 	return m.to(ctx, PhaseSnapshotCopy)
 }
 
@@ -524,7 +530,7 @@ func (m *moveRun) continueAsNew(ctx workflow.Context) (MoveState, error) {
 		return m.state, err
 	}
 	in := m.in
-	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck}
+	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck, Source: m.ref.Source}
 	return m.state, workflow.NewContinueAsNewError(ctx, MoveWorkflow, in)
 }
 
