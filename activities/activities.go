@@ -146,6 +146,8 @@ func (a *Activities) Register(register func(fn any, name string)) {
 	register(a.RunReverse, workflows.ActivityRunReverse)
 	register(a.Cleanup, workflows.ActivityCleanup)
 	register(a.Rollback, workflows.ActivityRollback)
+	register(a.RecoverSource, workflows.ActivityRecoverSource)
+	register(a.Repair, workflows.ActivityRepair)
 }
 
 func (a *Activities) putStream(move string, s *cdc.Stream) {

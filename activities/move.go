@@ -1011,3 +1011,95 @@ func moveEnd(m workflows.MoveRef, outcome topology.MoveOutcome) topology.MoveEnd
 	return topology.MoveEnd{MigrationID: m.MigrationID, MoveID: m.Spec.ID, From: m.Spec.Source, To: m.Spec.Target,
 		Ranges: m.Spec.Ranges, Outcome: outcome}
 }
+
+// RecoverSource creates the move's slot again on its source's new primary
+// after a failover (the workflow has stopped the stream): the publication
+// is made sure of, a lost slot dropped, the target's replication origin
+// dropped (its position is in the old slot's history) and the slot created,
+// its consistent point the stream's new start. A source that did not fail
+// over returns an empty result and changes nothing.
+func (a *Activities) RecoverSource(ctx context.Context, m workflows.MoveRef) (workflows.RecoverSourceResult, error) {
+	defer keepBeating(ctx, 5*time.Second, func() any { return "creating the slot again on the new primary" })()
+	r, err := a.recoverSource(ctx, m)
+	return r, classify(err)
+}
+
+func (a *Activities) recoverSource(ctx context.Context, m workflows.MoveRef) (workflows.RecoverSourceResult, error) {
+	names, err := cdc.NamesFor(m.Spec.ID)
+	if err != nil {
+		return workflows.RecoverSourceResult{}, badInput("move id: %v", err)
+	}
+	dsn, err := a.pools.r.replicationDSN(m.Spec.Source)
+	if err != nil {
+		return workflows.RecoverSourceResult{}, err
+	}
+	var since pglogrepl.LSN
+	if m.Source != nil {
+		since, _ = pglogrepl.ParseLSN(m.Source.L0)
+	}
+	_, err = cdc.CheckSource(ctx, dsn, m.Spec.Source, names.Slot, sourceIdentity(m.Source), since)
+	var fe *cdc.FailedOverError
+	if err == nil {
+		return workflows.RecoverSourceResult{}, nil
+	}
+	if !errors.As(err, &fe) {
+		return workflows.RecoverSourceResult{}, err
+	}
+	s, err := a.sides(ctx, m)
+	if err != nil {
+		return workflows.RecoverSourceResult{}, err
+	}
+	if fe.SlotLost {
+		if err := cdc.DropSlot(ctx, s.src, names.Slot); err != nil {
+			return workflows.RecoverSourceResult{}, fmt.Errorf("drop lost slot %s on %s: %w", names.Slot, m.Spec.Source, err)
+		}
+	}
+	if err := cdc.CreatePublication(ctx, s.src, names.Publication, s.srcSet, m.Spec.Ranges); err != nil {
+		return workflows.RecoverSourceResult{}, fmt.Errorf("source %s: %w", m.Spec.Source, err)
+	}
+	if err := cdc.DropOrigin(ctx, s.dst, names.Origin); err != nil {
+		return workflows.RecoverSourceResult{}, fmt.Errorf("drop origin %s on %s: %w", names.Origin, m.Spec.Target, err)
+	}
+	l0, id, err := a.createSlot(ctx, m.Spec.Source, names.Slot)
+	if err != nil {
+		return workflows.RecoverSourceResult{}, err
+	}
+	a.log.Warn("source failed over: slot created again", "move", m.Spec.ID, "shard", m.Spec.Source, "cause", fe.Error(), "lsn", l0.String(), "timeline", id.Timeline)
+	return workflows.RecoverSourceResult{L0: l0.String(), Source: &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}}, nil
+}
+
+// Repair makes the target's moving ranges equal to the source's
+// (verify.Repair: only the chunks that differ are rewritten), the stream
+// stopped; after a source failover, before the stream starts from the new
+// slot.
+func (a *Activities) Repair(ctx context.Context, in workflows.RepairInput) (workflows.RepairResult, error) {
+	r, err := a.repair(ctx, in)
+	return r, classify(err)
+}
+
+func (a *Activities) repair(ctx context.Context, in workflows.RepairInput) (workflows.RepairResult, error) {
+	if err := a.checkSource(ctx, in.Move); err != nil {
+		return workflows.RepairResult{}, err
+	}
+	s, err := a.sides(ctx, in.Move)
+	if err != nil {
+		return workflows.RepairResult{}, err
+	}
+	var chunks atomic.Int64
+	stop := keepBeating(ctx, 5*time.Second, func() any { return map[string]int64{"repair_chunks": chunks.Load()} })
+	defer stop()
+	rep, err := verify.Repair(ctx, s.src, s.dst, verify.Options{
+		Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: verifyChunkRows(in.Move.Request),
+		Logger:   a.log.With("move", in.Move.Spec.ID),
+		Progress: func(verify.ChunkReport) { chunks.Add(1) },
+	})
+	if err != nil {
+		return workflows.RepairResult{}, fmt.Errorf("repair move %s: %w", in.Move.Spec.ID, err)
+	}
+	// Read and written on the server the slot is on: a failover meanwhile
+	// is recovered again.
+	if err := a.checkSource(ctx, in.Move); err != nil {
+		return workflows.RepairResult{}, err
+	}
+	return workflows.RepairResult{Chunks: rep.Chunks, Repaired: rep.Repaired, RowsCopied: rep.RowsCopied, RowsDeleted: rep.RowsDeleted}, nil
+}

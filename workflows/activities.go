@@ -27,6 +27,8 @@ const (
 	ActivityRunReverse       = "RunReverse"
 	ActivityCleanup          = "Cleanup"
 	ActivityRollback         = "Rollback"
+	ActivityRecoverSource    = "RecoverSource"
+	ActivityRepair           = "Repair"
 )
 
 // Application error types the activities return and the workflows act on.
@@ -54,8 +56,9 @@ const (
 	// ErrTypeFailedOver: a side of the move failed over (its slot is
 	// missing or lost, or its timeline or system id changed): changes may
 	// be missing on the target, which no retry or resume brings back. The
-	// move stops for the operator with that said (the repair path of #30
-	// is not built yet for a source failover: roll back, or repair with reshard verify --repair once the move is stopped).
+	// move recovers by itself from a source failover in SNAPSHOT_COPY or
+	// CDC_CATCH_UP (RecoverSource, then Repair); elsewhere it stops for the
+	// operator with that said.
 	ErrTypeFailedOver = "FailedOver"
 	// ErrTypeFiringTrigger: a trigger or rule of the application that fires
 	// for reshard's writes (ENABLE ALWAYS or REPLICA) appeared on a shard a
@@ -316,4 +319,26 @@ type CleanupResult struct {
 	// Version is the topology version a rollback's reverse cutover
 	// published (0: none).
 	Version int64 `json:"version,omitempty"`
+}
+
+// RecoverSourceResult is the move's slot created again on the source's new
+// primary after a failover: its consistent point L0 (the stream starts
+// there) and the server, which every later activity compares with.
+type RecoverSourceResult struct {
+	L0     string          `json:"l0"`
+	Source *SourceIdentity `json:"source"`
+}
+
+// RepairInput repairs a move's target from its source (verify.Repair), its
+// stream stopped.
+type RepairInput struct {
+	Move MoveRef `json:"move"`
+}
+
+// RepairResult is what a repair compared and rewrote.
+type RepairResult struct {
+	Chunks      int   `json:"chunks"`
+	Repaired    int   `json:"repaired"`
+	RowsCopied  int64 `json:"rows_copied"`
+	RowsDeleted int64 `json:"rows_deleted"`
 }

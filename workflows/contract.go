@@ -408,6 +408,9 @@ type MoveState struct {
 	// VerifyProgress is filled by reshard status, not by the workflow: the
 	// running verify's progress, from its heartbeat (nil: none running).
 	VerifyProgress *VerifyProgress `json:"verify_progress,omitempty"`
+	// Failovers are the failovers the move met and recovered from (or is
+	// recovering from), oldest first.
+	Failovers []FailoverEvent `json:"failovers,omitempty"`
 }
 
 // What a move waits for (MoveState.Waiting).
@@ -668,4 +671,34 @@ func (m MoveState) RepairRefusal() string {
 		return fmt.Sprintf("move %s is stopped in %s: a repair runs only in SNAPSHOT_COPY, CDC_CATCH_UP or VERIFY", m.Spec.ID, m.Phase)
 	}
 	return fmt.Sprintf("move %s is in %s and neither stopped for the operator nor waiting for the verdict on a failed verify: its stream or a cutover may write the target; repair it once reshard status shows it stopped, or after a failed verify", m.Spec.ID, m.Phase)
+}
+
+// FailoverEvent is a failover a move met and what its recovery cost, as
+// status and the Temporal UI show it ("source shard2 failed over at T
+// (timeline 3 → 4): repairing"). A metric of failovers by shard and phase
+// counts them from these events.
+type FailoverEvent struct {
+	Side  string    `json:"side"` // "source" or "target"
+	Shard string    `json:"shard"`
+	Phase Phase     `json:"phase"`
+	At    time.Time `json:"at"`
+	// FromTimeline and ToTimeline are the server's timeline before and
+	// after (equal: the slot was lost on the same server).
+	FromTimeline int32 `json:"from_timeline"`
+	ToTimeline   int32 `json:"to_timeline"`
+	// Repaired: the repair is done, with these figures.
+	Repaired       bool  `json:"repaired"`
+	Chunks         int   `json:"chunks"`
+	ChunksRepaired int   `json:"chunks_repaired"`
+	RowsCopied     int64 `json:"rows_copied"`
+	RowsDeleted    int64 `json:"rows_deleted"`
+}
+
+// String is the event as an operator reads it.
+func (e FailoverEvent) String() string {
+	s := fmt.Sprintf("%s %s failed over in %s at %s (timeline %d → %d)", e.Side, e.Shard, e.Phase, e.At.UTC().Format(time.RFC3339), e.FromTimeline, e.ToTimeline)
+	if !e.Repaired {
+		return s + ": slot created again on the new primary, repair of the moving ranges pending"
+	}
+	return s + fmt.Sprintf(": repaired %d of %d chunks, %d rows copied, %d deleted", e.ChunksRepaired, e.Chunks, e.RowsCopied, e.RowsDeleted)
 }

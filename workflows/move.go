@@ -63,6 +63,10 @@ type MoveCarry struct {
 	Recheck bool `json:"recheck,omitempty"`
 	// Source is the server the move's slot was created on (MoveRef.Source).
 	Source *SourceIdentity `json:"source,omitempty"`
+	// RepairPending: the source failed over and the slot was created again
+	// on its new primary; the moving ranges are repaired before the stream
+	// starts from the new slot.
+	RepairPending bool `json:"repair_pending,omitempty"`
 }
 
 // errContinueAsNew unwinds the phase code to the continue-as-new point.
@@ -80,6 +84,7 @@ type moveRun struct {
 	rollbackAsked, completeAsked, verify bool // verify: reverify asked
 	retryAsked                           bool // resume of a stopped move
 	recheck                              bool // the next verify re-checks its run (VerifyInput.Recheck)
+	repairPending                        bool // MoveCarry.RepairPending
 	runs, slices, verifyRuns             int
 	reverseL0                            string
 	lastNotify                           time.Time
@@ -109,7 +114,7 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 	if c := in.Carry; c != nil {
 		m.state, m.l0, m.paused, m.throttle, m.approved, m.runs, m.verifyRuns = c.State, c.L0, c.Paused, c.Throttle, c.Approved, c.Runs+1, c.VerifyRuns
 		m.recheck = c.Recheck
-		m.ref.Source = c.Source
+		m.ref.Source, m.repairPending = c.Source, c.RepairPending
 	} else {
 		m.state = MoveState{Spec: in.Spec, Phase: PhasePlan}
 		m.state.Timings = []PhaseTiming{{Phase: PhasePlan, Start: workflow.Now(ctx)}}
@@ -270,6 +275,9 @@ func (m *moveRun) run(ctx workflow.Context) error {
 		default:
 			err = fmt.Errorf("move %s: no handler for phase %s", m.in.Spec.ID, m.state.Phase)
 		}
+		if err != nil && m.sourceFailedOver(err) && workflow.GetVersion(ctx, versionSourceFailoverRecovers, workflow.DefaultVersion, 1) >= 1 {
+			err = m.recoverSource(ctx, err)
+		}
 		if err != nil && m.stoppable(err) && workflow.GetVersion(ctx, "stop-for-operator", workflow.DefaultVersion, 1) >= 1 {
 			err = m.stopForOperator(ctx, err)
 		} else if err != nil && m.firing(err) && workflow.GetVersion(ctx, "stop-for-trigger", workflow.DefaultVersion, 1) >= 1 {
@@ -279,6 +287,78 @@ func (m *moveRun) run(ctx workflow.Context) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// versionSourceFailoverRecovers marks the runs in which a source failover
+// in SNAPSHOT_COPY or CDC_CATCH_UP is recovered without the operator;
+// before it the move stopped for a rollback.
+const versionSourceFailoverRecovers = "source-failover-recovers"
+
+// sourceFailedOver: err is a failover met in a phase that recovers from it
+// by itself (SNAPSHOT_COPY, CDC_CATCH_UP: nothing is cut over, and the
+// stream and the copy can start again from a new slot).
+func (m *moveRun) sourceFailedOver(err error) bool {
+	if m.state.Phase != PhaseSnapshotCopy && m.state.Phase != PhaseCDCCatchUp {
+		return false
+	}
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrTypeFailedOver
+}
+
+// recoverSource recovers from a source failover: the move's slot is
+// created again on the new primary (RecoverSource: its consistent point is
+// the stream's new start, the new server what later activities compare
+// with), and the moving ranges are repaired before the stream starts from
+// it (catchUp): the changes between the old slot's last confirmed position
+// and the new slot's start may be missing on the target. The copy goes on
+// from its checkpoints. When the activity finds the source did not fail
+// over (a target's failover, say), cause stands.
+func (m *moveRun) recoverSource(ctx workflow.Context, cause error) error {
+	m.stopCDC(ctx)
+	var rr RecoverSourceResult
+	actx := m.waitOpts(ctx, "create the slot again on "+m.in.Spec.Source+"'s new primary", 30*time.Minute, 0)
+	if err := workflow.ExecuteActivity(actx, ActivityRecoverSource, m.ref).Get(ctx, &rr); err != nil {
+		return err
+	}
+	if rr.Source == nil {
+		return cause
+	}
+	ev := FailoverEvent{Side: "source", Shard: m.in.Spec.Source, Phase: m.state.Phase, At: workflow.Now(ctx), ToTimeline: rr.Source.Timeline}
+	if m.ref.Source != nil {
+		ev.FromTimeline = m.ref.Source.Timeline
+	}
+	m.l0, m.ref.Source, m.repairPending = rr.L0, rr.Source, true
+	if m.state.Verify != nil {
+		m.verifyRuns++ // chunks verified before the failover are not taken on trust
+	}
+	m.state.Failovers = append(m.state.Failovers, ev)
+	m.state.Error = ""
+	workflow.GetLogger(ctx).Warn("source failed over: slot created again, repair pending", "move", m.in.Spec.ID, "phase", m.state.Phase, "event", ev.String(), "cause", rootMessage(cause))
+	m.details(ctx)
+	m.notify(ctx, true)
+	return nil // the loop runs the phase again
+}
+
+// repairAfterFailover repairs the moving ranges (Repair: only the chunks
+// that differ are rewritten) once the copy is done and before the stream
+// starts from the new slot: the target then holds every row as the source
+// had it at a point after the new slot's start, from which the stream
+// replays every change.
+func (m *moveRun) repairAfterFailover(ctx workflow.Context) error {
+	var res RepairResult
+	actx := m.waitOpts(ctx, "repair the moving ranges after "+m.in.Spec.Source+"'s failover", 24*time.Hour, 0)
+	if err := workflow.ExecuteActivity(actx, ActivityRepair, RepairInput{Move: m.ref}).Get(ctx, &res); err != nil {
+		return err
+	}
+	m.repairPending = false
+	if n := len(m.state.Failovers); n > 0 {
+		e := &m.state.Failovers[n-1]
+		e.Repaired, e.Chunks, e.ChunksRepaired, e.RowsCopied, e.RowsDeleted = true, res.Chunks, res.Repaired, res.RowsCopied, res.RowsDeleted
+		workflow.GetLogger(ctx).Info("repaired after the source's failover", "move", m.in.Spec.ID, "event", e.String())
+	}
+	m.details(ctx)
+	m.notify(ctx, true)
 	return nil
 }
 
@@ -330,7 +410,7 @@ func (m *moveRun) stopForOperator(ctx workflow.Context, err error) error {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == ErrTypeFailedOver {
 		// Resuming would stream from a new slot past the missing changes.
-		m.state.Error = fmt.Sprintf("stopped in %s: %v. Resuming cannot bring the missing changes back and a slot recreated by hand would skip them: reshard rollback %s undoes the move (automatic repair is not built yet)",
+		m.state.Error = fmt.Sprintf("stopped in %s: %v. Resuming cannot bring the missing changes back and a slot recreated by hand would skip them: reshard rollback %s undoes the move (a source failover recovers by itself only in SNAPSHOT_COPY and CDC_CATCH_UP)",
 			m.state.Phase, rootMessage(err), m.in.Request.ID)
 	}
 	workflow.GetLogger(ctx).Warn("move stopped for the operator", "move", m.in.Spec.ID, "phase", m.state.Phase, "error", err)
@@ -422,8 +502,12 @@ func (m *moveRun) notify(ctx workflow.Context, force bool) {
 }
 
 func (m *moveRun) details(ctx workflow.Context) {
-	workflow.SetCurrentDetails(ctx, "### move "+markdownEscape(m.in.Spec.ID)+"\n\nthrottle: "+markdownEscape(m.throttle.Text())+"\n\n"+
-		movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx)))
+	d := "### move " + markdownEscape(m.in.Spec.ID) + "\n\nthrottle: " + markdownEscape(m.throttle.Text()) + "\n\n" +
+		movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx))
+	for _, e := range m.state.Failovers {
+		d += "\n- " + markdownEscape(e.String())
+	}
+	workflow.SetCurrentDetails(ctx, d)
 }
 
 // opts are the activity options of a phase; long activities heartbeat.
@@ -530,7 +614,7 @@ func (m *moveRun) continueAsNew(ctx workflow.Context) (MoveState, error) {
 		return m.state, err
 	}
 	in := m.in
-	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck, Source: m.ref.Source}
+	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck, Source: m.ref.Source, RepairPending: m.repairPending}
 	return m.state, workflow.NewContinueAsNewError(ctx, MoveWorkflow, in)
 }
 
@@ -678,6 +762,11 @@ func (m *moveRun) catchUp(ctx workflow.Context) error {
 	for {
 		if m.rollbackAsked {
 			return m.to(ctx, PhaseRollingBack)
+		}
+		if m.repairPending {
+			if err := m.repairAfterFailover(ctx); err != nil {
+				return err
+			}
 		}
 		var st CDCStatus
 		if err := m.inSession(ctx, ActivityCDCStatus, "CDC lag", time.Minute, m.ref, &st); err != nil {

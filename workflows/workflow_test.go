@@ -39,6 +39,8 @@ type fakes struct {
 	cutover   func(CutoverInput, int) (CutoverResult, error)
 	// prepareReverse, when set, answers the n-th PrepareReverse.
 	prepareReverse func(MoveRef, int) (JoinResult, error)
+	// recovered: RecoverSource finds the source failed over (failover_test.go).
+	recovered bool
 }
 
 func (f *fakes) record(name string, in any) int {
@@ -114,7 +116,7 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 	reg(ActivityPreflightMove, func(ctx context.Context, in MoveRef) error { f.record(ActivityPreflightMove, in); return nil })
 	reg(ActivityJoin, func(ctx context.Context, in MoveRef) (JoinResult, error) {
 		f.record(ActivityJoin, in)
-		return JoinResult{L0: "0/16B3748"}, nil
+		return JoinResult{L0: "0/16B3748", Source: &SourceIdentity{SystemID: "7", Timeline: 1, L0: "0/16B3748"}}, nil
 	})
 	reg(ActivityCopySlice, func(ctx context.Context, in CopySliceInput) (CopyProgress, error) {
 		return f.copySlice(in, f.record(ActivityCopySlice+"/"+in.Move.Spec.ID, in))
@@ -148,6 +150,17 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 	reg(ActivityRollback, func(ctx context.Context, in EndInput) (CleanupResult, error) {
 		f.record(ActivityRollback, in)
 		return CleanupResult{RowsDeleted: 200}, nil
+	})
+	reg(ActivityRecoverSource, func(ctx context.Context, in MoveRef) (RecoverSourceResult, error) {
+		f.record(ActivityRecoverSource, in)
+		if !f.recovered {
+			return RecoverSourceResult{}, nil
+		}
+		return RecoverSourceResult{L0: "0/3000000", Source: &SourceIdentity{SystemID: "7", Timeline: 2, L0: "0/3000000"}}, nil
+	})
+	reg(ActivityRepair, func(ctx context.Context, in RepairInput) (RepairResult, error) {
+		f.record(ActivityRepair, in)
+		return RepairResult{Chunks: 8, Repaired: 2, RowsCopied: 14, RowsDeleted: 1}, nil
 	})
 	var cdcStarts int
 	env.OnActivity(ActivityRunCDC, mock.Anything, mock.Anything).AfterFn(func() time.Duration {

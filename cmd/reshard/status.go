@@ -545,6 +545,9 @@ func printMigrationStatus(out io.Writer, id, link string, st workflows.Migration
 		if line := predictedText(m, now); line != "" {
 			fmt.Fprintf(out, "%s → %s: %s\n", m.Spec.Source, m.Spec.Target, line)
 		}
+		for _, e := range m.Failovers {
+			fmt.Fprintf(out, "move %s: %s\n", m.Spec.ID, e)
+		}
 	}
 }
 
