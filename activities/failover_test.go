@@ -19,6 +19,7 @@ import (
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -151,6 +152,176 @@ func TestSourceFailoverSeenByEveryActivity(t *testing.T) {
 	err = newActs().RunCDC(rctx, cdcIn)
 	if err == nil || !strings.Contains(err.Error(), "nothing to stream") {
 		t.Fatalf("stream without the record: %v, want the dropped-slot message", err)
+	}
+}
+
+// TestSourceFailoverRecoversNothingLost: the recovery's activities against
+// real servers. A move's stream applies writes, stops; more writes commit on
+// the primary and its synchronous standby but are never streamed; the
+// primary dies and the standby is promoted. RecoverSource creates the slot
+// on the new primary, Repair rewrites only what differs, a fresh worker's
+// stream from the new slot applies what follows, and the target ends equal
+// to the source in the moving ranges.
+func TestSourceFailoverRecoversNothingLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	pg := pgtest.PG(t)
+	primary := ownServer(t, pg, "actrec")
+	port, err := devenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := devenv.Server{Name: "actrec_standby", Port: port, DataDir: filepath.Join(pgtest.TempDir(t, "reshard-act-standby-"), "data")}
+	t.Cleanup(func() { _ = pg.Kill(context.Background(), sb) })
+	if err := pg.StartStandby(ctx, primary, sb); err != nil {
+		t.Fatalf("standby: %v", err)
+	}
+	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, sb.Port)
+	srcPool, err := pgxpool.New(ctx, both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srcPool.Close)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := srcPool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	dst := pgtest.NewDB(t, 1)
+	const ddl = `CREATE TABLE users (id bigint PRIMARY KEY, name text)`
+	exec(ddl + `; INSERT INTO users SELECT g, 'n' || g FROM generate_series(1, 20000) g; ANALYZE users`)
+	dst.Exec(t, ddl)
+	if err := backfill.EnsureSchema(ctx, dst.Pool); err != nil {
+		t.Fatal(err)
+	}
+	newActs := func() *Activities {
+		a := New(&Resolver{Shards: map[string]string{"src": both, "dst": dst.DSN}}, nil, nil)
+		t.Cleanup(a.Close)
+		return a
+	}
+	a := newActs()
+	ranges := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken / 2}}
+	inRange := ring.Predicate("hashint8extended(id, 0)", ranges)
+	spec := keyspace.Spec{Name: "users", Tables: []keyspace.TableSpec{{Table: "users", KeyColumn: "id"}}}
+	moveID := fmt.Sprintf("actrec%d_m1", time.Now().UnixNano()%1_000_000)
+	ref := workflows.MoveRef{MigrationID: "actrec", Spec: workflows.MoveSpec{ID: moveID, Source: "src", Target: "dst", Ranges: ranges}, Tables: spec}
+	names, err := cdc.NamesFor(moveID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := tableset.Introspect(ctx, srcPool, spec, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cdc.CreatePublication(ctx, srcPool, names.Publication, set, ranges); err != nil {
+		t.Fatal(err)
+	}
+	l0, id, err := a.createSlot(ctx, "src", names.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref.Source = &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}
+	for {
+		p, err := a.CopySlice(ctx, workflows.CopySliceInput{Move: ref, ChunkRows: 2000, MaxTime: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Done {
+			break
+		}
+	}
+	countTarget := func(where string) int64 { return dst.QueryInt64(t, `SELECT count(*) FROM users WHERE `+where) }
+	countSource := func(where string) int64 {
+		t.Helper()
+		var n int64
+		if err := srcPool.QueryRow(ctx, `SELECT count(*) FROM users WHERE `+where).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	stream := func(a *Activities, in workflows.CDCInput, until func() bool) {
+		t.Helper()
+		sctx, scancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- a.RunCDC(sctx, in) }()
+		deadline := time.Now().Add(60 * time.Second)
+		for !until() {
+			if time.Now().After(deadline) {
+				scancel()
+				t.Fatalf("stream did not catch up: %v", <-done)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		scancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("stream: %v", err)
+		}
+	}
+	// CDC_CATCH_UP: the stream applies these.
+	exec(`UPDATE users SET name = 'streamed' WHERE id % 50 = 0`)
+	want := countSource(`name = 'streamed' AND ` + inRange)
+	stream(a, workflows.CDCInput{Move: ref, L0: l0.String()}, func() bool { return countTarget(`name = 'streamed'`) == want })
+
+	// The window: committed (synchronously on the standby too), never
+	// streamed from the old slot.
+	exec(`UPDATE users SET name = 'window' WHERE id % 97 = 1`)
+	exec(`DELETE FROM users WHERE id % 89 = 2`)
+	exec(`INSERT INTO users SELECT g, 'window-new' FROM generate_series(20001, 20060) g`)
+	windowRows := countSource(`(id % 97 = 1 OR id > 20000) AND ` + inRange)
+	deletedInRange := dst.QueryInt64(t, `SELECT count(*) FROM users WHERE id % 89 = 2`) // the target's copies of the deleted rows
+	if err := pg.Kill(ctx, primary); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Promote(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := devenv.ClearSyncStandby(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	srcPool.Close() // its connections went with the old primary
+	if srcPool, err = pgxpool.New(ctx, both); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srcPool.Close)
+
+	t0 := time.Now()
+	rr, err := newActs().RecoverSource(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rr.Source == nil || rr.Source.Timeline != 2 || rr.Source.SystemID != id.SystemID {
+		t.Fatalf("recovered: %+v, want the same system on timeline 2", rr.Source)
+	}
+	ref.Source = rr.Source
+	// After the new slot: the stream's to apply, whatever the repair saw.
+	exec(`UPDATE users SET name = 'after' WHERE id % 101 = 3`)
+	rep, err := newActs().Repair(ctx, workflows.RepairInput{Move: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	afterRows := countSource(`name = 'after' AND ` + inRange)
+	t.Logf("recovered in %s: repair %d of %d chunks, %d rows copied, %d deleted; changed in the moving ranges: %d in the window (+%d deleted), %d after the new slot",
+		time.Since(t0).Round(time.Millisecond), rep.Repaired, rep.Chunks, rep.RowsCopied, rep.RowsDeleted, windowRows, deletedInRange, afterRows)
+	if rep.RowsCopied < windowRows || rep.RowsCopied > windowRows+afterRows {
+		t.Errorf("repair copied %d rows, want the %d of the window (and at most the %d changed after the new slot)", rep.RowsCopied, windowRows, afterRows)
+	}
+	if rep.Repaired == 0 || rep.Repaired > rep.Chunks {
+		t.Errorf("repaired %d of %d chunks", rep.Repaired, rep.Chunks)
+	}
+	exec(`UPDATE users SET name = 'last' WHERE id % 103 = 4`)
+	wantLast := countSource(`name = 'last' AND ` + inRange)
+	stream(newActs(), workflows.CDCInput{Move: ref, L0: rr.L0}, func() bool { return countTarget(`name = 'last'`) == wantLast })
+
+	vrep, err := verify.Run(ctx, srcPool, dst.Pool, verify.Options{Set: set, Ranges: ranges})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !vrep.OK() {
+		t.Fatalf("target differs from the source after the recovery: %d rows, e.g. %+v", vrep.Mismatches(), vrep.Tables[0].AllKeys())
+	}
+	if n := countTarget(`NOT ` + inRange); n != 0 {
+		t.Fatalf("%d rows outside the moving ranges on the target", n)
 	}
 }
 
