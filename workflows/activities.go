@@ -56,9 +56,9 @@ const (
 	// ErrTypeFailedOver: a side of the move failed over (its slot is
 	// missing or lost, or its timeline or system id changed): changes may
 	// be missing on the target, which no retry or resume brings back. The
-	// move recovers by itself from a source failover in SNAPSHOT_COPY or
-	// CDC_CATCH_UP (RecoverSource, then Repair); elsewhere it stops for the
-	// operator with that said.
+	// move recovers by itself from a source failover in SNAPSHOT_COPY,
+	// CDC_CATCH_UP or VERIFY (RecoverSource, then Repair); elsewhere it
+	// stops for the operator with that said.
 	ErrTypeFailedOver = "FailedOver"
 	// ErrTypeFiringTrigger: a trigger or rule of the application that fires
 	// for reshard's writes (ENABLE ALWAYS or REPLICA) appeared on a shard a

@@ -117,3 +117,23 @@ func TestFailedOverWithoutSourceFailoverStops(t *testing.T) {
 		t.Fatalf("state %s stopped %v failovers %v repairs %d: want stopped in SNAPSHOT_COPY, nothing repaired", st.Phase, st.Stopped, st.Failovers, f.count(ActivityRepair))
 	}
 }
+
+// TestSourceFailoverInVerifyRecovers: a verify that meets a source failover
+// (its stream ended FailedOver): new slot, repair, then a new verify run
+// with the stream from the new slot.
+func TestSourceFailoverInVerifyRecovers(t *testing.T) {
+	env, f := newEnv(t)
+	f.recovered = true
+	f.verify = func(in VerifyInput, n int) (VerifySummary, error) {
+		if n == 1 {
+			return VerifySummary{}, failedOver()
+		}
+		return VerifySummary{Passed: true, Rows: 200}, nil
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	checkRecovered(t, f, st, PhaseVerify)
+	if in := f.last[ActivityVerify+"/t_m1"].(VerifyInput); in.RunID != "t_m1_v1" || f.times(ActivityVerify+"/t_m1")[1].Before(f.times(ActivityRepair)[0]) {
+		t.Fatalf("verify after the recovery: run %s at %v, repair at %v; want a new run after the repair", in.RunID, f.times(ActivityVerify+"/t_m1"), f.times(ActivityRepair))
+	}
+}

@@ -296,10 +296,12 @@ func (m *moveRun) run(ctx workflow.Context) error {
 const versionSourceFailoverRecovers = "source-failover-recovers"
 
 // sourceFailedOver: err is a failover met in a phase that recovers from it
-// by itself (SNAPSHOT_COPY, CDC_CATCH_UP: nothing is cut over, and the
-// stream and the copy can start again from a new slot).
+// by itself (SNAPSHOT_COPY, CDC_CATCH_UP, VERIFY: nothing is cut over, and
+// the copy, the stream and the verify can start again from a new slot).
 func (m *moveRun) sourceFailedOver(err error) bool {
-	if m.state.Phase != PhaseSnapshotCopy && m.state.Phase != PhaseCDCCatchUp {
+	switch m.state.Phase {
+	case PhaseSnapshotCopy, PhaseCDCCatchUp, PhaseVerify:
+	default:
 		return false
 	}
 	var appErr *temporal.ApplicationError
@@ -310,7 +312,7 @@ func (m *moveRun) sourceFailedOver(err error) bool {
 // created again on the new primary (RecoverSource: its consistent point is
 // the stream's new start, the new server what later activities compare
 // with), and the moving ranges are repaired before the stream starts from
-// it (catchUp): the changes between the old slot's last confirmed position
+// it (catchUp, verifyPhase: a verify then starts a new run): the changes between the old slot's last confirmed position
 // and the new slot's start may be missing on the target. The copy goes on
 // from its checkpoints. When the activity finds the source did not fail
 // over (a target's failover, say), cause stands.
@@ -329,7 +331,7 @@ func (m *moveRun) recoverSource(ctx workflow.Context, cause error) error {
 		ev.FromTimeline = m.ref.Source.Timeline
 	}
 	m.l0, m.ref.Source, m.repairPending = rr.L0, rr.Source, true
-	if m.state.Verify != nil {
+	if m.state.Verify != nil || m.state.Phase == PhaseVerify {
 		m.verifyRuns++ // chunks verified before the failover are not taken on trust
 	}
 	m.state.Failovers = append(m.state.Failovers, ev)
@@ -410,7 +412,7 @@ func (m *moveRun) stopForOperator(ctx workflow.Context, err error) error {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == ErrTypeFailedOver {
 		// Resuming would stream from a new slot past the missing changes.
-		m.state.Error = fmt.Sprintf("stopped in %s: %v. Resuming cannot bring the missing changes back and a slot recreated by hand would skip them: reshard rollback %s undoes the move (a source failover recovers by itself only in SNAPSHOT_COPY and CDC_CATCH_UP)",
+		m.state.Error = fmt.Sprintf("stopped in %s: %v. Resuming cannot bring the missing changes back and a slot recreated by hand would skip them: reshard rollback %s undoes the move (a source failover recovers by itself only in SNAPSHOT_COPY, CDC_CATCH_UP and VERIFY)",
 			m.state.Phase, rootMessage(err), m.in.Request.ID)
 	}
 	workflow.GetLogger(ctx).Warn("move stopped for the operator", "move", m.in.Spec.ID, "phase", m.state.Phase, "error", err)
@@ -796,6 +798,11 @@ func (m *moveRun) catchUp(ctx workflow.Context) error {
 func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 	if m.rollbackAsked {
 		return m.to(ctx, PhaseRollingBack)
+	}
+	if m.repairPending { // the source failed over in VERIFY: repaired before the stream starts again
+		if err := m.repairAfterFailover(ctx); err != nil {
+			return err
+		}
 	}
 	in := VerifyInput{Move: m.ref, RunID: fmt.Sprintf("%s_v%d", m.in.Spec.ID, m.verifyRuns), RowsPerSec: m.throttle.RowsPerSec,
 		Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive, EstRows: m.state.RowsCopied, Recheck: m.recheck}
