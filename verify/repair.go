@@ -43,7 +43,7 @@ type TableRepair struct {
 
 // Repair makes the moving rows of the target equal to the source's, the
 // source being the truth: it compares every chunk as Run does (one source
-// snapshot, opts.SourceSnapshot when given, and one target snapshot) and,
+// snapshot and one target snapshot, taken one after the other) and,
 // for each chunk that differs, in one target transaction, deletes the
 // target's rows of that chunk that differ or that the source lacks and
 // copies the source's rows that differ or that the target lacks, as read in

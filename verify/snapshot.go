@@ -139,9 +139,8 @@ func importN(ctx context.Context, pool *pgxpool.Pool, snapshot string, n int) ([
 // the slot's consistent point; the applier is held at exactly that LSN while
 // the target snapshot is taken, and released at once. Without a holder (a
 // quiescent source, or a check outside a move) both snapshots are simply
-// taken one after the other; with srcSnapshot the source is read in that
-// exported snapshot (a new slot's, for a repair).
-func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, srcSnapshot string, n int) (_ *snapshots, err error) {
+// taken one after the other.
+func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n int) (_ *snapshots, err error) {
 	s := &snapshots{sessions: make([]*session, n)}
 	for i := range s.sessions {
 		s.sessions[i] = &session{}
@@ -152,12 +151,7 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, s
 		}
 	}()
 	var srcTx []*readTx
-	switch {
-	case srcSnapshot != "":
-		if srcTx, err = importN(ctx, src, srcSnapshot, n); err != nil {
-			return nil, fmt.Errorf("source: %w", err)
-		}
-	case holder == nil:
+	if holder == nil {
 		first, snap, err := export(ctx, src)
 		if err != nil {
 			return nil, fmt.Errorf("source: %w", err)
@@ -168,7 +162,7 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, s
 			return nil, fmt.Errorf("source: %w", err)
 		}
 		srcTx = append([]*readTx{first}, rest...)
-	default:
+	} else {
 		for attempt := 1; ; attempt++ {
 			var lsn pglogrepl.LSN
 			if srcTx, lsn, err = slotSnapshot(ctx, src, n); err != nil {

@@ -85,10 +85,6 @@ type Options struct {
 	// any is compared: how many there are, and how many of them (with how
 	// many rows) an earlier attempt verified (a progress bar's total).
 	Planned func(PlanInfo)
-	// SourceSnapshot, when set, is an exported snapshot (a new slot's, see
-	// Repair) the source is read in instead of one taken now. Only without
-	// a Holder.
-	SourceSnapshot string
 }
 
 // PlanInfo is the size of a run's plan (Options.Planned).
@@ -129,9 +125,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RowsPerSecond < 0 {
 		return o, fmt.Errorf("verify: rows per second %v is negative", o.RowsPerSecond)
-	}
-	if o.SourceSnapshot != "" && o.Holder != nil {
-		return o, errors.New("verify: a source snapshot given and an applier to hold: the applier would be held at another LSN")
 	}
 	return o, nil
 }
@@ -264,7 +257,7 @@ func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []
 	n := min(opts.Parallel, len(todo))
 	if snaps == nil {
 		var err error
-		if snaps, err = openSnapshots(ctx, src, dst, opts.Holder, opts.SourceSnapshot, n); err != nil {
+		if snaps, err = openSnapshots(ctx, src, dst, opts.Holder, n); err != nil {
 			return fmt.Errorf("verify: take snapshots: %w", err)
 		}
 		defer snaps.close()
