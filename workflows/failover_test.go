@@ -133,7 +133,7 @@ func TestSourceFailoverInVerifyRecovers(t *testing.T) {
 	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
 	st := result[MoveState](t, env)
 	checkRecovered(t, f, st, PhaseVerify)
-	if in := f.last[ActivityVerify+"/t_m1"].(VerifyInput); in.RunID != "t_m1_v1" || f.times(ActivityVerify+"/t_m1")[1].Before(f.times(ActivityRepair)[0]) {
+	if in := f.last[ActivityVerify+"/t_m1"].(VerifyInput); in.RunID != "t_m1_v1" || f.times(ActivityVerify + "/t_m1")[1].Before(f.times(ActivityRepair)[0]) {
 		t.Fatalf("verify after the recovery: run %s at %v, repair at %v; want a new run after the repair", in.RunID, f.times(ActivityVerify+"/t_m1"), f.times(ActivityRepair))
 	}
 }
