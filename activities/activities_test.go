@@ -316,7 +316,11 @@ func TestCopyMetersShareTheirTarget(t *testing.T) {
 	}
 	// 8,000 left at half the rate: twice the time left alone (the group's
 	// window and a's own saw the same chunks since b started).
-	if got, want := shared.Sub(a.at), 2*alone.Sub(a.at); got < want-10*time.Millisecond || got > want+10*time.Millisecond {
+	// Within 3 %: the two windows take their clock readings at separate
+	// calls, a few milliseconds apart on a busy machine (12 ms of 3.2 s
+	// failed a 10 ms bound in CI); half or one and a half times would be far
+	// outside it.
+	if got, want := shared.Sub(a.at), 2*alone.Sub(a.at); (got - want).Abs() > want*3/100 {
 		t.Errorf("beside a starting copy: %s left, want %s (twice %s)", got, want, alone.Sub(a.at))
 	}
 	r.release("shard6", other)
