@@ -53,7 +53,11 @@ func startWorkerAt(t *testing.T, path string) string {
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runWorker(ctx, opts, cfg, workerFlags{listen: addr}) }()
+	// A short capacity probe: the tests' migrations are small, and each
+	// PLAN watched the WAL for 2 s.
+	go func() {
+		done <- runWorker(ctx, opts, cfg, workerFlags{listen: addr, walWindow: 200 * time.Millisecond})
+	}()
 	t.Cleanup(func() {
 		stop()
 		if err := <-done; err != nil {

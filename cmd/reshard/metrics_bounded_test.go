@@ -54,7 +54,7 @@ func TestMetricsBoundedOverMigrations(t *testing.T) {
 		if i%2 == 0 {
 			verb = "remove-node"
 		}
-		args := []string{verb, "shard3", "--id", id, "--grace", "2s"}
+		args := []string{verb, "shard3", "--id", id, "--grace", "2s", "--wal-window", "200ms"}
 		if i == 1 {
 			// A longer GRACE: time for movesGauged to see it running.
 			args = append(args, "--table", "users:id", "--table", "orders:user_id", "--grace", "8s")
