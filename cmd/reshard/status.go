@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/mattn/go-runewidth"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -749,10 +750,15 @@ func (v *barView) update(id string, st workflows.MigrationState, now time.Time) 
 		if !ok {
 			get := func() moveView { v.mu.Lock(); defer v.mu.Unlock(); return v.text[key] }
 			// total 0: the bar never completes by itself (estimates can be low).
+			// The bar's own line holds only short cells (the move, its
+			// phase's name, the percentage), so the bar keeps its width
+			// whatever the phase says; the figures and the phase's long
+			// text (waiting for approval, a failover, an error) go on a
+			// line of their own below it, cut to the width.
 			b = v.p.AddBar(0,
 				mpb.PrependDecorators(
 					decor.Any(func(decor.Statistics) string { return get().Name }, decor.WCSyncSpaceR),
-					decor.Any(func(decor.Statistics) string { return get().Phase }, decor.WCSyncSpaceR),
+					decor.Any(func(decor.Statistics) string { return phaseCell(get().Phase) }, decor.WCSyncSpaceR),
 				),
 				mpb.AppendDecorators(
 					decor.Any(func(decor.Statistics) string {
@@ -761,9 +767,13 @@ func (v *barView) update(id string, st workflows.MigrationState, now time.Time) 
 						if t.Est > 0 {
 							pct = min(100, 100*float64(t.Copied)/float64(t.Est))
 						}
-						return fmt.Sprintf("%3.0f%% %s  lag %s  eta %s  verify %s  pause %s", pct, t.Rows, t.Lag, t.ETA, t.Verify, t.Pause)
+						return fmt.Sprintf("%3.0f%%", pct)
 					}),
-				))
+				),
+				mpb.BarBtmExtender(mpb.BarFillerFunc(func(w io.Writer, stat decor.Statistics) error {
+					_, err := io.WriteString(w, figuresLine(get(), stat.AvailableWidth)+"\n")
+					return err
+				})))
 			v.mu.Lock()
 			v.bars[key] = b
 			v.mu.Unlock()
@@ -773,6 +783,35 @@ func (v *barView) update(id string, st workflows.MigrationState, now time.Time) 
 		}
 		b.SetCurrent(mv.Copied) // the copy's rows, or a running verify's
 	}
+}
+
+// phaseCellWidth bounds the phase's cell on a bar's line: the longest phase
+// name (SNAPSHOT_COPY, CDC_CATCH_UP) fits.
+const phaseCellWidth = 13
+
+// phaseCell is the phase's name for the bar's line: the text before its
+// details, cut to phaseCellWidth.
+func phaseCell(phase string) string {
+	if i := strings.IndexAny(phase, " :("); i > 0 {
+		phase = phase[:i]
+	}
+	if len(phase) > phaseCellWidth {
+		phase = phase[:phaseCellWidth]
+	}
+	return phase
+}
+
+// figuresLine is the line under a move's bar: its rows, lag, ETA, verify
+// and write pause, then the phase's details, cut to width columns.
+func figuresLine(t moveView, width int) string {
+	line := fmt.Sprintf("    %s  lag %s  eta %s  verify %s  pause %s", t.Rows, t.Lag, t.ETA, t.Verify, t.Pause)
+	if rest := strings.TrimSpace(strings.TrimPrefix(t.Phase, phaseCell(t.Phase))); rest != "" {
+		line += "  " + rest
+	}
+	if width > 1 && runewidth.StringWidth(line) > width {
+		line = runewidth.Truncate(line, width, "…")
+	}
+	return line
 }
 
 func (v *barView) stop() {
