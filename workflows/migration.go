@@ -559,6 +559,12 @@ func (r *migrationRun) moveState(ctx workflow.Context, ms MoveState) {
 			if ms.UpdatedAt.Before(r.state.Moves[i].UpdatedAt) {
 				return
 			}
+			if r.approved && ms.Waiting == WaitApproval {
+				// Made before the approval reached the move (every move
+				// started gets it, and one started later gets it at its
+				// start): status must not show the wait again.
+				ms.Waiting = ""
+			}
 			r.state.Moves[i] = ms
 			break
 		}
@@ -625,7 +631,18 @@ func (r *migrationRun) details(ctx workflow.Context) {
 	if r.state.Error != "" {
 		fmt.Fprintf(&b, "\n**error:** %s\n", markdownEscape(r.state.Error))
 	}
+	b.WriteString("\n" + asOf(workflow.Now(ctx), r.req.WithDefaults().CopySlice))
 	workflow.SetCurrentDetails(ctx, b.String())
+}
+
+// asOf says when the current details were drawn and when they change, so
+// that a figure in the UI is never taken for a live one: the workflow draws
+// them at each copy slice's end, phase change, report and operator action,
+// while reshard status and the Pending Activities tab read the activities'
+// heartbeats (every second).
+func asOf(now time.Time, slice time.Duration) string {
+	return fmt.Sprintf("_figures as of %s UTC; drawn again at each copy slice (%s), phase change and operator action: reshard status and the Pending Activities tab are live_\n",
+		now.UTC().Format("15:04:05"), slice)
 }
 
 // phaseCounts is "3 DONE, 125 SNAPSHOT_COPY, 872 PLAN", in phase order.
@@ -643,23 +660,22 @@ func phaseCounts(moves []MoveState) string {
 	return strings.Join(parts, ", ")
 }
 
-// movesTable renders moves as the markdown table of the UI's current
-// details. Each cell stays short (the UI clips long ones): the phase and
-// the verify result in a few words; what a move waits for, why it stopped
-// or failed and the verify's samples go in a note under the table. Text
-// from names and errors is escaped (Markdown took the underscores of
-// SNAPSHOT_COPY and qs_add5_m4 for emphasis).
+// movesTable renders moves as the Markdown of the UI's current details: a
+// list item per move with its figures in one line, and under it what the
+// move waits for, why it stopped or failed and the verify's samples. Not a
+// table: the UI (2.42) clips a table's row to one line of text, which cut
+// "shard1 → shard5" and a lag's time in half and hid the underscores of
+// add_k34mfz_m1 and SNAPSHOT_COPY (seen in the screenshots). Text from
+// names and errors is escaped.
 func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 	var b strings.Builder
-	var notes []string
-	b.WriteString("| move | source → target | ranges | phase | rows copied / est. | copy ETA | lag | verify | write pause |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
 	for _, m := range moves {
+		var notes []string
 		v := "—"
 		if m.Verify != nil {
 			v = m.Verify.Short()
 			if full := m.Verify.Text(now); full != v {
-				notes = append(notes, m.Spec.ID+" verify: "+full)
+				notes = append(notes, "verify: "+full)
 			}
 		} else if m.Phase == PhaseVerify {
 			v = "running"
@@ -669,15 +685,13 @@ func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 			wp = "—"
 		} else if m.Pauses.Attempts > 1 {
 			wp = fmt.Sprintf("%s (%d tries)", m.Pauses.Total.Round(time.Millisecond), m.Pauses.Attempts)
-			notes = append(notes, m.Spec.ID+" write pause: "+m.PauseText())
+			notes = append(notes, "write pause: "+m.PauseText())
 		}
-		phase := string(m.Phase)
-		if sub := m.PhaseText(); sub != phase {
-			phase += " …"
-			notes = append(notes, m.Spec.ID+": "+sub)
+		if sub := m.PhaseText(); sub != string(m.Phase) {
+			notes = append(notes, sub)
 		}
 		if m.Error != "" {
-			notes = append(notes, m.Spec.ID+" error: "+m.Error)
+			notes = append(notes, "error: "+m.Error)
 		}
 		eta := m.ETAText(t, now)
 		if eta == "-" {
@@ -689,18 +703,12 @@ func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 			// (reshard status and the stream's heartbeat have it live).
 			lag += " at " + m.LagAt.UTC().Format("15:04:05")
 		}
-		cells := []string{m.Spec.ID, m.Spec.Source + " → " + m.Spec.Target, fmt.Sprint(len(m.Spec.Ranges)), phase,
-			fmt.Sprintf("%d / %d", m.RowsCopied, m.Spec.EstRows), eta, lag, v, wp}
-		for i := range cells {
-			cells[i] = markdownEscape(cells[i])
+		fmt.Fprintf(&b, "- **%s** %s (%d ranges): **%s** · rows copied %s · copy ETA %s · lag %s · verify %s · write pause %s\n",
+			markdownEscape(m.Spec.ID), markdownEscape(m.Spec.Source+" → "+m.Spec.Target), len(m.Spec.Ranges), markdownEscape(string(m.Phase)),
+			markdownEscape(fmt.Sprintf("%d / %d", m.RowsCopied, m.Spec.EstRows)), markdownEscape(eta), markdownEscape(lag), markdownEscape(v), markdownEscape(wp))
+		for _, n := range notes {
+			b.WriteString("  - " + markdownEscape(n) + "\n")
 		}
-		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
-	}
-	for _, n := range notes {
-		b.WriteString("\n- " + markdownEscape(n))
-	}
-	if len(notes) > 0 {
-		b.WriteString("\n")
 	}
 	return b.String()
 }
@@ -875,6 +883,17 @@ func (r *migrationRun) validateApprove(workflow.Context) error {
 func (r *migrationRun) onApprove(ctx workflow.Context) (string, error) {
 	r.approved = true
 	n, err := r.relay(ctx, MoveControl{Op: UpdateApprove}, live)
+	// Shown at once, before the moves report: a move that got the approval
+	// no longer waits for it. (Only what status shows changes here: no
+	// decision of the migration reads Waiting.)
+	if err == nil {
+		for i := range r.state.Moves {
+			if m := &r.state.Moves[i]; r.started[i] && m.Waiting == WaitApproval {
+				m.Waiting = ""
+			}
+		}
+		r.details(ctx)
+	}
 	return fmt.Sprintf("cutover approved (%d moves)", n), err
 }
 

@@ -509,6 +509,7 @@ func (m *moveRun) details(ctx workflow.Context) {
 	for _, e := range m.state.Failovers {
 		d += "\n- " + markdownEscape(e.String())
 	}
+	d += "\n" + asOf(workflow.Now(ctx), m.in.Request.WithDefaults().CopySlice)
 	workflow.SetCurrentDetails(ctx, d)
 }
 

@@ -428,6 +428,16 @@ func TestApproveRejectedInWrongPhase(t *testing.T) {
 		}
 		update(env, UpdateApprove, &late, &lateDone)
 	}, 5*time.Hour)
+	env.RegisterDelayedCallback(func() {
+		// Status read right after the approval no longer says the moves
+		// wait for it (the migration's copy of a move's state said so until
+		// the move's next report).
+		for _, m := range queryState(t, env).Moves {
+			if m.Waiting == WaitApproval || strings.Contains(m.PhaseText(), "waiting for approval") {
+				t.Errorf("right after approve, move %s still reads %q", m.Spec.ID, m.PhaseText())
+			}
+		}
+	}, 5*time.Hour+time.Millisecond)
 	env.ExecuteWorkflow(MigrationWorkflow, req)
 	st := result[MigrationState](t, env)
 	if !earlyDone || early == nil || !strings.Contains(early.Error(), "approve-cutover is accepted when a move has passed VERIFY or waits in CUTOVER") ||
@@ -899,7 +909,7 @@ func TestReverifyClearsTheFailureAtOnce(t *testing.T) {
 		if m.Phase != PhaseVerify || m.Verify != nil || m.Waiting != "" {
 			t.Errorf("a second after reverify, move %s: %s, verify %+v, waiting %q; want VERIFY running with no result", m.Spec.ID, m.Phase, m.Verify, m.Waiting)
 		}
-		if txt := movesTable([]MoveState{m}, Throttle{}, env.Now()); !strings.Contains(txt, "| running |") || strings.Contains(txt, "FAILED") {
+		if txt := movesTable([]MoveState{m}, Throttle{}, env.Now()); !strings.Contains(txt, "· verify running ·") || strings.Contains(txt, "FAILED") {
 			t.Errorf("the UI's table after reverify:\n%s", txt)
 		}
 	}
@@ -965,6 +975,10 @@ func TestHeadlineIsCurrent(t *testing.T) {
 	}
 	if !strings.Contains(throttled, "throttle per move: 500 rows/s") {
 		t.Errorf("details after reshard throttle:\n%s", throttled)
+	}
+	// The details say when they were drawn (the UI's figures are not live).
+	if !strings.Contains(graceDetails, "figures as of ") || !strings.Contains(throttled, "figures as of ") || graceDetails[strings.Index(graceDetails, "figures as of "):][:22] == throttled[strings.Index(throttled, "figures as of "):][:22] {
+		t.Errorf("details should say when they were drawn, a minute apart:\n%s\n%s", graceDetails, throttled)
 	}
 	if h := "rolled back: nothing moved (topology v9 has the ring of v1)"; st.Headline() != h {
 		t.Errorf("after the rollback: %q, want %q", st.Headline(), h)
