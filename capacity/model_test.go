@@ -63,19 +63,24 @@ func TestPredictSharesAShardAndHonoursTheThrottle(t *testing.T) {
 		{ID: "m2", Source: "a", Target: "c", Rows: 1000, Bytes: 100 * mib, Probe: probeAt(10*mib, 10*mib)},
 	}
 	for _, tc := range []struct {
-		name string
-		o    Options
-		copy time.Duration
+		name         string
+		o            Options
+		copy, verify time.Duration
 	}{
-		{"two moves share the source", Options{}, 20 * time.Second},
-		{"one at a time on each shard", Options{MaxMovesPerShard: 1}, 10 * time.Second},
-		{"a throttle below the shared rate", Options{BytesPerSec: 2 * mib}, 50 * time.Second},
-		{"rows/s by the rows' width", Options{RowsPerSec: 20}, 50 * time.Second}, // 20 rows/s × 100 KiB
+		{"two moves share the source", Options{}, 20 * time.Second, 10 * time.Second},
+		{"one at a time on each shard", Options{MaxMovesPerShard: 1}, 10 * time.Second, 10 * time.Second},
+		{"a throttle below the shared rate", Options{BytesPerSec: 2 * mib}, 50 * time.Second, 10 * time.Second},
+		// 20 rows/s × 100 KiB; verify reads 20 rows/s per side too (it was
+		// predicted at the probe's checksum rate: 10 s)
+		{"rows/s by the rows' width", Options{RowsPerSec: 20}, 50 * time.Second, 50 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := Predict(moves, shards, nil, tc.o)
 			if got := rep.Moves[0].Copy.Duration(); got != tc.copy {
 				t.Errorf("copy %s, want %s", got, tc.copy)
+			}
+			if got := rep.Moves[0].Verify.Duration(); got != tc.verify {
+				t.Errorf("verify %s, want %s", got, tc.verify)
 			}
 			if got := rep.Shards[0].PeakSlotWAL; got != int64(tc.copy.Seconds())*mib {
 				t.Errorf("peak slot WAL of a %s, want %s", HumanBytes(got), HumanBytes(int64(tc.copy.Seconds())*mib))
