@@ -69,6 +69,8 @@ say status walk
 printf '\n$ reshard status walk --json | next_steps\n'
 "$bin" status walk --config "$cfg" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["next_steps"])'
 say approve walk --json
+echo "#    (status at once after the approval: no move reads 'waiting for approval' any more)"
+say status walk
 wait_for GRACE status walk
 say status walk
 say topology check

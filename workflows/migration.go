@@ -612,6 +612,7 @@ func (r *migrationRun) details(ctx workflow.Context) {
 	if h := r.state.Headline(); h != "" {
 		b.WriteString(markdownEscape(h) + "\n\n")
 	}
+	b.WriteString(asOf(workflow.Now(ctx), r.req.WithDefaults().CopySlice) + "\n")
 	fmt.Fprintf(&b, "throttle per move: %s\n\n", markdownEscape(r.state.ThrottleNow().Text()))
 	if r.paused {
 		b.WriteString("**paused**\n\n")
@@ -631,7 +632,6 @@ func (r *migrationRun) details(ctx workflow.Context) {
 	if r.state.Error != "" {
 		fmt.Fprintf(&b, "\n**error:** %s\n", markdownEscape(r.state.Error))
 	}
-	b.WriteString("\n" + asOf(workflow.Now(ctx), r.req.WithDefaults().CopySlice))
 	workflow.SetCurrentDetails(ctx, b.String())
 }
 
@@ -641,7 +641,9 @@ func (r *migrationRun) details(ctx workflow.Context) {
 // while reshard status and the Pending Activities tab read the activities'
 // heartbeats (every second).
 func asOf(now time.Time, slice time.Duration) string {
-	return fmt.Sprintf("_figures as of %s UTC; drawn again at each copy slice (%s), phase change and operator action: reshard status and the Pending Activities tab are live_\n",
+	// One short line near the top, not emphasis: the UI did not wrap an
+	// emphasized line, and showed no paragraph after the moves' list.
+	return fmt.Sprintf("figures as of %s UTC, redrawn per copy slice (%s) and phase; live: reshard status\n",
 		now.UTC().Format("15:04:05"), slice)
 }
 

@@ -504,12 +504,11 @@ func (m *moveRun) notify(ctx workflow.Context, force bool) {
 }
 
 func (m *moveRun) details(ctx workflow.Context) {
-	d := "### move " + markdownEscape(m.in.Spec.ID) + "\n\nthrottle: " + markdownEscape(m.throttle.Text()) + "\n\n" +
-		movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx))
+	d := "### move " + markdownEscape(m.in.Spec.ID) + "\n\n" + asOf(workflow.Now(ctx), m.in.Request.WithDefaults().CopySlice) +
+		"\nthrottle: " + markdownEscape(m.throttle.Text()) + "\n\n" + movesTable([]MoveState{m.state}, m.throttle, workflow.Now(ctx))
 	for _, e := range m.state.Failovers {
 		d += "\n- " + markdownEscape(e.String())
 	}
-	d += "\n" + asOf(workflow.Now(ctx), m.in.Request.WithDefaults().CopySlice)
 	workflow.SetCurrentDetails(ctx, d)
 }
 
