@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.yaml.in/yaml/v3"
@@ -231,6 +232,30 @@ func (c *cluster) connect(tmp devenv.Temporal) {
 	}
 	t.Cleanup(c.tc.Close)
 	t.Cleanup(c.stopWorker)
+	t.Cleanup(c.terminateLeftovers) // before the client closes (cleanups run last first)
+}
+
+// terminateLeftovers terminates the workflows a test leaves running in the
+// Temporal server the package's tests share (they run one at a time): a
+// test that failed with a migration still running made every later test's
+// start refuse with "one migration at a time" (make e2e, at load 35: one
+// step over its deadline failed four tests).
+func (c *cluster) terminateLeftovers() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: devenv.Namespace, Query: "ExecutionStatus = 'Running'"})
+	if err != nil {
+		c.t.Logf("listing the workflows left running: %v", err)
+		return
+	}
+	for _, e := range resp.GetExecutions() {
+		id := e.GetExecution().GetWorkflowId()
+		if err := c.tc.TerminateWorkflow(ctx, id, "", "the test "+c.t.Name()+" ended with it running"); err != nil {
+			c.t.Logf("terminating %s, left running: %v", id, err)
+			continue
+		}
+		c.t.Logf("terminated %s, left running by the test", id)
+	}
 }
 
 // startWorker runs `reshard worker` as a child process.

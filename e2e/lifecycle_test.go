@@ -232,7 +232,10 @@ func (c *life) run(s lifeStep) {
 		req.GracePeriod = new(10 * time.Minute)
 	}
 	run := c.start(req)
-	deadline := time.Now().Add(3 * time.Minute)
+	// Steps copy and verify at 10–100 rows/s so that a worker can be killed
+	// in them: 3 minutes ran out at load 35 for a move whose copy and
+	// verify took 2m23s and 29s.
+	deadline := time.Now().Add(6 * time.Minute)
 	killed, asked := s.kill == "", false
 	for {
 		st, ok := c.state(run.GetID())
