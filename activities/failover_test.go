@@ -16,6 +16,7 @@ import (
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -80,7 +81,7 @@ func TestSourceFailoverSeenByEveryActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	// JOINING: the slot, and the server it is on.
-	l0, id, err := a.createSlot(ctx, "src", names.Slot)
+	l0, id, err := join.Slot(ctx, a.replication("src"), "src", names.Slot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestSourceFailoverRecoversNothingLost(t *testing.T) {
 	if err := cdc.CreatePublication(ctx, srcPool, names.Publication, set, ranges); err != nil {
 		t.Fatal(err)
 	}
-	l0, id, err := a.createSlot(ctx, "src", names.Slot)
+	l0, id, err := join.Slot(ctx, a.replication("src"), "src", names.Slot)
 	if err != nil {
 		t.Fatal(err)
 	}

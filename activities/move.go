@@ -19,9 +19,10 @@ import (
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/cleanup"
 	"github.com/reshard/reshard/cutover"
-	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/pgsession"
+	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
@@ -91,11 +92,11 @@ func (a *Activities) rings(ctx context.Context, store *topology.Store, m workflo
 	return p.Before, p.After, nil
 }
 
-// Join is the JOINING phase: fence triggers and TRUNCATE guards on both
-// shards, the moving ranges fenced on the target (only the applier writes
-// there), the copy's checkpoint schema, then publication and slot on the
-// source. It returns the slot's consistent point L0. Idempotent: an existing
-// slot is kept and its confirmed position returned.
+// Join is the JOINING phase (join.Run): both shards' fences and guards
+// reconciled with the migrating topology, the copy's checkpoint schema, then
+// publication and slot on the source. It returns the slot's consistent
+// point L0. Idempotent: an existing slot is kept and its confirmed position
+// returned.
 func (a *Activities) Join(ctx context.Context, m workflows.MoveRef) (workflows.JoinResult, error) {
 	defer keepBeating(ctx, 5*time.Second, func() any { return "joining" })()
 	r, err := a.join(ctx, m)
@@ -107,66 +108,42 @@ func (a *Activities) join(ctx context.Context, m workflows.MoveRef) (workflows.J
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
-	names, err := cdc.NamesFor(m.Spec.ID)
-	if err != nil {
+	if _, err := cdc.NamesFor(m.Spec.ID); err != nil {
 		return workflows.JoinResult{}, badInput("move id: %v", err)
 	}
 	fences, err := a.fences(ctx, keyspaceOf(m.Request))
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
-	// The topology has the ranges migrating: the target is fenced wherever
-	// it owns nothing (the moving ranges included), the source wherever it
-	// owns nothing, and both get their TRUNCATE guards.
-	if _, err := fence.Reconcile(ctx, s.dst, m.Spec.Target, s.dstSet, fences); err != nil {
-		return workflows.JoinResult{}, fmt.Errorf("target %s: %w", m.Spec.Target, err)
-	}
-	if _, err := fence.Reconcile(ctx, s.src, m.Spec.Source, s.srcSet, fences); err != nil {
-		return workflows.JoinResult{}, fmt.Errorf("source %s: %w", m.Spec.Source, err)
-	}
-	if err := backfill.EnsureSchema(ctx, s.dst); err != nil {
-		return workflows.JoinResult{}, fmt.Errorf("target %s: %w", m.Spec.Target, err)
-	}
-	if err := cdc.CreatePublication(ctx, s.src, names.Publication, s.srcSet, m.Spec.Ranges); err != nil {
-		return workflows.JoinResult{}, fmt.Errorf("source %s: %w", m.Spec.Source, err)
-	}
-	l0, id, err := a.createSlot(ctx, m.Spec.Source, names.Slot)
+	r, err := join.Run(ctx, s.move(m), join.Options{Fences: fences, SourceSet: s.srcSet, Replication: a.replication(m.Spec.Source)})
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
-	return workflows.JoinResult{L0: l0.String(), Source: &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}}, nil
+	l0 := r.L0.String()
+	return workflows.JoinResult{L0: l0, Source: &workflows.SourceIdentity{SystemID: r.Source.SystemID, Timeline: r.Source.Timeline, L0: l0}}, nil
 }
 
-// createSlot creates the slot (or finds it) and identifies the server it is
-// on, over the same replication connection.
-func (a *Activities) createSlot(ctx context.Context, shard, slot string) (pglogrepl.LSN, cdc.SourceIdentity, error) {
-	var none cdc.SourceIdentity
-	dsn, err := a.pools.r.replicationDSN(shard)
-	if err != nil {
-		return 0, none, err
+// replication connects to shard for replication (its slot is created on the
+// connection: the heartbeat says so, since creating one waits for running
+// write transactions). The DSN stays out of every error.
+func (a *Activities) replication(shard string) func(context.Context) (*pgconn.PgConn, error) {
+	return func(ctx context.Context) (*pgconn.PgConn, error) {
+		dsn, err := a.pools.r.replicationDSN(shard)
+		if err != nil {
+			return nil, err
+		}
+		heartbeat(ctx, "creating slot on "+shard+" (waits for running write transactions)")
+		cfg, err := pgsession.ParseConfig(dsn)
+		if err != nil {
+			// The parse error may quote the DSN: do not pass it on.
+			return nil, badInput("the replication DSN of %s does not parse", printable(shard))
+		}
+		rc, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return nil, &cdc.ConnError{Op: "replication connection to " + shard, Err: errors.New("cannot connect")}
+		}
+		return rc, nil
 	}
-	heartbeat(ctx, "creating slot "+slot+" (waits for running write transactions)")
-	stop := keepBeating(ctx, 5*time.Second, func() any { return "creating slot " + slot })
-	defer stop()
-	cfg, err := pgsession.ParseConfig(dsn)
-	if err != nil {
-		// The parse error may quote the DSN: do not pass it on.
-		return 0, none, badInput("the replication DSN of %s does not parse", printable(shard))
-	}
-	rc, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return 0, none, &cdc.ConnError{Op: "replication connection to " + shard, Err: errors.New("cannot connect")}
-	}
-	defer rc.Close(context.WithoutCancel(ctx))
-	l0, _, err := cdc.CreateSlot(ctx, rc, slot)
-	if err != nil {
-		return 0, none, fmt.Errorf("create slot %s on %s: %w", slot, shard, err)
-	}
-	id, err := cdc.IdentifySource(ctx, rc)
-	if err != nil {
-		return 0, none, fmt.Errorf("slot %s on %s: %w", slot, shard, err)
-	}
-	return l0, id, nil
 }
 
 // checkSource is cdc.CheckSource for a move's forward slot against the
@@ -382,7 +359,7 @@ func (a *Activities) forwardOptions(m workflows.MoveRef, s sides, l0 string) (cd
 }
 
 // reverseOptions is the GRACE reverse stream (target → source), from the
-// reverse slot's L0 (cutover.ReverseOptions).
+// reverse slot's L0 (cdc.ReverseOptions).
 func (a *Activities) reverseOptions(m workflows.MoveRef, s sides, l0 string) (cdc.Options, error) {
 	start, err := pglogrepl.ParseLSN(l0)
 	if err != nil {
@@ -400,7 +377,7 @@ func (a *Activities) reverseOptions(m workflows.MoveRef, s sides, l0 string) (cd
 	if err != nil {
 		return cdc.Options{}, err
 	}
-	o, err := cutover.ReverseOptions(fwd, plain, repl, s.srcSet, start)
+	o, err := cdc.ReverseOptions(fwd, plain, repl, s.srcSet, start)
 	o.Source, o.Target = m.Spec.Target, m.Spec.Source // the reverse stream reads the new owner
 	return o, err
 }
@@ -718,7 +695,7 @@ func (a *Activities) prepareReverse(ctx context.Context, m workflows.MoveRef) (w
 	}
 	stop := keepBeating(ctx, 5*time.Second, func() any { return "creating the reverse slot" })
 	defer stop()
-	_, l0, err := cutover.PrepareReverse(ctx, s.move(m), repl)
+	_, l0, err := join.Reverse(ctx, s.move(m), repl)
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
@@ -846,40 +823,21 @@ func pauseSteps(r cutover.Result, pause time.Duration) []workflows.PauseStep {
 // and its origin on the target, once the cutover is done and the stream
 // stopped: from then on the slot would only pin WAL.
 func (a *Activities) StopForward(ctx context.Context, m workflows.MoveRef) error {
-	return classify(a.dropStreamObjects(ctx, m, false))
+	if _, err := cdc.NamesFor(m.Spec.ID); err != nil {
+		return classify(badInput("move id: %v", err))
+	}
+	src, err := a.pools.shard(ctx, m.Spec.Source)
+	if err != nil {
+		return classify(err)
+	}
+	dst, err := a.pools.shard(ctx, m.Spec.Target)
+	if err != nil {
+		return classify(err)
+	}
+	return classify(cleanup.DropForward(ctx, cutover.Move{ID: m.Spec.ID, From: m.Spec.Source, To: m.Spec.Target, Source: src, Target: dst}))
 }
 
-func (a *Activities) dropStreamObjects(ctx context.Context, m workflows.MoveRef, reverse bool) error {
-	from, to := m.Spec.Source, m.Spec.Target
-	names, err := cdc.NamesFor(m.Spec.ID)
-	if reverse {
-		from, to = to, from
-		names, err = cdc.ReverseNamesFor(m.Spec.ID)
-	}
-	if err != nil {
-		return badInput("move id: %v", err)
-	}
-	src, err := a.pools.shard(ctx, from)
-	if err != nil {
-		return err
-	}
-	dst, err := a.pools.shard(ctx, to)
-	if err != nil {
-		return err
-	}
-	if err := cdc.DropSlot(ctx, src, names.Slot); err != nil {
-		return fmt.Errorf("drop slot %s on %s: %w", names.Slot, from, err)
-	}
-	if err := cdc.DropPublication(ctx, src, names.Publication); err != nil {
-		return fmt.Errorf("drop publication %s on %s: %w", names.Publication, from, err)
-	}
-	if err := cdc.DropOrigin(ctx, dst, names.Origin); err != nil {
-		return fmt.Errorf("drop origin %s on %s: %w", names.Origin, to, err)
-	}
-	return nil
-}
-
-// Cleanup ends a completed move (CLEANUP, cutover.Cleanup): the ranges
+// Cleanup ends a completed move (CLEANUP, cleanup.Run): the ranges
 // published stable on the new owner, both streams' objects dropped, the
 // moved rows deleted from the old owner in batches, the work rows and the
 // TRUNCATE guards removed. The old owner keeps its fences.
@@ -909,10 +867,10 @@ func (a *Activities) cleanup(ctx context.Context, in workflows.EndInput) (workfl
 	stop := keepBeating(ctx, 5*time.Second, func() any {
 		return beats{"cleaning up: deleting moved rows from the old owner", adaptiveStatus(ad)}
 	})
-	var res cutover.CleanupResult
+	var res cleanup.Result
 	err = ad.With(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = cutover.Cleanup(ctx, s.move(in.Move), cutover.CleanupOptions{
+		res, err = cleanup.Run(ctx, s.move(in.Move), cleanup.Options{
 			Fences: fences, Target: target, VerifyRunIDs: in.VerifyRunIDs, MigrationID: in.Move.MigrationID,
 			Throttle: th, Logger: a.log.With("move", in.Move.Spec.ID),
 		})
@@ -1060,7 +1018,7 @@ func (a *Activities) recoverSource(ctx context.Context, m workflows.MoveRef) (wo
 	if err := cdc.DropOrigin(ctx, s.dst, names.Origin); err != nil {
 		return workflows.RecoverSourceResult{}, fmt.Errorf("drop origin %s on %s: %w", names.Origin, m.Spec.Target, err)
 	}
-	l0, id, err := a.createSlot(ctx, m.Spec.Source, names.Slot)
+	l0, id, err := join.Slot(ctx, a.replication(m.Spec.Source), m.Spec.Source, names.Slot)
 	if err != nil {
 		return workflows.RecoverSourceResult{}, err
 	}

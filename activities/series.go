@@ -69,7 +69,7 @@ func (m *Metrics) streamStopped(label string) {
 
 // moveEnded deletes every series of a move that ended (cleaned up or rolled
 // back): its copy, verify, forward and reverse streams ("<id>/reverse",
-// cutover.ReverseOptions) and its progress gauges.
+// cdc.ReverseOptions) and its progress gauges.
 func (m *Metrics) moveEnded(move string) {
 	if m.series != nil {
 		m.series.forget(move, false)

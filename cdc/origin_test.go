@@ -137,7 +137,7 @@ func TestStreamAfterItsSlotIsDroppedLeavesNoOrigin(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	// What cleanup does (cutover.DropStreams): slot and publication on the
+	// What cleanup does (cleanup.DropStreams): slot and publication on the
 	// source, then the origin on the target.
 	if err := DropSlot(ctx, e.src.Pool, e.names.Slot); err != nil {
 		t.Fatal(err)

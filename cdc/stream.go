@@ -694,7 +694,7 @@ func (r *runner) setUpOrigin(ctx context.Context) (pglogrepl.LSN, error) {
 	if err := r.slotExists(ctx); err != nil {
 		if created {
 			// A stream started after its move's cleanup or rollback
-			// dropped the slot, then the origin (cutover.DropStreams, in
+			// dropped the slot, then the origin (cleanup.DropStreams, in
 			// that order): the origin is this Run's own, and nothing
 			// else would ever drop it. One that was there before is the
 			// target's record of what it holds: kept.

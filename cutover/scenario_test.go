@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/cleanup"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/ledger"
@@ -54,11 +55,11 @@ func TestFullMoveUnderWritesLosesNothing(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	e.StopReverse(t)
 	ctx := movetest.Ctx(t)
-	cres, err := cutover.Cleanup(ctx, e.Move, cutover.CleanupOptions{Fences: e.Fences, Target: e.New, BatchRows: 100, RowsPerSec: 100000})
+	cres, err := cleanup.Run(ctx, e.Move, cleanup.Options{Fences: e.Fences, Target: e.New, BatchRows: 100, RowsPerSec: 100000})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cutover.Cleanup(ctx, e.Move, cutover.CleanupOptions{Fences: e.Fences, Target: e.New}); err != nil {
+	if _, err := cleanup.Run(ctx, e.Move, cleanup.Options{Fences: e.Fences, Target: e.New}); err != nil {
 		t.Fatalf("cleanup again: %v", err)
 	}
 	time.Sleep(200 * time.Millisecond)

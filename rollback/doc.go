@@ -20,6 +20,6 @@
 // Recover (recover.go) finishes a whole migration whose workflow ended with
 // work left (terminated, reset, failed after its retries, its history lost)
 // from the control database alone: every move not ended is completed when
-// its cutover is published (cutover.Cleanup) and rolled back otherwise
+// its cutover is published (cleanup.Run) and rolled back otherwise
 // (BeforeCutover), then the migration's end is published.
 package rollback

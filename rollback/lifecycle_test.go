@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/cleanup"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/movetest"
@@ -46,7 +47,7 @@ func TestRollbackKeepsTheFencesOfAFormerOwner(t *testing.T) {
 	}
 	e.StopForward(t)
 	ctx := movetest.Ctx(t)
-	if _, err := cutover.Cleanup(ctx, e.Move, cutover.CleanupOptions{Fences: e.Fences, Target: e.New}); err != nil {
+	if _, err := cleanup.Run(ctx, e.Move, cleanup.Options{Fences: e.Fences, Target: e.New}); err != nil {
 		t.Fatal(err)
 	}
 	e.CheckFences(t, false, map[string][]ring.Range{"a": e.New.Ranges("b"), "b": e.New.Ranges("a")})
@@ -56,7 +57,7 @@ func TestRollbackKeepsTheFencesOfAFormerOwner(t *testing.T) {
 	if _, err := topology.Begin(e.Old, back.Ranges, "b", "a", "begin move back").Publish(ctx, e.Store); err != nil {
 		t.Fatal(err)
 	}
-	if err := cutover.ReconcileBoth(ctx, back, e.Fences); err != nil {
+	if err := cleanup.ReconcileBoth(ctx, back, e.Fences); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := backfill.Copy(ctx, back.Source, back.Target, backfill.Options{Move: back.ID, Set: e.Set, Ranges: back.Ranges, ChunkRows: 100}); err != nil {
@@ -96,7 +97,7 @@ func TestGuardsStayWhileAnotherMoveUsesTheShard(t *testing.T) {
 	if _, err := topology.Begin(target2, second.Ranges, "a", "b", "begin move two").Publish(ctx, e.Store); err != nil {
 		t.Fatal(err)
 	}
-	if err := cutover.ReconcileBoth(ctx, second, e.Fences); err != nil {
+	if err := cleanup.ReconcileBoth(ctx, second, e.Fences); err != nil {
 		t.Fatal(err)
 	}
 	if err := rollback.BeforeCutover(ctx, e.Move, options(e)); err != nil {

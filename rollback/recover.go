@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/cleanup"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/pgerr"
@@ -70,7 +71,7 @@ var ErrRecoverRunning = errors.New("another recovery of this migration is runnin
 //   - a reverse cutover (a rollback in GRACE) interrupted in the middle is
 //     settled from its journal first (cutover.Resume);
 //   - cut over (the topology gives its ranges to the new owner): it is
-//     completed (cutover.Cleanup: the ranges stable on the new owner, both
+//     completed (cleanup.Run: the ranges stable on the new owner, both
 //     streams dropped, the old owner's copy deleted);
 //   - otherwise it is rolled back (BeforeCutover: a forward cutover
 //     interrupted is settled, the ranges given back to the old owner of the
@@ -144,7 +145,7 @@ func Recover(ctx context.Context, id string, o RecoverOptions) (Recovery, error)
 			src, serr := open(pm.From)
 			dst, derr := open(pm.To)
 			if serr == nil && derr == nil {
-				if err := cutover.DropStreams(ctx, cutover.Move{ID: pm.ID, From: pm.From, To: pm.To, Source: src, Target: dst}); err != nil {
+				if err := cleanup.DropStreams(ctx, cutover.Move{ID: pm.ID, From: pm.From, To: pm.To, Source: src, Target: dst}); err != nil {
 					return rec, fmt.Errorf("recover move %s of migration %s: %w", pm.ID, id, err)
 				}
 			}
@@ -294,7 +295,7 @@ func recoverMove(ctx context.Context, m cutover.Move, plan topology.Plan, store 
 			return "", err
 		}
 	}
-	if _, err := cutover.Cleanup(ctx, m, cutover.CleanupOptions{Fences: fences, Target: plan.After, BatchRows: o.BatchRows, RowsPerSec: o.RowsPerSec,
+	if _, err := cleanup.Run(ctx, m, cleanup.Options{Fences: fences, Target: plan.After, BatchRows: o.BatchRows, RowsPerSec: o.RowsPerSec,
 		VerifyRunIDs: runs, MigrationID: plan.MigrationID, Logger: log}); err != nil {
 		return "", err
 	}

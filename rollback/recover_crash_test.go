@@ -8,6 +8,7 @@ import (
 
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/internal/movetest"
+	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 )
@@ -57,7 +58,7 @@ func crashCutover(t *testing.T, e *movetest.Env, at cutover.Step) {
 	e.StartForward(t)
 	movetest.Drain(t, e.DBs["a"], e.Fwd)
 	var err error
-	if _, e.RevL0, err = cutover.PrepareReverse(ctx, e.Move, e.DBs["b"].ReplicationDSN()); err != nil {
+	if _, e.RevL0, err = join.Reverse(ctx, e.Move, e.DBs["b"].ReplicationDSN()); err != nil {
 		t.Fatal(err)
 	}
 	was := cutover.UnfenceFor

@@ -12,6 +12,7 @@ import (
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/cleanup"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
@@ -125,10 +126,10 @@ func (o Options) fences() fence.Control { return fence.Control{Pool: o.Control, 
 // owner, which does not own the ranges (it never did, or gave them back),
 // stays fenced on them; the guards go when no other live move uses a shard.
 func clean(ctx context.Context, m cutover.Move, o Options, log *slog.Logger) error {
-	if err := cutover.DropStreams(ctx, m); err != nil {
+	if err := cleanup.DropStreams(ctx, m); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
-	n, err := cutover.DeleteRows(ctx, m.Target, m.Set, m.Ranges, o.BatchRows, o.Throttle, o.RowsPerSec)
+	n, err := cleanup.DeleteRows(ctx, m.Target, m.Set, m.Ranges, o.BatchRows, o.Throttle, o.RowsPerSec)
 	if err != nil {
 		return fmt.Errorf("rollback of move %s: delete the rows on %s: %w", m.ID, m.To, err)
 	}
@@ -138,10 +139,10 @@ func clean(ctx context.Context, m cutover.Move, o Options, log *slog.Logger) err
 	if err := o.fences().ReleaseAll(ctx, cutover.HoldName(m.ID)); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
-	if err := cutover.ReconcileBoth(ctx, m, o.fences()); err != nil {
+	if err := cleanup.ReconcileBoth(ctx, m, o.fences()); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
-	if err := cutover.DropWorkRows(ctx, m, o.VerifyRunIDs); err != nil {
+	if err := cleanup.DropWorkRows(ctx, m, o.VerifyRunIDs); err != nil {
 		return fmt.Errorf("rollback of move %s: %w", m.ID, err)
 	}
 	return nil
@@ -166,7 +167,7 @@ func cutOver(ctx context.Context, store *topology.Store, m cutover.Move) (bool, 
 
 // DuringGrace rolls back a move that is cut over and in GRACE: the caller has
 // stopped the GRACE reverse stream (the slot takes one reader); DuringGrace
-// runs its own reader of it, built from reverse (cutover.ReverseOptions),
+// runs its own reader of it, built from reverse (cdc.ReverseOptions),
 // and cuts over in reverse through cutover.Run with the move's ends swapped:
 // fence the new owner → wait out its in-flight transactions → marker on the
 // new owner → drain the reverse stream → publish the ranges stable on the old

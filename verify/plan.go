@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/internal/pgddl"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 )
 
@@ -269,4 +270,21 @@ func parseBound(s *string) ([]string, error) {
 		return nil, fmt.Errorf("bad chunk bound %q", *s)
 	}
 	return b, nil
+}
+
+// DropRuns forgets verify runs on the target where they were recorded (a
+// move's cleanup or rollback); their chunk rows go with them (ON DELETE
+// CASCADE). A target where verify never recorded a run has nothing to drop.
+func DropRuns(ctx context.Context, dst *pgxpool.Pool, runIDs []string) error {
+	if len(runIDs) == 0 {
+		return nil
+	}
+	_, err := dst.Exec(ctx, `DELETE FROM reshard.verify_run WHERE run_id = ANY($1)`, runIDs)
+	if pgerr.Code(err) == pgerr.CodeUndefinedTable {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("drop verify runs %v: %w", runIDs, err)
+	}
+	return nil
 }

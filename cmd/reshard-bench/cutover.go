@@ -20,9 +20,11 @@ import (
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/cleanup"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/ledger"
+	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
@@ -200,7 +202,7 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 	if _, err := topology.Begin(next, m.Ranges, m.From, m.To, "begin "+m.ID).Publish(ctx, store); err != nil {
 		return none, none, err
 	}
-	if err := cutover.ReconcileBoth(ctx, m, fence.Control{Pool: ctl, Store: store}); err != nil {
+	if err := cleanup.ReconcileBoth(ctx, m, fence.Control{Pool: ctl, Store: store}); err != nil {
 		return none, none, err
 	}
 	names, err := cdc.NamesFor(m.ID)
@@ -248,7 +250,7 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 		stopForward()
 		return none, none, err
 	}
-	_, revL0, err := cutover.PrepareReverse(ctx, m, dstRepl)
+	_, revL0, err := join.Reverse(ctx, m, dstRepl)
 	if err != nil {
 		stopForward()
 		return none, none, err
@@ -262,7 +264,7 @@ func roundTrip(ctx context.Context, store *topology.Store, ctl *pgxpool.Pool, m 
 		return none, none, err
 	}
 	time.Sleep(500 * time.Millisecond) // GRACE: writes on the target
-	rev, err := cutover.ReverseOptions(fwdOpts, e.src.DSN("postgres", false), dstRepl, m.Set, revL0)
+	rev, err := cdc.ReverseOptions(fwdOpts, e.src.DSN("postgres", false), dstRepl, m.Set, revL0)
 	if err != nil {
 		return none, none, err
 	}

@@ -3,7 +3,9 @@
 package layering
 
 import (
+	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,6 +16,9 @@ const mod = "github.com/reshard/reshard/"
 // the build's import graph, test files left out).
 func deps(t *testing.T, pkg string) []string {
 	t.Helper()
+	if ds, ok := depsCache[pkg]; ok {
+		return ds
+	}
 	out, err := exec.Command("go", "list", "-deps", mod+pkg).Output()
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v", pkg, err)
@@ -24,8 +29,13 @@ func deps(t *testing.T, pkg string) []string {
 			ds = append(ds, d)
 		}
 	}
+	depsCache[pkg] = ds
 	return ds
 }
+
+// depsCache keeps go list's answers for the package's tests, which run one
+// after the other: each package is listed once.
+var depsCache = map[string][]string{}
 
 // stdlib: a standard-library path has no dot in its first element.
 func stdlib(path string) bool {
@@ -34,7 +44,7 @@ func stdlib(path string) bool {
 }
 
 // The domain packages: the protocol's data plane and its pure core.
-var domain = []string{"ring", "keyspace", "topology", "tableset", "plan", "fence", "backfill", "cdc", "verify", "cutover", "rollback", "capacity"}
+var domain = []string{"ring", "keyspace", "topology", "tableset", "plan", "fence", "backfill", "cdc", "verify", "cutover", "join", "cleanup", "rollback", "capacity"}
 
 func TestDependencyRules(t *testing.T) {
 	// ring and keyspace are pure: the standard library only.
@@ -76,5 +86,77 @@ func TestDependencyRulesSeeImports(t *testing.T) {
 	}
 	if !pgx {
 		t.Fatal("go list -deps does not show tableset's pgx import: the rules above would check nothing")
+	}
+}
+
+// domainOrder is the order among the domain packages: a package may import
+// only domain packages of a lower level (transitively, so the order holds
+// through every path). The order follows a move's life: the pure core; the
+// catalog; the stores and the stream; what each phase builds on them; the
+// cutover; the phases around it (JOINING, CLEANUP); rollback, which undoes
+// any of them.
+var domainOrder = map[string]int{
+	"ring": 0, "keyspace": 0, // pure
+	"tableset": 1,           // the tables of a keyspace, read from a shard's catalog
+	"topology": 2, "cdc": 2, // the control database; the stream
+	"fence": 3, "backfill": 3, "verify": 3, "plan": 3, // the invariant's mechanism; SNAPSHOT_COPY; VERIFY; PLAN
+	"capacity": 4,               // PLAN's cost model (it measures with verify's checksum)
+	"cutover":  4,               // the step sequence, journal, dry run
+	"join":     5, "cleanup": 5, // JOINING; CLEANUP and the end of a move
+	"rollback": 6,
+}
+
+// forbidden are imports the order alone would allow but the design does
+// not: the cutover hands ranges over and never copies, deletes or
+// compares rows (CLEANUP, which deletes them, is package cleanup's).
+var forbidden = [][2]string{{"cutover", "backfill"}, {"cutover", "verify"}}
+
+// orderViolations are the imports of pkg (deps: go list -deps) that break
+// domainOrder or forbidden.
+func orderViolations(pkg string, deps []string) []string {
+	var bad []string
+	for _, d := range deps {
+		q, ok := strings.CutPrefix(d, mod)
+		if !ok {
+			continue
+		}
+		if l, ok := domainOrder[q]; ok && l >= domainOrder[pkg] {
+			bad = append(bad, fmt.Sprintf("%s (level %d) imports %s (level %d): a domain package imports only lower levels", pkg, domainOrder[pkg], q, l))
+		}
+		for _, f := range forbidden {
+			if f[0] == pkg && f[1] == q {
+				bad = append(bad, fmt.Sprintf("%s imports %s", pkg, q))
+			}
+		}
+	}
+	return bad
+}
+
+func TestDomainOrder(t *testing.T) {
+	for _, p := range domain {
+		if _, ok := domainOrder[p]; !ok {
+			t.Errorf("domain package %s has no level in domainOrder: place it", p)
+		}
+	}
+	for p := range domainOrder {
+		if !slices.Contains(domain, p) {
+			t.Errorf("domainOrder names %s, which is not in domain", p)
+		}
+		for _, b := range orderViolations(p, deps(t, p)) {
+			t.Error(b)
+		}
+	}
+}
+
+// The order must be able to fail: a cutover importing backfill, a phase
+// importing rollback and two packages of one level are caught.
+func TestDomainOrderSeesViolations(t *testing.T) {
+	for _, c := range []struct{ pkg, dep string }{{"cutover", "backfill"}, {"join", "rollback"}, {"backfill", "verify"}, {"tableset", "topology"}} {
+		if bad := orderViolations(c.pkg, []string{"fmt", mod + c.dep}); len(bad) != 1 {
+			t.Errorf("%s importing %s gave %v, want one violation", c.pkg, c.dep, bad)
+		}
+	}
+	if bad := orderViolations("rollback", []string{mod + "cleanup", mod + "cutover", mod + "ring"}); len(bad) != 0 {
+		t.Errorf("rollback's imports gave %v, want none", bad)
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
@@ -23,6 +22,7 @@ import (
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -272,26 +272,15 @@ func (e *Env) BeginMigration(t testing.TB, migration string) {
 	e.join(t)
 }
 
-// join installs the fences and guards the topology wants on both shards
-// and creates the publication and the slot on the source.
+// join is JOINING (join.Run): the fences and guards the topology wants on
+// both shards, the checkpoint schema, the publication and the slot.
 func (e *Env) join(t testing.TB) {
 	t.Helper()
-	ctx := Ctx(t)
-	if err := cutover.ReconcileBoth(ctx, e.Move, e.Fences); err != nil {
-		t.Fatal(err)
-	}
-	names, _ := cdc.NamesFor(e.Move.ID)
-	if err := cdc.CreatePublication(ctx, e.Move.Source, names.Publication, e.Set, e.Move.Ranges); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := pgconn.Connect(ctx, e.DBs["a"].ReplicationDSN())
+	r, err := join.Run(Ctx(t), e.Move, join.Options{Fences: e.Fences, SourceSet: e.Set, Replication: join.ReplicationDSN(e.DBs["a"].ReplicationDSN(), "a")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close(ctx)
-	if e.L0, _, err = cdc.CreateSlot(ctx, rc, names.Slot); err != nil {
-		t.Fatal(err)
-	}
+	e.L0 = r.L0
 }
 
 // Copy runs the backfill.
@@ -313,7 +302,7 @@ func (e *Env) ForwardOptions() cdc.Options {
 // ReverseOptions are the GRACE stream's options.
 func (e *Env) ReverseOptions(t testing.TB) cdc.Options {
 	t.Helper()
-	o, err := cutover.ReverseOptions(e.ForwardOptions(), e.DBs["a"].DSN+"&application_name=reshard_rev", e.DBs["b"].ReplicationDSN(), e.SrcSet, e.RevL0)
+	o, err := cdc.ReverseOptions(e.ForwardOptions(), e.DBs["a"].DSN+"&application_name=reshard_rev", e.DBs["b"].ReplicationDSN(), e.SrcSet, e.RevL0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +385,7 @@ func (e *Env) Cutover(t testing.TB, budget time.Duration) (cutover.Result, error
 	t.Helper()
 	ctx := Ctx(t)
 	var err error
-	if _, e.RevL0, err = cutover.PrepareReverse(ctx, e.Move, e.DBs["b"].ReplicationDSN()); err != nil {
+	if _, e.RevL0, err = join.Reverse(ctx, e.Move, e.DBs["b"].ReplicationDSN()); err != nil {
 		t.Fatal(err)
 	}
 	return cutover.Run(ctx, e.CutoverActions(t), e.Journal(), cutover.Options{Budget: budget})

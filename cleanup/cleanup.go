@@ -1,25 +1,24 @@
-package cutover
+package cleanup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/verify"
 )
 
-// CleanupOptions configure Cleanup.
-type CleanupOptions struct {
+// Options configure Run.
+type Options struct {
 	// Fences reads the control database: the topology (its Store) and the
 	// fence holds, from which both shards' fences and guards are derived.
 	Fences fence.Control
@@ -38,13 +37,13 @@ type CleanupOptions struct {
 	Logger       *slog.Logger
 }
 
-// CleanupResult says what Cleanup did.
-type CleanupResult struct {
+// Result says what Run did.
+type Result struct {
 	Version int64 // the topology version with the ranges stable on the new owner
 	Deleted int64 // rows deleted on the old owner by this call
 }
 
-// Cleanup ends a move after GRACE (DESIGN.md §4.8). The caller has stopped
+// Run ends a move after GRACE (DESIGN.md §4.8). The caller has stopped
 // the reverse stream. In order: publish the ranges stable on the new owner
 // (from then on nothing reads the old owner's copy, not even a router's read
 // fallback), drop both streams' slots, publications and origins, delete the
@@ -54,9 +53,9 @@ type CleanupResult struct {
 // TRUNCATE guards with the topology (fence.Reconcile: the guards go when no
 // other live move uses the shard; the old owner stays fenced where it owns
 // nothing). Every step is idempotent: after a crash, call it again.
-func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, error) {
-	var res CleanupResult
-	if err := m.check(); err != nil {
+func Run(ctx context.Context, m cutover.Move, o Options) (Result, error) {
+	var res Result
+	if err := m.Check(); err != nil {
 		return res, err
 	}
 	if o.Fences.Store == nil || o.Fences.Pool == nil || o.Target == nil {
@@ -76,7 +75,7 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 	}
 	// The cleanup is the move's newest attempt: an older cutover attempt
 	// that wakes up publishes nothing after it.
-	if _, err := (PGJournal{Pool: o.Fences.Pool, Move: m.ID}).Claim(ctx); err != nil {
+	if _, err := (cutover.PGJournal{Pool: o.Fences.Pool, Move: m.ID}).Claim(ctx); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
 	h := topology.Complete(o.Target, m.Ranges, m.From, m.To, "cleanup of move "+m.ID)
@@ -96,7 +95,7 @@ func Cleanup(ctx context.Context, m Move, o CleanupOptions) (CleanupResult, erro
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
 	// The move has ended: no hold of any of its attempts is left.
-	if err := o.Fences.ReleaseAll(ctx, HoldName(m.ID)); err != nil {
+	if err := o.Fences.ReleaseAll(ctx, cutover.HoldName(m.ID)); err != nil {
 		return res, fmt.Errorf("cleanup of move %s: %w", m.ID, err)
 	}
 	if err := ReconcileBoth(ctx, m, o.Fences); err != nil {
@@ -117,61 +116,62 @@ func DeleteRows(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, range
 }
 
 // DropStreams drops both streams of a move, whichever exist: the forward
-// slot and publication on the old owner and the forward origin on the new
-// one; the reverse slot and publication on the new owner and the reverse
-// origin on the old one. The streams must be stopped (DropSlot waits 10 s
-// for one that is shutting down).
-func DropStreams(ctx context.Context, m Move) error {
-	fwd, err := cdc.NamesFor(m.ID)
-	if err != nil {
+// stream's (DropForward) and the reverse stream's, the reverse slot and
+// publication on the new owner and the reverse origin on the old one. The
+// streams must be stopped (cdc.DropSlot waits 10 s for one that is shutting
+// down). Only m's ID, shard names and pools are read.
+func DropStreams(ctx context.Context, m cutover.Move) error {
+	if err := DropForward(ctx, m); err != nil {
 		return err
 	}
 	rev, err := cdc.ReverseNamesFor(m.ID)
 	if err != nil {
 		return err
 	}
-	for _, s := range []struct {
-		names            cdc.Names
-		source, target   *pgxpool.Pool
-		srcName, dstName string
-	}{{fwd, m.Source, m.Target, m.From, m.To}, {rev, m.Target, m.Source, m.To, m.From}} {
-		if err := cdc.DropSlot(ctx, s.source, s.names.Slot); err != nil {
-			return fmt.Errorf("on %s: %w", s.srcName, err)
-		}
-		if err := cdc.DropPublication(ctx, s.source, s.names.Publication); err != nil {
-			return fmt.Errorf("on %s: %w", s.srcName, err)
-		}
-		if err := cdc.DropOrigin(ctx, s.target, s.names.Origin); err != nil {
-			return fmt.Errorf("on %s: %w", s.dstName, err)
-		}
+	return drop(ctx, rev, m.Reversed())
+}
+
+// DropForward drops the forward stream of a move: its slot and publication
+// on the old owner and its origin on the new one. After the cutover the
+// stream is stopped and the slot would only pin WAL.
+func DropForward(ctx context.Context, m cutover.Move) error {
+	fwd, err := cdc.NamesFor(m.ID)
+	if err != nil {
+		return err
+	}
+	return drop(ctx, fwd, m)
+}
+
+// drop drops one stream's objects: names' slot and publication on m's
+// source, its origin on m's target.
+func drop(ctx context.Context, names cdc.Names, m cutover.Move) error {
+	if err := cdc.DropSlot(ctx, m.Source, names.Slot); err != nil {
+		return fmt.Errorf("on %s: %w", m.From, err)
+	}
+	if err := cdc.DropPublication(ctx, m.Source, names.Publication); err != nil {
+		return fmt.Errorf("on %s: %w", m.From, err)
+	}
+	if err := cdc.DropOrigin(ctx, m.Target, names.Origin); err != nil {
+		return fmt.Errorf("on %s: %w", m.To, err)
 	}
 	return nil
 }
 
 // DropWorkRows forgets the move's copy checkpoints and the given verify runs
 // on the new owner, where backfill and verify keep them.
-func DropWorkRows(ctx context.Context, m Move, verifyRunIDs []string) error {
+func DropWorkRows(ctx context.Context, m cutover.Move, verifyRunIDs []string) error {
 	if err := backfill.DropCheckpoints(ctx, m.Target, m.ID); err != nil {
 		return err
 	}
-	if len(verifyRunIDs) == 0 {
-		return nil
-	}
-	// verify_chunk rows go with their run (ON DELETE CASCADE).
-	_, err := m.Target.Exec(ctx, `DELETE FROM reshard.verify_run WHERE run_id = ANY($1)`, verifyRunIDs)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == pgerr.CodeUndefinedTable { // verify never recorded a run here
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("drop verify runs %v of move %s: %w", verifyRunIDs, m.ID, err)
+	if err := verify.DropRuns(ctx, m.Target, verifyRunIDs); err != nil {
+		return fmt.Errorf("move %s: %w", m.ID, err)
 	}
 	return nil
 }
 
 // ReconcileBoth reconciles the fences and TRUNCATE guards of both shards of
 // a move with the control database (fence.Reconcile).
-func ReconcileBoth(ctx context.Context, m Move, fences fence.Control) error {
+func ReconcileBoth(ctx context.Context, m cutover.Move, fences fence.Control) error {
 	for _, sh := range []struct {
 		name string
 		pool *pgxpool.Pool
