@@ -11,6 +11,7 @@ import (
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -106,7 +107,7 @@ func TestCutoverMovesOwnershipAndMeasuresThePause(t *testing.T) {
 	if res.Version != 3 || res.WritePause <= 0 || res.WritePause > 2*time.Second || len(res.Steps) != len(Steps) {
 		t.Fatalf("result %+v", res)
 	}
-	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !topology.IsFenceError(err) {
+	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !router.IsFenceError(err) {
 		t.Fatalf("write of a moved key on the old owner: %v", err)
 	}
 	if _, err := e.dst.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); err != nil {
@@ -170,10 +171,10 @@ func TestResumeAfterCrash(t *testing.T) {
 		}
 		_, srcErr := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving)
 		_, dstErr := e.dst.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving)
-		if published && (!topology.IsFenceError(srcErr) || dstErr != nil) {
+		if published && (!router.IsFenceError(srcErr) || dstErr != nil) {
 			t.Fatalf("resumed forward: source err %v, target err %v", srcErr, dstErr)
 		}
-		if !published && (srcErr != nil || !topology.IsFenceError(dstErr)) {
+		if !published && (srcErr != nil || !router.IsFenceError(dstErr)) {
 			t.Fatalf("undone: source err %v, target err %v", srcErr, dstErr)
 		}
 	}
@@ -213,7 +214,7 @@ func TestStaleAttemptChangesNothing(t *testing.T) {
 	if err := a1.FenceSource(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !topology.IsFenceError(err) {
+	if _, err := e.src.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !router.IsFenceError(err) {
 		t.Fatalf("attempt 1 fenced the source, yet a write passed: %v", err)
 	}
 
@@ -247,7 +248,7 @@ func TestStaleAttemptChangesNothing(t *testing.T) {
 	if err := a1.UnfenceSource(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.src.Pool.Exec(ctx, "UPDATE users SET v = 'stale' WHERE id = $1", moving); !topology.IsFenceError(err) {
+	if _, err := e.src.Pool.Exec(ctx, "UPDATE users SET v = 'stale' WHERE id = $1", moving); !router.IsFenceError(err) {
 		t.Fatalf("the old owner after a stale attempt's unfence: %v; want the fence error", err)
 	}
 	if _, err := e.dst.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'new owner') ON CONFLICT (id) DO UPDATE SET v = 'new owner'", moving); err != nil {

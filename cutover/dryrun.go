@@ -6,8 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/topology"
 )
 
 // DryRun is an Actions that changes nothing and prints what each step would
@@ -28,7 +28,7 @@ func (d DryRun) Gates(context.Context) error {
 }
 
 func (d DryRun) FenceSource(context.Context) error {
-	d.say("2. fence %d range(s) on source %s: application writes to them now fail with SQLSTATE %s (write pause starts)", len(d.Ranges), d.Source, topology.FenceSQLState)
+	d.say("2. fence %d range(s) on source %s: application writes to them now fail with SQLSTATE %s (write pause starts)", len(d.Ranges), d.Source, pgerr.CodeFenced)
 	for _, r := range ring.Normalize(d.Ranges) {
 		d.say("     %s", r)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/router"
 )
 
 // TestFullMoveUnderWritesLosesNothing: slot → copy → CDC → cutover → GRACE →
@@ -129,7 +129,7 @@ func TestStaleRouterRetriesOnNewOwner(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stale write: %v", err)
 	}
-	if len(tried) != 2 || tried[0] != e.Pools["a"] || tried[1] != e.Pools["b"] || !topology.IsFenceError(errs[0]) {
+	if len(tried) != 2 || tried[0] != e.Pools["a"] || tried[1] != e.Pools["b"] || !router.IsFenceError(errs[0]) {
 		t.Fatalf("tries on %d pools (first err %v); want the old owner refusing with the fence error, then the new owner", len(tried), errs)
 	}
 	if stale.Version() != res.Version {
@@ -210,7 +210,7 @@ func TestRepeatableReadOpenedBeforeFence(t *testing.T) {
 		cut <- err
 	}()
 	waitFenced()
-	if err := readOnly(k3, "rr-read-only"); !topology.IsFenceError(err) {
+	if err := readOnly(k3, "rr-read-only"); !router.IsFenceError(err) {
 		t.Fatalf("write after the fence of a transaction that only read before it: %v; want the fence error", err)
 	}
 	if err := rollbackReadOnly(); err != nil { // COMMIT of a failed transaction rolls back

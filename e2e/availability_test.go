@@ -24,7 +24,7 @@ import (
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/netfault"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -42,7 +42,7 @@ type probe struct {
 }
 
 func (c *cluster) startProbe(ctx context.Context, key int64) *probe {
-	r, err := topology.NewRouter(ctx, c.store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+	r, err := router.New(ctx, c.store, c.pools, router.Options{PollInterval: 200 * time.Millisecond})
 	if err != nil {
 		c.t.Fatal(err)
 	}

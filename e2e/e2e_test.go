@@ -33,6 +33,7 @@ import (
 	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -361,13 +362,13 @@ func (c *cluster) workerLogs() string {
 func (c *cluster) startWriters() { c.startWritersWith(nil) }
 
 // startWritersWith is startWriters with the router's metrics in m.
-func (c *cluster) startWritersWith(m *topology.Metrics) {
+func (c *cluster) startWritersWith(m *router.Metrics) {
 	ctx, cancel := context.WithCancel(context.Background())
 	store := c.store
 	if c.routers != nil {
 		store = c.routers
 	}
-	router, err := topology.NewRouter(ctx, store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond, Metrics: m})
+	router, err := router.New(ctx, store, c.pools, router.Options{PollInterval: 200 * time.Millisecond, Metrics: m})
 	if err != nil {
 		c.t.Fatal(err)
 	}

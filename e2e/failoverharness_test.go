@@ -32,7 +32,7 @@ import (
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -147,7 +147,7 @@ type refusals struct {
 func (c *cluster) watchRefusals(st workflows.MigrationState) *refusals {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.t.Cleanup(cancel)
-	r, err := topology.NewRouter(ctx, c.store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+	r, err := router.New(ctx, c.store, c.pools, router.Options{PollInterval: 200 * time.Millisecond})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -30,7 +30,7 @@ import (
 // that is not the application's is a wait on reshard.
 type appLoad struct {
 	pools  map[string]*pgxpool.Pool
-	router *topology.Router
+	router *router.Router
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -64,7 +64,7 @@ func startAppLoad(t *testing.T, c *cluster) *appLoad {
 		}
 		a.pools[name] = p
 	}
-	router, err := topology.NewRouter(ctx, c.store, a.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+	router, err := router.New(ctx, c.store, a.pools, router.Options{PollInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +123,8 @@ func (a *appLoad) record(err error, took time.Duration) {
 	switch {
 	case err == nil:
 		a.commits.Add(1)
-	case topology.IsFenceError(err):
-		code = topology.FenceSQLState
+	case router.IsFenceError(err):
+		code = router.FenceSQLState
 	case errors.As(err, &pe):
 		code = pe.Code
 	default:
@@ -283,7 +283,7 @@ func TestFenceNeverStallsTheApplication(t *testing.T) {
 		t.Fatal("the application committed nothing")
 	}
 	for code := range app.errs {
-		if code != topology.FenceSQLState {
+		if code != router.FenceSQLState {
 			t.Errorf("application error %s: %d (%s)", code, app.errs[code], app.examples[code])
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/internal/promtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -43,7 +44,7 @@ type life struct {
 	accounts int
 	entries  int64
 	reg      *prometheus.Registry // the users routers' metrics
-	metrics  *topology.Metrics
+	metrics  *router.Metrics
 
 	acctsStop  context.CancelFunc
 	acctsWG    sync.WaitGroup
@@ -128,7 +129,7 @@ func newLife(t *testing.T, users, accounts int) *life {
 // the keyspace registry), remembering each acknowledged balance.
 func (c *life) startAcctsWriter() {
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := topology.NewRouter(ctx, c.store.In("accts"), c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+	r, err := router.New(ctx, c.store.In("accts"), c.pools, router.Options{PollInterval: 200 * time.Millisecond})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -443,7 +444,7 @@ func clusterLife(t *testing.T, users, accounts int, long bool) {
 	wall(t)
 	c := newLife(t, users, accounts)
 	c.reg = prometheus.NewRegistry()
-	c.metrics = topology.NewMetrics(c.reg)
+	c.metrics = router.NewMetrics(c.reg)
 	c.startWorker()
 	c.startWritersWith(c.metrics)
 	c.startAcctsWriter()

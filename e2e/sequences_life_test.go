@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -45,7 +46,7 @@ func (c *life) checkSequences(step string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	insert := func(store *topology.Store, n int, key func(i int) any, sql string) int64 {
-		r, err := topology.NewRouter(ctx, store, c.pools, topology.RouterOptions{PollInterval: 200 * time.Millisecond})
+		r, err := router.New(ctx, store, c.pools, router.Options{PollInterval: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}

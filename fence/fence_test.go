@@ -12,8 +12,8 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
-	"github.com/reshard/reshard/topology"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -52,15 +52,15 @@ func TestFenceRefusesWritesInFencedRanges(t *testing.T) {
 	}
 	_, err := db.Pool.Exec(ctx, "UPDATE users SET v = 'y' WHERE id = 7")
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != topology.FenceSQLState || !topology.IsFenceError(err) {
-		t.Fatalf("update of a fenced key: err %v, want SQLSTATE %s", err, topology.FenceSQLState)
+	if !errors.As(err, &pe) || pe.Code != router.FenceSQLState || !router.IsFenceError(err) {
+		t.Fatalf("update of a fenced key: err %v, want SQLSTATE %s", err, router.FenceSQLState)
 	}
 	if !strings.Contains(pe.Message, "topology version 42") || !strings.Contains(pe.Message, "users") {
 		t.Fatalf("fence message does not name the table and topology version: %s", pe.Message)
 	}
 	for _, q := range []string{"DELETE FROM users WHERE id = 7", "INSERT INTO users VALUES (7, 'z') ON CONFLICT (id) DO NOTHING",
 		"UPDATE users SET id = 1007 WHERE id = 7" /* OLD key fenced */, "UPDATE users SET id = 7 WHERE id = 8" /* NEW key fenced */} {
-		if _, err := db.Pool.Exec(ctx, q); !topology.IsFenceError(err) {
+		if _, err := db.Pool.Exec(ctx, q); !router.IsFenceError(err) {
 			t.Errorf("%s: err %v, want fence error", q, err)
 		}
 	}
@@ -104,7 +104,7 @@ func TestFenceEdgesOfTokenSpace(t *testing.T) {
 		t.Fatalf("Fenced = %v, %v; want the whole space", got, err)
 	}
 	for i := int64(1); i <= 50; i++ {
-		if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", i); !topology.IsFenceError(err) {
+		if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", i); !router.IsFenceError(err) {
 			t.Fatalf("insert %d into a fully fenced table: %v", i, err)
 		}
 	}
@@ -219,7 +219,7 @@ func TestFenceManyRangesCompiledAndKeptByReinstall(t *testing.T) {
 	for k := int64(1); k <= 300; k++ {
 		_, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", k)
 		in := ring.ContainsAny(fenced, tokenOf(t, db, k))
-		if in != topology.IsFenceError(err) || (!in && err != nil) {
+		if in != router.IsFenceError(err) || (!in && err != nil) {
 			t.Fatalf("key %d (token %d, fenced %v): err %v", k, tokenOf(t, db, k), in, err)
 		}
 		if in {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -54,13 +55,13 @@ func TestFencesOfLongNamesAreTheirOwn(t *testing.T) {
 	for k := int64(1); k <= 40; k++ {
 		lowKey := tokenOf(t, db, k) <= 0
 		_, err := db.Pool.Exec(ctx, `INSERT INTO `+eu+` VALUES ($1, 'x')`, k)
-		if lowKey != topology.IsFenceError(err) || (!lowKey && err != nil) {
+		if lowKey != router.IsFenceError(err) || (!lowKey && err != nil) {
 			t.Fatalf("eu key %d (token %d, fenced on eu: %v): %v", k, tokenOf(t, db, k), lowKey, err)
 		}
 		// The us table's key is us_id, not its primary key id: id 1000+k
 		// has another token than us_id k.
 		_, err = db.Pool.Exec(ctx, `INSERT INTO `+us+` VALUES ($1, $2, 'x')`, 1000+k, k)
-		if lowKey == topology.IsFenceError(err) || (lowKey && err != nil) {
+		if lowKey == router.IsFenceError(err) || (lowKey && err != nil) {
 			t.Fatalf("us key %d (token %d, fenced on us: %v): %v", k, tokenOf(t, db, k), !lowKey, err)
 		}
 		if err != nil && !strings.Contains(err.Error(), "topology version 4") {
@@ -118,7 +119,7 @@ func TestCheckFindsAndRepairsAFenceFunctionThatFencesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	theirs := keyWithToken(t, db, func(tok int64) bool { return tok > 0 })
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) {
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !router.IsFenceError(err) {
 		t.Fatalf("write of a key b owns: %v", err)
 	}
 	if n := fenceNothing(t, db, "users"); n == 0 {
@@ -144,7 +145,7 @@ func TestCheckFindsAndRepairsAFenceFunctionThatFencesNothing(t *testing.T) {
 	if _, err := Reconcile(ctx, db.Pool, "a", set, ctl); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) {
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !router.IsFenceError(err) {
 		t.Fatalf("write of a key b owns after the repair: %v", err)
 	}
 	have, err = Inspect(ctx, db.Pool, set)
@@ -322,7 +323,7 @@ CREATE TRIGGER reshard_no_truncate BEFORE TRUNCATE ON users FOR EACH STATEMENT E
 		t.Fatalf("drift after the upgrade: %v", d)
 	}
 	theirs := keyWithToken(t, db, func(tok int64) bool { return tok > 0 })
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) || !strings.Contains(err.Error(), "topology version 5") {
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !router.IsFenceError(err) || !strings.Contains(err.Error(), "topology version 5") {
 		t.Fatalf("write of a key b owns after the upgrade: %v; want the fence since the older topology version 5", err)
 	}
 	var pe *pgconn.PgError

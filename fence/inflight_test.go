@@ -11,7 +11,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/router"
 )
 
 // updateV is the one UPDATE the sessions of these tests run: pgx prepares it
@@ -62,7 +62,7 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 		t.Fatalf("WaitInFlight returned while the transaction was open: %v", err)
 	default:
 	}
-	if _, err := rr.Exec(ctx, updateV, int64(7), "after fence"); !topology.IsFenceError(err) {
+	if _, err := rr.Exec(ctx, updateV, int64(7), "after fence"); !router.IsFenceError(err) {
 		t.Fatalf("write of a fenced key by a REPEATABLE READ transaction that only read before the fence: %v, want the fence error", err)
 	}
 	if _, err := rr.Exec(ctx, "ROLLBACK"); err != nil {
@@ -79,7 +79,7 @@ func TestWaitInFlightCatchesRepeatableReadOpenedBeforeFence(t *testing.T) {
 	if err := WaitInFlight(ctx, db.Pool, horizon, nil, time.Second); err != nil {
 		t.Fatalf("a transaction begun after the fence was waited for: %v", err)
 	}
-	if _, err := late.Exec(ctx, "UPDATE users SET v = 'late' WHERE id = 7"); !topology.IsFenceError(err) {
+	if _, err := late.Exec(ctx, "UPDATE users SET v = 'late' WHERE id = 7"); !router.IsFenceError(err) {
 		t.Fatalf("write of a transaction begun after the fence: %v", err)
 	}
 }
@@ -138,7 +138,7 @@ func TestWaitInFlightCatchesLockHoldersFromBeforeFence(t *testing.T) {
 			}
 			// The hazard itself: refused is fine, passed must be waited for.
 			_, werr := c.Exec(ctx, updateV, int64(7), "after fence")
-			if werr != nil && !topology.IsFenceError(werr) {
+			if werr != nil && !router.IsFenceError(werr) {
 				t.Fatal(werr)
 			}
 			t.Logf("fenced write of the transaction: %v", werr)
@@ -157,7 +157,7 @@ func TestWaitInFlightCatchesLockHoldersFromBeforeFence(t *testing.T) {
 				t.Fatalf("WaitInFlight after the transaction ended: %v", err)
 			}
 			// Its next transaction uses the new function.
-			if _, err := c.Exec(ctx, updateV, int64(7), "next"); !topology.IsFenceError(err) {
+			if _, err := c.Exec(ctx, updateV, int64(7), "next"); !router.IsFenceError(err) {
 				t.Fatalf("fenced write in a new transaction: %v", err)
 			}
 		})
@@ -192,12 +192,12 @@ func TestFenceSeenByLaterStatements(t *testing.T) {
 	if err := Fence(ctx, db.Pool, set, []ring.Range{{Lo: tok - 1, Hi: tok}}, 3); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := auto.Exec(ctx, updateV, int64(7), "after fence"); !topology.IsFenceError(err) {
+	if _, err := auto.Exec(ctx, updateV, int64(7), "after fence"); !router.IsFenceError(err) {
 		t.Fatalf("prepared write in a new transaction after the fence: %v", err)
 	}
 	// A new statement text is parsed, which opens the table and processes
 	// the fence's invalidation even though the lock is already held.
-	if _, err := inTx.Exec(ctx, "UPDATE users SET v = 'parsed after fence' WHERE id = 7", pgx.QueryExecModeSimpleProtocol); !topology.IsFenceError(err) {
+	if _, err := inTx.Exec(ctx, "UPDATE users SET v = 'parsed after fence' WHERE id = 7", pgx.QueryExecModeSimpleProtocol); !router.IsFenceError(err) {
 		t.Fatalf("new statement after the fence in a transaction that wrote before it: %v", err)
 	}
 	if _, err := inTx.Exec(ctx, "ROLLBACK"); err != nil {

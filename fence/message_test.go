@@ -11,7 +11,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/router"
 )
 
 // The fence error speaks as the CLI and docs/contract.md do: a range is
@@ -29,8 +29,8 @@ func TestFenceErrorSpeaksTheCLIsRanges(t *testing.T) {
 		t.Helper()
 		_, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", key)
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != topology.FenceSQLState {
-			t.Fatalf("insert of key %d: err %v, want SQLSTATE %s", key, err, topology.FenceSQLState)
+		if !errors.As(err, &pe) || pe.Code != router.FenceSQLState {
+			t.Fatalf("insert of key %d: err %v, want SQLSTATE %s", key, err, router.FenceSQLState)
 		}
 		for _, bad := range []string{"epoch", "(,", ",)", ")"} {
 			if strings.Contains(pe.Message, bad) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -122,7 +123,7 @@ func TestReconcile(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", mine); err != nil {
 		t.Fatalf("write of an owned key: %v", err)
 	}
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) {
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !router.IsFenceError(err) {
 		t.Fatalf("write of a key b owns: %v", err)
 	}
 	var pe *pgconn.PgError
@@ -141,7 +142,7 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	moving := keyWithToken(t, db, part.Contains)
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !topology.IsFenceError(err) {
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", moving); !router.IsFenceError(err) {
 		t.Fatalf("write of a held key: %v", err)
 	}
 	if err := ctl.Release(ctx, "a", "cutover m1", 1); err != nil {
@@ -215,7 +216,7 @@ func TestReconcileNeverUndoesANewerHold(t *testing.T) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x') ON CONFLICT DO NOTHING", moving); !topology.IsFenceError(err) {
+		if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x') ON CONFLICT DO NOTHING", moving); !router.IsFenceError(err) {
 			t.Fatalf("round %d: a held key written after the racing reconciles: %v", round, err)
 		}
 		if err := ctl.Release(ctx, "a", "cutover m1", 1); err != nil {

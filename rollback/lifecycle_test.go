@@ -14,6 +14,7 @@ import (
 	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -69,7 +70,7 @@ func TestRollbackKeepsTheFencesOfAFormerOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := keyIn(t, e, e.Move.Ranges)
-	if _, err := e.Pools["a"].Exec(ctx, "INSERT INTO kv VALUES ($1, 'stale router')", k); !topology.IsFenceError(err) {
+	if _, err := e.Pools["a"].Exec(ctx, "INSERT INTO kv VALUES ($1, 'stale router')", k); !router.IsFenceError(err) {
 		t.Fatalf("an insert of key %d (owned by b) on a after the rollback: %v; want the fence error", k, err)
 	}
 	e.CheckFences(t, false, map[string][]ring.Range{"a": e.New.Ranges("b"), "b": e.New.Ranges("a")})

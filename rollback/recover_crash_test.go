@@ -10,6 +10,7 @@ import (
 	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -76,7 +77,7 @@ func crashCutover(t *testing.T, e *movetest.Env, at cutover.Step) {
 func writeTo(t *testing.T, e *movetest.Env, shard string) error {
 	t.Helper()
 	_, err := e.Pools[shard].Exec(movetest.Ctx(t), `INSERT INTO kv (k, v) VALUES ($1, 'after') ON CONFLICT (k) DO UPDATE SET v = excluded.v`, e.MovingKeys[0])
-	if err != nil && !topology.IsFenceError(err) {
+	if err != nil && !router.IsFenceError(err) {
 		t.Fatalf("write on %s: %v", shard, err)
 	}
 	return err

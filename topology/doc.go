@@ -1,5 +1,6 @@
 // Package topology keeps the versioned source of truth of which shard owns
-// which token range, in the control database, and the router applications use.
+// which token range, in the control database (package router routes an
+// application's keys by it).
 //
 // Invariants: versions are append-only (a trigger refuses UPDATE, DELETE,
 // TRUNCATE and out-of-sequence INSERTs); publishing version v+1 is a
@@ -12,10 +13,6 @@
 // shard that serves it and the one the ring names, is From until cutover and
 // To after it. Connection references of shards never hold a password.
 //
-// The router routes without locks from an immutable snapshot. When a shard
-// refuses a write with the fence error (SQLSTATE RSF01, DESIGN.md §3), Do
-// reloads the topology and retries on the owner it names.
-//
 // Layout: topology.go is the value (ranges, states, versions) and its
 // rules; store.go reads and publishes versions with compare-and-set and
 // NOTIFY; schema.go is the control database's schema, in numbered steps
@@ -23,6 +20,5 @@
 // shards.go, plan.go, moveend.go and workers.go are the registry, shard
 // states, stored plans, move ends and running workers; handover.go the
 // four changes of a move's ranges (Begin, CutOver, Complete, GiveBack),
-// migration.go a migration's start and end; router.go and metrics.go are the application's
-// router; skew.go counts rows per owner.
+// migration.go a migration's start and end; skew.go counts rows per owner.
 package topology

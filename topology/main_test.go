@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
@@ -73,28 +71,6 @@ func mustPublish(t *testing.T, s *Store, expected int64, topo Topology) Topology
 		t.Fatalf("publish on %d: %v", expected, err)
 	}
 	return got
-}
-
-// counterValue reads a counter or gauge.
-func counterValue(t *testing.T, c prometheus.Metric) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	if m.Counter != nil {
-		return m.Counter.GetValue()
-	}
-	return m.Gauge.GetValue()
-}
-
-func histogramCount(t *testing.T, h prometheus.Metric) uint64 {
-	t.Helper()
-	var m dto.Metric
-	if err := h.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.Histogram.GetSampleCount()
 }
 
 // keyWithToken finds an integer key whose token satisfies want.

@@ -65,6 +65,10 @@ func (s *Store) In(ks string) *Store {
 // Keyspace is the keyspace whose topology the store reads and writes.
 func (s *Store) Keyspace() string { return s.keyspace }
 
+// ConnConfig is a copy of the configuration of the store's connections, for
+// a session of its own (a router's LISTEN).
+func (s *Store) ConnConfig() *pgx.ConnConfig { return s.pool.Config().ConnConfig.Copy() }
+
 // notifyPayload is the NOTIFY payload of a version: the version for the
 // default keyspace (as before keyspaces), "keyspace:version" otherwise.
 func notifyPayload(ks string, version int64) string {
@@ -74,8 +78,9 @@ func notifyPayload(ks string, version int64) string {
 	return ks + ":" + strconv.FormatInt(version, 10)
 }
 
-// parseNotifyPayload reads notifyPayload's form.
-func parseNotifyPayload(p string) (ks string, version int64, err error) {
+// ParseNotifyPayload reads notifyPayload's form: the keyspace and version a
+// NOTIFY on NotifyChannel announces (package router listens for them).
+func ParseNotifyPayload(p string) (ks string, version int64, err error) {
 	ks = DefaultKeyspace
 	if i := strings.LastIndexByte(p, ':'); i >= 0 {
 		ks, p = p[:i], p[i+1:]

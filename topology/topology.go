@@ -131,7 +131,7 @@ func (t Topology) Migrating() []RangeState { return slices.Clone(t.migrating) }
 // State returns the state of the range holding token: a migrating entry, or
 // a stable one covering the token's vnode range.
 func (t Topology) State(token int64) RangeState {
-	if s, ok := t.migratingAt(token); ok {
+	if s, ok := t.MigratingAt(token); ok {
 		return s
 	}
 	for _, or := range t.Ring.AllRanges() {
@@ -142,8 +142,9 @@ func (t Topology) State(token int64) RangeState {
 	return RangeState{Owner: t.Ring.Owner(token), Status: Stable} // unreachable: AllRanges covers the space
 }
 
-// migratingAt finds the migrating range holding token, without allocating.
-func (t Topology) migratingAt(token int64) (RangeState, bool) {
+// MigratingAt finds the migrating range holding token, without allocating
+// (the router asks it on every read).
+func (t Topology) MigratingAt(token int64) (RangeState, bool) {
 	i, _ := slices.BinarySearchFunc(t.migrating, token, func(s RangeState, tok int64) int {
 		if s.Range.Hi < tok {
 			return -1

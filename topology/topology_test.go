@@ -1,13 +1,11 @@
 package topology
 
 import (
-	"errors"
 	"math"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/reshard/reshard/ring"
 )
@@ -262,48 +260,5 @@ func TestImbalance(t *testing.T) {
 	}
 	if b, err := imbalance(figs(0, 0, 5), rows).MarshalJSON(); err != nil || !strings.Contains(string(b), `"ratio":null`) {
 		t.Errorf("infinite ratio as JSON: %s %v", b, err)
-	}
-}
-
-func TestRouterToken(t *testing.T) {
-	u := [16]byte{0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8, 0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a, 0x11}
-	tests := []struct {
-		kt      ring.KeyType
-		key     any
-		want    int64
-		wantErr bool
-	}{
-		{ring.KeyInt, int64(42), ring.TokenInt64(42), false},
-		{ring.KeyInt, 42, ring.TokenInt64(42), false},
-		{ring.KeyInt, int32(-7), ring.TokenInt64(-7), false},
-		{ring.KeyInt, "42", ring.TokenInt64(42), false},
-		{ring.KeyInt, Token(99), 99, false},
-		{ring.KeyInt, "x", 0, true},
-		{ring.KeyInt, u, 0, true},
-		{ring.KeyInt, uint64(math.MaxUint64), 0, true},
-		{ring.KeyInt, 1.5, 0, true},
-		{ring.KeyText, "alice", ring.TokenText("alice"), false},
-		{ring.KeyText, 42, 0, true},
-		{ring.KeyUUID, u, ring.TokenUUID(u), false},
-		{ring.KeyUUID, pgtype.UUID{Bytes: u, Valid: true}, ring.TokenUUID(u), false},
-		{ring.KeyUUID, pgtype.UUID{}, 0, true},
-		{ring.KeyUUID, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", ring.TokenUUID(u), false},
-	}
-	for _, tt := range tests {
-		r := &Router{opts: RouterOptions{KeyType: tt.kt}}
-		got, err := r.Token(tt.key)
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("%s key %#v: token %d err %v; want %d, error %v", tt.kt, tt.key, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
-func TestIsFenceError(t *testing.T) {
-	fence := &pgconn.PgError{Code: FenceSQLState, Message: "fenced"}
-	if !IsFenceError(fence) || !IsFenceError(errors.Join(errors.New("ctx"), fence)) {
-		t.Error("fence error not recognised")
-	}
-	if IsFenceError(&pgconn.PgError{Code: "23505"}) || IsFenceError(errors.New("RSF01")) || IsFenceError(nil) {
-		t.Error("non-fence error recognised as one")
 	}
 }

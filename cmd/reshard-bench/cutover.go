@@ -27,6 +27,7 @@ import (
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -106,7 +107,7 @@ func benchPause(ctx context.Context, e *env, r *report) error {
 		defer p.Close()
 		pools[name] = p
 	}
-	router, err := topology.NewRouter(ctx, store, pools, topology.RouterOptions{PollInterval: -1, FenceRetries: 12})
+	router, err := router.New(ctx, store, pools, router.Options{PollInterval: -1, FenceRetries: 12})
 	if err != nil {
 		return err
 	}

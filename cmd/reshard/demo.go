@@ -27,6 +27,7 @@ import (
 	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -224,7 +225,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 	say("worker started (metrics on http://%s/metrics)", o.listen)
 
 	// 5. Writers through the router, each write acknowledged in the ledger.
-	router, err := topology.NewRouter(ctx, store, pools, topology.RouterOptions{PollInterval: 500 * time.Millisecond})
+	router, err := router.New(ctx, store, pools, router.Options{PollInterval: 500 * time.Millisecond})
 	if err != nil {
 		return err
 	}

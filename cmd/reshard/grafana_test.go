@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reshard/reshard/activities"
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/router"
 )
 
 // descRecorder is a Registerer that keeps the collectors registered with it.
@@ -38,7 +38,7 @@ func registeredMetrics(t *testing.T) map[string][]string {
 	rec := &descRecorder{}
 	activities.NewMetrics(rec)
 	rec.MustRegister((&activities.Activities{}).ControlCollector())
-	topology.NewMetrics(rec)
+	router.NewMetrics(rec)
 	newPhaseMetricsHandler(rec)
 	rec.MustRegister(newMoveStateCollector(nil, nil))
 	labels := map[string][]string{} // metric → variable labels

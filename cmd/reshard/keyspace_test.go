@@ -8,6 +8,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -70,7 +71,7 @@ func TestKeyspace(t *testing.T) {
 	// Every shard of the ring is fenced where it owns nothing: a stale
 	// router's write is refused there.
 	k := notOwnedBy(t, c, "shard1")
-	if _, err := c.shards["shard1"].Pool.Exec(context.Background(), `INSERT INTO users VALUES ($1, 'stale')`, k); !topology.IsFenceError(err) {
+	if _, err := c.shards["shard1"].Pool.Exec(context.Background(), `INSERT INTO users VALUES ($1, 'stale')`, k); !router.IsFenceError(err) {
 		t.Fatalf("insert of key %d on shard1, which does not own it: %v; want the fence error", k, err)
 	}
 
@@ -108,7 +109,7 @@ func TestKeyspace(t *testing.T) {
 	if out, code := c.run(t, "keyspace", "add-table", "invoices:user_id"); code != 0 || !strings.Contains(out, "3 table(s)") {
 		t.Fatalf("add-table: exit %d\n%s", code, out)
 	}
-	if _, err := c.shards["shard1"].Pool.Exec(context.Background(), `INSERT INTO invoices VALUES ($1, 2)`, k); !topology.IsFenceError(err) {
+	if _, err := c.shards["shard1"].Pool.Exec(context.Background(), `INSERT INTO invoices VALUES ($1, 2)`, k); !router.IsFenceError(err) {
 		t.Fatalf("insert into the new table on a non-owner: %v; want the fence error", err)
 	}
 
@@ -146,7 +147,7 @@ BEGIN IF TG_OP = 'DELETE' THEN RETURN OLD; END IF; RETURN NEW; END $$`)
 	if out, code := c.run(t, "topology", "check"); code != 0 || strings.Contains(out, "drift") {
 		t.Fatalf("check after repairing the function: exit %d\n%s", code, out)
 	}
-	if _, err := c.shards["shard2"].Pool.Exec(context.Background(), `INSERT INTO orders VALUES ($1, 1)`, notOwnedBy(t, c, "shard2")); !topology.IsFenceError(err) {
+	if _, err := c.shards["shard2"].Pool.Exec(context.Background(), `INSERT INTO orders VALUES ($1, 1)`, notOwnedBy(t, c, "shard2")); !router.IsFenceError(err) {
 		t.Fatalf("insert of a key shard2 does not own, after the repair: %v; want the fence error", err)
 	}
 	// A misplaced row is reported, never deleted.

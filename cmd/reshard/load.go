@@ -23,6 +23,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgcsv"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -353,7 +354,7 @@ var copyLine = regexp.MustCompile(`\bline (\d+)\b`)
 // whether it is bad input (SQLSTATE classes 22 and 23: a value or a row the
 // table refuses) or a failure; every shard is rolled back after it.
 func loadCopyError(err error, shard, table string, lines []int) error {
-	if topology.IsFenceError(err) {
+	if router.IsFenceError(err) {
 		return fmt.Errorf("shard %s refused a row: its ranges moved during the load (a cutover); nothing was loaded, load the file again: %w", shard, err)
 	}
 	var pe *pgconn.PgError

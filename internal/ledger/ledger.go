@@ -23,8 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/router"
 )
 
 // Value is a key's state: a value, or absent.
@@ -206,7 +205,7 @@ func (s *Stats) Wait() { s.wg.Wait() }
 // call Stats.Wait). Each write is one
 // statement (its own transaction), so a fence error rolls it back and the
 // router may retry it on the new owner.
-func Write(ctx context.Context, r *topology.Router, l *Ledger, o WriterOptions) *Stats {
+func Write(ctx context.Context, r *router.Router, l *Ledger, o WriterOptions) *Stats {
 	if o.Workers <= 0 {
 		o.Workers = 4
 	}
@@ -234,7 +233,7 @@ func Write(ctx context.Context, r *topology.Router, l *Ledger, o WriterOptions) 
 	return st
 }
 
-func writer(ctx context.Context, r *topology.Router, l *Ledger, o WriterOptions, w int, keys []int64, st *Stats) {
+func writer(ctx context.Context, r *router.Router, l *Ledger, o WriterOptions, w int, keys []int64, st *Stats) {
 	rnd := rand.New(rand.NewPCG(o.Seed, uint64(w)))
 	upsert := "INSERT INTO " + o.Table.ident() + " (" + pgx.Identifier{o.Table.Key}.Sanitize() + ", " + pgx.Identifier{o.Table.Val}.Sanitize() +
 		") VALUES ($1, $2) ON CONFLICT (" + pgx.Identifier{o.Table.Key}.Sanitize() + ") DO UPDATE SET " + pgx.Identifier{o.Table.Val}.Sanitize() + " = EXCLUDED." + pgx.Identifier{o.Table.Val}.Sanitize()
@@ -263,7 +262,7 @@ func writer(ctx context.Context, r *topology.Router, l *Ledger, o WriterOptions,
 			l.Unknown(k, v)
 			if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
 				st.Failed.Add(1)
-				if topology.IsFenceError(err) {
+				if router.IsFenceError(err) {
 					st.FenceErrors.Add(1)
 				}
 				st.LastErr.Store(&err)

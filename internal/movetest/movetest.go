@@ -24,6 +24,7 @@ import (
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -198,9 +199,9 @@ func LeastPrivileged() Option {
 // Router returns a router over both shards; with run it follows NOTIFY
 // until the test ends, without it stays on the version it loaded until a
 // fence error makes it look (a stale router).
-func (e *Env) Router(t testing.TB, run bool) *topology.Router {
+func (e *Env) Router(t testing.TB, run bool) *router.Router {
 	t.Helper()
-	r, err := topology.NewRouter(Ctx(t), e.Store, e.Pools, topology.RouterOptions{PollInterval: -1, FenceRetries: 12})
+	r, err := router.New(Ctx(t), e.Store, e.Pools, router.Options{PollInterval: -1, FenceRetries: 12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func (e *Env) Router(t testing.TB, run bool) *topology.Router {
 // Writers starts ledger writers through r on every key (moving keys and
 // others alike) and returns a stop function that waits for them and fails
 // the test if a write failed other than by the test's end.
-func (e *Env) Writers(t testing.TB, r *topology.Router, seed uint64) (stop func() *ledger.Stats) {
+func (e *Env) Writers(t testing.TB, r *router.Router, seed uint64) (stop func() *ledger.Stats) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// Half of the writes go to moving keys.
 	keys := slices.Clone(e.Keys)

@@ -1,4 +1,4 @@
-package topology
+package router
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
 )
 
 // FenceSQLState is the SQLSTATE a shard raises when a write touches a token
@@ -34,7 +35,7 @@ func IsFenceError(err error) bool {
 }
 
 // ErrFenced: a write (or read) stayed refused by the fence of its range for
-// as long as the router may wait (RouterOptions.MaxFenceWait, or the
+// as long as the router may wait (Options.MaxFenceWait, or the
 // caller's deadline). The errors Do returns then are *FencedError, which
 // matches it with errors.Is.
 var ErrFenced = errors.New("range fenced")
@@ -66,8 +67,8 @@ func (e *FencedError) Is(target error) bool { return target == ErrFenced }
 // place of a key.
 type Token int64
 
-// RouterOptions configure a Router. Zero values take the defaults.
-type RouterOptions struct {
+// Options configure a Router. Zero values take the defaults.
+type Options struct {
 	// KeyType is the type of the table set's shard key; it decides how Route
 	// and Do hash a key. Default: the key type of the store's keyspace in
 	// the registry, ring.KeyInt when the keyspace is not registered.
@@ -104,7 +105,7 @@ type RouterOptions struct {
 	Logger       *slog.Logger // default: discard
 }
 
-func (o *RouterOptions) defaults() {
+func (o *Options) defaults() {
 	if o.KeyType == "" {
 		o.KeyType = ring.KeyInt
 	}
@@ -127,7 +128,7 @@ func (o *RouterOptions) defaults() {
 
 // snapshot is what the router routes with; replaced whole, never modified.
 type snapshot struct {
-	topo *Topology
+	topo *topology.Topology
 	prev int64              // the version it replaced (0: none)
 	reqs prometheus.Counter // requests routed with it; nil without metrics
 }
@@ -137,25 +138,25 @@ type snapshot struct {
 // and it never moves to an older version than the one it holds, whatever
 // order versions arrive in (NOTIFY, polling, refreshes after fence errors).
 type Router struct {
-	store *Store
+	store *topology.Store
 	pools map[string]*pgxpool.Pool
-	opts  RouterOptions
+	opts  Options
 	cur   atomic.Pointer[snapshot]
 	// refreshing lets one goroutine reload after a fence error while the
 	// others wait for its result instead of all hitting the control DB.
 	refreshing chan struct{}
 }
 
-// NewRouter loads the current topology and returns a router over pools, the
+// New loads the current topology and returns a router over pools, the
 // application's connection pools by shard name (the router never closes
 // them). Call Run to follow topology changes.
-func NewRouter(ctx context.Context, store *Store, pools map[string]*pgxpool.Pool, opts RouterOptions) (*Router, error) {
+func New(ctx context.Context, store *topology.Store, pools map[string]*pgxpool.Pool, opts Options) (*Router, error) {
 	if opts.KeyType == "" {
-		k, err := store.ResolveKeyspace(ctx, store.keyspace)
+		k, err := store.ResolveKeyspace(ctx, store.Keyspace())
 		switch {
 		case err == nil:
 			opts.KeyType = k.KeyType
-		case !errors.Is(err, ErrNoKeyspace):
+		case !errors.Is(err, topology.ErrNoKeyspace):
 			return nil, fmt.Errorf("router: %w", err)
 		}
 	}
@@ -173,7 +174,7 @@ func NewRouter(ctx context.Context, store *Store, pools map[string]*pgxpool.Pool
 }
 
 // Topology returns the topology the router routes with.
-func (r *Router) Topology() Topology { return *r.cur.Load().topo }
+func (r *Router) Topology() topology.Topology { return *r.cur.Load().topo }
 
 // Version returns the version the router routes with.
 func (r *Router) Version() int64 { return r.cur.Load().topo.Version }
@@ -181,7 +182,7 @@ func (r *Router) Version() int64 { return r.cur.Load().topo.Version }
 // offer makes t the routing topology if it is newer than the current one and
 // reports whether it did. Older or equal versions are ignored, so delivery
 // order does not matter.
-func (r *Router) offer(t Topology, source string) bool {
+func (r *Router) offer(t topology.Topology, source string) bool {
 	next := &snapshot{topo: &t}
 	for {
 		old := r.cur.Load()
@@ -232,7 +233,7 @@ func (r *Router) refreshAfterFence(ctx context.Context, seen int64) error {
 	return r.refresh(ctx, "fence")
 }
 
-// Run follows topology changes until ctx ends: it LISTENs on NotifyChannel on
+// Run follows topology changes until ctx ends: it LISTENs on topology.NotifyChannel on
 // a dedicated connection (reconnecting with backoff, reloading after every
 // (re)connect so nothing published meanwhile is missed) and polls every
 // PollInterval. It returns nil when ctx is cancelled.
@@ -279,7 +280,7 @@ func (r *Router) listen(ctx context.Context) {
 
 // listenOnce returns when the connection fails or ctx ends.
 func (r *Router) listenOnce(ctx context.Context) error {
-	conn, err := pgx.ConnectConfig(ctx, r.store.pool.Config().ConnConfig.Copy())
+	conn, err := pgx.ConnectConfig(ctx, r.store.ConnConfig())
 	if err != nil {
 		return fmt.Errorf("connect to control database: %w", err)
 	}
@@ -288,8 +289,8 @@ func (r *Router) listenOnce(ctx context.Context) error {
 		defer cancel()
 		conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{NotifyChannel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen %s: %w", NotifyChannel, err)
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{topology.NotifyChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen %s: %w", topology.NotifyChannel, err)
 	}
 	// Anything published before LISTEN took effect sent no notification to us.
 	if err := r.refresh(ctx, "listen"); err != nil {
@@ -300,8 +301,8 @@ func (r *Router) listenOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ks, v, err := parseNotifyPayload(n.Payload)
-		if err == nil && (ks != r.store.keyspace || v <= r.Version()) {
+		ks, v, err := topology.ParseNotifyPayload(n.Payload)
+		if err == nil && (ks != r.store.Keyspace() || v <= r.Version()) {
 			continue // another keyspace's; or already there, or older
 		}
 		if err := r.refresh(ctx, "notify"); err != nil {
@@ -341,7 +342,7 @@ func (r *Router) Route(key any) (shard string, version int64, err error) {
 func (r *Router) Token(key any) (int64, error) {
 	kt := r.opts.KeyType
 	wrong := func() (int64, error) {
-		return 0, fmt.Errorf("route key of Go type %T: the table set's key type is %s; pass a matching value, a string in PostgreSQL text form, or a topology.Token", key, kt)
+		return 0, fmt.Errorf("route key of Go type %T: the table set's key type is %s; pass a matching value, a string in PostgreSQL text form, or a router.Token", key, kt)
 	}
 	var i int64
 	switch k := key.(type) {
@@ -404,7 +405,7 @@ func (r *Router) Do(ctx context.Context, key any, fn func(ctx context.Context, p
 }
 
 // Read is Do for reads: the same routing and fence retries, plus the
-// ReadFallback of RouterOptions when it is on.
+// ReadFallback of Options when it is on.
 func (r *Router) Read(ctx context.Context, key any, fn func(ctx context.Context, pool *pgxpool.Pool) error) error {
 	tok, err := r.Token(key)
 	if err != nil {
@@ -433,7 +434,7 @@ func (r *Router) do(ctx context.Context, tok int64, fn func(context.Context, *pg
 		}
 		err := fn(ctx, pool)
 		if read && r.opts.ReadFallback && errors.Is(err, pgx.ErrNoRows) {
-			if st, ok := s.topo.migratingAt(tok); ok && st.CutOver() {
+			if st, ok := s.topo.MigratingAt(tok); ok && st.CutOver() {
 				if old := r.pools[st.From]; old != nil {
 					r.opts.Metrics.fallbackRead()
 					return fn(ctx, old)

@@ -1,4 +1,4 @@
-package topology
+package router
 
 import (
 	"strconv"

@@ -1,29 +1,33 @@
-package topology
+package router
 
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
 )
 
 // offerRouter is a router with no control database, for offer alone.
 func offerRouter(m *Metrics) *Router {
-	r := &Router{opts: RouterOptions{Metrics: m}}
+	r := &Router{opts: Options{Metrics: m}}
 	r.opts.defaults()
 	return r
 }
 
-func topoAt(t *testing.T, version int64, shard string) Topology {
+func topoAt(t *testing.T, version int64, shard string) topology.Topology {
 	topo := mustTopo(t, single(shard), nil, "test")
 	topo.Version = version
 	return topo
@@ -99,7 +103,7 @@ func TestRouterFollowsNotify(t *testing.T) {
 	register(t, s, "a", "b")
 	mustPublish(t, s, 0, mustTopo(t, single("a"), nil, "initial"))
 	m := NewMetrics(prometheus.NewRegistry())
-	r, err := NewRouter(testCtx(t), s, nil, RouterOptions{PollInterval: -1, Metrics: m})
+	r, err := New(testCtx(t), s, nil, Options{PollInterval: -1, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +162,7 @@ func TestDoRetriesOnNewOwnerAfterFence(t *testing.T) {
 	mustPublish(t, s, 0, mustTopo(t, single("a"), nil, "initial"))
 	m := NewMetrics(prometheus.NewRegistry())
 	// No Run: the router stays on v1 until a fence error makes it look.
-	r, err := NewRouter(testCtx(t), s, pools(shards), RouterOptions{Metrics: m, PollInterval: -1})
+	r, err := New(testCtx(t), s, pools(shards), Options{Metrics: m, PollInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +222,7 @@ func TestDoGivesUpWhenFenceStays(t *testing.T) {
 	shards["a"].Exec(t, `INSERT INTO reshard_test_fence VALUES (true)`)
 	register(t, s, "a")
 	mustPublish(t, s, 0, mustTopo(t, single("a"), nil, "initial"))
-	r, err := NewRouter(testCtx(t), s, pools(shards), RouterOptions{PollInterval: -1, FenceRetries: 3, FenceBackoff: time.Millisecond})
+	r, err := New(testCtx(t), s, pools(shards), Options{PollInterval: -1, FenceRetries: 3, FenceBackoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +239,7 @@ func TestDoGivesUpWhenFenceStays(t *testing.T) {
 	// Bounded by time: MaxFenceWait, or the caller's deadline when sooner;
 	// the wait is measured.
 	m := NewMetrics(prometheus.NewRegistry())
-	rw, err := NewRouter(testCtx(t), s, pools(shards), RouterOptions{PollInterval: -1, MaxFenceWait: 300 * time.Millisecond, Metrics: m})
+	rw, err := New(testCtx(t), s, pools(shards), Options{PollInterval: -1, MaxFenceWait: 300 * time.Millisecond, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +282,7 @@ func TestReadFallbackToOldOwner(t *testing.T) {
 	register(t, s, "a", "b")
 	// (0, MaxToken] is moving from a to b and is cut over: b serves it.
 	k := keyWithToken(t, func(tok int64) bool { return tok > 0 })
-	moving := []RangeState{{Range: ring.Range{Lo: 0, Hi: ring.MaxToken}, Owner: "b", Status: Migrating, From: "a", To: "b"}}
+	moving := []topology.RangeState{{Range: ring.Range{Lo: 0, Hi: ring.MaxToken}, Owner: "b", Status: topology.Migrating, From: "a", To: "b"}}
 	mustPublish(t, s, 0, mustTopo(t, halves("a", "b"), moving, "cutover of (0,max]"))
 	shards["a"].Exec(t, `INSERT INTO kv VALUES ($1, 'only on a')`, k)
 	get := func(out *string) func(context.Context, *pgxpool.Pool) error {
@@ -287,7 +291,7 @@ func TestReadFallbackToOldOwner(t *testing.T) {
 		}
 	}
 
-	plain, err := NewRouter(testCtx(t), s, pools(shards), RouterOptions{PollInterval: -1})
+	plain, err := New(testCtx(t), s, pools(shards), Options{PollInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +301,7 @@ func TestReadFallbackToOldOwner(t *testing.T) {
 	}
 
 	m := NewMetrics(prometheus.NewRegistry())
-	fb, err := NewRouter(testCtx(t), s, pools(shards), RouterOptions{PollInterval: -1, ReadFallback: true, Metrics: m})
+	fb, err := New(testCtx(t), s, pools(shards), Options{PollInterval: -1, ReadFallback: true, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +330,7 @@ func TestRouterPolls(t *testing.T) {
 	register(t, s, "a", "b")
 	mustPublish(t, s, 0, mustTopo(t, single("a"), nil, "initial"))
 	m := NewMetrics(prometheus.NewRegistry())
-	r, err := NewRouter(testCtx(t), s, nil, RouterOptions{PollInterval: 20 * time.Millisecond, Metrics: m})
+	r, err := New(testCtx(t), s, nil, Options{PollInterval: 20 * time.Millisecond, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +355,7 @@ func TestKeyspacesHaveTheirOwnVersions(t *testing.T) {
 	mustPublish(t, s, 0, mustTopo(t, single("a"), nil, "initial"))
 	mustPublish(t, other, 0, mustTopo(t, single("b"), nil, "initial pay"))
 	m := NewMetrics(prometheus.NewRegistry())
-	r, err := NewRouter(testCtx(t), other, nil, RouterOptions{PollInterval: -1, Metrics: m})
+	r, err := New(testCtx(t), other, nil, Options{PollInterval: -1, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,5 +385,48 @@ func TestKeyspacesHaveTheirOwnVersions(t *testing.T) {
 	}
 	if h, err := other.History(testCtx(t), 0); err != nil || len(h) != 2 {
 		t.Fatalf("pay history: %d versions, %v; want 2", len(h), err)
+	}
+}
+
+func TestToken(t *testing.T) {
+	u := [16]byte{0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8, 0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a, 0x11}
+	tests := []struct {
+		kt      ring.KeyType
+		key     any
+		want    int64
+		wantErr bool
+	}{
+		{ring.KeyInt, int64(42), ring.TokenInt64(42), false},
+		{ring.KeyInt, 42, ring.TokenInt64(42), false},
+		{ring.KeyInt, int32(-7), ring.TokenInt64(-7), false},
+		{ring.KeyInt, "42", ring.TokenInt64(42), false},
+		{ring.KeyInt, Token(99), 99, false},
+		{ring.KeyInt, "x", 0, true},
+		{ring.KeyInt, u, 0, true},
+		{ring.KeyInt, uint64(math.MaxUint64), 0, true},
+		{ring.KeyInt, 1.5, 0, true},
+		{ring.KeyText, "alice", ring.TokenText("alice"), false},
+		{ring.KeyText, 42, 0, true},
+		{ring.KeyUUID, u, ring.TokenUUID(u), false},
+		{ring.KeyUUID, pgtype.UUID{Bytes: u, Valid: true}, ring.TokenUUID(u), false},
+		{ring.KeyUUID, pgtype.UUID{}, 0, true},
+		{ring.KeyUUID, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", ring.TokenUUID(u), false},
+	}
+	for _, tt := range tests {
+		r := &Router{opts: Options{KeyType: tt.kt}}
+		got, err := r.Token(tt.key)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("%s key %#v: token %d err %v; want %d, error %v", tt.kt, tt.key, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestIsFenceError(t *testing.T) {
+	fence := &pgconn.PgError{Code: FenceSQLState, Message: "fenced"}
+	if !IsFenceError(fence) || !IsFenceError(errors.Join(errors.New("ctx"), fence)) {
+		t.Error("fence error not recognised")
+	}
+	if IsFenceError(&pgconn.PgError{Code: "23505"}) || IsFenceError(errors.New("RSF01")) || IsFenceError(nil) {
+		t.Error("non-fence error recognised as one")
 	}
 }
