@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -247,41 +246,6 @@ func TestTableEstimates(t *testing.T) {
 	want := []workflows.TableEstimate{{Table: "public.orders", Rows: 30, Bytes: 300}, {Table: "public.users", Rows: 5, Bytes: 500}}
 	if !slices.Equal(got, want) {
 		t.Errorf("tableEstimates = %v, want %v", got, want)
-	}
-}
-
-// Copies into one target share it: each goes at an equal share of the
-// rate they make together, and a copy that ends hands its share to the
-// others.
-func TestSharedEnd(t *testing.T) {
-	at := time.Unix(1000, 0)
-	secs := func(end time.Time, ok bool) float64 {
-		t.Helper()
-		if !ok {
-			t.Fatal("no estimate")
-		}
-		return end.Sub(at).Seconds()
-	}
-	near := func(what string, got, want float64) {
-		t.Helper()
-		if math.Abs(got-want) > 1e-6 {
-			t.Errorf("%s: %.3f s, want %.3f", what, got, want)
-		}
-	}
-	own := pace{at: at, left: 93_000}
-	near("alone", secs(sharedEnd(own, nil, 40_000)), 93_000.0/40_000)
-	// The demo's first move, 93k rows left, when three more with 150k each
-	// copy beside it at 40k rows/s in all: all four share the 40k, and it
-	// ends first, at 4 × 93k / 40k.
-	peers := []pace{{left: 150_000}, {left: 150_000}, {left: 150_000}}
-	near("three beside it", secs(sharedEnd(own, peers, 40_000)), 4*93_000.0/40_000)
-	// A peer with less left ends first: 10 units at 1/s each (2/s in all),
-	// then the own copy alone at 2/s: 10 s + 20/2 s.
-	near("peer ends first", secs(sharedEnd(pace{at: at, left: 30}, []pace{{left: 10}}, 2)), 20)
-	// The own copy ends first: its 10 at half of 2/s.
-	near("own ends first", secs(sharedEnd(pace{at: at, left: 10}, []pace{{left: 30}}, 2)), 10)
-	if _, ok := sharedEnd(pace{at: at, left: 10}, []pace{{left: 30}}, 0); ok {
-		t.Error("an estimate without a rate")
 	}
 }
 

@@ -2,16 +2,16 @@ package activities
 
 import (
 	"math"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/eta"
 	"github.com/reshard/reshard/workflows"
 )
 
 // copyMeter follows one copy slice: what it has committed and the move's
-// rate over a sliding window (backfill.RateWindow), from which the heartbeat
+// rate over a sliding window (eta.Window), from which the heartbeat
 // (read by reshard status), the slice's result (the UI's details) and the
 // ETA gauge take when the copy should end. Estimating from the measured
 // recent rate, not from the configured throttle or the average since the
@@ -24,10 +24,10 @@ import (
 type copyMeter struct {
 	mu          sync.Mutex
 	move        string
-	rowsWin     backfill.RateWindow // over the move's rows
-	workWin     backfill.RateWindow // over the move's work
-	throttle    *backfill.Throttle  // nil: none
-	est         int64               // the move's estimated rows
+	rowsWin     eta.Window         // over the move's rows
+	workWin     eta.Window         // over the move's work
+	throttle    *backfill.Throttle // nil: none
+	est         int64              // the move's estimated rows
 	tables      map[string]tableWork
 	units       map[unitKey]int64 // rows done per unit, all runs
 	base        int64             // rows committed before the slice
@@ -37,7 +37,7 @@ type copyMeter struct {
 	// are the paces of the others among them that share the machine (nil:
 	// the copy is taken alone).
 	group    *copyGroup
-	peers    func(*copyMeter) []pace
+	peers    func(*copyMeter) []eta.Pace
 	credited float64 // the work done as of the last chunk, added to group
 }
 
@@ -83,8 +83,8 @@ func (c *copyMeter) progress(p backfill.Progress) {
 	c.rows, c.bytes, c.at = p.Rows, p.Bytes, time.Now()
 	c.units[unitKey{p.Table, p.Range.Lo, p.Range.Hi}] = p.UnitRows
 	done, _ := c.work()
-	c.rowsWin.Add(backfill.Sample{At: c.at, Rows: c.base + p.Rows})
-	c.workWin.Add(backfill.Sample{At: c.at, Rows: int64(math.Round(done))})
+	c.rowsWin.Add(eta.Sample{At: c.at, Rows: c.base + p.Rows})
+	c.workWin.Add(eta.Sample{At: c.at, Rows: int64(math.Round(done))})
 	if c.group != nil {
 		c.group.add(c.at, max(done-c.credited, 0))
 	}
@@ -117,9 +117,9 @@ func (c *copyMeter) work() (done, left float64) {
 // false when there is no honest estimate (no rate yet, or no progress in
 // the window). A copy past its row estimate is due now: how much more there
 // is, nothing tells. Under a rows/s limit the copy's own window says when
-// (RateWindow.End). Else the copy shares the machine with the other copies
+// (eta.Window.End). Else the copy shares the machine with the other copies
 // this worker runs into the same target, and its end is where its share of
-// their summed rate takes it (sharedEnd).
+// their summed rate takes it (eta.Shared).
 func (c *copyMeter) end() (time.Time, bool) {
 	own, end, ok, shared := c.ownEnd()
 	if !shared || c.group == nil {
@@ -129,69 +129,29 @@ func (c *copyMeter) end() (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return sharedEnd(own, c.peers(c), rate)
+	return eta.Shared(own, c.peers(c), rate)
 }
 
 // ownEnd is the copy's end at its own window's rate and its pace; shared
 // says whether the pace is the machine's to share (no rows/s limit, work
 // left).
-func (c *copyMeter) ownEnd() (own pace, end time.Time, ok, shared bool) {
+func (c *copyMeter) ownEnd() (own eta.Pace, end time.Time, ok, shared bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.est <= 0 {
-		return pace{}, time.Time{}, false, false
+		return eta.Pace{}, time.Time{}, false, false
 	}
 	rowsLeft := c.est - c.base - c.rows
 	_, workLeft := c.work()
 	if rowsLeft <= 0 || workLeft < 1 {
-		return pace{}, c.at, !c.at.IsZero(), false
+		return eta.Pace{}, c.at, !c.at.IsZero(), false
 	}
 	if c.rowsThrottled() {
 		end, ok := c.rowsWin.End(rowsLeft, 0)
-		return pace{}, end, ok, false
+		return eta.Pace{}, end, ok, false
 	}
 	end, ok = c.workWin.End(int64(math.Ceil(workLeft)), 0)
-	return pace{at: c.at, left: math.Ceil(workLeft)}, end, ok, true
-}
-
-// pace is a copy's work left (rows weighed by their table's width) as of
-// its last committed chunk.
-type pace struct {
-	at   time.Time
-	left float64
-}
-
-// sharedEnd is when the copy whose pace is own should end, when it and
-// peers (the other copies into its target, in this worker) share one
-// machine that does rate units of work a second in all: each takes an
-// equal share of it, and the share of a copy that ends goes to the ones
-// left. Copied alone, that is its own rate. In the demo four moves fill one
-// new shard; the first to start copied at 40k rows/s for a second, then at
-// 10k beside the other three, and an estimate from its own rate came out
-// 66% short.
-func sharedEnd(own pace, peers []pace, rate float64) (time.Time, bool) {
-	if rate <= 0 {
-		return time.Time{}, false
-	}
-	lefts := []float64{own.left}
-	for _, p := range peers {
-		lefts = append(lefts, p.left)
-	}
-	// The copies end in the order of the work they have left; between two
-	// ends, each of the n still copying goes at rate/n.
-	slices.Sort(lefts)
-	var secs, done float64
-	for i, l := range lefts {
-		secs += (l - done) * float64(len(lefts)-i) / rate
-		done = l
-		if l >= own.left {
-			break
-		}
-	}
-	if secs >= float64(math.MaxInt64/int64(time.Second)) {
-		return time.Time{}, false
-	}
-	return own.at.Add(time.Duration(secs * float64(time.Second))), true
+	return eta.Pace{At: c.at, Left: math.Ceil(workLeft)}, end, ok, true
 }
 
 // copyGroup is the work the copies into one target commit in this worker,
@@ -202,7 +162,7 @@ func sharedEnd(own pace, peers []pace, rate float64) (time.Time, bool) {
 // first move copied 70k rows/s alone, the four of them 55k in all).
 type copyGroup struct {
 	mu    sync.Mutex
-	win   backfill.RateWindow
+	win   eta.Window
 	work  float64   // committed since the group started
 	at    time.Time // of the last sample
 	moves map[string]bool
@@ -219,7 +179,7 @@ func (g *copyGroup) join(move string) {
 		g.moves = map[string]bool{}
 	}
 	g.moves[move] = true
-	g.win = backfill.RateWindow{Span: g.win.Span, MinSpan: g.win.MinSpan}
+	g.win = eta.Window{Span: g.win.Span, MinSpan: g.win.MinSpan}
 }
 
 func (g *copyGroup) add(at time.Time, work float64) {
@@ -227,15 +187,15 @@ func (g *copyGroup) add(at time.Time, work float64) {
 	defer g.mu.Unlock()
 	g.work += work
 	g.at = at
-	g.win.Add(backfill.Sample{At: at, Rows: int64(math.Round(g.work))})
+	g.win.Add(eta.Sample{At: at, Rows: int64(math.Round(g.work))})
 }
 
-// idle reports a group without work for longer than DefaultRateWindow:
+// idle reports a group without work for longer than eta.DefaultWindow:
 // its rate says nothing of the next copies'.
 func (g *copyGroup) idle() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.at.IsZero() && time.Since(g.at) > backfill.DefaultRateWindow
+	return !g.at.IsZero() && time.Since(g.at) > eta.DefaultWindow
 }
 
 func (g *copyGroup) rate() (rate, _ float64, ok bool) {
@@ -285,7 +245,7 @@ func (c *copyMeter) heartbeat(now time.Time) (details map[string]int64, left tim
 // never see the time between slices — the workflow's turn, the next slice's
 // setup, the chunk the slice's deadline cut short — which took 3-5 s of
 // every 20 on a busy machine (a 20-25% slower copy than its slices' rates
-// said). A window left idle longer than DefaultRateWindow (a pause, a slice
+// said). A window left idle longer than eta.DefaultWindow (a pause, a slice
 // on another worker) is dropped: the rate before says nothing of the rate
 // after.
 //
@@ -305,7 +265,7 @@ type targetCopies struct {
 }
 
 type copyRate struct {
-	rows, work backfill.RateWindow
+	rows, work eta.Window
 	at         time.Time // the last sample's
 }
 
@@ -316,7 +276,7 @@ func (r *copyRates) meter(spec workflows.MoveSpec, th *backfill.Throttle, before
 	c := newCopyMeter(spec, th, before)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if kept, ok := r.m[spec.ID]; ok && time.Since(kept.at) <= backfill.DefaultRateWindow {
+	if kept, ok := r.m[spec.ID]; ok && time.Since(kept.at) <= eta.DefaultWindow {
 		c.rowsWin, c.workWin, c.at = kept.rows, kept.work, kept.at
 	}
 	delete(r.m, spec.ID)
@@ -329,7 +289,7 @@ func (r *copyRates) meter(spec workflows.MoveSpec, th *backfill.Throttle, before
 		r.targets[spec.Target] = t
 	}
 	t.live[c] = true
-	c.peers = func(c *copyMeter) []pace { return r.peers(spec.Target, c) }
+	c.peers = func(c *copyMeter) []eta.Pace { return r.peers(spec.Target, c) }
 	if t.group == nil || t.group.idle() {
 		t.group = &copyGroup{}
 	}
@@ -354,7 +314,7 @@ func (r *copyRates) release(target string, c *copyMeter) {
 
 // peers are the paces of the copies into target other than c that share
 // the machine.
-func (r *copyRates) peers(target string, c *copyMeter) []pace {
+func (r *copyRates) peers(target string, c *copyMeter) []eta.Pace {
 	r.mu.Lock()
 	var others []*copyMeter
 	if t := r.targets[target]; t != nil {
@@ -365,7 +325,7 @@ func (r *copyRates) peers(target string, c *copyMeter) []pace {
 		}
 	}
 	r.mu.Unlock()
-	var out []pace // each meter's lock taken alone: two ends asked at once take no two locks
+	var out []eta.Pace // each meter's lock taken alone: two ends asked at once take no two locks
 	for _, o := range others {
 		if p, _, _, shared := o.ownEnd(); shared {
 			out = append(out, p)
@@ -383,7 +343,7 @@ func (r *copyRates) keep(move string, c *copyMeter, done bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for id, old := range r.m { // moves whose copy stopped here and went on elsewhere, or never
-		if time.Since(old.at) > backfill.DefaultRateWindow {
+		if time.Since(old.at) > eta.DefaultWindow {
 			delete(r.m, id)
 		}
 	}

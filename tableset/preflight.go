@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/eta"
 	"github.com/reshard/reshard/ring"
 )
 
@@ -123,16 +123,10 @@ func (r Report) Bytes() (n int64) {
 	return n
 }
 
-// ETA is the copy time at the given throttle (0 = unlimited, which gives 0).
+// ETA is the copy time at the given throttle (0 = unlimited, which gives
+// 0): eta.AtLimit of the estimated rows and bytes.
 func (r Report) ETA(rowsPerSec, bytesPerSec float64) time.Duration {
-	var s float64
-	if rowsPerSec > 0 {
-		s = float64(r.Rows()) / rowsPerSec
-	}
-	if bytesPerSec > 0 {
-		s = math.Max(s, float64(r.Bytes())/bytesPerSec)
-	}
-	return time.Duration(s * float64(time.Second))
+	return eta.AtLimit(eta.Rate{Rows: rowsPerSec, Bytes: bytesPerSec}, r.Rows(), r.Bytes())
 }
 
 // Preflight runs the PLAN checks of a move from source to target (DESIGN.md

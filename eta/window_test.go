@@ -1,4 +1,4 @@
-package backfill
+package eta
 
 import (
 	"fmt"
@@ -35,11 +35,11 @@ func TestRateWindowETA(t *testing.T) {
 		// 8 s old: the window is its last 4 s, at 1000 rows/s, not the
 		// 100 rows/s of its first 4
 		{"young copy forgets its start", []Sample{{at(0), 0, 0}, {at(4), 400, 0}, {at(5), 1400, 0}, {at(6), 2400, 0}, {at(7), 3400, 0}, {at(8), 4400, 0}}, 1000, 0, time.Second, true},
-		// 1 s old: the window is never shorter than MinRateWindow
+		// 1 s old: the window is never shorter than MinWindow
 		{"shortest window", []Sample{{at(0), 0, 0}, {at(0.5), 100, 0}, {at(1), 1000, 0}}, 1000, 0, time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := RateWindow{Span: time.Minute}
+			w := Window{Span: time.Minute}
 			for _, s := range tc.samples {
 				w.Add(s)
 			}
@@ -75,7 +75,7 @@ func TestRateWindowETAOnThrottledCopy(t *testing.T) {
 		rows += 5 * rate(s)
 	}
 	end := samples[len(samples)-1].At.Add(5 * time.Second)
-	var w RateWindow // DefaultRateWindow
+	var w Window // DefaultWindow
 	checked := 0
 	worstSinceStart := 0.0
 	for _, s := range samples {
@@ -126,17 +126,17 @@ func TestRateWindowETAAfterSlowStart(t *testing.T) {
 	}
 	end := samples[len(samples)-1].At
 	// The window's end, and that of a window of a fixed 30 s.
-	adaptive := func(w *RateWindow, _ int) (time.Time, bool) { return w.End(total-w.samples[len(w.samples)-1].Rows, 0) }
-	fixed := func(_ *RateWindow, i int) (time.Time, bool) {
+	adaptive := func(w *Window, _ int) (time.Time, bool) { return w.End(total-w.samples[len(w.samples)-1].Rows, 0) }
+	fixed := func(_ *Window, i int) (time.Time, bool) {
 		s, j := samples[i], 0
-		for j+1 < i && !samples[j+1].At.After(s.At.Add(-DefaultRateWindow)) {
+		for j+1 < i && !samples[j+1].At.After(s.At.Add(-DefaultWindow)) {
 			j++
 		}
 		rate := float64(s.Rows-samples[j].Rows) / s.At.Sub(samples[j].At).Seconds()
 		return s.At.Add(time.Duration(float64(total-s.Rows) / rate * float64(time.Second))), true
 	}
-	worst := func(estimate func(*RateWindow, int) (time.Time, bool)) (worst float64, where string) {
-		var w RateWindow
+	worst := func(estimate func(*Window, int) (time.Time, bool)) (worst float64, where string) {
+		var w Window
 		for i, s := range samples {
 			w.Add(s)
 			// From 10% to the last few chunks (whose remaining time is

@@ -1,7 +1,6 @@
-package backfill
+package eta
 
 import (
-	"math"
 	"time"
 )
 
@@ -12,7 +11,7 @@ type Sample struct {
 	Bytes int64
 }
 
-// RateWindow estimates a copy's rate over its recent samples, so that a
+// Window estimates a copy's rate over its recent samples, so that a
 // throttle change, a pause or a slow start stop counting once they are a
 // window old, where a rate since the start would carry them to the end.
 //
@@ -22,29 +21,29 @@ type Sample struct {
 // throttle's first bucket — is forgotten as quickly as it happened); a long
 // one on its last Span, which smooths the chunk-by-chunk progress of a
 // throttled copy. Pure: the caller supplies the clock in each Sample.
-type RateWindow struct {
-	Span    time.Duration // the longest window; default DefaultRateWindow
-	MinSpan time.Duration // the shortest; default MinRateWindow
+type Window struct {
+	Span    time.Duration // the longest window; default DefaultWindow
+	MinSpan time.Duration // the shortest; default MinWindow
 	first   time.Time     // the first sample since the copy (re)started
 	samples []Sample
 }
 
-// DefaultRateWindow is RateWindow's longest span: long enough to smooth the
+// DefaultWindow is Window's longest span: long enough to smooth the
 // chunk-by-chunk progress of a throttled copy, short enough that a throttle
 // change is forgotten within half a minute.
-const DefaultRateWindow = 30 * time.Second
+const DefaultWindow = 30 * time.Second
 
-// MinRateWindow is RateWindow's shortest span: a second's worth of chunks is
+// MinWindow is Window's shortest span: a second's worth of chunks is
 // too few to tell a rate from the luck of one chunk. No rate is told before
 // the samples cover half of it: the first few chunks of a copy (a burst
 // before the other moves' copies start, a cold cache) said 2-4 times the
 // rate of the next seconds in the demo.
-const MinRateWindow = 2 * time.Second
+const MinWindow = 2 * time.Second
 
 // Add records a sample. Samples must come in time order; an older one than
 // the last is ignored, and so is progress that goes backwards (a new run
 // counting from zero): the window starts again from it.
-func (w *RateWindow) Add(s Sample) {
+func (w *Window) Add(s Sample) {
 	if n := len(w.samples); n > 0 {
 		last := w.samples[n-1]
 		if s.At.Before(last.At) {
@@ -65,28 +64,28 @@ func (w *RateWindow) Add(s Sample) {
 	}
 }
 
-func (w *RateWindow) maxSpan() time.Duration {
+func (w *Window) maxSpan() time.Duration {
 	if w.Span > 0 {
 		return w.Span
 	}
-	return DefaultRateWindow
+	return DefaultWindow
 }
 
-func (w *RateWindow) minSpan() time.Duration {
+func (w *Window) minSpan() time.Duration {
 	if w.MinSpan > 0 {
 		return w.MinSpan
 	}
-	return MinRateWindow
+	return MinWindow
 }
 
 // span is the window at time now: half the copy's age, within [MinSpan, Span].
-func (w *RateWindow) span(now time.Time) time.Duration {
+func (w *Window) span(now time.Time) time.Duration {
 	return min(max(now.Sub(w.first)/2, w.minSpan()), w.maxSpan())
 }
 
 // start is the index of the window's first sample: the newest one at least
 // span before now, so that the window is covered whole (or the oldest).
-func (w *RateWindow) start(now time.Time, span time.Duration) int {
+func (w *Window) start(now time.Time, span time.Duration) int {
 	i := 0
 	for i+1 < len(w.samples) && !w.samples[i+1].At.After(now.Add(-span)) {
 		i++
@@ -96,7 +95,7 @@ func (w *RateWindow) start(now time.Time, span time.Duration) int {
 
 // Rate is the rows and bytes per second over the window; ok is false until
 // the samples cover half of MinSpan.
-func (w *RateWindow) Rate() (rowsPerSec, bytesPerSec float64, ok bool) {
+func (w *Window) Rate() (rowsPerSec, bytesPerSec float64, ok bool) {
 	if len(w.samples) < 2 {
 		return 0, 0, false
 	}
@@ -113,32 +112,15 @@ func (w *RateWindow) Rate() (rowsPerSec, bytesPerSec float64, ok bool) {
 }
 
 // ETA is the time left to copy rowsLeft rows and bytesLeft bytes at the
-// window's rate: the longer of the two estimates (rows or bytes, whichever
-// the throttle or the machine binds on), counted from the last sample.
-// ok is false without a rate, or when nothing moved in the window (paused,
-// throttled to zero): no honest estimate exists then.
-func (w *RateWindow) ETA(rowsLeft, bytesLeft int64) (time.Duration, bool) {
+// window's rate (Rate.Time), counted from the last sample. ok is false
+// without a rate, or when nothing moved in the window (paused, throttled to
+// zero): no honest estimate exists then.
+func (w *Window) ETA(rowsLeft, bytesLeft int64) (time.Duration, bool) {
 	rr, br, ok := w.Rate()
 	if !ok {
 		return 0, false
 	}
-	if rowsLeft <= 0 && bytesLeft <= 0 {
-		return 0, true
-	}
-	secs := 0.0
-	for _, d := range [][2]float64{{float64(rowsLeft), rr}, {float64(bytesLeft), br}} {
-		if d[0] <= 0 {
-			continue
-		}
-		if d[1] <= 0 { // work left that did not move in the window
-			return 0, false
-		}
-		secs = math.Max(secs, d[0]/d[1])
-	}
-	if secs >= float64(math.MaxInt64/int64(time.Second)) {
-		return 0, false
-	}
-	return time.Duration(secs * float64(time.Second)), true
+	return Rate{Rows: rr, Bytes: br}.Time(rowsLeft, bytesLeft)
 }
 
 // End is when the copy should end: the last sample's time plus the ETA of
@@ -146,7 +128,7 @@ func (w *RateWindow) ETA(rowsLeft, bytesLeft int64) (time.Duration, bool) {
 // estimate is anchored there, not at whenever it is read: an estimate read
 // later (a heartbeat recorded a second ago, a status shown after it) is the
 // same instant, and the time left is End minus the reader's clock.
-func (w *RateWindow) End(rowsLeft, bytesLeft int64) (time.Time, bool) {
+func (w *Window) End(rowsLeft, bytesLeft int64) (time.Time, bool) {
 	eta, ok := w.ETA(rowsLeft, bytesLeft)
 	if !ok {
 		return time.Time{}, false
