@@ -44,7 +44,8 @@
 // origin's progress and the acknowledgements; controller.go the Controller
 // API (HoldAt, Release, Positions, WaitApplied, DrainToMarker) and how the
 // runner holds; joining.go creates and drops the publication and slot, and
-// drops the origin; schema.go follows schema changes (a new Relation
+// drops the origin (package join creates them for a move, package cleanup
+// drops them); reverse.go derives the GRACE reverse stream's options; schema.go follows schema changes (a new Relation
 // message's columns mapped by name onto the target's current ones, and the
 // retryable wait while the target lacks one the source sends); objects.go lists those a server holds (topology check's
 // leftovers); failover.go checks, before a Run reads, that the source is the

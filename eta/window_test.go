@@ -12,7 +12,7 @@ var t0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
 func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 
-func TestRateWindowETA(t *testing.T) {
+func TestWindowETA(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
 		samples             []Sample
@@ -59,7 +59,7 @@ func TestRateWindowETA(t *testing.T) {
 // raised after a minute) and then runs at the rate it keeps: once 10% is
 // done, the window's ETA is within 20% of the real remaining time, where the
 // average since the start is not.
-func TestRateWindowETAOnThrottledCopy(t *testing.T) {
+func TestWindowETAOnThrottledCopy(t *testing.T) {
 	const total = 1_000_000
 	rate := func(s float64) float64 { // rows/s at second s
 		if s < 60 {
@@ -110,7 +110,7 @@ func TestRateWindowETAOnThrottledCopy(t *testing.T) {
 // throttle feeling its way): from 10% on, the window's ETA is within 20% of
 // the real remaining time. A window of a fixed 30 s still holds the slow
 // start at 10% (14 s in).
-func TestRateWindowETAAfterSlowStart(t *testing.T) {
+func TestWindowETAAfterSlowStart(t *testing.T) {
 	const total = 100_000
 	rng := rand.New(rand.NewPCG(1, 2))
 	var samples []Sample

@@ -277,7 +277,7 @@ func (e *Env) BeginMigration(t testing.TB, migration string) {
 // both shards, the checkpoint schema, the publication and the slot.
 func (e *Env) join(t testing.TB) {
 	t.Helper()
-	r, err := join.Run(Ctx(t), e.Move, join.Options{Fences: e.Fences, SourceSet: e.Set, Replication: join.ReplicationDSN(e.DBs["a"].ReplicationDSN(), "a")})
+	r, err := join.Run(Ctx(t), e.Move, join.Options{Fences: e.Fences, SourceSet: e.SrcSet, Replication: join.ReplicationDSN(e.DBs["a"].ReplicationDSN(), "a")})
 	if err != nil {
 		t.Fatal(err)
 	}
