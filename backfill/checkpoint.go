@@ -30,7 +30,17 @@ CREATE TABLE IF NOT EXISTS reshard.copy_checkpoint (
 	started_at timestamptz NOT NULL DEFAULT now(),
 	updated_at timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (move, table_name, range_lo, range_hi)
-)`
+);
+-- A copy beside its stream (Options.StreamDuringCopy, cdc's copy gate):
+-- the end of the furthest chunk whose read started, recorded before its
+-- snapshot is taken; reading_all: a chunk that runs to the table's end.
+-- (Checked first: ALTER TABLE locks the table even when it changes nothing.)
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'reshard.copy_checkpoint'::regclass AND attname = 'reading_all' AND NOT attisdropped) THEN
+		ALTER TABLE reshard.copy_checkpoint ADD COLUMN IF NOT EXISTS reading_pk text[],
+			ADD COLUMN IF NOT EXISTS reading_all boolean NOT NULL DEFAULT false;
+	END IF;
+END $$`
 
 // EnsureSchema creates the checkpoint table on the target; idempotent and
 // safe to run concurrently.

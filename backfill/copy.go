@@ -81,6 +81,13 @@ type Options struct {
 	// retryable error (lost connection, serialization failure, deadlock).
 	// 0 means 3; negative means never.
 	Retries int
+	// StreamDuringCopy copies so that the move's stream can run beside the
+	// copy (cdc.Options.CopyGate): every table pages by primary key (one
+	// unit per table; integer and uuid keys only, cdc.NewKeyOrder), every
+	// unit is registered before any chunk is read, and each chunk's end is
+	// fixed by an index-only read of its keys and recorded on the target
+	// before the chunk's snapshot is taken (cdc/copygate.go says why).
+	StreamDuringCopy bool
 	// Progress, when set, is called after every committed chunk (from
 	// several goroutines, one at a time).
 	Progress func(Progress)
@@ -184,6 +191,11 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 	units, err := c.units(ctx)
 	if err != nil {
 		return Stats{}, err
+	}
+	if opts.StreamDuringCopy {
+		if err := c.register(ctx, units); err != nil {
+			return Stats{}, err
+		}
 	}
 	c.stats.Units = len(units)
 	c.turns = newTurns(opts.Parallel)
@@ -326,9 +338,12 @@ func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry b
 		return nil
 	}
 	order := Order(cp.Order)
+	if c.opts.StreamDuringCopy && cp.Order != "" && order != OrderPK {
+		return fmt.Errorf("copy %s of %s: an earlier run of move %s paged it by %s; a copy beside its stream pages by primary key: run it without StreamDuringCopy", u.rng, u.table, c.opts.Move, cp.Order)
+	}
 	if cp.Order == "" {
 		order = u.order
-	} else if !retry {
+	} else if !retry && (cp.LastPK != nil || !c.opts.StreamDuringCopy) { // a registered unit that copied nothing did not resume
 		c.mu.Lock()
 		c.stats.Resumed++
 		c.mu.Unlock()
@@ -367,6 +382,12 @@ func (c *copier) copyUnit(ctx context.Context, u unit, log *slog.Logger, retry b
 
 // chooseOrder picks how table t pages the move's ranges.
 func (c *copier) chooseOrder(ctx context.Context, t tableset.Table) (Order, error) {
+	if c.opts.StreamDuringCopy {
+		if c.opts.Order == OrderToken {
+			return "", fmt.Errorf("copy %s: a copy beside its stream pages by primary key; Options.Order token is not allowed with StreamDuringCopy", t)
+		}
+		return OrderPK, nil
+	}
 	if c.opts.Order != OrderAuto {
 		return c.opts.Order, nil
 	}
@@ -429,6 +450,37 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 		}
 		if err := c.turns.take(ctx, u.lane); err != nil {
 			return err
+		}
+		if c.opts.StreamDuringCopy {
+			ch, err := c.readGated(ctx, u, pos, n, &buf, nCols, nExtra)
+			if err == nil {
+				c.turns.count(u.lane, int64(ch.rows))
+				select {
+				case out <- ch: // the writer gives the turn
+				case <-ctx.Done():
+					err = ctx.Err()
+				}
+			}
+			if err != nil {
+				c.turns.give()
+				return err
+			}
+			// The throttle waits after the chunk went to the writer, not
+			// while it is being read: the stream holds the changes of a
+			// chunk in flight.
+			d, err := c.throttle.Wait(ctx, ch.rows, len(ch.data))
+			c.waited("rate", d)
+			if err != nil {
+				return err
+			}
+			if ch.final {
+				return nil
+			}
+			if ch.rows > 0 {
+				rowBytes = float64(len(ch.data)) / float64(ch.rows)
+			}
+			pos = ch.pos
+			continue
 		}
 		ch, err := c.readChunk(ctx, u, order, pos, n, &buf, nCols, nExtra)
 		if err == nil {

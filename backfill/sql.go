@@ -95,6 +95,12 @@ func pkLiterals(t tableset.Table, vals []string) string {
 // primary key as text — that say where the chunk ended. COPY takes no
 // parameters, so the position is inlined as typed literals.
 func chunkSQL(t tableset.Table, parts []ring.Range, order Order, pos position, limit int) string {
+	return boundedChunkSQL(t, parts, order, pos, nil, limit)
+}
+
+// boundedChunkSQL is chunkSQL's statement, reading only up to the primary
+// key end when it is not nil (OrderPK), with no limit then.
+func boundedChunkSQL(t tableset.Table, parts []ring.Range, order Order, pos position, end []string, limit int) string {
 	tok := t.TokenSQL("")
 	pk := columnList("", t.PK)
 	var extras []string
@@ -116,12 +122,17 @@ func chunkSQL(t tableset.Table, parts []ring.Range, order Order, pos position, l
 		}
 		where += " AND " + after
 	}
+	lim := strconv.Itoa(limit)
+	if end != nil {
+		where += fmt.Sprintf(" AND (%s) <= (%s)", pk, pkLiterals(t, end))
+		lim = "ALL"
+	}
 	orderBy := pk
 	if order == OrderToken {
 		orderBy = tok + ", " + pk
 	}
-	return fmt.Sprintf("COPY (SELECT %s, %s FROM %s WHERE %s ORDER BY %s LIMIT %d) TO STDOUT (FORMAT binary)",
-		selectList(t), strings.Join(extras, ", "), t.Quoted(), where, orderBy, limit)
+	return fmt.Sprintf("COPY (SELECT %s, %s FROM %s WHERE %s ORDER BY %s LIMIT %s) TO STDOUT (FORMAT binary)",
+		selectList(t), strings.Join(extras, ", "), t.Quoted(), where, orderBy, lim)
 }
 
 // stageName is the session's temporary staging table of t.
@@ -190,4 +201,45 @@ func isPK(t tableset.Table, col string) bool {
 		}
 	}
 	return false
+}
+
+// chunkEndSQL reads the primary key of the n-th row of t in parts after
+// pos (by primary key): the end of the next chunk of a copy beside its
+// stream, fixed before the chunk is read. No row: the chunk runs to the end.
+func chunkEndSQL(t tableset.Table, parts []ring.Range, pos position, n int) string {
+	pk := columnList("", t.PK)
+	key := make([]string, len(t.PK))
+	for i, c := range t.PK {
+		key[i] = pgx.Identifier{c}.Sanitize() + "::text"
+	}
+	where := ring.ScanPredicate(t.TokenSQL(""), parts)
+	if pos.pk != nil {
+		where += fmt.Sprintf(" AND (%s) > (%s)", pk, pkLiterals(t, pos.pk))
+	}
+	return fmt.Sprintf("SELECT ARRAY[%s] FROM %s WHERE %s ORDER BY %s OFFSET %d LIMIT 1",
+		strings.Join(key, ", "), t.Quoted(), where, pk, max(n-1, 0))
+}
+
+// typedKey is the primary key held in the text[] expr, cast back to t's
+// key types: a row value that compares as the copy's ORDER BY does.
+func typedKey(t tableset.Table, expr string) string {
+	parts := make([]string, len(t.PK))
+	for i, c := range t.PK {
+		col, _ := t.Column(c)
+		parts[i] = fmt.Sprintf("(%s)[%d]::%s", expr, i+1, col.Type)
+	}
+	return "ROW(" + strings.Join(parts, ", ") + ")"
+}
+
+// markReadingSQL records, before a chunk's snapshot is taken, that the
+// chunk ending at $5 (NULL: at the table's end) is being read. reading_pk
+// never moves back: a rerun after a kill may fix a nearer end than the
+// killed run's, whose chunk the stream may still be holding for.
+func markReadingSQL(t tableset.Table) string {
+	return fmt.Sprintf(`UPDATE reshard.copy_checkpoint AS c SET
+		reading_pk = CASE WHEN $5::text[] IS NULL THEN c.reading_pk
+			WHEN c.reading_pk IS NULL OR %s > %s THEN $5::text[] ELSE c.reading_pk END,
+		reading_all = c.reading_all OR $5::text[] IS NULL, updated_at = now()
+		WHERE move = $1 AND table_name = $2 AND range_lo = $3 AND range_hi = $4 AND NOT done`,
+		typedKey(t, "$5::text[]"), typedKey(t, "c.reading_pk"))
 }

@@ -73,6 +73,22 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 		if !samePK {
 			r.s.witness.touched(p.t.String(), oldPK, r.commit)
 		}
+		// A copy running beside the stream: the new key's write and the
+		// old key's delete, each by where its key stands (copygate.go).
+		gateOld := []string(nil)
+		if !samePK {
+			gateOld = oldPK
+		}
+		d, err := r.gate(ctx, p, newPK, gateOld)
+		if err != nil {
+			return err
+		}
+		if d[0] == GateSkip {
+			if !samePK && d[1] == GateApply {
+				r.tg.add(p, &pendingOp{pk: oldPK})
+			}
+			return nil
+		}
 		if hasUnchanged(newRow) {
 			// Unchanged TOAST values carried over from the key's image
 			// pending in this batch; those it lacks too stay as the target
@@ -102,6 +118,13 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 		// also covers messages without the key).
 		r.counted(c.Kind)
 		r.s.witness.touched(p.t.String(), oldPK, r.commit)
+		d, err := r.gate(ctx, p, oldPK)
+		if err != nil {
+			return err
+		}
+		if d[0] == GateSkip {
+			return nil // the copy has not read the row, and will not
+		}
 		r.tg.add(p, &pendingOp{pk: oldPK})
 	}
 	return nil

@@ -125,8 +125,13 @@ type Options struct {
 	// reads ahead (peek.go); for comparison (reshard-bench, section
 	// cdc-long) and tests.
 	PeekInPlace bool
-	Logger      *slog.Logger
-	Metrics     *Metrics
+	// CopyGate names the move whose copy runs beside this stream
+	// (backfill.Options.StreamDuringCopy, its Move): a change is applied,
+	// skipped or held by where its key stands in the copy (copygate.go).
+	// Empty: every change is applied, as when the copy has ended.
+	CopyGate string
+	Logger   *slog.Logger
+	Metrics  *Metrics
 }
 
 func (o *Options) defaults() error {
@@ -255,6 +260,8 @@ type Stream struct {
 	wake     func() // interrupts the runner's wait for the next message
 
 	witness witness // what was received, for a verify without a slot (witness.go)
+
+	gateSkipped, gateHeld atomic.Int64 // GateStats
 }
 
 var _ Controller = (*Stream)(nil)
@@ -410,6 +417,7 @@ type runner struct {
 	// tgtFailover: checkTarget found the target on a new timeline.
 	tgtFailover *TargetFailover
 	stopWatch   func() bool
+	cg          *copyGate // Options.CopyGate (copygate.go)
 }
 
 func (r *runner) close() {
@@ -430,6 +438,9 @@ func (r *runner) close() {
 	}
 	for _, c := range r.peeks {
 		c.Close(bg)
+	}
+	if r.cg != nil && r.cg.conn != nil {
+		r.cg.conn.Close(bg)
 	}
 }
 

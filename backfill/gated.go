@@ -1,0 +1,97 @@
+package backfill
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reshard/reshard/cdc"
+)
+
+// A copy beside its stream (Options.StreamDuringCopy): the copy's half of
+// cdc's copy gate (cdc/copygate.go). Every unit is registered before any
+// chunk is read, so the stream skips a table's changes only while none of
+// its chunks has started; each chunk's end is fixed first and recorded,
+// committed, before its snapshot is taken, so a change the stream skips
+// (read after the change's transaction became visible) is in a snapshot
+// taken later.
+
+// register records every unit of the copy, in one transaction, before any
+// chunk is read; a unit an earlier run recorded keeps its position.
+func (c *copier) register(ctx context.Context, units []unit) error {
+	for _, u := range units {
+		if _, err := cdc.NewKeyOrder(u.table); err != nil {
+			return err
+		}
+	}
+	return pgx.BeginFunc(ctx, c.dst, func(tx pgx.Tx) error {
+		for _, u := range units {
+			if _, err := tx.Exec(ctx, `INSERT INTO reshard.copy_checkpoint (move, table_name, range_lo, range_hi, order_by)
+				VALUES ($1, $2, $3, $4, $5) ON CONFLICT (move, table_name, range_lo, range_hi) DO NOTHING`,
+				c.opts.Move, u.table.String(), u.rng.Lo, u.rng.Hi, string(OrderPK)); err != nil {
+				return fmt.Errorf("copy %s of %s: register the unit for the stream's gate on the target: %w", u.rng, u.table, err)
+			}
+		}
+		return nil
+	})
+}
+
+// readGated reads the unit's next chunk of about n rows after pos: it fixes
+// the chunk's end (the n-th row's key, or the table's end), records it as
+// being read, and only then reads the chunk, up to that end.
+func (c *copier) readGated(ctx context.Context, u unit, pos position, n int, buf *bytes.Buffer, nCols, nExtra int) (chunk, error) {
+	fail := func(what string, err error) (chunk, error) {
+		return chunk{}, fmt.Errorf("copy chunk %s of %s: %s: %w", u.rng, u.table, what, err)
+	}
+	var end []string
+	err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
+		return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, setOwnAppName+pagingSettings); err != nil {
+				return err
+			}
+			err := tx.QueryRow(ctx, chunkEndSQL(u.table, u.parts, pos, n)).Scan(&end)
+			if errors.Is(err, pgx.ErrNoRows) {
+				end = nil
+				return nil
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return fail("fix its end on the source", err)
+	}
+	tag, err := c.dst.Exec(ctx, markReadingSQL(u.table), c.opts.Move, u.table.String(), u.rng.Lo, u.rng.Hi, end)
+	if err != nil {
+		return fail("record it as being read on the target", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return fail("record it as being read on the target", errCheckpointMoved)
+	}
+	buf.Reset()
+	stmt := setOwnAppName + pagingSettings + boundedChunkSQL(u.table, u.parts, OrderPK, pos, end, n)
+	if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
+		_, err := conn.Conn().PgConn().CopyTo(ctx, buf, stmt)
+		return err
+	}); err != nil {
+		return fail("read from source", err)
+	}
+	data, err := splitChunk(bytes.Clone(buf.Bytes()), nCols, nExtra)
+	if err != nil {
+		return fail("split", err)
+	}
+	ch := chunk{chunkData: data, from: pos, pos: pos, final: end == nil}
+	switch {
+	case end != nil:
+		ch.pos = position{pk: end}
+	case data.rows > 0:
+		ch.pos = position{pk: make([]string, len(u.table.PK))}
+		for i, v := range data.extras {
+			ch.pos.pk[i] = string(v)
+		}
+	}
+	return ch, nil
+}
