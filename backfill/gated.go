@@ -20,6 +20,11 @@ import (
 // (read after the change's transaction became visible) is in a snapshot
 // taken later.
 
+// afterGatedRead, set by tests, runs between a chunk's read and its write:
+// it widens the window in which the chunk's snapshot is older than the
+// changes the stream receives.
+var afterGatedRead func()
+
 // register records every unit of the copy, in one transaction, before any
 // chunk is read; a unit an earlier run recorded keeps its position.
 func (c *copier) register(ctx context.Context, units []unit) error {
@@ -82,6 +87,9 @@ func (c *copier) readGated(ctx context.Context, u unit, pos position, n int, buf
 	data, err := splitChunk(bytes.Clone(buf.Bytes()), nCols, nExtra)
 	if err != nil {
 		return fail("split", err)
+	}
+	if afterGatedRead != nil {
+		afterGatedRead()
 	}
 	ch := chunk{chunkData: data, from: pos, pos: pos, final: end == nil}
 	switch {

@@ -274,16 +274,19 @@ func (s *Stream) GateStats() GateStats {
 	return GateStats{Skipped: s.gateSkipped.Load(), Held: s.gateHeld.Load()}
 }
 
+// applyBoth is the verdict without a gate (read only).
+var applyBoth = [2]GateDecision{GateApply, GateApply}
+
 // gateHoldPoll is how often a held change reads the copy's progress again.
 const gateHoldPoll = 20 * time.Millisecond
 
 // gate decides the changes to keys of table p (nil keys are applied),
 // holding while any of them holds.
 func (r *runner) gate(ctx context.Context, p *tablePlan, keys ...[]string) ([]GateDecision, error) {
-	out := make([]GateDecision, len(keys))
-	if r.o.CopyGate == "" {
-		return out, nil
+	if r.o.CopyGate == "" || (r.cg != nil && r.cg.done) {
+		return applyBoth[:len(keys)], nil // no allocation on the applier's hot path
 	}
+	out := make([]GateDecision, len(keys))
 	g := r.cg
 	if g == nil {
 		g = &copyGate{orders: map[string]KeyOrder{}}

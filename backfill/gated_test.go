@@ -1,0 +1,337 @@
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/pgerr"
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+)
+
+// The copy beside its stream (StreamDuringCopy, cdc.Options.CopyGate)
+// against real servers: see streamDuringCopy.
+func TestStreamDuringCopyLosesNothing(t *testing.T) {
+	streamDuringCopy(t, 3*time.Second)
+}
+
+const gatedDDL = `
+	CREATE TABLE gusers (id bigint PRIMARY KEY, email text NOT NULL, balance bigint NOT NULL DEFAULT 0, payload text);
+	ALTER TABLE gusers ALTER payload SET STORAGE EXTERNAL;
+	CREATE TABLE gorders (id bigint PRIMARY KEY, user_id bigint NOT NULL, amount int NOT NULL DEFAULT 0)`
+
+// big is > 2 KB of incompressible text, stored out of line (TOAST).
+const gatedBig = `(SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 80))`
+
+var gatedRanges = []ring.Range{{Lo: ring.MinToken, Hi: -5_000_000_000_000_000_000}, {Lo: 2_000_000_000_000_000_000, Hi: 7_000_000_000_000_000_000}}
+
+// streamDuringCopy runs a copy throttled to last about copyFor while the
+// move's stream runs beside it and writers insert, update (TOASTed payloads
+// unchanged and changed), delete and change keys (a user's primary key, an
+// order's shard key) on the source; a worker kill (the copy's and the
+// stream's contexts cancelled, both started again) falls in the copy. Once
+// the copy is done and the stream has applied the writers' last change,
+// the target's rows in the moving ranges are the source's, row for row:
+// nothing lost, duplicated, stale or resurrected. The slot's confirmed
+// position moved while the copy ran, and the gate skipped changes.
+func streamDuringCopy(t *testing.T, copyFor time.Duration) {
+	ctx := context.Background()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	began := time.Now()
+	defer func() { t.Logf("%s from the servers up", time.Since(began).Round(time.Millisecond)) }()
+	src.Exec(t, gatedDDL)
+	dst.Exec(t, gatedDDL)
+	const users = 6000
+	src.Exec(t, fmt.Sprintf(`INSERT INTO gusers SELECT g, 'u'||g, g, CASE WHEN g %% 5 = 0 THEN %s END FROM generate_series(1, %d) g;
+		INSERT INTO gorders SELECT g, g %% %d + 1, g FROM generate_series(1, %d) g; ANALYZE`, gatedBig, users, users, users))
+	spec := tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}, {Table: "gorders", KeyColumn: "user_id"}}}
+	set, err := tableset.Introspect(ctx, dst.Pool, spec, "target")
+	if err != nil {
+		t.Fatal(err)
+	}
+	move := fmt.Sprintf("gated%d", rand.Uint32())
+	names, err := cdc.NamesFor(move)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cdc.CreatePublication(ctx, src.Pool, names.Publication, set, gatedRanges); err != nil {
+		t.Fatal(err)
+	}
+	w := startGatedWriters(t, src, users)
+	time.Sleep(200 * time.Millisecond)
+	rc, err := pgconn.Connect(ctx, src.ReplicationDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
+	rc.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cdc.DropSlot(context.Background(), src.Pool, names.Slot) })
+
+	streamOpts := cdc.Options{Move: move, SourceReplicationDSN: src.ReplicationDSN(), TargetDSN: dst.DSN, Slot: names.Slot,
+		Publication: names.Publication, Origin: names.Origin, StartLSN: l0, Set: set, Ranges: gatedRanges, CopyGate: move,
+		BatchDelay: 20 * time.Millisecond, StatusInterval: 200 * time.Millisecond}
+	var inRanges int64
+	for _, tb := range set.Tables {
+		inRanges += src.QueryInt64(t, "SELECT count(*) FROM "+tb.Quoted()+" WHERE "+ring.Predicate(tb.TokenSQL(""), gatedRanges))
+	}
+	copyOpts := Options{Move: move, Set: set, Ranges: gatedRanges, ChunkRows: 1000, StreamDuringCopy: true,
+		RowsPerSec: float64(inRanges) / copyFor.Seconds()}
+
+	// Each chunk waits between its read and its write, as under load: a
+	// change applied in that window, not held, is overwritten by the
+	// chunk's older image.
+	afterGatedRead = func() { time.Sleep(500 * time.Millisecond) }
+	t.Cleanup(func() { afterGatedRead = nil })
+
+	// The first worker: stream and copy, killed 40 % into the copy.
+	s1 := superviseGated(t, streamOpts)
+	killCtx, kill := context.WithTimeout(ctx, copyFor*4/10)
+	st1, err := Copy(killCtx, src.Pool, dst.Pool, copyOpts)
+	kill()
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the copy before the kill: %+v, %v; want it cut by the kill", st1, err)
+	}
+	s1.stop()
+	killed := s1.s.GateStats()
+	t.Logf("killed at %d rows copied: gate skipped %d, held %d", st1.Rows, killed.Skipped, killed.Held)
+
+	// The second worker: a new stream from the origin, the copy from its
+	// checkpoints.
+	s2 := superviseGated(t, streamOpts)
+	copyStart, confirmedAtStart := currentLSN(t, src), confirmedLSN(t, src, names.Slot)
+	var peak atomic.Int64
+	peakDone := watchRetained(t, src, names.Slot, &peak)
+	st2, err := Copy(ctx, src.Pool, dst.Pool, copyOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirmed := confirmedLSN(t, src, names.Slot)
+	copyEnd := currentLSN(t, src)
+	peakDone()
+	if st2.Resumed == 0 {
+		t.Errorf("the second copy resumed no unit: %+v", st2)
+	}
+	if confirmed <= confirmedAtStart {
+		t.Errorf("the slot confirmed %s at the copy's end, as at its start: the stream did not apply during the copy", confirmed)
+	}
+	time.Sleep(300 * time.Millisecond)
+	w.finish(t)
+	payload := fmt.Sprintf("drain-%d", rand.Int64())
+	src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', $1::text)", payload)
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := s2.s.DrainToMarker(dctx, payload); err != nil {
+		t.Fatal(err)
+	}
+	s2.stop()
+	g := s2.s.GateStats()
+	t.Logf("copy resumed: %d rows in %s; WAL written during it %d KiB, slot's peak retained %d KiB; gate skipped %d, held %d; writers made %d writes",
+		st2.Rows, st2.Elapsed.Round(time.Millisecond), (copyEnd-copyStart)/1024, peak.Load()/1024, g.Skipped, g.Held, w.n.Load())
+	if killed.Skipped+g.Skipped == 0 {
+		t.Error("the gate skipped no change: the writers never wrote ahead of the copy, the test proves little")
+	}
+	for _, tb := range set.Tables {
+		want, got := gatedRows(t, src, tb), gatedRows(t, dst, tb)
+		if a, b := diffSorted(want, got); len(a)+len(b) > 0 {
+			t.Errorf("%s: %d rows on the source in the ranges, %d on the target; source only or newer (%d): %v; target only or stale (%d): %v",
+				tb, len(want), len(got), len(a), a[:min(len(a), 5)], len(b), b[:min(len(b), 5)])
+		}
+	}
+}
+
+type gatedStream struct {
+	s    *cdc.Stream
+	stop func()
+}
+
+// superviseGated runs a stream, started again after retryable errors as a
+// worker does, until stopped.
+func superviseGated(t *testing.T, o cdc.Options) gatedStream {
+	s, err := cdc.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			err := s.Run(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			if !pgerr.Retryable(err) {
+				t.Errorf("stream stopped: %v", err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return gatedStream{s: s, stop: stop}
+}
+
+type gatedWriters struct {
+	stopped atomic.Bool
+	wg      sync.WaitGroup
+	n       atomic.Int64
+	mu      sync.Mutex
+	err     error
+}
+
+// startGatedWriters runs two writers on the source until finish.
+func startGatedWriters(t *testing.T, db *pgtest.DB, users int64) *gatedWriters {
+	w := &gatedWriters{}
+	var next atomic.Int64
+	next.Store(10 * users)
+	for seed := range uint64(2) {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			rnd := rand.New(rand.NewPCG(seed, 7))
+			for !w.stopped.Load() {
+				id := rnd.Int64N(users) + 1
+				var sql string
+				var args []any
+				switch op := rnd.IntN(12); {
+				case op < 2:
+					sql, args = "INSERT INTO gusers VALUES ($1::bigint, 'new'||$1::bigint, 0, "+gatedBig+") ON CONFLICT DO NOTHING", []any{next.Add(1)}
+				case op < 4:
+					sql, args = "INSERT INTO gusers VALUES ($1::bigint, 'again', 1) ON CONFLICT (id) DO UPDATE SET balance = gusers.balance + 1", []any{id}
+				case op < 6:
+					sql, args = "UPDATE gusers SET balance = balance + 1 WHERE id = $1", []any{id} // payload unchanged
+				case op < 7:
+					sql, args = "UPDATE gusers SET payload = "+gatedBig+" WHERE id = $1", []any{id}
+				case op < 8:
+					sql, args = "DELETE FROM gusers WHERE id = $1", []any{id}
+				case op < 9:
+					sql, args = "UPDATE gusers SET id = $2 WHERE id = $1", []any{id, next.Add(1)} // a primary-key change
+				case op < 10:
+					sql, args = "UPDATE gorders SET user_id = $2, amount = amount + 1 WHERE id = $1", []any{rnd.Int64N(users) + 1, id} // a shard-key change
+				case op < 11:
+					sql, args = "DELETE FROM gorders WHERE id = $1", []any{rnd.Int64N(users) + 1} // no shard key in the old tuple
+				default:
+					sql, args = "INSERT INTO gorders VALUES ($1, $2, 1) ON CONFLICT (id) DO UPDATE SET amount = gorders.amount + 1", []any{rnd.Int64N(users) + 1, id}
+				}
+				if _, err := db.Pool.Exec(context.Background(), sql, args...); err != nil {
+					w.mu.Lock()
+					w.err = err
+					w.mu.Unlock()
+					return
+				}
+				w.n.Add(1)
+			}
+		}()
+	}
+	t.Cleanup(func() { w.stopped.Store(true); w.wg.Wait() })
+	return w
+}
+
+func (w *gatedWriters) finish(t *testing.T) {
+	t.Helper()
+	w.stopped.Store(true)
+	w.wg.Wait()
+	if w.err != nil {
+		t.Fatalf("writer: %v", w.err)
+	}
+}
+
+func currentLSN(t *testing.T, db *pgtest.DB) pglogrepl.LSN {
+	t.Helper()
+	var s string
+	if err := db.Pool.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	l, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func confirmedLSN(t *testing.T, db *pgtest.DB, slot string) pglogrepl.LSN {
+	t.Helper()
+	var s string
+	if err := db.Pool.QueryRow(context.Background(), "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	l, err := pglogrepl.ParseLSN(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// watchRetained keeps in peak the most WAL the slot retained (from its
+// restart_lsn) until the returned stop.
+func watchRetained(t *testing.T, db *pgtest.DB, slot string, peak *atomic.Int64) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			var r int64
+			if err := db.Pool.QueryRow(ctx, "SELECT coalesce(pg_current_wal_lsn() - restart_lsn, 0)::bigint FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&r); err == nil && r > peak.Load() {
+				peak.Store(r)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// gatedRows is "key|md5(row)" of the table's rows in the moving ranges,
+// sorted.
+func gatedRows(t *testing.T, db *pgtest.DB, tb tableset.Table) []string {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), "SELECT x.id::text || '|' || md5(x::text) FROM "+tb.Quoted()+" AS x WHERE "+ring.Predicate(tb.TokenSQL("x"), gatedRanges))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func diffSorted(a, b []string) (onlyA, onlyB []string) {
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		switch {
+		case j == len(b) || (i < len(a) && strings.Compare(a[i], b[j]) < 0):
+			onlyA = append(onlyA, a[i])
+			i++
+		case i == len(a) || strings.Compare(b[j], a[i]) < 0:
+			onlyB = append(onlyB, b[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return
+}
