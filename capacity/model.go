@@ -99,7 +99,19 @@ type Options struct {
 	// CutoverBudget bounds the write pause (over it the cutover aborts and
 	// retries).
 	CutoverBudget time.Duration
+	// StreamDuringCopy: the moves' streams run during their copies through
+	// the copy gate (backfill.Options.StreamDuringCopy), so a slot retains
+	// StreamRetention of the source's WAL, not the copy's length of it, and
+	// the catch-up drains only that.
+	StreamDuringCopy bool
 }
+
+// StreamRetention is how much of the source's WAL, as time, the slot of a
+// stream that keeps up retains: the slot's restart_lsn moves only at the
+// xl_running_xacts record the source logs every 15 s while it is busy
+// (LOG_SNAPSHOT_INTERVAL_MS), and the confirmed position trails by the
+// stream's status interval (2 s) and batch delay.
+const StreamRetention = 20 * time.Second
 
 // MovePrediction is the model's figures for one move.
 type MovePrediction struct {
@@ -115,8 +127,9 @@ type MovePrediction struct {
 	Verify          Seconds `json:"verify_seconds"`
 	Cleanup         Seconds `json:"cleanup_seconds"`
 	WritePause      Seconds `json:"write_pause_seconds"`
-	// SlotWAL is the WAL the move's slot retains when its stream starts:
-	// the source's WAL rate × the copy's duration.
+	// SlotWAL is the most WAL the move's slot retains: the source's WAL
+	// rate × the copy's duration when the stream starts after the copy, ×
+	// StreamRetention when it runs during it (Options.StreamDuringCopy).
 	SlotWAL int64 `json:"slot_wal_bytes"`
 	// TargetGrowth is the rows and indexes the target gains.
 	TargetGrowth int64 `json:"target_growth_bytes"`
@@ -241,8 +254,13 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the probe copied no row, so its durations and WAL are not predicted", m.ID))
 		}
 		p.Copy = secs(copyS)
-		// The slot is created before the copy and streamed after it.
-		p.SlotWAL = int64(src.WALBytesPerSec * copyS)
+		// The slot is created before the copy and streamed after it: it
+		// keeps the copy's WAL; streamed during it, StreamRetention's.
+		held := copyS
+		if o.StreamDuringCopy && copyS > 0 {
+			held = min(copyS, StreamRetention.Seconds())
+		}
+		p.SlotWAL = int64(src.WALBytesPerSec * held)
 		// Catch-up applies the moving ranges' share of that WAL while the
 		// source keeps writing: W/(apply − incoming).
 		frac := 1.0
@@ -254,7 +272,7 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 		switch {
 		case incoming == 0 || copyS == 0:
 		case apply > incoming:
-			p.CatchUp = secs(incoming * copyS / (apply - incoming))
+			p.CatchUp = secs(incoming * held / (apply - incoming))
 		default:
 			p.CatchUp, p.Converges = -1, false
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the moving ranges take about %s/s of %s's WAL, no slower than the copy applies (%s/s): the catch-up may not converge; throttle the application's writes to these ranges or split the migration",

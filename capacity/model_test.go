@@ -135,3 +135,30 @@ func TestPredictWarnsOfACatchUpThatCannotEnd(t *testing.T) {
 		t.Fatalf("move %+v, warnings %v: want a catch-up that never ends, said", rep.Moves[0], rep.Warnings)
 	}
 }
+
+// With the stream running during the copy (the copy gate), the slot's
+// predicted WAL is StreamRetention's, whatever the copy's length, and the
+// catch-up drains only that; without it, it grows with the copy.
+func TestPredictStreamDuringCopyBoundsTheSlot(t *testing.T) {
+	shards := map[string]ShardProbe{"a": {WALBytesPerSec: 2 * mib, MaxSlotWALKeep: -1}, "b": {MaxSlotWALKeep: -1}}
+	for _, gb := range []int64{1, 10, 100} { // copies of 100 s, 1,000 s, 10,000 s at 10 MiB/s
+		m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1000, Bytes: gb * 1000 * mib, SetBytes: gb * 5000 * mib, Probe: probeAt(10*mib, 60*mib)}
+		after := Predict([]Move{m}, shards, nil, Options{StreamDuringCopy: true}).Moves[0]
+		before := Predict([]Move{m}, shards, nil, Options{}).Moves[0]
+		if want := int64(2 * mib * StreamRetention.Seconds()); after.SlotWAL != want {
+			t.Errorf("%d GB, stream during the copy: slot WAL %s, want %s", gb, HumanBytes(after.SlotWAL), HumanBytes(want))
+		}
+		if want := int64(2*mib) * int64(before.Copy); before.SlotWAL != want {
+			t.Errorf("%d GB, stream after the copy: slot WAL %s, want %s (2 MiB/s × %.0f s)", gb, HumanBytes(before.SlotWAL), HumanBytes(want), float64(before.Copy))
+		}
+		// 1/5 of 2 MiB/s comes in while 10 MiB/s applies: 0.4 × 20 / 9.6 s.
+		if got, want := float64(after.CatchUp), 0.4*StreamRetention.Seconds()/(10-0.4); got < want*0.999 || got > want*1.001 {
+			t.Errorf("%d GB: catch-up %.3fs, want %.3fs", gb, got, want)
+		}
+	}
+	// A copy shorter than StreamRetention keeps no more than its own WAL.
+	m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1000, Bytes: 50 * mib, Probe: probeAt(10*mib, 60*mib)}
+	if got := Predict([]Move{m}, shards, nil, Options{StreamDuringCopy: true}).Moves[0].SlotWAL; got != 10*mib {
+		t.Errorf("a 5 s copy: slot WAL %s, want 10 MiB", HumanBytes(got))
+	}
+}
