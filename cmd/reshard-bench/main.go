@@ -49,6 +49,7 @@ var sections = []section{
 	{name: "cdc-long", about: "catch-up over many SQL reads: reading a copy of the slot ahead of the applier vs peeking the slot one read at a time", run: runCDCLong},
 	{name: "cdc-stage", about: "staged vs text[] flushes by flush size: where staging starts to pay (cdc.DefaultStageMinRows)", run: runCDCStage},
 	{name: "capacity", about: "a whole-table copy throttled to last -capacity-copy under steady writes, its slot created first as the code does: the slot's peak retained WAL, the copy's time and the target's growth against the capacity model's predictions", run: runCapacity},
+	{name: "capstream", about: "the slot's peak retained WAL during a whole-table copy throttled to last -capstream-copy under steady writes, with the stream after the copy (before) and during it through the copy gate (after), against the lag budget (-capstream-lag-budget of WAL)", run: runCapStream},
 	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
 }
 
@@ -87,6 +88,9 @@ type config struct {
 	fenceTax      bool
 	// capacityCopy is how long section capacity's throttled copy lasts.
 	capacityCopy time.Duration
+	// capStreamCopy is how long section capstream's throttled copies last;
+	// capStreamLagBudget is the stream's lag budget, as time of WAL.
+	capStreamCopy, capStreamLagBudget time.Duration
 }
 
 func main() {
@@ -110,6 +114,8 @@ func main() {
 	flag.Int64Var(&cfg.sqlCatchUp, "cdc-sql-catch-up-bytes", 0, "the appliers' lag past which they catch up by SQL peeks (0: cdc's default, negative: walsender only)")
 	flag.Int64Var(&cfg.rebalanceUsers, "rebalance-users", 600_000, "users of the rebalance section's cluster (each with 2 orders: 3 rows per user)")
 	flag.DurationVar(&cfg.capacityCopy, "capacity-copy", 150*time.Second, "how long section capacity's throttled copy lasts (its rows/s follows)")
+	flag.DurationVar(&cfg.capStreamCopy, "capstream-copy", 5*time.Minute, "how long each of section capstream's two throttled copies lasts")
+	flag.DurationVar(&cfg.capStreamLagBudget, "capstream-lag-budget", 30*time.Second, "section capstream's lag budget, as this much of the source's WAL")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
 	flag.IntVar(&cfg.cutoverRounds, "cutover-rounds", 10, "round trips of section cutover (a cutover and its rollback each: two write pauses)")
 	flag.BoolVar(&cfg.fenceTax, "fence-tax", true, "section cutover also measures the fence trigger's cost on single-row updates (pgbench, about 3 minutes)")
@@ -123,7 +129,7 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 {
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 || cfg.capStreamCopy <= 0 || cfg.capStreamLagBudget <= 0 {
 		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window, -cutover-rounds and -capacity-copy must be positive")
 		os.Exit(2)
 	}
