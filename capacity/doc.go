@@ -9,8 +9,12 @@
 // transaction that is rolled back, and one verify-style checksum of the
 // source's rows. The model then follows what the code does today: a move's
 // slot is created before its copy and its stream starts after it, so the
-// slot retains the source's WAL of the whole copy; the figures are per move
-// and per shard, with the basis of each figure printed beside it.
+// slot retains the source's WAL of the whole copy. With Options.
+// StreamDuringCopy (the copy gate: backfill.Options.StreamDuringCopy and
+// cdc.Options.CopyGate, not yet what the move workflow runs) the stream runs
+// during the copy and the slot retains StreamRetention of WAL instead. The
+// figures are per move and per shard, with the basis of each figure
+// printed beside it.
 //
 // Layout: model.go is pure (the prediction and the refusals from probes and
 // budgets: table-tested); probe.go runs the probes (real PostgreSQL);
