@@ -208,8 +208,8 @@ func (p CopyProgress) Decide(o KeyOrder, key []string) (GateDecision, error) {
 func ReadCopyProgress(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }, move string) (map[string]CopyProgress, error) {
-	rows, err := q.Query(ctx, `SELECT table_name, done, last_pk, reading_pk, reading_all
-		FROM reshard.copy_checkpoint WHERE move = $1 AND order_by = 'pk'`, move)
+	rows, err := q.Query(ctx, `SELECT table_name, order_by, done, last_pk, reading_pk, reading_all
+		FROM reshard.copy_checkpoint WHERE move = $1`, move)
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && (pgErr.Code == pgerr.CodeUndefinedTable || pgErr.Code == pgerr.CodeUndefinedColumn) {
@@ -220,12 +220,20 @@ func ReadCopyProgress(ctx context.Context, q interface {
 	out := map[string]CopyProgress{}
 	for rows.Next() {
 		var (
-			table string
-			p     CopyProgress
+			table, order string
+			p            CopyProgress
 		)
-		if err := rows.Scan(&table, &p.Done, &p.Copied, &p.ReadingTo, &p.ReadingAll); err != nil {
+		if err := rows.Scan(&table, &order, &p.Done, &p.Copied, &p.ReadingTo, &p.ReadingAll); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("read the copy's progress of move %s on the target: %w", move, err)
+		}
+		_, twice := out[table]
+		if order != "pk" || twice {
+			// A copy that did not run beside its stream (backfill's
+			// StreamDuringCopy) pages by token, a unit per range: its
+			// positions do not say which keys it has read.
+			rows.Close()
+			return nil, fmt.Errorf("the copy of move %s pages %s by %s in several units, not beside its stream: the copy gate cannot tell which changes it will read; run the stream after the copy", move, table, order)
 		}
 		p.Registered = true
 		out[table] = p
