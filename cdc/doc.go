@@ -56,6 +56,12 @@
 // timeline (a promoted synchronous standby, which holds every committed
 // batch with its origin progress) is reported as a TargetFailover and the
 // stream resumes from the origin there, another system stops the stream;
+// copygate.go is the copy gate (Options.CopyGate, off by default): with the
+// copy running beside the stream (backfill.Options.StreamDuringCopy), a
+// change is applied when its key's chunk is committed on the target, held
+// while that chunk is being copied and skipped while it has not started,
+// the progress read only after the change's transaction is visible on the
+// source, so the slot retains the stream's lag, not the copy's length;
 // witness.go keeps what the stream received (the ids of source transactions
 // until a source snapshot sees them, the keys each changed) so that verify
 // can re-check, at a point without a slot, only what changed since its run.
