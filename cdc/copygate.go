@@ -366,6 +366,14 @@ func (r *runner) gate(ctx context.Context, p *tablePlan, keys ...[]string) ([]Ga
 			start = time.Now()
 			r.s.log.Warn("cdc holding a change until the copy commits the chunk it falls in (is the copy running?)", "table", table, "xid", r.xid)
 		}
+		// A long hold (a copy paused with a chunk marked as being read)
+		// still answers the walsender, which would end the stream after
+		// wal_sender_timeout without a status.
+		if r.repl != nil && !r.peeking && !time.Now().Before(r.nextStatus) {
+			if err := r.sendStatus(ctx, false); err != nil {
+				return nil, err
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
