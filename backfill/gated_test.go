@@ -335,3 +335,74 @@ func diffSorted(a, b []string) (onlyA, onlyB []string) {
 	}
 	return
 }
+
+// A copy beside its stream registers its units before any chunk, and every
+// chunk's end is on the target while the chunk is between its read and its
+// write (readGated records it before the read): the gate then holds a key
+// in it and skips one past it, and the last chunk holds every key past the
+// committed position. A copy not run beside its stream is refused by the
+// gate rather than taken as not started.
+func TestGatedCopyRecordsEachChunkBeforeItsRead(t *testing.T) {
+	ctx := context.Background()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, gatedDDL)
+	dst.Exec(t, gatedDDL)
+	src.Exec(t, `INSERT INTO gusers SELECT g, 'u'||g FROM generate_series(1, 1000) g; INSERT INTO gorders SELECT g, g, g FROM generate_series(1, 1000) g`)
+	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, err := cdc.NewKeyOrder(set.Tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	var seen []string
+	afterGatedRead = func() {
+		prog, err := cdc.ReadCopyProgress(ctx, dst.Pool, "recorded")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		p := prog["public.gusers"]
+		hold, _ := p.Decide(order, []string{"1000"})
+		first, _ := p.Decide(order, []string{"1"})
+		// The copied position depends on how far the writer is behind
+		// the reader (it reads a chunk ahead); the chunk being read is
+		// recorded whatever it is.
+		// So is key 1's verdict past the first chunk: apply once that
+		// chunk is committed, hold before.
+		if len(seen) > 0 && first == cdc.GateHold {
+			first = cdc.GateApply
+		}
+		seen = append(seen, fmt.Sprintf("reading %v all %v: key 1 %s, key 1000 %s", p.ReadingTo, p.ReadingAll, first, hold))
+	}
+	t.Cleanup(func() { afterGatedRead = nil })
+	if _, err := Copy(ctx, src.Pool, dst.Pool, Options{Move: "recorded", Set: set, Ranges: whole, ChunkRows: 400, StreamDuringCopy: true}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"reading [400] all false: key 1 hold, key 1000 skip",
+		"reading [800] all false: key 1 apply, key 1000 skip",
+		"reading [800] all true: key 1 apply, key 1000 hold",
+	}
+	if !slices.Equal(seen, want) {
+		t.Errorf("the progress as each chunk was read:\n%s\nwant\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+	prog, err := cdc.ReadCopyProgress(ctx, dst.Pool, "recorded")
+	if err != nil || !prog["public.gusers"].Done {
+		t.Errorf("after the copy: %+v %v, want done", prog, err)
+	}
+	if d, _ := prog["public.gusers"].Decide(order, []string{"5000"}); d != cdc.GateApply {
+		t.Errorf("a key past the table's end after the copy: %s, want apply", d)
+	}
+
+	// A copy not run beside its stream: paged by token, a unit per range.
+	afterGatedRead = nil
+	if _, err := Copy(ctx, src.Pool, dst.Pool, Options{Move: "plain", Set: set, Ranges: []ring.Range{{Lo: ring.MinToken, Hi: 0}, {Lo: 1 << 62, Hi: ring.MaxToken}}, Order: OrderToken, ChunkRows: 400}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cdc.ReadCopyProgress(ctx, dst.Pool, "plain"); err == nil || !strings.Contains(err.Error(), "pages public.gusers by token") {
+		t.Errorf("the gate over a copy paged by token: %v, want a refusal", err)
+	}
+}
