@@ -88,6 +88,11 @@ type Options struct {
 	// fixed by an index-only read of its keys and recorded on the target
 	// before the chunk's snapshot is taken (cdc/copygate.go says why).
 	StreamDuringCopy bool
+	// Standby, when set, says that source is a streaming standby of the
+	// source shard: each chunk is read only once it has replayed past the
+	// slot's consistent point, and a chunk the standby cancels for a
+	// recovery conflict is read again (see Standby).
+	Standby *Standby
 	// Progress, when set, is called after every committed chunk (from
 	// several goroutines, one at a time).
 	Progress func(Progress)
@@ -114,6 +119,7 @@ type Stats struct {
 	Skipped             int // units already done by an earlier run
 	Resumed             int // units that started from an earlier run's checkpoint
 	Retries             int // units restarted after a retryable error
+	RecoveryConflicts   int // chunk reads a standby cancelled and read again
 	FastChunks          int64
 	Throttled           time.Duration // waited for rows/s and bytes/s
 	BackedOff           time.Duration // waited for source pressure
@@ -516,8 +522,26 @@ func (c *copier) readChunk(ctx context.Context, u unit, order Order, pos positio
 	buf.Reset()
 	stmt := setOwnAppName + pagingSettings + chunkSQL(u.table, u.parts, order, pos, n)
 	if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
-		_, err := conn.Conn().PgConn().CopyTo(ctx, buf, stmt)
-		return err
+		sb := c.opts.Standby
+		for conflicts := 0; ; conflicts++ {
+			if sb != nil {
+				if err := sb.awaitReplay(ctx, conn); err != nil {
+					return err
+				}
+			}
+			buf.Reset()
+			_, err := conn.Conn().PgConn().CopyTo(ctx, buf, stmt)
+			if sb == nil || !pgerr.RecoveryConflict(err) || conflicts >= sb.conflicts() {
+				return err
+			}
+			// The standby cancelled the read to replay the primary's WAL
+			// (hot_standby_feedback off, or max_standby_streaming_delay
+			// short): the same chunk, read again, is as good.
+			c.log.Debug("chunk read cancelled by a recovery conflict; reading it again", "table", u.table.String(), "error", err)
+			c.mu.Lock()
+			c.stats.RecoveryConflicts++
+			c.mu.Unlock()
+		}
 	}); err != nil {
 		return chunk{}, fmt.Errorf("copy chunk %s of %s: read from source: %w", u.rng, u.table, err)
 	}

@@ -290,6 +290,21 @@ func (pg *PG) StartStandby(ctx context.Context, primary, sb Server) error {
 	return setSyncStandby(ctx, primary, true)
 }
 
+// StartAsyncStandby is StartStandby without making the standby
+// synchronous: the primary's commits never wait for it (a test's standby
+// of a server other tests use, a read replica).
+func (pg *PG) StartAsyncStandby(ctx context.Context, primary, sb Server) error {
+	if _, err := os.Stat(filepath.Join(sb.DataDir, "PG_VERSION")); err != nil {
+		if err := pg.baseBackup(ctx, primary, sb); err != nil {
+			return err
+		}
+	}
+	if err := pg.Start(ctx, sb); err != nil {
+		return err
+	}
+	return waitStreaming(ctx, primary, 60*time.Second)
+}
+
 // Promote ends the recovery of standby s: it becomes a primary on the next
 // timeline. Clear synchronous_standby_names on it (a synchronous commit
 // would wait for a standby it does not have) with ClearSyncStandby.

@@ -276,3 +276,16 @@ func Collision(err error) bool {
 	var ue *UniqueError
 	return errors.As(err, &ce) || errors.As(err, &ue)
 }
+
+// RecoveryConflict reports a statement a hot standby cancelled because
+// replaying the primary's WAL needed what it held (a row version vacuumed
+// on the primary, a lock): SQLSTATE 40001 or 40P01 with "conflict with
+// recovery". The same statement usually succeeds when run again.
+func RecoveryConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return (pgErr.Code == CodeSerializationFailure || pgErr.Code == CodeDeadlockDetected) &&
+		strings.Contains(pgErr.Message, "conflict with recovery")
+}

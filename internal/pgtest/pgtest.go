@@ -566,3 +566,25 @@ func DiffRows(t testing.TB, what string, want, got []string) {
 		}
 	}
 }
+
+// Standby starts an asynchronous streaming standby of throwaway server i
+// (pg_basebackup -R), killed when the test ends: its databases are the
+// server's, each under the same name (NewDB's made before or after). It
+// is asynchronous, so the server's other tests never wait for it, and
+// made from the running server, so it costs a base backup, not an initdb.
+func Standby(t testing.TB, i int) devenv.Server {
+	t.Helper()
+	primary := Server(t, i)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	port, err := devenv.FreePort()
+	if err != nil {
+		t.Fatalf("pgtest: free port: %v", err)
+	}
+	sb := devenv.Server{Name: primary.Name + "_standby", Port: port, DataDir: filepath.Join(TempDir(t, "reshard-standby-"), "data")}
+	t.Cleanup(func() { _ = pg.Kill(context.Background(), sb) })
+	if err := pg.StartAsyncStandby(ctx, *primary, sb); err != nil {
+		t.Fatalf("pgtest: standby of %s: %v", primary.Name, err)
+	}
+	return sb
+}
