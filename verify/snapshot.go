@@ -140,7 +140,10 @@ func importN(ctx context.Context, pool *pgxpool.Pool, snapshot string, n int) ([
 // the target snapshot is taken, and released at once. Without a holder (a
 // quiescent source, or a check outside a move) both snapshots are simply
 // taken one after the other.
-func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n int) (_ *snapshots, err error) {
+//
+// With primary set, src is a streaming standby of it and the source's
+// snapshot is taken there (standby.go).
+func openSnapshots(ctx context.Context, src, dst, primary *pgxpool.Pool, holder Holder, n int) (_ *snapshots, err error) {
 	s := &snapshots{sessions: make([]*session, n)}
 	for i := range s.sessions {
 		s.sessions[i] = &session{}
@@ -151,7 +154,11 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n
 		}
 	}()
 	var srcTx []*readTx
-	if holder == nil {
+	if holder == nil && primary != nil {
+		if srcTx, _, err = standbySnapshot(ctx, src, primary, n); err != nil {
+			return nil, fmt.Errorf("source's standby: %w", err)
+		}
+	} else if holder == nil {
 		first, snap, err := export(ctx, src)
 		if err != nil {
 			return nil, fmt.Errorf("source: %w", err)
@@ -165,7 +172,12 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n
 	} else {
 		for attempt := 1; ; attempt++ {
 			var lsn pglogrepl.LSN
-			if srcTx, lsn, err = slotSnapshot(ctx, src, n); err != nil {
+			if primary != nil {
+				srcTx, lsn, err = standbySnapshot(ctx, src, primary, n)
+			} else {
+				srcTx, lsn, err = slotSnapshot(ctx, src, n)
+			}
+			if err != nil {
 				if attempt > 1 {
 					holder.Release() // gated by the passed hold below
 				}
@@ -173,7 +185,8 @@ func openSnapshots(ctx context.Context, src, dst *pgxpool.Pool, holder Holder, n
 			}
 			s.lsn = lsn.String()
 			// The snapshot holds the transactions whose commit record starts
-			// before the consistent point; the slot streams those from it on
+			// before the consistent point (or the standby's replay position);
+			// the slot streams those from it on
 			// (PG15 decode.c: skipped iff commit LSN < start_decoding_at).
 			// HoldAt counts commit LSN <= its argument, hence lsn-1.
 			err = holder.HoldAt(ctx, lsn-1)

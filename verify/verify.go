@@ -75,6 +75,12 @@ type Options struct {
 	// point without a replication slot, which a long transaction on the
 	// source does not hold up (recheck.go).
 	Recheck bool
+	// Primary, when set, says that the source pool is a streaming standby
+	// of this server, the source shard's primary: the source's side is read
+	// on the standby at a replay position it reaches after the primary's
+	// current one, with the applier held there (standby.go). Not with
+	// Recheck, which reads the primary's WAL position beside its snapshot.
+	Primary *pgxpool.Pool
 	Metrics *Metrics
 	Logger  *slog.Logger
 	// Progress, when set, is called after every chunk, from the worker that
@@ -122,6 +128,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if len(ring.Normalize(o.Ranges)) == 0 {
 		return o, errors.New("verify: no token range to verify")
+	}
+	if o.Recheck && o.Primary != nil {
+		return o, errors.New("verify: a re-check reads the source's primary, not a standby: pass the primary as the source and no Options.Primary")
 	}
 	if o.RowsPerSecond < 0 {
 		return o, fmt.Errorf("verify: rows per second %v is negative", o.RowsPerSecond)
@@ -257,7 +266,7 @@ func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []
 	n := min(opts.Parallel, len(todo))
 	if snaps == nil {
 		var err error
-		if snaps, err = openSnapshots(ctx, src, dst, opts.Holder, n); err != nil {
+		if snaps, err = openSnapshots(ctx, src, dst, opts.Primary, opts.Holder, n); err != nil {
 			return fmt.Errorf("verify: take snapshots: %w", err)
 		}
 		defer snaps.close()
