@@ -205,3 +205,60 @@ func SlotReader(ctx context.Context, conn Querier, slot string) (pid int32, exis
 	}
 	return pid, true, nil
 }
+
+// NotStandbyOfError: the server configured as a source shard's standby is
+// not a streaming standby of the server the move's slot is on (another
+// system, another timeline, or not in recovery). Reading a copy or a
+// verify there would read another history: not retryable.
+type NotStandbyOfError struct {
+	Source     string // the source shard
+	Was, Now   SourceIdentity
+	InRecovery bool
+}
+
+func (e *NotStandbyOfError) Error() string {
+	var why string
+	switch {
+	case !e.InRecovery:
+		why = "it is not in recovery (a primary, or a promoted standby)"
+	case e.Was.SystemID != e.Now.SystemID:
+		why = fmt.Sprintf("its system id is %s, the source's %s", e.Now.SystemID, e.Was.SystemID)
+	default:
+		why = fmt.Sprintf("it replays timeline %d, the move's slot was created on timeline %d", e.Now.Timeline, e.Was.Timeline)
+	}
+	return fmt.Sprintf("the standby configured for source %s is not a standby of it: %s; fix shards.%s.standby in reshard.yaml, or read from the primary (--read-from primary)",
+		e.Source, why, e.Source)
+}
+
+// Retryable: a configuration to fix, not a state that passes.
+func (e *NotStandbyOfError) Retryable() bool { return false }
+
+// CheckStandby tells whether the server at standbyReplicationDSN is a
+// streaming standby of the source whose identity was recorded with the
+// move (was: the server its slot is on): in recovery, with the same system
+// identifier, replaying the same timeline (IDENTIFY_SYSTEM on a standby
+// reports the timeline it replays). Otherwise a *NotStandbyOfError.
+func CheckStandby(ctx context.Context, standbyReplicationDSN, source string, was SourceIdentity) error {
+	cfg, err := pgsession.ParseConfig(standbyReplicationDSN)
+	if err != nil {
+		return fmt.Errorf("parse the connection string of %s's standby: %w", source, redactParseError(err))
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return wrapOp("connect to the standby of "+source+" for replication", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	now, err := IdentifySource(ctx, conn)
+	if err != nil {
+		return err
+	}
+	res, err := conn.Exec(ctx, "SELECT pg_is_in_recovery()").ReadAll()
+	if err != nil {
+		return wrapOp("ask the standby of "+source+" whether it is in recovery", err)
+	}
+	recovery := len(res) == 1 && len(res[0].Rows) == 1 && string(res[0].Rows[0][0]) == "t"
+	if !recovery || (was.known() && (now.SystemID != was.SystemID || now.Timeline != was.Timeline)) {
+		return &NotStandbyOfError{Source: source, Was: was, Now: now, InRecovery: recovery}
+	}
+	return nil
+}
