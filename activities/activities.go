@@ -218,6 +218,19 @@ func (a *Activities) Reload(shards map[string]string, password string) (added []
 	return added
 }
 
+// SetStandbys takes the shards' standbys of the worker configuration (at
+// start and at every reload): a changed one reconnects on its next use.
+func (a *Activities) SetStandbys(standbys map[string]string) {
+	changed := a.pools.r.SetStandbys(standbys)
+	keys := make([]string, len(changed))
+	for i, n := range changed {
+		keys[i] = standbyKey(n)
+	}
+	if len(keys) > 0 {
+		a.pools.drop(keys...)
+	}
+}
+
 // Shards lists the shard names of the worker's configuration.
 func (a *Activities) Shards() []string { return a.pools.r.Known() }
 
@@ -300,7 +313,7 @@ func classify(err error) error {
 	switch {
 	case errors.As(err, &firing):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeFiringTrigger, nil)
-	case errors.As(err, &bad):
+	case errors.As(err, &bad), errors.As(err, new(*cdc.NotStandbyOfError)), errors.As(err, new(*backfill.NotStandbyError)):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypeBadInput, nil)
 	case errors.As(err, &problem):
 		return temporal.NewNonRetryableApplicationError(err.Error(), workflows.ErrTypePreflight, nil)

@@ -217,6 +217,19 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, badInput("move id: %v", err)
 	}
+	// With --read-from standby the chunks come from the source's standby;
+	// the slot, its guard and the adaptive throttle's signals stay on the
+	// primary.
+	read, fromStandby, err := a.readSource(ctx, in.Move, s.src)
+	if err != nil {
+		return workflows.CopyProgress{}, err
+	}
+	var standby *backfill.Standby
+	if fromStandby {
+		if standby, err = copyStandby(in.Move); err != nil {
+			return workflows.CopyProgress{}, err
+		}
+	}
 	th := backfill.NewThrottle(in.Throttle.RowsPerSec, in.Throttle.BytesPerSec)
 	meter := a.rates.meter(in.Move.Spec, th, before)
 	defer a.rates.release(in.Move.Spec.Target, meter)
@@ -239,7 +252,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	err = guard.With(sctx, func(ctx context.Context) error {
 		return ad.With(ctx, func(ctx context.Context) error {
 			var err error
-			stats, err = backfill.Copy(ctx, s.src, s.dst, backfill.Options{
+			stats, err = backfill.Copy(ctx, read, s.dst, backfill.Options{Standby: standby,
 				Move: in.Move.Spec.ID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
 				Throttle: th, Progress: meter.progress,
 				Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
@@ -610,11 +623,24 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 
 // verifyOnce is one verify.Run of the move.
 func (a *Activities) verifyOnce(ctx context.Context, in workflows.VerifyInput, s sides, st *cdc.Stream, th *backfill.Throttle, ad *backfill.Adaptive, meter *verifyMeter) (*verify.Report, error) {
+	// With --read-from standby the source's side is read on its standby;
+	// a re-check reads the primary's WAL position beside its snapshot, so
+	// it reads the primary.
+	src, primary := s.src, (*pgxpool.Pool)(nil)
+	if !in.Recheck {
+		read, fromStandby, err := a.readSource(ctx, in.Move, s.src)
+		if err != nil {
+			return nil, err
+		}
+		if fromStandby {
+			src, primary = read, s.src
+		}
+	}
 	var rep *verify.Report
 	err := ad.With(ctx, func(ctx context.Context) error {
 		var err error
-		rep, err = verify.Run(ctx, s.src, s.dst, verify.Options{
-			RunID: in.RunID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target,
+		rep, err = verify.Run(ctx, src, s.dst, verify.Options{
+			Primary: primary, RunID: in.RunID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target,
 			Ranges: in.Move.Spec.Ranges, Throttle: th, Holder: st, Recheck: in.Recheck,
 			ChunkRows: verifyChunkRows(in.Move.Request),
 			Metrics:   a.metrics.Verify, Logger: a.log.With("move", in.Move.Spec.ID),

@@ -25,6 +25,10 @@ type Resolver struct {
 	Control  string            // DSN of the control database, without password
 	Shards   map[string]string // shard name → DSN, without password
 	Password string            // "" when the servers need none (trust, passfile)
+	// Standbys maps a shard name to the DSN of a streaming standby of its
+	// primary (without password): a migration run with --read-from
+	// standby reads its copy and verify there.
+	Standbys map[string]string
 
 	mu sync.RWMutex
 }
@@ -80,6 +84,32 @@ func (r *Resolver) shardDSN(shard string) (string, bool) {
 	defer r.mu.RUnlock()
 	d, ok := r.Shards[shard]
 	return d, ok
+}
+
+// SetStandbys replaces the shards' standbys (a reload) and returns the
+// shards whose standby changed or went away.
+func (r *Resolver) SetStandbys(standbys map[string]string) (changed []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for n, dsn := range r.Standbys {
+		if standbys[n] != dsn {
+			changed = append(changed, n)
+		}
+	}
+	sort.Strings(changed)
+	r.Standbys = maps.Clone(standbys)
+	return changed
+}
+
+// standbyDSN is the DSN of a shard's standby with the password.
+func (r *Resolver) standbyDSN(shard string) (string, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	base, ok := r.Standbys[shard]
+	if !ok {
+		return "", badInput("shard %q has no standby in the worker configuration: give its entry under shards a standby: DSN (dsn: and standby:) in reshard.yaml, or run the migration with --read-from primary", shard)
+	}
+	return withPassword(base, r.Password), nil
 }
 
 // controlDSN is the control database's DSN with the password.
@@ -144,6 +174,18 @@ func (p *pools) shard(ctx context.Context, name string) (*pgxpool.Pool, error) {
 	return p.get(ctx, name, dsn)
 }
 
+// standbyKey keys a shard's standby pool: never a shard name.
+func standbyKey(shard string) string { return "\x00standby " + shard }
+
+// standby is the pool of a shard's standby.
+func (p *pools) standby(ctx context.Context, shard string) (*pgxpool.Pool, error) {
+	dsn, err := p.r.standbyDSN(shard)
+	if err != nil {
+		return nil, err
+	}
+	return p.get(ctx, standbyKey(shard), dsn)
+}
+
 func (p *pools) control(ctx context.Context) (*pgxpool.Pool, error) {
 	dsn := p.r.controlDSN()
 	if dsn == "" {
@@ -202,6 +244,9 @@ func (p *pools) close() {
 func printable(key string) string {
 	if key == controlKey {
 		return "the control database"
+	}
+	if shard, ok := strings.CutPrefix(key, standbyKey("")); ok {
+		return "the standby of shard " + shard
 	}
 	return "shard " + key
 }

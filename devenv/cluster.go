@@ -609,8 +609,15 @@ func upTemporal(ctx context.Context, t Temporal, log *slog.Logger) (Temporal, er
 // Up writes. DSNs carry no password: it comes from the environment variable
 // PasswordEnv when that is set, otherwise from PasswordFile.
 type WorkerConfig struct {
-	Control      string            `yaml:"control"`
-	Shards       map[string]string `yaml:"shards"`
+	Control string `yaml:"control"`
+	// Shards maps a shard's name to its DSN. An entry may instead be a
+	// mapping {dsn: DSN, standby: DSN}, the second a streaming standby of
+	// the shard's primary that a migration may read its copy and verify
+	// from (--read-from standby); its standby goes to Standbys.
+	Shards map[string]string `yaml:"shards"`
+	// Standbys maps a shard's name to its standby's DSN (from the shards
+	// entries written as mappings).
+	Standbys     map[string]string `yaml:"-"`
 	PasswordEnv  string            `yaml:"password_env"`
 	PasswordFile string            `yaml:"password_file"`
 	Temporal     TemporalConfig    `yaml:"temporal"`
@@ -618,6 +625,86 @@ type WorkerConfig struct {
 	// Capacity is what each shard can spare for a migration (optional):
 	// plan refuses what would overflow it.
 	Capacity map[string]ShardCapacity `yaml:"capacity,omitempty"`
+}
+
+// ShardEntry is the long form of a shard's entry under shards.
+type ShardEntry struct {
+	DSN     string `yaml:"dsn"`
+	Standby string `yaml:"standby,omitempty"`
+}
+
+// UnmarshalYAML reads a shard entry as a DSN or as a ShardEntry.
+func (wc *WorkerConfig) UnmarshalYAML(value *yaml.Node) error {
+	type plain WorkerConfig
+	// Everything but shards decodes as it is; shards' entries one by one.
+	rest := *value
+	rest.Content = nil
+	var shards *yaml.Node
+	for i := 0; i+1 < len(value.Content); i += 2 {
+		if value.Content[i].Value == "shards" {
+			shards = value.Content[i+1]
+			continue
+		}
+		rest.Content = append(rest.Content, value.Content[i], value.Content[i+1])
+	}
+	if err := rest.Decode((*plain)(wc)); err != nil {
+		return err
+	}
+	if shards == nil {
+		return nil
+	}
+	var entries map[string]yaml.Node
+	if err := shards.Decode(&entries); err != nil {
+		return err
+	}
+	wc.Shards = make(map[string]string, len(entries))
+	for name, n := range entries {
+		if n.Kind == yaml.ScalarNode {
+			wc.Shards[name] = n.Value
+			continue
+		}
+		var e ShardEntry
+		if err := n.Decode(&e); err != nil {
+			return fmt.Errorf("shards.%s: want a DSN, or dsn: and standby: (line %d): %w", name, n.Line, err)
+		}
+		wc.Shards[name] = e.DSN
+		if e.Standby != "" {
+			if wc.Standbys == nil {
+				wc.Standbys = map[string]string{}
+			}
+			wc.Standbys[name] = e.Standby
+		}
+	}
+	return nil
+}
+
+// MarshalYAML writes a shard that has a standby in the long form.
+func (wc WorkerConfig) MarshalYAML() (any, error) {
+	type plain WorkerConfig
+	if len(wc.Standbys) == 0 {
+		return plain(wc), nil
+	}
+	var n yaml.Node
+	if err := n.Encode(plain(wc)); err != nil {
+		return nil, err
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value != "shards" {
+			continue
+		}
+		entries := n.Content[i+1].Content
+		for j := 0; j+1 < len(entries); j += 2 {
+			name := entries[j].Value
+			if sb := wc.Standbys[name]; sb != "" {
+				var e yaml.Node
+				if err := e.Encode(ShardEntry{DSN: wc.Shards[name], Standby: sb}); err != nil {
+					return nil, err
+				}
+				entries[j+1] = &e
+			}
+		}
+	}
+	return &n, nil
 }
 
 // WorkerSection holds the worker's own settings.

@@ -142,6 +142,18 @@ const (
 	VerifyFailRollback OnVerifyFail = "rollback"
 )
 
+// ReadFrom says which server of a source shard the copy and verify read
+// its rows from; the move's slot and stream stay on the primary.
+type ReadFrom string
+
+const (
+	// ReadFromPrimary (or ""): the source's primary.
+	ReadFromPrimary ReadFrom = "primary"
+	// ReadFromStandby: the source's streaming standby (the worker
+	// configuration's shards.<name>.standby), sparing the primary.
+	ReadFromStandby ReadFrom = "standby"
+)
+
 // DefaultGracePeriod is the GRACE period of a request that sets none.
 const DefaultGracePeriod = time.Hour
 
@@ -178,6 +190,9 @@ type MigrationRequest struct {
 	ChunkRows       int          `json:"chunk_rows,omitempty"`
 	RequireApproval bool         `json:"require_approval,omitempty"`
 	OnVerifyFail    OnVerifyFail `json:"on_verify_fail,omitempty"`
+	// ReadFrom: where the copy and verify read the source's rows ("":
+	// the primary).
+	ReadFrom ReadFrom `json:"read_from,omitempty"`
 	// GracePeriod is how long GRACE keeps the old owner current by reverse
 	// CDC before CLEANUP: nil is DefaultGracePeriod, 0 cleans up right
 	// after the cutover (no rollback after it). A pointer because 0 is a

@@ -92,6 +92,11 @@ func (r MigrationRequest) Validate() error {
 	default:
 		return fmt.Errorf("--on-verify-fail %q: want wait or rollback", r.OnVerifyFail)
 	}
+	switch r.ReadFrom {
+	case "", ReadFromPrimary, ReadFromStandby:
+	default:
+		return fmt.Errorf("--read-from %q: want primary or standby", r.ReadFrom)
+	}
 	return nil
 }
 

@@ -33,9 +33,12 @@ const PasswordEnvVar = "RESHARD_PASSWORD"
 // password; the password is only put into connection configs (connConfig),
 // never into a string that could be printed.
 type clusterConfig struct {
-	Path     string
-	Control  string
-	Shards   map[string]string
+	Path    string
+	Control string
+	Shards  map[string]string
+	// Standbys maps a shard to its streaming standby's DSN (--read-from
+	// standby reads the copy and verify there).
+	Standbys map[string]string
 	Temporal devenv.TemporalConfig
 	// Listen is worker.listen: the worker's /metrics address when its
 	// --listen is not given ("" : the flag's default).
@@ -103,6 +106,18 @@ func validateConfig(path string, wc devenv.WorkerConfig) (*clusterConfig, error)
 			return nil, bad("shards.%s: %v", name, err)
 		}
 		c.Shards[name] = dsn
+	}
+	for name, dsn := range wc.Standbys {
+		if _, ok := c.Shards[name]; !ok {
+			return nil, bad("shards.%s.standby: no DSN for the shard itself (want dsn: and standby:)", name)
+		}
+		if err := checkDSN(dsn); err != nil {
+			return nil, bad("shards.%s.standby: %v", name, err)
+		}
+		if c.Standbys == nil {
+			c.Standbys = map[string]string{}
+		}
+		c.Standbys[name] = dsn
 	}
 	for name, sc := range wc.Capacity {
 		if _, ok := c.Shards[name]; !ok {

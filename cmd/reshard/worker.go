@@ -123,6 +123,7 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, wf 
 	acts.SQLCatchUpBytes = wf.sqlCatchUp
 	acts.CapacityWALWindow = wf.walWindow
 	acts.SetBudgets(cfg.Capacity)
+	acts.SetStandbys(cfg.Standbys)
 	reg.MustRegister(acts.ControlCollector())
 	defer acts.Close()
 
@@ -280,6 +281,7 @@ func watchConfig(ctx context.Context, opts *globalOptions, cfg *clusterConfig, a
 		}
 		added := acts.Reload(next.Shards, next.password)
 		acts.SetBudgets(next.Capacity)
+		acts.SetStandbys(next.Standbys)
 		log.Info("configuration reloaded", "config", cfg.Path, "shards", len(next.Shards), "added", added)
 		select {
 		case reportNow <- struct{}{}:

@@ -1,0 +1,166 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/keyspace"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/workflows"
+)
+
+// TestMoveReadFromStandby: a move run with --read-from standby through the
+// activities, writers busy on the primary all along: the copy slices and
+// the verify read the source's standby (the configuration's standby of
+// shard src), the slot and stream stay on the primary. The verify passes,
+// and once the writers stop and the stream drains, the target holds
+// exactly the primary's moving rows. A standby entry that names a server
+// which is not a standby of the source stops the copy, non-retryable,
+// naming the fix.
+func TestMoveReadFromStandby(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	const ddl = `CREATE TABLE users (id bigint PRIMARY KEY, name text, n int NOT NULL DEFAULT 0)`
+	src.Exec(t, ddl+`; INSERT INTO users SELECT g, 'n' || g FROM generate_series(1, 20000) g; ANALYZE users`)
+	dst.Exec(t, ddl)
+	if err := backfill.EnsureSchema(ctx, dst.Pool); err != nil {
+		t.Fatal(err)
+	}
+	sb := pgtest.Standby(t, 0)
+	a := New(&Resolver{Shards: map[string]string{"src": src.DSN, "dst": dst.DSN}, Standbys: map[string]string{"src": sb.DSN(src.Name, false)}}, nil, nil)
+	t.Cleanup(a.Close)
+
+	ranges := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken / 3}}
+	inRange := ring.Predicate("hashint8extended(id, 0)", ranges)
+	spec := keyspace.Spec{Name: "users", Tables: []keyspace.TableSpec{{Table: "users", KeyColumn: "id"}}}
+	moveID := fmt.Sprintf("actsb%d_m1", time.Now().UnixNano()%1_000_000)
+	req := &workflows.MigrationRequest{ID: "actsb", ReadFrom: workflows.ReadFromStandby}
+	ref := workflows.MoveRef{MigrationID: "actsb", Spec: workflows.MoveSpec{ID: moveID, Source: "src", Target: "dst", Ranges: ranges}, Tables: spec, Request: req}
+
+	var writes atomic.Int64
+	wctx, stopWriters := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), 3))
+			for wctx.Err() == nil {
+				id := rnd.Int64N(24000) + 1
+				var err error
+				switch rnd.IntN(4) {
+				case 0:
+					_, err = src.Pool.Exec(wctx, `DELETE FROM users WHERE id = $1`, id)
+				default:
+					_, err = src.Pool.Exec(wctx, `INSERT INTO users VALUES ($1, 'w', 1) ON CONFLICT (id) DO UPDATE SET n = users.n + 1, name = 'w'`, id)
+				}
+				if err == nil {
+					writes.Add(1)
+				}
+			}
+		})
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopWriters()
+			wg.Wait()
+			stopped = true
+		}
+	}
+	defer stop()
+
+	names, err := cdc.NamesFor(moveID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := tableset.Introspect(ctx, src.Pool, spec, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cdc.CreatePublication(ctx, src.Pool, names.Publication, set, ranges); err != nil {
+		t.Fatal(err)
+	}
+	l0, id, err := a.createSlot(ctx, "src", names.Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref.Source = &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}
+
+	// The standby entry names a server that is no standby of src.
+	wrong := New(&Resolver{Shards: map[string]string{"src": src.DSN, "dst": dst.DSN}, Standbys: map[string]string{"src": dst.DSN}}, nil, nil)
+	t.Cleanup(wrong.Close)
+	_, err = wrong.CopySlice(ctx, workflows.CopySliceInput{Move: ref, ChunkRows: 1000, MaxTime: 5 * time.Second})
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || !appErr.NonRetryable() || !strings.Contains(err.Error(), "shards.src.standby") {
+		t.Fatalf("copy from a server that is no standby of src: %v, want a non-retryable error naming shards.src.standby", err)
+	}
+	if n := dst.QueryInt64(t, `SELECT count(*) FROM users`); n != 0 {
+		t.Fatalf("the refused copy wrote %d rows", n)
+	}
+
+	slices := 0
+	for {
+		p, err := a.CopySlice(ctx, workflows.CopySliceInput{Move: ref, ChunkRows: 1000, MaxTime: 2 * time.Second})
+		if err != nil {
+			t.Fatalf("copy slice %d: %v", slices, err)
+		}
+		slices++
+		if p.Done {
+			t.Logf("copied %d rows from the standby in %d slices", p.Rows, slices)
+			break
+		}
+	}
+
+	sctx, stopStream := context.WithCancel(ctx)
+	streamDone := make(chan error, 1)
+	go func() { streamDone <- a.RunCDC(sctx, workflows.CDCInput{Move: ref, L0: l0.String()}) }()
+	defer func() {
+		stopStream()
+		if err := <-streamDone; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("stream: %v", err)
+		}
+	}()
+	before := writes.Load()
+	sum, err := a.Verify(ctx, workflows.VerifyInput{Move: ref, RunID: moveID + "_v1"})
+	if err != nil {
+		t.Fatalf("verify from the standby: %v", err)
+	}
+	if !sum.Passed || sum.Rows < 5000 {
+		t.Fatalf("verify from the standby: %+v", sum)
+	}
+	t.Logf("verify from the standby: %d rows, 0 mismatches, %d writes on the primary meanwhile", sum.Rows, writes.Load()-before)
+
+	stop()
+	q := `SELECT coalesce(string_agg(u::text, '|' ORDER BY id), '') FROM users u WHERE ` + inRange
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var want, got string
+		if err := src.Pool.QueryRow(ctx, q).Scan(&want); err != nil {
+			t.Fatal(err)
+		}
+		if err := dst.Pool.QueryRow(ctx, q).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if want == got {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("60 s after %d writes stopped, the target's moving rows still differ from the primary's", writes.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("after %d writes on the primary, the target holds exactly its %d moving rows", writes.Load(), dst.QueryInt64(t, `SELECT count(*) FROM users`))
+}
