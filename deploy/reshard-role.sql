@@ -63,6 +63,10 @@ SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', f, :'role')
 FROM unnest(ARRAY['pg_replication_origin_create(text)', 'pg_replication_origin_drop(text)',
                   'pg_replication_origin_session_setup(text)', 'pg_replication_origin_session_progress(boolean)',
                   'pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone)']) f \gexec
+-- --read-from standby: a verify pauses the standby's replay for the few
+-- milliseconds of its snapshot (granted here, replicated to the standby).
+SELECT format('GRANT EXECUTE ON FUNCTION %s TO %I', f, :'role')
+FROM unnest(ARRAY['pg_wal_replay_pause()', 'pg_wal_replay_resume()']) f \gexec
 -- Every session's type and state in pg_stat_activity: the cutover's in-flight
 -- wait, the copy's backoff on busy sessions, free WAL senders.
 SELECT format('GRANT pg_read_all_stats TO %I', :'role') \gexec
