@@ -50,6 +50,7 @@ var sections = []section{
 	{name: "cdc-stage", about: "staged vs text[] flushes by flush size: where staging starts to pay (cdc.DefaultStageMinRows)", run: runCDCStage},
 	{name: "capacity", about: "a whole-table copy throttled to last -capacity-copy under steady writes, its slot created first as the code does: the slot's peak retained WAL, the copy's time and the target's growth against the capacity model's predictions", run: runCapacity},
 	{name: "capstream", about: "the slot's peak retained WAL during a whole-table copy throttled to last -capstream-copy under steady writes, with the stream after the copy (before) and during it through the copy gate (after), against the lag budget (-capstream-lag-budget of WAL)", run: runCapStream},
+	{name: "standby", about: "the same 1/5 move's copy and verify read from the source's primary, then from its streaming standby (--read-from standby): the CPU the primary spends in each", run: runStandby},
 	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
 }
 
