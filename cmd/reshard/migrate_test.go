@@ -258,6 +258,10 @@ func TestValidateConfig(t *testing.T) {
 		{func(w *devenv.WorkerConfig) { w.Temporal.Address = "" }, "temporal.address"},
 		{func(w *devenv.WorkerConfig) { w.Worker.Listen = "9464" }, "worker.listen"},
 		{func(w *devenv.WorkerConfig) { w.PasswordFile = filepath.Join(dir, "missing") }, "password_file"},
+		{func(w *devenv.WorkerConfig) {
+			w.Standbys = map[string]string{"shard1": "postgres://h/db?password=hunter2"}
+		}, "shards.shard1.standby"},
+		{func(w *devenv.WorkerConfig) { w.Standbys = map[string]string{"shard9": "postgres://h/db"} }, "shards.shard9.standby"},
 	} {
 		w := good()
 		tc.edit(&w)
@@ -269,6 +273,12 @@ func TestValidateConfig(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("the error prints the password: %v", err)
 		}
+	}
+	// A shard's standby, for --read-from standby.
+	w0 := good()
+	w0.Standbys = map[string]string{"shard2": "postgres://postgres@127.0.0.1:5435/reshard"}
+	if c, err := validateConfig("f.yaml", w0); err != nil || c.Standbys["shard2"] != w0.Standbys["shard2"] || len(c.Standbys) != 1 {
+		t.Errorf("a standby: %v, standbys %v", err, c.Standbys)
 	}
 	// No password source at all: trust or ~/.pgpass.
 	w := good()
