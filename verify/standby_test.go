@@ -32,7 +32,10 @@ func TestMoveReadFromStandbyUnderLiveWrites(t *testing.T) {
 	src.Exec(t, liveSchema)
 	dst.Exec(t, liveSchema)
 	src.Exec(t, `INSERT INTO users SELECT g, 'u' || g, g % 100, md5(g::text) FROM generate_series(1, 20000) g`)
+	t0 := time.Now()
 	sb := pgtest.Standby(t, 0)
+	t.Logf("standby of server 0 in %s", time.Since(t0).Round(time.Millisecond))
+	defer func() { t.Logf("the rest in %s", time.Since(t0).Round(time.Millisecond)) }()
 	standby, err := pgxpool.New(ctx, sb.DSN(src.Name, false))
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +107,7 @@ func TestMoveReadFromStandbyUnderLiveWrites(t *testing.T) {
 	holder := &loggingHolder{t: t, s: stream}
 	opts := Options{Set: srcSet, Ranges: ranges, Holder: holder, ChunkRows: 1500, Parallel: 2, BisectRows: 200, Primary: src.Pool}
 	var last string
-	for run := range 4 {
+	for run := range 2 {
 		before := writes.Load()
 		rep, err := Run(ctx, standby, dst.Pool, opts)
 		if err != nil {
