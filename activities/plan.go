@@ -11,6 +11,7 @@ import (
 
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -125,6 +126,12 @@ func (a *Activities) PreflightMove(ctx context.Context, m workflows.MoveRef) err
 	var msgs []string
 	for _, p := range rep.Moves[0].Problems {
 		msgs = append(msgs, p.Error())
+	}
+	if err := a.preflightStandby(ctx, m); err != nil {
+		if pgerr.Retryable(err) {
+			return classify(err)
+		}
+		msgs = append(msgs, err.Error())
 	}
 	if len(msgs) > 0 {
 		return temporal.NewNonRetryableApplicationError("preflight of move "+m.Spec.ID+" failed; nothing was changed:\n  "+strings.Join(msgs, "\n  "),

@@ -2,12 +2,15 @@ package activities
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -41,4 +44,35 @@ func copyStandby(m workflows.MoveRef) (*backfill.Standby, error) {
 		return nil, badInput("move %s: recorded L0 %q: %v", m.Spec.ID, m.Source.L0, err)
 	}
 	return &backfill.Standby{Name: "the standby of " + m.Spec.Source, Floor: l0}, nil
+}
+
+// preflightStandby is PLAN's check of --read-from standby: the source has
+// a standby in the configuration, and it is a standby of the source's
+// primary as it is now (the move's slot does not exist yet).
+func (a *Activities) preflightStandby(ctx context.Context, m workflows.MoveRef) error {
+	if m.Request == nil || m.Request.ReadFrom != workflows.ReadFromStandby {
+		return nil
+	}
+	dsn, err := a.pools.r.standbyDSN(m.Spec.Source)
+	if err != nil {
+		return err
+	}
+	primary, err := a.pools.r.replicationDSN(m.Spec.Source)
+	if err != nil {
+		return err
+	}
+	cfg, err := pgsession.ParseConfig(primary)
+	if err != nil {
+		return badInput("the replication DSN of %s does not parse", printable(m.Spec.Source))
+	}
+	rc, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return &cdc.ConnError{Op: "replication connection to " + m.Spec.Source, Err: errors.New("cannot connect")}
+	}
+	id, err := cdc.IdentifySource(ctx, rc)
+	rc.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
+	}
+	return cdc.CheckStandby(ctx, withParam(dsn, "replication", "database"), m.Spec.Source, id)
 }

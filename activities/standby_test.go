@@ -85,6 +85,28 @@ func TestMoveReadFromStandby(t *testing.T) {
 	}
 	defer stop()
 
+	// PLAN refuses a standby entry that is no standby of src, or none,
+	// before anything is made; it passes the real one.
+	wrong := New(&Resolver{Shards: map[string]string{"src": src.DSN, "dst": dst.DSN}, Standbys: map[string]string{"src": dst.DSN}}, nil, nil)
+	t.Cleanup(wrong.Close)
+	none := New(&Resolver{Shards: map[string]string{"src": src.DSN, "dst": dst.DSN}}, nil, nil)
+	t.Cleanup(none.Close)
+	for _, c := range []struct {
+		name string
+		a    *Activities
+		want string
+	}{{"a server that is no standby of src", wrong, "not in recovery"}, {"no standby", none, "has no standby"}} {
+		err := c.a.PreflightMove(ctx, ref)
+		var appErr *temporal.ApplicationError
+		if !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypePreflight || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "nothing was changed") {
+			t.Fatalf("PLAN with %s: %v, want a %s error saying %q", c.name, err, workflows.ErrTypePreflight, c.want)
+		}
+		t.Logf("PLAN with %s: %v", c.name, err)
+	}
+	if err := a.PreflightMove(ctx, ref); err != nil {
+		t.Fatalf("PLAN with src's own standby: %v", err)
+	}
+
 	names, err := cdc.NamesFor(moveID)
 	if err != nil {
 		t.Fatal(err)
@@ -103,8 +125,6 @@ func TestMoveReadFromStandby(t *testing.T) {
 	ref.Source = &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}
 
 	// The standby entry names a server that is no standby of src.
-	wrong := New(&Resolver{Shards: map[string]string{"src": src.DSN, "dst": dst.DSN}, Standbys: map[string]string{"src": dst.DSN}}, nil, nil)
-	t.Cleanup(wrong.Close)
 	_, err = wrong.CopySlice(ctx, workflows.CopySliceInput{Move: ref, ChunkRows: 1000, MaxTime: 5 * time.Second})
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) || !appErr.NonRetryable() || !strings.Contains(err.Error(), "shards.src.standby") {
