@@ -30,6 +30,7 @@
 // from the shards and steps the law while the work runs (copy, verify,
 // cleanup); slotguard.go brakes a copy whose slot nears its WAL budget
 // (max_slot_wal_keep_size, or the configured one) and ends it when the slot
-// is lost; delete.go deletes moved rows at CLEANUP; sql.go builds the
-// statements.
+// is lost; standby.go reads the chunks on the source's streaming standby,
+// each once the standby has replayed the slot's consistent point;
+// delete.go deletes moved rows at CLEANUP; sql.go builds the statements.
 package backfill

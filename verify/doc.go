@@ -21,7 +21,8 @@
 //
 // Layout: verify.go runs a verify (plan, compare, summarize); plan.go plans
 // chunks and records them on the target for resumption; snapshot.go takes
-// both sides' snapshots at one LSN; sql.go builds the checksum statements;
+// both sides' snapshots at one LSN, and standby.go the source's on its
+// streaming standby (replay paused at a position past the primary's); sql.go builds the checksum statements;
 // report.go is the report and its renderings; metrics.go its metrics;
 // recheck.go re-checks a run after an aborted cutover: the chunks the
 // changes since touched, at a plain source snapshot paired with the applier
