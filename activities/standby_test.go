@@ -16,6 +16,7 @@ import (
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -118,7 +119,7 @@ func TestMoveReadFromStandby(t *testing.T) {
 	if err := cdc.CreatePublication(ctx, src.Pool, names.Publication, set, ranges); err != nil {
 		t.Fatal(err)
 	}
-	l0, id, err := a.createSlot(ctx, "src", names.Slot)
+	l0, id, err := join.Slot(ctx, a.replication("src"), "src", names.Slot)
 	if err != nil {
 		t.Fatal(err)
 	}
