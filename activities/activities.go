@@ -148,6 +148,7 @@ func (a *Activities) Register(register func(fn any, name string)) {
 	register(a.Rollback, workflows.ActivityRollback)
 	register(a.RecoverSource, workflows.ActivityRecoverSource)
 	register(a.Repair, workflows.ActivityRepair)
+	register(a.RecoverReverse, workflows.ActivityRecoverReverse)
 }
 
 func (a *Activities) putStream(move string, s *cdc.Stream) {

@@ -392,6 +392,9 @@ func (a *Activities) reverseOptions(m workflows.MoveRef, s sides, l0 string) (cd
 	}
 	o, err := cdc.ReverseOptions(fwd, plain, repl, s.srcSet, start)
 	o.Source, o.Target = m.Spec.Target, m.Spec.Source // the reverse stream reads the new owner
+	// ... on the server its slot was created on: a promoted standby of the
+	// new owner, without the slot, is a *cdc.FailedOverError.
+	o.SourceIdentity = sourceIdentity(m.Reverse)
 	return o, err
 }
 
@@ -721,11 +724,20 @@ func (a *Activities) prepareReverse(ctx context.Context, m workflows.MoveRef) (w
 	}
 	stop := keepBeating(ctx, 5*time.Second, func() any { return "creating the reverse slot" })
 	defer stop()
-	_, l0, err := join.Reverse(ctx, s.move(m), repl)
+	names, l0, err := join.Reverse(ctx, s.move(m), repl)
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}
-	return workflows.JoinResult{L0: l0.String()}, nil
+	// The new owner's server, which the reverse stream, a rollback's drain
+	// and a reverse repair compare with: a failover of the new owner (the
+	// slot lost with the promotion) is then told from "no changes". A
+	// failover between the slot's creation and this look is a missing slot
+	// here, and the activity's retry creates it on the new primary.
+	id, err := cdc.CheckSource(ctx, repl, m.Spec.Target, names.Slot, cdc.SourceIdentity{}, l0)
+	if err != nil {
+		return workflows.JoinResult{}, fmt.Errorf("reverse slot of move %s: %w", m.Spec.ID, err)
+	}
+	return workflows.JoinResult{L0: l0.String(), Source: &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}}, nil
 }
 
 // Cutover runs one cutover attempt with the session's stream (cutover.Run
@@ -954,7 +966,8 @@ func (a *Activities) rollback(ctx context.Context, in workflows.EndInput) (int64
 	ad := a.adaptive(in.Move.Spec.ID, in.Adaptive, nil, false, th, s.dst, nil, "")
 	defer a.follow(ctx, workflows.Throttle{Adaptive: in.Adaptive}, th, false, ad)()
 	o := rollback.Options{Store: store, Control: control, Old: old, VerifyRunIDs: in.VerifyRunIDs, Budget: in.Budget,
-		MigrationID: in.Move.MigrationID, Logger: a.log.With("move", in.Move.Spec.ID), Throttle: th}
+		MigrationID: in.Move.MigrationID, Logger: a.log.With("move", in.Move.Spec.ID), Throttle: th,
+		CheckReverse: func(ctx context.Context) error { return a.checkReverse(ctx, in.Move) }}
 	stop := keepBeating(ctx, 5*time.Second, func() any { return beats{"rolling back", adaptiveStatus(ad)} })
 	defer stop()
 	mv := s.move(in.Move)
@@ -1062,18 +1075,28 @@ func (a *Activities) Repair(ctx context.Context, in workflows.RepairInput) (work
 }
 
 func (a *Activities) repair(ctx context.Context, in workflows.RepairInput) (workflows.RepairResult, error) {
-	if err := a.checkSource(ctx, in.Move); err != nil {
+	check := a.checkSource
+	if in.Reverse {
+		check = a.checkReverse
+	}
+	if err := check(ctx, in.Move); err != nil {
 		return workflows.RepairResult{}, err
 	}
 	s, err := a.sides(ctx, in.Move)
 	if err != nil {
 		return workflows.RepairResult{}, err
 	}
+	// Reverse (GRACE, after the new owner failed over): the new owner is
+	// the truth, the old owner's copy of the moving ranges is rewritten.
+	truth, repaired, set := s.src, s.dst, s.srcSet
+	if in.Reverse {
+		truth, repaired, set = s.dst, s.src, s.dstSet
+	}
 	var chunks atomic.Int64
 	stop := keepBeating(ctx, 5*time.Second, func() any { return map[string]int64{"repair_chunks": chunks.Load()} })
 	defer stop()
-	rep, err := verify.Repair(ctx, s.src, s.dst, verify.Options{
-		Set: s.srcSet, Ranges: in.Move.Spec.Ranges, ChunkRows: verifyChunkRows(in.Move.Request),
+	rep, err := verify.Repair(ctx, truth, repaired, verify.Options{
+		Set: set, Ranges: in.Move.Spec.Ranges, ChunkRows: verifyChunkRows(in.Move.Request),
 		Logger:   a.log.With("move", in.Move.Spec.ID),
 		Progress: func(verify.ChunkReport) { chunks.Add(1) },
 	})
@@ -1082,8 +1105,88 @@ func (a *Activities) repair(ctx context.Context, in workflows.RepairInput) (work
 	}
 	// Read and written on the server the slot is on: a failover meanwhile
 	// is recovered again.
-	if err := a.checkSource(ctx, in.Move); err != nil {
+	if err := check(ctx, in.Move); err != nil {
 		return workflows.RepairResult{}, err
 	}
 	return workflows.RepairResult{Chunks: rep.Chunks, Repaired: rep.Repaired, RowsCopied: rep.RowsCopied, RowsDeleted: rep.RowsDeleted}, nil
+}
+
+// checkReverse is cdc.CheckSource for a move's reverse slot, on the new
+// owner, against the server recorded when it was created (MoveRef.Reverse):
+// a *cdc.FailedOverError when the new owner failed over. A move without a
+// record (cut over before it was kept) is not checked.
+func (a *Activities) checkReverse(ctx context.Context, m workflows.MoveRef) error {
+	_, err := a.reverseFailover(ctx, m)
+	return err
+}
+
+// reverseFailover is checkReverse's look at the new owner: the server
+// found, and a *cdc.FailedOverError when it is not the recorded one or the
+// reverse slot is gone.
+func (a *Activities) reverseFailover(ctx context.Context, m workflows.MoveRef) (cdc.SourceIdentity, error) {
+	if m.Reverse == nil || m.Reverse.SystemID == "" {
+		return cdc.SourceIdentity{}, nil
+	}
+	names, err := cdc.ReverseNamesFor(m.Spec.ID)
+	if err != nil {
+		return cdc.SourceIdentity{}, badInput("move id: %v", err)
+	}
+	since, err := pglogrepl.ParseLSN(m.Reverse.L0)
+	if err != nil {
+		return cdc.SourceIdentity{}, badInput("move %s: recorded reverse L0 %q: %v", m.Spec.ID, m.Reverse.L0, err)
+	}
+	dsn, err := a.pools.r.replicationDSN(m.Spec.Target)
+	if err != nil {
+		return cdc.SourceIdentity{}, err
+	}
+	return cdc.CheckSource(ctx, dsn, m.Spec.Target, names.Slot, sourceIdentity(m.Reverse), since)
+}
+
+// RecoverReverse creates the move's reverse slot again on the new owner's
+// new primary after a failover under GRACE's reverse stream (the workflow
+// has stopped it), as RecoverSource does the forward slot: the reverse
+// publication made sure of, a lost slot dropped, the old owner's reverse
+// origin dropped (its position is in the old slot's history) and the slot
+// created, its consistent point the reverse stream's new start. A new owner
+// that did not fail over returns an empty result and changes nothing.
+func (a *Activities) RecoverReverse(ctx context.Context, m workflows.MoveRef) (workflows.RecoverSourceResult, error) {
+	defer keepBeating(ctx, 5*time.Second, func() any { return "creating the reverse slot again on the new owner's new primary" })()
+	r, err := a.recoverReverse(ctx, m)
+	return r, classify(err)
+}
+
+func (a *Activities) recoverReverse(ctx context.Context, m workflows.MoveRef) (workflows.RecoverSourceResult, error) {
+	names, err := cdc.ReverseNamesFor(m.Spec.ID)
+	if err != nil {
+		return workflows.RecoverSourceResult{}, badInput("move id: %v", err)
+	}
+	_, err = a.reverseFailover(ctx, m)
+	var fe *cdc.FailedOverError
+	if err == nil {
+		return workflows.RecoverSourceResult{}, nil
+	}
+	if !errors.As(err, &fe) {
+		return workflows.RecoverSourceResult{}, err
+	}
+	s, err := a.sides(ctx, m)
+	if err != nil {
+		return workflows.RecoverSourceResult{}, err
+	}
+	if fe.SlotLost {
+		if err := cdc.DropSlot(ctx, s.dst, names.Slot); err != nil {
+			return workflows.RecoverSourceResult{}, fmt.Errorf("drop lost reverse slot %s on %s: %w", names.Slot, m.Spec.Target, err)
+		}
+	}
+	if err := cdc.CreatePublication(ctx, s.dst, names.Publication, s.dstSet, m.Spec.Ranges); err != nil {
+		return workflows.RecoverSourceResult{}, fmt.Errorf("new owner %s: %w", m.Spec.Target, err)
+	}
+	if err := cdc.DropOrigin(ctx, s.src, names.Origin); err != nil {
+		return workflows.RecoverSourceResult{}, fmt.Errorf("drop reverse origin %s on %s: %w", names.Origin, m.Spec.Source, err)
+	}
+	l0, id, err := join.Slot(ctx, a.replication(m.Spec.Target), m.Spec.Target, names.Slot)
+	if err != nil {
+		return workflows.RecoverSourceResult{}, err
+	}
+	a.log.Warn("new owner failed over: reverse slot created again", "move", m.Spec.ID, "shard", m.Spec.Target, "cause", fe.Error(), "lsn", l0.String(), "timeline", id.Timeline)
+	return workflows.RecoverSourceResult{L0: l0.String(), Source: &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}}, nil
 }

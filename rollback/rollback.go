@@ -38,6 +38,13 @@ type Options struct {
 	Budget      time.Duration
 	MigrationID string
 	Logger      *slog.Logger
+	// CheckReverse, when set, is called by DuringGrace before a reverse
+	// cutover begins (none journaled yet): the caller's check that the new
+	// owner is the server the reverse slot was created on. Its error (a
+	// *cdc.FailedOverError: the slot went with a promotion) is returned
+	// with nothing changed, for the caller to recover the reverse slot and
+	// call DuringGrace again.
+	CheckReverse func(ctx context.Context) error
 }
 
 func (o *Options) check(m cutover.Move) error {
@@ -206,6 +213,11 @@ func DuringGrace(ctx context.Context, m cutover.Move, reverse cdc.Options, o Opt
 			} else if !c {
 				return res, fmt.Errorf("rollback of move %s: %w", m.ID, ErrNotCutOver)
 			}
+			if o.CheckReverse != nil {
+				if err := o.CheckReverse(ctx); err != nil {
+					return res, fmt.Errorf("rollback of move %s: %w", m.ID, err)
+				}
+			}
 		}
 		if res, err = reverseCutover(ctx, rm, reverse, o, h, j, log); err != nil {
 			return res, fmt.Errorf("rollback of move %s: %w", m.ID, err)
@@ -255,7 +267,9 @@ func reverseCutover(ctx context.Context, rm cutover.Move, reverse cdc.Options, o
 		return err
 	}()
 	stop()
-	if werr := g.Wait(); runErr == nil && werr != nil {
+	// The stream's failover is the cause, whatever the attempt then met
+	// (its drain cancelled): the caller recovers the reverse slot.
+	if werr := g.Wait(); werr != nil && (runErr == nil || errors.Is(werr, cdc.ErrFailedOver)) {
 		runErr = werr
 	}
 	if runErr != nil {

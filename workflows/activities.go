@@ -29,6 +29,7 @@ const (
 	ActivityRollback         = "Rollback"
 	ActivityRecoverSource    = "RecoverSource"
 	ActivityRepair           = "Repair"
+	ActivityRecoverReverse   = "RecoverReverse"
 )
 
 // Application error types the activities return and the workflows act on.
@@ -57,8 +58,10 @@ const (
 	// missing or lost, or its timeline or system id changed): changes may
 	// be missing on the target, which no retry or resume brings back. The
 	// move recovers by itself from a source failover in SNAPSHOT_COPY,
-	// CDC_CATCH_UP or VERIFY (RecoverSource, then Repair); elsewhere it
-	// stops for the operator with that said.
+	// CDC_CATCH_UP or VERIFY (RecoverSource, then Repair), and from a
+	// failover of the new owner under GRACE's reverse stream or a
+	// rollback's drain of it (RecoverReverse, then a reverse Repair);
+	// elsewhere it stops for the operator with that said.
 	ErrTypeFailedOver = "FailedOver"
 	// ErrTypeFiringTrigger: a trigger or rule of the application that fires
 	// for reshard's writes (ENABLE ALWAYS or REPLICA) appeared on a shard a
@@ -106,6 +109,11 @@ type MoveRef struct {
 	// on the source compares the server with it (nil: a move joined before
 	// it was recorded; nothing to compare).
 	Source *SourceIdentity `json:"source_identity,omitempty"`
+	// Reverse is the new owner's server the GRACE reverse slot was created
+	// on (PrepareReverse's JoinResult.Source, RecoverReverse's): the
+	// reverse stream, a rollback's drain and a reverse repair compare the
+	// new owner with it (nil: not recorded; nothing to compare).
+	Reverse *SourceIdentity `json:"reverse_identity,omitempty"`
 }
 
 // SourceIdentity is the server a move's slot and positions belong to: its
@@ -133,8 +141,9 @@ type EndInput struct {
 	Baseline *AdaptiveStatus   `json:"baseline,omitempty"`
 }
 
-// JoinResult is what JOINING records: the slot's consistent point L0 and
-// (forward slot) the source server it was created on.
+// JoinResult is what JOINING (and PrepareReverse) records: the slot's
+// consistent point L0 and the server it was created on (the source; the
+// new owner for the reverse slot).
 type JoinResult struct {
 	L0     string          `json:"l0"`
 	Source *SourceIdentity `json:"source,omitempty"`
@@ -333,6 +342,10 @@ type RecoverSourceResult struct {
 // stream stopped.
 type RepairInput struct {
 	Move MoveRef `json:"move"`
+	// Reverse repairs the old owner from the new owner (GRACE, after the
+	// new owner failed over under the reverse stream): the new owner is
+	// the truth for the reverse direction.
+	Reverse bool `json:"reverse,omitempty"`
 }
 
 // RepairResult is what a repair compared and rewrote.

@@ -137,3 +137,104 @@ func TestSourceFailoverInVerifyRecovers(t *testing.T) {
 		t.Fatalf("verify after the recovery: run %s at %v, repair at %v; want a new run after the repair", in.RunID, f.times(ActivityVerify+"/t_m1"), f.times(ActivityRepair))
 	}
 }
+
+func newOwnerFailedOver() error {
+	return temporal.NewNonRetryableApplicationError("source shard5 failed over (timeline 1 → 2, slot reshard_r_t_m1 missing): the changes since 0/2000000 may be missing on the target; repair needed", ErrTypeFailedOver, nil)
+}
+
+// checkReverseRecovered: one RecoverReverse, then one Repair of the old
+// owner from the new owner, recorded as the target's failover in phase.
+func checkReverseRecovered(t *testing.T, f *fakes, st MoveState, phase Phase) {
+	t.Helper()
+	if f.count(ActivityRecoverReverse) != 1 || f.count(ActivityRepair) != 1 || f.count(ActivityRecoverSource) != 0 {
+		t.Fatalf("reverse recoveries %d, repairs %d, source recoveries %d; want 1, 1, 0", f.count(ActivityRecoverReverse), f.count(ActivityRepair), f.count(ActivityRecoverSource))
+	}
+	if in := f.last[ActivityRepair].(RepairInput); !in.Reverse || in.Move.Reverse == nil || in.Move.Reverse.Timeline != 2 {
+		t.Fatalf("repair input %+v: want the old owner repaired from the new owner's new primary (timeline 2)", in)
+	}
+	if at := f.times(ActivityRepair)[0]; at.Before(f.times(ActivityRecoverReverse)[0]) {
+		t.Fatalf("repair at %s before the reverse slot was created again at %s", at, f.times(ActivityRecoverReverse)[0])
+	}
+	if len(st.Failovers) != 1 {
+		t.Fatalf("failovers: %+v, want one", st.Failovers)
+	}
+	e := st.Failovers[0]
+	if e.Side != "target" || e.Shard != "shard5" || e.Phase != phase || e.FromTimeline != 1 || e.ToTimeline != 2 || !e.Repaired || e.ChunksRepaired != 2 || e.RowsCopied != 14 {
+		t.Fatalf("failover event %+v", e)
+	}
+	t.Log(e.String())
+}
+
+// TestNewOwnerFailoverInGraceRecovers: GRACE's reverse stream ends on a
+// failover of the new owner (its source): the reverse slot is created again
+// on the new primary, the old owner repaired from the new owner, and the
+// reverse stream started again from the new slot, within the same grace
+// period; the move then ends DONE.
+func TestNewOwnerFailoverInGraceRecovers(t *testing.T) {
+	env, f := newEnv(t)
+	f.reverseRecovered = true
+	f.revLife = func(n int) time.Duration {
+		if n == 1 {
+			return 10 * time.Minute
+		}
+		return 10000 * time.Hour
+	}
+	f.revEnd = func(n int) error {
+		if n == 1 {
+			return newOwnerFailedOver()
+		}
+		return nil
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	grace, _ := graceOf(t, st)
+	if d := grace.End.Sub(grace.Start); d != time.Hour {
+		t.Errorf("GRACE lasted %s across the recovery, want the grace period of 1h", d)
+	}
+	checkReverseRecovered(t, f, st, PhaseGrace)
+	if n := f.count(ActivityRunReverse); n != 2 {
+		t.Fatalf("%d reverse streams, want 2", n)
+	}
+	in := f.last[ActivityRunReverse].(CDCInput)
+	if in.L0 != "0/5000000" || in.Move.Reverse == nil || in.Move.Reverse.Timeline != 2 {
+		t.Fatalf("reverse stream after the recovery: L0 %s, new owner %+v; want the new slot's 0/5000000 on timeline 2", in.L0, in.Move.Reverse)
+	}
+	if at := f.times(ActivityRunReverse)[1]; at.Before(f.times(ActivityRepair)[0]) {
+		t.Fatalf("the reverse stream started again at %s, before the repair at %s", at, f.times(ActivityRepair)[0])
+	}
+}
+
+// TestRollbackAfterNewOwnerFailoverInGrace: a rollback asked in GRACE meets
+// the new owner's failover before the reverse stream reported it (the
+// rollback's drain finds the reverse slot gone): recovered as in GRACE, then
+// the rollback runs again from the new reverse slot and ends ROLLED_BACK.
+func TestRollbackAfterNewOwnerFailoverInGrace(t *testing.T) {
+	env, f := newEnv(t)
+	f.reverseRecovered = true
+	f.rollback = func(in EndInput, n int) (CleanupResult, error) {
+		if n == 1 {
+			return CleanupResult{}, newOwnerFailedOver()
+		}
+		return CleanupResult{RowsDeleted: 200, Version: 11}, nil
+	}
+	env.RegisterDelayedCallback(func() {
+		var st MoveState
+		if v, err := env.QueryWorkflow(QueryState); err != nil || v.Get(&st) != nil || st.Phase != PhaseGrace {
+			t.Errorf("rollback asked in %s (query error %v), want GRACE", st.Phase, err)
+		}
+		env.SignalWorkflow(SignalControl, MoveControl{Op: UpdateRollback})
+	}, 30*time.Minute)
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	if st.Phase != PhaseRolledBack || st.Stopped {
+		t.Fatalf("move ended %s (stopped %v, error %q), want ROLLED_BACK with no operator action", st.Phase, st.Stopped, st.Error)
+	}
+	checkReverseRecovered(t, f, st, PhaseRollingBack)
+	in := f.last[ActivityRollback].(EndInput)
+	if f.count(ActivityRollback) != 2 || !in.Grace || in.ReverseL0 != "0/5000000" || in.Move.Reverse == nil || in.Move.Reverse.Timeline != 2 {
+		t.Fatalf("rollbacks %d, last %+v: want a second reverse cutover from the new reverse slot 0/5000000 on timeline 2", f.count(ActivityRollback), in)
+	}
+	if at := f.times(ActivityRollback)[1]; at.Before(f.times(ActivityRepair)[0]) {
+		t.Fatalf("the rollback ran again at %s, before the repair at %s", at, f.times(ActivityRepair)[0])
+	}
+}

@@ -882,6 +882,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	// Known from here: a rollback whose cutover attempt published meanwhile
 	// (cancelled in the middle of it) reverses it over this slot.
 	m.reverseL0 = rev.L0
+	m.ref.Reverse = rev.Source
 	m.state.Attempts++
 	var res CutoverResult
 	in := CutoverInput{Move: m.ref, Budget: m.in.Request.WithDefaults().CutoverBudget}
@@ -976,7 +977,10 @@ func (m *moveRun) awaitApproval(ctx workflow.Context) error {
 }
 
 // grace keeps the old owner current by reverse CDC until the grace period
-// ends or an operator completes the move.
+// ends or an operator completes the move. A reverse stream that ends on a
+// failover of the new owner (its slot gone with the promotion) is
+// recovered (recoverReverse) and started again from the new slot, within
+// the same grace period.
 func (m *moveRun) grace(ctx workflow.Context) error {
 	grace := m.in.Request.Grace()
 	// No grace period: clean up right after the cutover, without starting
@@ -986,6 +990,24 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 	if grace <= 0 && workflow.GetVersion(ctx, "zero-grace-skips-reverse", workflow.DefaultVersion, 1) >= 1 {
 		return m.endGrace(ctx)
 	}
+	until := workflow.Now(ctx).Add(grace)
+	for {
+		err := m.reverseUntil(ctx, until.Sub(workflow.Now(ctx)))
+		if err == nil {
+			return m.endGrace(ctx)
+		}
+		if !m.reverseFailedOver(ctx, err) {
+			return err
+		}
+		if err := m.recoverReverse(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// reverseUntil runs the reverse stream for at most d, or until an operator
+// completes or rolls back the move; an error is the stream's own end.
+func (m *moveRun) reverseUntil(ctx workflow.Context, d time.Duration) error {
 	rctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	actx := workflow.WithActivityOptions(rctx, workflow.ActivityOptions{
@@ -998,7 +1020,7 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 	rev := workflow.ExecuteActivity(actx, ActivityRunReverse, CDCInput{Move: m.ref, L0: m.reverseL0, Reverse: true, Phase: m.state.Phase})
 	m.revFut = rev
 	defer func() { m.revFut = nil }()
-	if _, err := workflow.AwaitWithTimeout(ctx, grace, func() bool { return m.completeAsked || m.rollbackAsked || rev.IsReady() }); err != nil {
+	if _, err := workflow.AwaitWithTimeout(ctx, max(d, 0), func() bool { return m.completeAsked || m.rollbackAsked || rev.IsReady() }); err != nil {
 		return err
 	}
 	if rev.IsReady() {
@@ -1008,7 +1030,63 @@ func (m *moveRun) grace(ctx workflow.Context) error {
 	}
 	cancel()
 	_ = rev.Get(ctx, nil) // wait until it has stopped (cancelled)
-	return m.endGrace(ctx)
+	return nil
+}
+
+// versionReverseFailoverRecovers marks the runs in which a failover of the
+// new owner under GRACE's reverse stream (or a rollback's drain of it) is
+// recovered without the operator; before it the move failed in GRACE, or
+// its rollback retried forever on the lost reverse slot.
+const versionReverseFailoverRecovers = "reverse-failover-recovers"
+
+// reverseFailedOver: err is the new owner's failover, met by the reverse
+// stream (GRACE) or a rollback's drain of it (ROLLING_BACK after GRACE).
+func (m *moveRun) reverseFailedOver(ctx workflow.Context, err error) bool {
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || appErr.Type() != ErrTypeFailedOver {
+		return false
+	}
+	return workflow.GetVersion(ctx, versionReverseFailoverRecovers, workflow.DefaultVersion, 1) >= 1
+}
+
+// recoverReverse recovers the reverse direction from a failover of the new
+// owner, the reverse stream's source, as recoverSource and
+// repairAfterFailover do the forward one: RecoverReverse creates the
+// reverse slot again on the new owner's new primary (its consistent point
+// the reverse stream's new start, the server what later activities compare
+// with), then the old owner's copy of the moving ranges is repaired from
+// the new owner (Repair, Reverse: only the chunks that differ are
+// rewritten), the reverse stream stopped. When the activity finds the new
+// owner did not fail over, cause stands.
+func (m *moveRun) recoverReverse(ctx workflow.Context, cause error) error {
+	var rr RecoverSourceResult
+	actx := m.waitOpts(ctx, "create the reverse slot again on "+m.in.Spec.Target+"'s new primary", 30*time.Minute, 0)
+	if err := workflow.ExecuteActivity(actx, ActivityRecoverReverse, m.ref).Get(ctx, &rr); err != nil {
+		return err
+	}
+	if rr.Source == nil {
+		return cause
+	}
+	ev := FailoverEvent{Side: "target", Shard: m.in.Spec.Target, Phase: m.state.Phase, At: workflow.Now(ctx), ToTimeline: rr.Source.Timeline}
+	if m.ref.Reverse != nil {
+		ev.FromTimeline = m.ref.Reverse.Timeline
+	}
+	m.reverseL0, m.ref.Reverse = rr.L0, rr.Source
+	m.state.Failovers = append(m.state.Failovers, ev)
+	workflow.GetLogger(ctx).Warn("new owner failed over under the reverse stream: reverse slot created again, repair of the old owner pending", "move", m.in.Spec.ID, "phase", m.state.Phase, "event", ev.String(), "cause", rootMessage(cause))
+	m.details(ctx)
+	m.notify(ctx, true)
+	var res RepairResult
+	ractx := m.waitOpts(ctx, "repair "+m.in.Spec.Source+"'s moving ranges from "+m.in.Spec.Target+" after its failover", 24*time.Hour, 0)
+	if err := workflow.ExecuteActivity(ractx, ActivityRepair, RepairInput{Move: m.ref, Reverse: true}).Get(ctx, &res); err != nil {
+		return err
+	}
+	e := &m.state.Failovers[len(m.state.Failovers)-1]
+	e.Repaired, e.Chunks, e.ChunksRepaired, e.RowsCopied, e.RowsDeleted = true, res.Chunks, res.Repaired, res.RowsCopied, res.RowsDeleted
+	workflow.GetLogger(ctx).Info("old owner repaired after the new owner's failover", "move", m.in.Spec.ID, "event", e.String())
+	m.details(ctx)
+	m.notify(ctx, true)
+	return nil
 }
 
 // endGrace goes on to CLEANUP, or to ROLLING_BACK if an operator asked for
@@ -1054,10 +1132,23 @@ func (m *moveRun) rollback(ctx workflow.Context) error {
 		in.Grace, in.ReverseL0, in.Budget = true, m.reverseL0, m.in.Request.WithDefaults().CutoverBudget
 		summary = "roll back: reverse cutover, delete rows on the new owner"
 	}
-	actx := m.waitOpts(ctx, summary, 24*time.Hour, 0)
 	var res CleanupResult
-	if err := workflow.ExecuteActivity(actx, ActivityRollback, in).Get(ctx, &res); err != nil {
-		return err
+	for {
+		actx := m.waitOpts(ctx, summary, 24*time.Hour, 0)
+		err := workflow.ExecuteActivity(actx, ActivityRollback, in).Get(ctx, &res)
+		if err == nil {
+			break
+		}
+		// The new owner failed over before the reverse cutover began (its
+		// reverse slot is gone): recovered as in GRACE, then the rollback
+		// runs again from the new reverse slot.
+		if !in.Grace || !m.reverseFailedOver(ctx, err) {
+			return err
+		}
+		if err := m.recoverReverse(ctx, err); err != nil {
+			return err
+		}
+		in.Move, in.ReverseL0 = m.ref, m.reverseL0
 	}
 	if res.Version > 0 {
 		m.state.Version = res.Version

@@ -41,6 +41,14 @@ type fakes struct {
 	prepareReverse func(MoveRef, int) (JoinResult, error)
 	// recovered: RecoverSource finds the source failed over (failover_test.go).
 	recovered bool
+	// revLife and revEnd: how long the n-th reverse stream runs and how it
+	// ends (nil: 10000 h, then a plain error); rollback answers the n-th
+	// Rollback (nil: done); reverseRecovered: RecoverReverse finds the new
+	// owner failed over (failover_test.go).
+	revLife          func(n int) time.Duration
+	revEnd           func(n int) error
+	rollback         func(EndInput, int) (CleanupResult, error)
+	reverseRecovered bool
 }
 
 func (f *fakes) record(name string, in any) int {
@@ -137,7 +145,7 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 		if f.prepareReverse != nil {
 			return f.prepareReverse(in, n)
 		}
-		return JoinResult{L0: "0/2000000"}, nil
+		return JoinResult{L0: "0/2000000", Source: &SourceIdentity{SystemID: "9", Timeline: 1, L0: "0/2000000"}}, nil
 	})
 	reg(ActivityCutover, func(ctx context.Context, in CutoverInput) (CutoverResult, error) {
 		return f.cutover(in, f.record(ActivityCutover+"/"+in.Move.Spec.ID, in))
@@ -148,8 +156,18 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 		return CleanupResult{RowsDeleted: 200}, nil
 	})
 	reg(ActivityRollback, func(ctx context.Context, in EndInput) (CleanupResult, error) {
-		f.record(ActivityRollback, in)
+		n := f.record(ActivityRollback, in)
+		if f.rollback != nil {
+			return f.rollback(in, n)
+		}
 		return CleanupResult{RowsDeleted: 200}, nil
+	})
+	reg(ActivityRecoverReverse, func(ctx context.Context, in MoveRef) (RecoverSourceResult, error) {
+		f.record(ActivityRecoverReverse, in)
+		if !f.reverseRecovered {
+			return RecoverSourceResult{}, nil
+		}
+		return RecoverSourceResult{L0: "0/5000000", Source: &SourceIdentity{SystemID: "9", Timeline: 2, L0: "0/5000000"}}, nil
 	})
 	reg(ActivityRecoverSource, func(ctx context.Context, in MoveRef) (RecoverSourceResult, error) {
 		f.record(ActivityRecoverSource, in)
@@ -180,10 +198,27 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 		}
 		return temporal.NewApplicationError("stream of "+in.Move.Spec.ID+" ended: connection lost", "Retryable")
 	})
-	env.OnActivity(ActivityRunReverse, mock.Anything, mock.Anything).After(10000 * time.Hour).Return(
-		func(ctx context.Context, in CDCInput) error {
-			return errors.New("reverse stream ended")
-		})
+	var revStarts int
+	env.OnActivity(ActivityRunReverse, mock.Anything, mock.Anything).AfterFn(func() time.Duration {
+		f.mu.Lock()
+		revStarts++
+		n := revStarts
+		f.mu.Unlock()
+		if f.revLife != nil {
+			return f.revLife(n)
+		}
+		return 10000 * time.Hour
+	}).Return(func(ctx context.Context, in CDCInput) error {
+		f.mu.Lock()
+		n := revStarts
+		f.mu.Unlock()
+		if f.revEnd != nil {
+			if err := f.revEnd(n); err != nil {
+				return err
+			}
+		}
+		return errors.New("reverse stream ended")
+	})
 	// The streams are recorded when they start.
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
 		switch info.ActivityType.Name {
