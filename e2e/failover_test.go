@@ -15,7 +15,6 @@ package e2e
 //	PATH=$PATH:/root/go/bin go test -tags e2e -count=1 -timeout 30m ./e2e/ -run 'TestTarget' -v
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -108,19 +107,12 @@ func TestTargetFailoverInGrace(t *testing.T) {
 
 // TestTargetFailoverInGraceThenRollback: the new owner fails over in
 // GRACE, then the operator asks for a rollback: the writes the new owner
-// took before and after the failover must all be on the old owners.
-//
-// Pending the source side's recovery (issue #30, h/failsrc): the reverse
-// stream reads the new owner as its source, and its slot does not survive
-// the promotion (PostgreSQL 15). The rollback's drain of the reverse stream
-// then fails on "replication slot reshard_r_… does not exist on the
-// source" at every attempt, and the migration never ends (seen here: no
-// end in 7 min, rollback attempt 14). Skipped until the reverse stream is
-// recovered as the forward one is; RESHARD_E2E_PENDING=1 runs it.
+// took before and after the failover must all be on the old owners. The
+// reverse stream reads the new owner as its source, and its slot does not
+// survive the promotion (PostgreSQL 15): the reverse slot is created again
+// on the new primary, the old owners' copies of the moving ranges repaired
+// from the new owner, and the rollback drains the new slot.
 func TestTargetFailoverInGraceThenRollback(t *testing.T) {
-	if os.Getenv("RESHARD_E2E_PENDING") == "" {
-		t.Skip("pending the reverse stream's recovery after its source (the new owner) failed over: the rollback retries forever on the lost reverse slot; RESHARD_E2E_PENDING=1 runs it")
-	}
 	runTargetScenario(t, targetScenario{id: "fo_tgt_grace_rb", inGrace: true,
 		tweak: func(r *workflows.MigrationRequest) { r.GracePeriod = new(10 * time.Minute) },
 		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
@@ -133,7 +125,26 @@ func TestTargetFailoverInGraceThenRollback(t *testing.T) {
 			}
 			c.t.Logf("rollback: %s", msg)
 		},
-		check: func(c *cluster, st workflows.MigrationState) { c.checkRolledBack(st) }})
+		check: func(c *cluster, st workflows.MigrationState) {
+			logFailovers(c, st, 4)
+			c.checkRolledBack(st)
+		}})
+}
+
+// logFailovers prints the failovers the migration's moves recorded (what
+// their recovery re-copied) and fails unless want of them did.
+func logFailovers(c *cluster, st workflows.MigrationState, want int) {
+	c.t.Helper()
+	n := 0
+	for _, m := range st.Moves {
+		for _, e := range m.Failovers {
+			n++
+			c.t.Logf("move %s: %s", m.Spec.ID, e.String())
+		}
+	}
+	if n != want {
+		c.t.Errorf("%d failovers recorded by the moves, want %d", n, want)
+	}
 }
 
 // TestTargetSwitchoverWhileStreaming: a planned switchover of the target
