@@ -110,7 +110,9 @@ func (r *runner) checkSource(ctx context.Context, since pglogrepl.LSN) error {
 // reads the slot's row. A missing slot, a lost one (wal_status lost), or a
 // timeline or system id other than was's (when known) is a
 // *FailedOverError naming source and since (the position the caller's
-// work started from); otherwise it returns the identity found.
+// work started from); otherwise it returns the identity found. A failover
+// slot that survived a promotion (slotSurvived, PostgreSQL 17+) and
+// confirmed nothing past since is not a failover: the caller goes on.
 func CheckSource(ctx context.Context, replicationDSN, source, slot string, was SourceIdentity, since pglogrepl.LSN) (SourceIdentity, error) {
 	cfg, err := pgsession.ParseConfig(replicationDSN)
 	if err != nil {
@@ -126,12 +128,17 @@ func CheckSource(ctx context.Context, replicationDSN, source, slot string, was S
 		return SourceIdentity{}, err
 	}
 	// Replication connections take simple queries only, hence the quoting.
-	res, err := conn.Exec(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = "+quoteLiteral(slot)).ReadAll()
+	res, err := conn.Exec(ctx, slotQuery(slot)).ReadAll()
 	if err != nil {
 		return SourceIdentity{}, wrapOp("look up replication slot "+slot, err)
 	}
-	missing := len(res) == 0 || len(res[0].Rows) == 0
-	lost := !missing && string(res[0].Rows[0][0]) == "lost"
+	row := parseSlotRow(res)
+	// A failover slot that came through the promotion (PostgreSQL 17+)
+	// needs no repair.
+	if slotSurvived(was, now, row, since) {
+		return now, nil
+	}
+	missing, lost := !row.Exists, row.Lost
 	fe := &FailedOverError{Source: source, Slot: slot, Since: since, Was: was, Now: now, SlotMissing: missing, SlotLost: lost,
 		SystemChanged: was.known() && was.SystemID != now.SystemID}
 	if missing || lost || fe.SystemChanged || (was.known() && was.Timeline != now.Timeline) {

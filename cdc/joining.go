@@ -89,7 +89,8 @@ func DropPublication(ctx context.Context, conn Querier, name string) error {
 // the caller records it; the stream starts there — and the name of the
 // snapshot exported at L0, valid only until the next command on replConn.
 // Create it before any row is copied (DESIGN.md §4.2). If the slot already
-// exists, it returns its confirmed_flush_lsn and no snapshot.
+// exists, it returns its confirmed_flush_lsn and no snapshot. From
+// PostgreSQL 17 on it is a failover slot (slotCommand).
 func CreateSlot(ctx context.Context, replConn *pgconn.PgConn, name string) (pglogrepl.LSN, string, error) {
 	if err := validName("slot", name); err != nil {
 		return 0, "", err
@@ -97,8 +98,11 @@ func CreateSlot(ctx context.Context, replConn *pgconn.PgConn, name string) (pglo
 	if lsn, ok, err := existingSlot(ctx, replConn, name); err != nil || ok {
 		return lsn, "", err
 	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, replConn, name, "pgoutput",
-		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
+	version, err := serverVersionNum(ctx, replConn)
+	if err != nil {
+		return 0, "", err
+	}
+	res, err := pglogrepl.ParseCreateReplicationSlot(replConn.Exec(ctx, slotCommand(name, version)))
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeDuplicateObject { // created concurrently
