@@ -69,9 +69,13 @@ func (w *failoverWatch) seen(st *cdc.Stream) string {
 		return w.note
 	}
 	if !w.counted {
+		shard := w.in.Move.Spec.Target
 		w.counted, w.note = true, f.String()
-		w.a.metrics.failovers.WithLabelValues(w.in.Move.Spec.Target, w.phase()).Inc()
-		w.a.log.Warn("move's target failed over", "move", w.in.Move.Spec.ID, "shard", w.in.Move.Spec.Target, "phase", w.phase(), "failover", w.note)
+		if w.in.Reverse { // the reverse stream applies to the old owner
+			shard, w.note = w.in.Move.Spec.Source, "reverse stream: "+w.note
+		}
+		w.a.metrics.failovers.WithLabelValues(shard, w.phase()).Inc()
+		w.a.log.Warn("the shard a move's stream applies to failed over", "move", w.in.Move.Spec.ID, "shard", shard, "phase", w.phase(), "failover", w.note)
 	}
 	return w.note
 }

@@ -418,6 +418,11 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	if !in.Reverse {
 		opts.Target = in.Move.Spec.Target
 		opts.TargetIdentity = a.targetIdentity(in.Move.Spec.ID)
+	} else {
+		// The reverse applier writes on the old owner: the server the
+		// move's forward slot was last created on (a promoted standby of
+		// it since is reported as the forward target's failover is).
+		opts.TargetIdentity = sourceIdentity(in.Move.Source)
 	}
 	st, err := cdc.New(opts)
 	if err != nil {
