@@ -233,10 +233,13 @@ type targetScenario struct {
 	// source: the source side's detection); status and the metric are
 	// not judged.
 	inGrace bool
+	// ha is the shard given a synchronous standby and failed over
+	// (default shard5, the target).
+	ha string
 }
 
-// runTargetScenario runs an add-node to shard5 with shard5 highly
-// available, lands the scenario's failover and checks the end: DONE (or
+// runTargetScenario runs an add-node to shard5 with shard5 (or sc.ha)
+// highly available, lands the scenario's failover and checks the end: DONE (or
 // ROLLED_BACK) with no operator action beyond the scenario's own, every
 // acknowledged write on its owner, every row on its owner, topology check
 // clean, nothing left behind.
@@ -246,7 +249,11 @@ func runTargetScenario(t *testing.T, sc targetScenario) {
 	if users == 0 {
 		users = 5_000
 	}
-	c, h := newHACluster(t, users, shard(5))
+	ha := sc.ha
+	if ha == "" {
+		ha = shard(5)
+	}
+	c, h := newHACluster(t, users, ha)
 	// Registered, so that topology check knows what to check.
 	if out, code := c.cli("keyspace", "add-table", "users:id", "orders:user_id"); code != 0 {
 		t.Fatalf("keyspace add-table: exit %d\n%s", code, out)
