@@ -22,15 +22,21 @@ func newFailoverMetric() *prometheus.CounterVec {
 	}, []string{"shard", "phase"})
 }
 
-// targetIdentity is the target's identity as the last forward stream of
-// the move in this worker saw it (zero: none yet), for the next stream's
-// cdc.Options.TargetIdentity: a stream started again after a failover
-// then sees the new timeline. A new worker starts from zero, and its first
-// stream records the target as it finds it.
-func (a *Activities) targetIdentity(move string) cdc.ServerIdentity {
+// targetIdentity is the target's identity as the move was last seen by
+// this worker (its last forward stream or copy slice), else as the move
+// recorded it (MoveRef.Target: JOINING's, or a slice's or stream's
+// report), for the next stream's cdc.Options.TargetIdentity and the next
+// slice's check: a stream started again after a failover then sees the new
+// timeline, in a fresh worker too. Zero: nothing recorded (a move joined
+// before the record was kept); the first look is the record.
+func (a *Activities) targetIdentity(m workflows.MoveRef) cdc.ServerIdentity {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.targets[move]
+	id, ok := a.targets[m.Spec.ID]
+	a.mu.Unlock()
+	if ok && id.SystemID != "" {
+		return id
+	}
+	return sourceIdentity(m.Target)
 }
 
 // failoverWatch reports, once per stream, the failover its Run found: the
@@ -98,20 +104,28 @@ func (w *failoverWatch) ended(st *cdc.Stream, err error) {
 // chunks on the target, so the copy resumes from what the new primary
 // holds; this only says that it changed): a failover is counted and
 // returned as text for the move's state.
-func (a *Activities) checkTarget(ctx context.Context, m workflows.MoveRef, dst *pgxpool.Pool, phase workflows.Phase) (string, error) {
-	now, f, err := cdc.CheckTarget(ctx, dst, m.Spec.Target, a.targetIdentity(m.Spec.ID))
+func (a *Activities) checkTarget(ctx context.Context, m workflows.MoveRef, dst *pgxpool.Pool, phase workflows.Phase) (string, cdc.ServerIdentity, error) {
+	now, f, err := cdc.CheckTarget(ctx, dst, m.Spec.Target, a.targetIdentity(m))
 	if err != nil {
-		return "", err
+		return "", now, err
 	}
 	a.mu.Lock()
 	a.targets[m.Spec.ID] = now
 	a.mu.Unlock()
 	if f == nil {
-		return "", nil
+		return "", now, nil
 	}
 	a.metrics.failovers.WithLabelValues(m.Spec.Target, string(phase)).Inc()
 	a.log.Warn("move's target failed over", "move", m.Spec.ID, "shard", m.Spec.Target, "phase", string(phase), "failover", f.String())
-	return f.String(), nil
+	return f.String(), now, nil
+}
+
+// identityRecord is id as the workflow records it (nil: unknown).
+func identityRecord(id cdc.ServerIdentity) *workflows.SourceIdentity {
+	if id.SystemID == "" {
+		return nil
+	}
+	return &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline}
 }
 
 // streamFailover is the target's failover the move's stream running in

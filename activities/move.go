@@ -120,7 +120,13 @@ func (a *Activities) join(ctx context.Context, m workflows.MoveRef) (workflows.J
 		return workflows.JoinResult{}, err
 	}
 	l0 := r.L0.String()
-	return workflows.JoinResult{L0: l0, Source: &workflows.SourceIdentity{SystemID: r.Source.SystemID, Timeline: r.Source.Timeline, L0: l0}}, nil
+	// The target as the move starts: later streams and copy slices compare
+	// with it, whichever worker runs them.
+	tgt, _, err := cdc.CheckTarget(ctx, s.dst, m.Spec.Target, cdc.ServerIdentity{})
+	if err != nil {
+		return workflows.JoinResult{}, fmt.Errorf("target %s: %w", m.Spec.Target, err)
+	}
+	return workflows.JoinResult{L0: l0, Source: &workflows.SourceIdentity{SystemID: r.Source.SystemID, Timeline: r.Source.Timeline, L0: l0}, Target: identityRecord(tgt)}, nil
 }
 
 // replication connects to shard for replication (its slot is created on the
@@ -204,7 +210,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	}
 	sctx, cancel := context.WithTimeout(ctx, in.MaxTime)
 	defer cancel()
-	failover, err := a.checkTarget(ctx, in.Move, s.dst, workflows.PhaseSnapshotCopy)
+	failover, tgt, err := a.checkTarget(ctx, in.Move, s.dst, workflows.PhaseSnapshotCopy)
 	if err != nil {
 		return workflows.CopyProgress{}, err
 	}
@@ -278,7 +284,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, fmt.Errorf("read checkpoints of move %s: %w", in.Move.Spec.ID, err)
 	}
-	p := workflows.CopyProgress{Bytes: stats.Bytes, Done: done, Units: stats.Units, Adaptive: adaptiveStatus(ad), Failover: failover}
+	p := workflows.CopyProgress{Bytes: stats.Bytes, Done: done, Units: stats.Units, Adaptive: adaptiveStatus(ad), Failover: failover, Target: identityRecord(tgt)}
 	finished := 0
 	for _, c := range cps {
 		p.Rows += c.Rows
@@ -417,7 +423,7 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	}
 	if !in.Reverse {
 		opts.Target = in.Move.Spec.Target
-		opts.TargetIdentity = a.targetIdentity(in.Move.Spec.ID)
+		opts.TargetIdentity = a.targetIdentity(in.Move)
 	} else {
 		// The reverse applier writes on the old owner: the server the
 		// move's forward slot was last created on (a promoted standby of
@@ -542,7 +548,7 @@ func (a *Activities) CDCStatus(ctx context.Context, m workflows.MoveRef) (workfl
 	if end > app {
 		lag = int64(end - app)
 	}
-	out := workflows.CDCStatus{Received: rcv.String(), Applied: app.String(), LagBytes: lag}
+	out := workflows.CDCStatus{Received: rcv.String(), Applied: app.String(), LagBytes: lag, Target: identityRecord(st.TargetIdentity())}
 	if f, ok := st.TargetFailedOver(); ok {
 		out.Failover = f.String()
 	}

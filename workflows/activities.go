@@ -114,6 +114,12 @@ type MoveRef struct {
 	// reverse stream, a rollback's drain and a reverse repair compare the
 	// new owner with it (nil: not recorded; nothing to compare).
 	Reverse *SourceIdentity `json:"reverse_identity,omitempty"`
+	// Target is the target server as JOINING found it, or as a copy slice
+	// or the stream last found it (L0 empty): a worker that did not see
+	// the move before (a fresh one) compares the target with it, so that
+	// a failover while no worker watched is reported too (nil: not
+	// recorded; the worker's first look is its record).
+	Target *SourceIdentity `json:"target_identity,omitempty"`
 }
 
 // SourceIdentity is the server a move's slot and positions belong to: its
@@ -147,6 +153,8 @@ type EndInput struct {
 type JoinResult struct {
 	L0     string          `json:"l0"`
 	Source *SourceIdentity `json:"source,omitempty"`
+	// Target is the target server (JOINING): MoveRef.Target.
+	Target *SourceIdentity `json:"target,omitempty"`
 }
 
 // CopySliceInput is one bounded slice of SNAPSHOT_COPY.
@@ -177,6 +185,8 @@ type CopyProgress struct {
 	// Failover is the target's failover the slice found before it
 	// copied ("" none): MoveState.Failover.
 	Failover string `json:"failover,omitempty"`
+	// Target is the target server the slice copied to: MoveRef.Target.
+	Target *SourceIdentity `json:"target,omitempty"`
 }
 
 // CDCInput starts a move's stream: forward (source → target, from L0) or
@@ -199,6 +209,8 @@ type CDCStatus struct {
 	// Failover is the failover of the target the stream found when it
 	// started ("" if none): MoveState.Failover.
 	Failover string `json:"failover,omitempty"`
+	// Target is the target server the stream applies to: MoveRef.Target.
+	Target *SourceIdentity `json:"target,omitempty"`
 }
 
 // VerifyInput is one verification run of a move.

@@ -238,3 +238,44 @@ func TestRollbackAfterNewOwnerFailoverInGrace(t *testing.T) {
 		t.Fatalf("the rollback ran again at %s, before the repair at %s", at, f.times(ActivityRepair)[0])
 	}
 }
+
+// TestTargetIdentityGoesWithTheMove: the target as JOINING found it goes to
+// every later activity (MoveRef.Target: a fresh worker compares with it),
+// and a copy slice that found the target on a new timeline updates it, so
+// that the next worker does not report that failover again.
+func TestTargetIdentityGoesWithTheMove(t *testing.T) {
+	env, f := newEnv(t)
+	f.copySlice = func(in CopySliceInput, n int) (CopyProgress, error) {
+		p := CopyProgress{Rows: 100 * int64(n), Bytes: 1000, Done: n >= 3, Target: &SourceIdentity{SystemID: "9", Timeline: 1}}
+		if n >= 2 {
+			p.Target.Timeline, p.Failover = 2, "target shard5 failed over at … (timeline 1 → 2)"
+		}
+		return p, nil
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	if st.Phase != PhaseDone {
+		t.Fatalf("move ended %s: %s", st.Phase, st.Error)
+	}
+	first := f.calls[ActivityCopySlice+"/t_m1"]
+	if len(first) != 3 {
+		t.Fatalf("%d copy slices, want 3", len(first))
+	}
+	if in := f.last[ActivityCopySlice+"/t_m1"].(CopySliceInput); in.Move.Target == nil || in.Move.Target.Timeline != 2 {
+		t.Fatalf("third slice's target record %+v, want timeline 2 (the second slice's report)", in.Move.Target)
+	}
+	for _, name := range []string{ActivityRunCDC + "/t_m1", ActivityVerify + "/t_m1", ActivityCleanup} {
+		var ref MoveRef
+		switch in := f.last[name].(type) {
+		case CDCInput:
+			ref = in.Move
+		case VerifyInput:
+			ref = in.Move
+		case EndInput:
+			ref = in.Move
+		}
+		if ref.Target == nil || ref.Target.SystemID != "9" || ref.Target.Timeline != 2 {
+			t.Errorf("%s: target record %+v, want system 9 on timeline 2", name, ref.Target)
+		}
+	}
+}

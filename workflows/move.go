@@ -67,6 +67,8 @@ type MoveCarry struct {
 	// on its new primary; the moving ranges are repaired before the stream
 	// starts from the new slot.
 	RepairPending bool `json:"repair_pending,omitempty"`
+	// Target is the target server as last recorded (MoveRef.Target).
+	Target *SourceIdentity `json:"target,omitempty"`
 }
 
 // errContinueAsNew unwinds the phase code to the continue-as-new point.
@@ -114,7 +116,7 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 	if c := in.Carry; c != nil {
 		m.state, m.l0, m.paused, m.throttle, m.approved, m.runs, m.verifyRuns = c.State, c.L0, c.Paused, c.Throttle, c.Approved, c.Runs+1, c.VerifyRuns
 		m.recheck = c.Recheck
-		m.ref.Source, m.repairPending = c.Source, c.RepairPending
+		m.ref.Source, m.repairPending, m.ref.Target = c.Source, c.RepairPending, c.Target
 	} else {
 		m.state = MoveState{Spec: in.Spec, Phase: PhasePlan}
 		m.state.Timings = []PhaseTiming{{Phase: PhasePlan, Start: workflow.Now(ctx)}}
@@ -559,6 +561,7 @@ func (m *moveRun) join(ctx workflow.Context) error {
 	// Every later activity on the source compares the server with it: a
 	// fresh worker after a failover reports it too.
 	m.ref.Source = jr.Source
+	m.ref.Target = jr.Target // a fresh worker's streams and copy compare the target with it
 	return m.to(ctx, PhaseSnapshotCopy)
 }
 
@@ -595,6 +598,9 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 		if p.Failover != "" {
 			m.state.Failover = p.Failover
 		}
+		if p.Target != nil {
+			m.ref.Target = p.Target
+		}
 		if !p.CopyEnd.IsZero() || p.Done {
 			m.state.CopyEnd = p.CopyEnd // a slice too short to estimate keeps the last estimate
 		}
@@ -616,7 +622,7 @@ func (m *moveRun) continueAsNew(ctx workflow.Context) (MoveState, error) {
 		return m.state, err
 	}
 	in := m.in
-	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck, Source: m.ref.Source, RepairPending: m.repairPending}
+	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck, Source: m.ref.Source, RepairPending: m.repairPending, Target: m.ref.Target}
 	return m.state, workflow.NewContinueAsNewError(ctx, MoveWorkflow, in)
 }
 
@@ -775,6 +781,9 @@ func (m *moveRun) catchUp(ctx workflow.Context) error {
 			return err
 		}
 		m.state.LagAt = workflow.Now(ctx)
+		if st.Target != nil {
+			m.ref.Target = st.Target
+		}
 		if st.LagBytes != m.state.LagBytes || (st.Failover != "" && st.Failover != m.state.Failover) {
 			m.state.LagBytes = st.LagBytes
 			if st.Failover != "" {

@@ -124,7 +124,7 @@ func newEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *fakes) {
 	reg(ActivityPreflightMove, func(ctx context.Context, in MoveRef) error { f.record(ActivityPreflightMove, in); return nil })
 	reg(ActivityJoin, func(ctx context.Context, in MoveRef) (JoinResult, error) {
 		f.record(ActivityJoin, in)
-		return JoinResult{L0: "0/16B3748", Source: &SourceIdentity{SystemID: "7", Timeline: 1, L0: "0/16B3748"}}, nil
+		return JoinResult{L0: "0/16B3748", Source: &SourceIdentity{SystemID: "7", Timeline: 1, L0: "0/16B3748"}, Target: &SourceIdentity{SystemID: "9", Timeline: 1}}, nil
 	})
 	reg(ActivityCopySlice, func(ctx context.Context, in CopySliceInput) (CopyProgress, error) {
 		return f.copySlice(in, f.record(ActivityCopySlice+"/"+in.Move.Spec.ID, in))
