@@ -95,7 +95,7 @@ func TestSourceFailoverInCleanup(t *testing.T) {
 			for !ring.ContainsAny(mv.Ranges, ring.TokenInt64(key)) {
 				key++
 			}
-			holdCleanup(c, run, h, deadline, `SELECT id FROM users WHERE id = `+strconv.FormatInt(key, 10)+` FOR UPDATE`, `DELETE%users%`)
+			holdCleanup(c, run, h, deadline, `SELECT id FROM users WHERE id = `+strconv.FormatInt(key, 10)+` FOR UPDATE`, `%DELETE FROM %users%`)
 		},
 		check: func(c *cluster, st workflows.MigrationState) {
 			checkState(t, st, false)
@@ -113,7 +113,7 @@ func TestTargetFailoverInCleanup(t *testing.T) {
 		tweak: func(r *workflows.MigrationRequest) { r.GracePeriod = new(10 * time.Minute) },
 		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
 			inGrace(c, run, deadline)
-			holdCleanup(c, run, h, deadline, `LOCK TABLE reshard.copy_checkpoint IN SHARE MODE`, `DELETE%copy_checkpoint%`)
+			holdCleanup(c, run, h, deadline, `LOCK TABLE reshard.copy_checkpoint IN SHARE MODE`, `%DELETE FROM reshard.copy_checkpoint%`)
 		},
 		check: func(c *cluster, st workflows.MigrationState) {
 			checkState(t, st, false)
