@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	enumspb "go.temporal.io/api/enums/v1"
@@ -106,17 +105,12 @@ func workerRuns(ctx context.Context, tc client.Client, cfg *clusterConfig) (bool
 	}
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	pcfg, err := cfg.connConfig(cfg.Control)
+	store, closeStore, err := cfg.smallControl(rctx, 1)
 	if err != nil {
 		return polls, nil
 	}
-	pcfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(rctx, pcfg)
-	if err != nil {
-		return polls, nil
-	}
-	defer pool.Close()
-	ws, err := topology.NewStore(pool).Workers(rctx, workflows.TaskQueue)
+	defer closeStore()
+	ws, err := store.Workers(rctx, workflows.TaskQueue)
 	if err != nil {
 		return polls, nil // no registry (an older control database) or no answer
 	}

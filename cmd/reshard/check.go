@@ -5,53 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/topocheck"
 	"github.com/reshard/reshard/topology"
 )
 
 // keyspaceCheck is what topology check found in one keyspace.
 type keyspaceCheck struct {
-	Keyspace string       `json:"keyspace"`
-	Shards   []shardCheck `json:"shards"`
+	Keyspace string            `json:"keyspace"`
+	Shards   []topocheck.Shard `json:"shards"`
 	// Ended: migrations whose workflow ended with moves not ended.
 	Ended []endedMigration `json:"ended_migrations,omitempty"`
 	// Leftovers: slots, publications and origins no live move uses.
 	Leftovers []leftover `json:"leftovers,omitempty"`
 	Notes     []string   `json:"notes,omitempty"`
 }
-
-// shardCheck is what topology check found on one shard.
-type shardCheck struct {
-	Shard  string        `json:"shard"`
-	Want   fence.Want    `json:"want"`
-	Have   []fence.Have  `json:"have"`
-	Drift  []string      `json:"drift"`
-	Strays []fence.Stray `json:"strays,omitempty"`
-	// Unplaced: rows with a NULL shard key, which no shard owns.
-	Unplaced []tableset.NullKeyRows `json:"unplaced,omitempty"`
-	Repaired []string               `json:"repaired,omitempty"`
-	Skipped  string                 `json:"skipped,omitempty"`
-	// InTransition names the cutovers (or rollbacks' reverse cutovers)
-	// midway on this shard while it was read: its fences change as they
-	// go, so a difference from the topology is theirs, not drift (Drift
-	// lists it; it is not repaired and does not fail the check).
-	InTransition []string `json:"in_transition,omitempty"`
-}
-
-// drifting: a difference no cutover in progress explains.
-func (c shardCheck) drifting() bool { return len(c.Drift) > 0 && len(c.InTransition) == 0 }
 
 func newTopologyCheckCmd(opts *globalOptions, keyspace *string) *cobra.Command {
 	var (
@@ -96,8 +70,9 @@ nothing left behind; 1 otherwise; 2 bad input.`,
   reshard topology check --repair --json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withControl(cmd, opts, &cf, 10*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
-				all, err := checkedKeyspaces(ctx, store, pool, *keyspace)
+			return withControlDB(cmd, opts, &cf, 10*time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
+				store := ctl.Store
+				all, err := checkedKeyspaces(ctx, ctl, *keyspace)
 				if err != nil {
 					return err
 				}
@@ -112,12 +87,12 @@ nothing left behind; 1 otherwise; 2 bad input.`,
 				var report []keyspaceCheck
 				for i, k := range all {
 					ks := store.In(k.Name)
-					checks, err := checkShards(ctx, cfg, ks, fence.Control{Pool: pool, Store: ks}, k, repair)
+					checks, err := checkShards(ctx, cfg, fence.Control{Pool: ctl.Pool, Store: ks}, k, repair)
 					if err != nil {
 						return err
 					}
 					for _, c := range checks {
-						if len(c.Strays) > 0 || len(c.Unplaced) > 0 || (c.drifting() && len(c.Repaired) == 0) {
+						if len(c.Strays) > 0 || len(c.Unplaced) > 0 || (c.Drifting() && len(c.Repaired) == 0) {
 							bad++
 						}
 					}
@@ -171,8 +146,8 @@ nothing left behind; 1 otherwise; 2 bad input.`,
 // checkedKeyspaces is what topology check and check placement look at: every
 // registered keyspace, or the one named, with the control schema they read
 // ready (fence holds; schema step 6, reshard.moves, says which moves still run).
-func checkedKeyspaces(ctx context.Context, store *topology.Store, pool *pgxpool.Pool, name string) ([]topology.Keyspace, error) {
-	all, err := store.Keyspaces(ctx)
+func checkedKeyspaces(ctx context.Context, ctl fence.Control, name string) ([]topology.Keyspace, error) {
+	all, err := ctl.Store.Keyspaces(ctx)
 	if err != nil {
 		return nil, controlErr(err)
 	}
@@ -180,194 +155,31 @@ func checkedKeyspaces(ctx context.Context, store *topology.Store, pool *pgxpool.
 		return nil, usageError{topology.ErrNoKeyspace}
 	}
 	if name != "" {
-		k, err := store.ResolveKeyspace(ctx, name)
+		k, err := ctl.Store.ResolveKeyspace(ctx, name)
 		if err != nil {
 			return nil, usageError{err}
 		}
 		all = []topology.Keyspace{k}
 	}
-	if err := topology.Migrate(ctx, pool); err != nil {
+	if err := topology.Migrate(ctx, ctl.Pool); err != nil {
 		return nil, controlErr(err)
 	}
 	return all, nil
 }
 
 // checkShards compares (and with repair reconciles) every shard of the
-// keyspace.
-func checkShards(ctx context.Context, cfg *clusterConfig, store *topology.Store, ctl fence.Control, k topology.Keyspace, repair bool) ([]shardCheck, error) {
-	t, err := store.Current(ctx)
-	if err != nil {
-		return nil, controlErr(err)
+// keyspace (ctl.Store is In it): topocheck.Shards, with the configuration's
+// shards.
+func checkShards(ctx context.Context, cfg *clusterConfig, ctl fence.Control, k topology.Keyspace, repair bool) ([]topocheck.Shard, error) {
+	checks, err := topocheck.Shards(ctx, topocheck.Options{Control: ctl, Keyspace: k, OpenShards: cfg.openShardPools, Repair: repair})
+	var ce *topocheck.ControlError
+	if errors.As(err, &ce) {
+		return nil, controlErr(ce.Err)
 	}
-	reg, err := store.Shards(ctx)
-	if err != nil {
-		return nil, controlErr(err)
-	}
-	running, err := store.RunningMoves(ctx)
-	if err != nil {
-		return nil, controlErr(err)
-	}
-	members := map[string]bool{}
-	for _, n := range keyspaceShards(t) {
-		members[n] = true
-	}
-	var names []string
-	for _, s := range reg {
-		names = append(names, s.Name)
-	}
-	for n := range members {
-		if !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	pools, closeAll, err := cfg.openShardPools(ctx, names)
-	if err != nil {
-		return nil, err
-	}
-	defer closeAll()
-	// The cutover journals of the running moves, read before and after the
-	// shards: a cutover midway at either read, or that moved on between
-	// them, changed fences under the look.
-	journals, err := runningJournals(ctx, store, running)
-	if err != nil {
-		return nil, err
-	}
-	before, err := cutover.LastSteps(ctx, ctl.Pool, slices.Collect(maps.Keys(journals)))
-	if err != nil {
-		return nil, err
-	}
-	sets := map[string]tableset.Set{}
-	var out []shardCheck
-	for _, n := range names {
-		c := shardCheck{Shard: n}
-		set, err := tableset.Introspect(ctx, pools[n], k.Spec(), "shard "+n)
-		if err != nil {
-			var p *tableset.Problem
-			if !members[n] && errors.As(err, &p) {
-				c.Skipped = "not in the ring and without the keyspace's tables"
-				out = append(out, c)
-				continue
-			}
-			return nil, err
-		}
-		if c.Have, err = fence.Inspect(ctx, pools[n], set); err != nil {
-			return nil, err
-		}
-		if !members[n] && !slices.ContainsFunc(c.Have, func(h fence.Have) bool { return h.Trigger }) {
-			c.Skipped = "not in the keyspace: not in its ring, never fenced for it"
-			out = append(out, c)
-			continue
-		}
-		if c.Want, err = ctl.Want(ctx, n); err != nil {
-			return nil, err
-		}
-		for _, d := range fence.Compare(n, c.Want, c.Have) {
-			c.Drift = append(c.Drift, d.String())
-		}
-		sets[n] = set
-		if c.Strays, err = fence.Strays(ctx, pools[n], set, strayOutsideMoves(fence.StraySpace(t, n), n, running)); err != nil {
-			return nil, err
-		}
-		if c.Unplaced, err = tableset.NullKeys(ctx, pools[n], set); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	after, err := cutover.LastSteps(ctx, ctl.Pool, slices.Collect(maps.Keys(journals)))
-	if err != nil {
-		return nil, err
-	}
-	moving := cutover.InTransition(before, after, time.Now())
-	for i := range out {
-		c := &out[i]
-		if len(c.Drift) == 0 {
-			continue
-		}
-		for _, name := range slices.Sorted(maps.Keys(moving)) {
-			if j := journals[name]; j.touches(c.Shard) {
-				c.InTransition = append(c.InTransition, j.describe(moving[name]))
-			}
-		}
-		if repair && c.drifting() { // never against a cutover in progress
-			n := c.Shard
-			ch, err := fence.Reconcile(ctx, pools[n], n, sets[n], ctl)
-			if err != nil {
-				return nil, err
-			}
-			c.Repaired = append(append(append(c.Repaired, ch.Refenced...), ch.GuardsOn...), ch.GuardsOff...)
-			for _, t := range ch.Recompiled {
-				c.Repaired = append(c.Repaired, t+" (fence functions compiled again from the registry)")
-			}
-			if ch.Installed {
-				c.Repaired = append(c.Repaired, "fence triggers installed")
-			}
-		}
-	}
-	return out, nil
+	return checks, err
 }
 
-// journalOf is a cutover journal of a running move: the forward cutover's
-// or its rollback's reverse one.
-type journalOf struct {
-	move     topology.PlannedMove
-	reversed bool
-}
-
-func (j journalOf) touches(shard string) bool { return j.move.From == shard || j.move.To == shard }
-
-func (j journalOf) describe(l cutover.Last) string {
-	what := fmt.Sprintf("the cutover of move %s (%s → %s)", j.move.ID, j.move.From, j.move.To)
-	if j.reversed {
-		what = fmt.Sprintf("the rollback's reverse cutover of move %s (%s → %s)", j.move.ID, j.move.To, j.move.From)
-	}
-	return fmt.Sprintf("%s, at step %s since %s", what, l.Step, l.At.UTC().Format("15:04:05"))
-}
-
-// runningJournals names the cutover journals of the keyspace's running
-// moves, from their migrations' stored plans.
-func runningJournals(ctx context.Context, store *topology.Store, running []topology.RunningMove) (map[string]journalOf, error) {
-	out := map[string]journalOf{}
-	plans := map[string][]topology.PlannedMove{}
-	for _, r := range running {
-		pm, ok := plans[r.MigrationID]
-		if !ok {
-			p, err := store.LoadPlan(ctx, r.MigrationID)
-			if err != nil {
-				return nil, controlErr(err)
-			}
-			pm = p.PlannedMoves()
-			plans[r.MigrationID] = pm
-		}
-		for _, m := range pm {
-			if m.From == r.From && m.To == r.To {
-				out[m.ID] = journalOf{move: m}
-				out[rollback.ReverseJournal(m.ID)] = journalOf{move: m, reversed: true}
-			}
-		}
-	}
-	return out, nil
-}
-
-// strayOutsideMoves takes out of space the ranges of running moves from or
-// to shard: a move's two shards both hold its rows until it ends, even once
-// its ranges are published stable (cleanup deletes the old owner's rows
-// after that publish).
-func strayOutsideMoves(space []ring.Range, shard string, running []topology.RunningMove) []ring.Range {
-	for _, m := range running {
-		if m.From != shard && m.To != shard {
-			continue
-		}
-		var left []ring.Range
-		for _, r := range space {
-			left = append(left, ring.Subtract(r, m.Ranges)...)
-		}
-		space = left
-	}
-	return ring.Normalize(space)
-}
-
-func printChecks(out io.Writer, k topology.Keyspace, checks []shardCheck) {
+func printChecks(out io.Writer, k topology.Keyspace, checks []topocheck.Shard) {
 	fmt.Fprintf(out, "keyspace %s, %d table(s)\n", k.Name, len(k.Tables))
 	for _, c := range checks {
 		switch {

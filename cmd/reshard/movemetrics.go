@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
@@ -80,7 +79,7 @@ func figuresOf(states []workflows.MigrationState, now time.Time) moveFigures {
 // moveStateCollector exports moveFigures.
 type moveStateCollector struct {
 	tc      client.Client
-	control *pgxpool.Pool
+	control *topology.Store
 
 	migrations, moves, stopped, approval, grace, migrating, missing *prometheus.Desc
 
@@ -90,7 +89,7 @@ type moveStateCollector struct {
 	ok   bool
 }
 
-func newMoveStateCollector(tc client.Client, control *pgxpool.Pool) *moveStateCollector {
+func newMoveStateCollector(tc client.Client, control *topology.Store) *moveStateCollector {
 	return &moveStateCollector{tc: tc, control: control,
 		migrations: prometheus.NewDesc("reshard_migrations_running",
 			"Migration workflows running (Temporal's visibility store).", nil, nil),
@@ -177,35 +176,10 @@ func (c *moveStateCollector) read(ctx context.Context) (moveFigures, error) {
 	}
 	f := figuresOf(states, time.Now())
 	f.Migrations, f.StatesMissing = len(rows), missing
-	n, err := migratingRanges(ctx, c.control)
+	n, err := c.control.MigratingRanges(ctx)
 	if err != nil {
 		return moveFigures{}, err
 	}
 	f.Migrating = n
 	return f, nil
-}
-
-// migratingRanges counts the ranges marked migrating in the current
-// topology of every keyspace.
-func migratingRanges(ctx context.Context, control *pgxpool.Pool) (int, error) {
-	store := topology.NewStore(control)
-	kss, err := store.Keyspaces(ctx)
-	if err != nil {
-		return 0, err
-	}
-	names := []string{topology.DefaultKeyspace} // a cluster set up before keyspaces were registered
-	for _, ks := range kss {
-		if ks.Name != topology.DefaultKeyspace {
-			names = append(names, ks.Name)
-		}
-	}
-	n := 0
-	for _, name := range names {
-		t, err := store.In(name).Current(ctx)
-		if err != nil {
-			continue // a keyspace registered before its first topology
-		}
-		n += len(t.Migrating())
-	}
-	return n, nil
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/fence"
@@ -67,16 +66,16 @@ Exit codes: 0 every row on its owner, 1 misplaced or unplaced rows, 2 bad input.
   reshard check placement --keyspace accts --json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withControl(cmd, opts, &cf, 30*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
-				all, err := checkedKeyspaces(ctx, store, pool, keyspace)
+			return withControlDB(cmd, opts, &cf, 30*time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
+				all, err := checkedKeyspaces(ctx, ctl, keyspace)
 				if err != nil {
 					return err
 				}
 				var report []placementReport
 				misplaced := int64(0)
 				for _, k := range all {
-					ks := store.In(k.Name)
-					checks, err := checkShards(ctx, cfg, ks, fence.Control{Pool: pool, Store: ks}, k, false)
+					ks := ctl.Store.In(k.Name)
+					checks, err := checkShards(ctx, cfg, fence.Control{Pool: ctl.Pool, Store: ks}, k, false)
 					if err != nil {
 						return err
 					}

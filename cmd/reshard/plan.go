@@ -10,7 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/capacity"
@@ -123,27 +122,11 @@ func planNextSteps(cmd *cobra.Command, args []string, problems int) []string {
 // changes nothing. Problems (capacity refusals among them) are in the
 // report, not the error.
 func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan, walWindow time.Duration) (planReport, error) {
-	pools := map[string]*pgxpool.Pool{}
-	defer func() {
-		for _, pl := range pools {
-			pl.Close()
-		}
-	}()
-	shards := func(ctx context.Context, name string) (*pgxpool.Pool, error) {
-		if pl, ok := pools[name]; ok {
-			return pl, nil
-		}
-		dsn, ok := cfg.Shards[name]
-		if !ok {
-			return nil, usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
-		}
-		pl, err := cfg.connect(ctx, "shard "+name, dsn)
-		if err != nil {
-			return nil, err
-		}
-		pools[name] = pl
-		return pl, nil
-	}
+	pools := newLazyShards(cfg, func(name string) error {
+		return usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
+	})
+	defer pools.close()
+	shards := pools.open
 	r := p.Request
 	pf, err := plan.Preflight(ctx, shards, r.Tables, p.Grouped, plan.Throttle{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec})
 	if err != nil {

@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -65,8 +64,9 @@ migration still runs.`,
 			if rowsPerSec < 0 || batchRows < 0 {
 				return usageError{errors.New("--rows-per-sec and --batch-rows: want 0 or more (0: unlimited, the default batch)")}
 			}
-			return withControl(cmd, opts, &cf, 24*time.Hour, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
-				if err := topology.Migrate(ctx, pool); err != nil {
+			return withControlDB(cmd, opts, &cf, 24*time.Hour, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
+				store := ctl.Store
+				if err := topology.Migrate(ctx, ctl.Pool); err != nil {
 					return controlErr(err)
 				}
 				start, err := store.FindMigration(ctx, id)
@@ -92,9 +92,11 @@ migration still runs.`,
 						return fmt.Errorf("migration %s: the tables of keyspace %s: %w", id, start.Keyspace, err)
 					}
 				}
-				shards := &lazyShards{cfg: cfg, pools: map[string]*pgxpool.Pool{}}
+				shards := newLazyShards(cfg, func(name string) error {
+					return usageError{fmt.Errorf("shard %s is not in the configuration %s: add it there (the migration's plan names it)", name, cfg.Path)}
+				})
 				defer shards.close()
-				rec, err := rollback.Recover(ctx, id, rollback.RecoverOptions{Store: store, Control: pool, Shards: shards.open,
+				rec, err := rollback.Recover(ctx, id, rollback.RecoverOptions{Store: store, Control: ctl.Pool, Shards: shards.open,
 					Tables: tables.Spec(), RowsPerSec: rowsPerSec, BatchRows: batchRows, Logger: opts.logger})
 				if err != nil {
 					if errors.Is(err, rollback.ErrRecoverRunning) {
@@ -131,37 +133,6 @@ func printRecovery(cmd *cobra.Command, rec rollback.Recovery) {
 			rec.MigrationID, rec.Version, rec.Keyspace)
 	default:
 		fmt.Fprintf(out, "migration %s: nothing left to recover (%s)\n", rec.MigrationID, rec.Note)
-	}
-}
-
-// lazyShards opens the configured shards' pools once each.
-type lazyShards struct {
-	cfg   *clusterConfig
-	mu    sync.Mutex
-	pools map[string]*pgxpool.Pool
-}
-
-func (s *lazyShards) open(ctx context.Context, name string) (*pgxpool.Pool, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if p, ok := s.pools[name]; ok {
-		return p, nil
-	}
-	dsn, ok := s.cfg.Shards[name]
-	if !ok {
-		return nil, usageError{fmt.Errorf("shard %s is not in the configuration %s: add it there (the migration's plan names it)", name, s.cfg.Path)}
-	}
-	p, err := s.cfg.connect(ctx, "shard "+name, dsn)
-	if err != nil {
-		return nil, err
-	}
-	s.pools[name] = p
-	return p, nil
-}
-
-func (s *lazyShards) close() {
-	for _, p := range s.pools {
-		p.Close()
 	}
 }
 

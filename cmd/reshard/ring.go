@@ -240,86 +240,12 @@ one, then the weights), as a sequence of migrations would.`,
 			if err != nil {
 				return usageError{fmt.Errorf("--shards: %w", err)}
 			}
-			var (
-				moves []ring.Move
-				steps [][]ring.Move
-			)
-			switch {
-			case rebalance:
-				for _, a := range adds {
-					if old.HasShard(a) {
-						return usageError{fmt.Errorf("--add %s: the ring already has a shard %s; give a new name", a, a)}
-					}
-				}
-				for _, r := range removes {
-					if !old.HasShard(r) {
-						return usageError{fmt.Errorf("--remove %s: no such shard; give one of --shards (%s)", r, strings.Join(old.Shards(), ","))}
-					}
-				}
-				if len(removes) >= len(shards) && len(adds) == 0 {
-					return usageError{fmt.Errorf("--remove %s: that is every shard; a ring needs at least one", remove)}
-				}
-				for name := range ws {
-					if !old.HasShard(name) && !slices.Contains(adds, name) {
-						return usageError{fmt.Errorf("--weight %s: no such shard; give one of --shards (%s) or of --add", name, strings.Join(old.Shards(), ","))}
-					}
-					if slices.Contains(removes, name) {
-						return usageError{fmt.Errorf("--weight %s: the shard is removed; drop its weight or keep it", name)}
-					}
-				}
-				c := ring.Change{Kind: "rebalance", Add: adds, Remove: removes, Weights: ws, Opts: o}
-				_, moves, err = ring.PlanChange(old, nil, c)
-				if err != nil {
-					return usageError{err}
-				}
-				if steps, err = ring.PlanSteps(old, c.Target(), o); err != nil {
-					return usageError{err}
-				}
-			case split != "":
-				if !old.HasShard(split) {
-					return usageError{fmt.Errorf("--split %s: no such shard; give one of --shards (%s)", split, strings.Join(old.Shards(), ","))}
-				}
-				if into == "" {
-					into = split + "-2"
-				}
-				if old.HasShard(into) {
-					return usageError{fmt.Errorf("--into %s: the ring already has a shard %s; give a new name", into, into)}
-				}
-				_, moves, err = ring.PlanSplit(old, split, ring.Shard{Name: into}, o)
-			default:
-				rg, perr := ring.ParseRange(mv)
-				if perr != nil {
-					return usageError{fmt.Errorf("--move: %w", perr)}
-				}
-				if to == "" {
-					return usageError{fmt.Errorf("--move needs --to: the shard receiving the range")}
-				}
-				_, moves, err = ring.PlanMove(old, rg, to)
-			}
+			ch := ringChange{adds: adds, removes: removes, weights: ws, remove: remove, split: split, into: into, move: mv, to: to, rebalance: rebalance}
+			moves, steps, err := ch.plan(old, len(shards), o)
 			if err != nil {
 				return err
 			}
-			if moves == nil {
-				moves = []ring.Move{}
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return json.NewEncoder(out).Encode(ringPlanJSON{Moves: moves})
-			}
-			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-			fmt.Fprintln(tw, "FROM\tTO\tLO (excl)\tHI (incl)\tFRACTION\t")
-			for _, m := range moves {
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.6f\t\n", m.From, m.To, m.Range.Lo, m.Range.Hi, m.Range.Width()/18446744073709551616.0)
-			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(out, "%d moves, moved fraction %.4f of the token space (%s tokens, %d vnodes per shard)\n",
-				len(moves), ring.MovedFraction(moves), o.Tokens, o.VNodes)
-			if err != nil || len(steps) < 2 {
-				return err
-			}
-			return printSteps(out, moves, steps)
+			return printRingPlan(cmd.OutOrStdout(), moves, steps, o, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -335,6 +261,101 @@ one, then the weights), as a sequence of migrations would.`,
 	f.StringVar(&to, "to", "", "the shard receiving a --move")
 	f.BoolVar(&asJSON, "json", false, `print {"moves":[{"lo","hi","from","to"},...]}`)
 	return cmd
+}
+
+// ringChange is the change ring plan was asked for (one kind of it).
+type ringChange struct {
+	adds, removes       []string
+	weights             map[string]float64
+	remove, split, into string
+	move, to            string
+	rebalance           bool
+}
+
+// plan checks the change against old (nshards: how many --shards) and
+// plans it: the moves, and for a rebalance its steps one shard at a time.
+func (c ringChange) plan(old *ring.Ring, nshards int, o ring.Options) (moves []ring.Move, steps [][]ring.Move, err error) {
+	adds, removes, ws, remove, split, into, mv, to := c.adds, c.removes, c.weights, c.remove, c.split, c.into, c.move, c.to
+	switch {
+	case c.rebalance:
+		for _, a := range adds {
+			if old.HasShard(a) {
+				return nil, nil, usageError{fmt.Errorf("--add %s: the ring already has a shard %s; give a new name", a, a)}
+			}
+		}
+		for _, r := range removes {
+			if !old.HasShard(r) {
+				return nil, nil, usageError{fmt.Errorf("--remove %s: no such shard; give one of --shards (%s)", r, strings.Join(old.Shards(), ","))}
+			}
+		}
+		if len(removes) >= nshards && len(adds) == 0 {
+			return nil, nil, usageError{fmt.Errorf("--remove %s: that is every shard; a ring needs at least one", remove)}
+		}
+		for name := range ws {
+			if !old.HasShard(name) && !slices.Contains(adds, name) {
+				return nil, nil, usageError{fmt.Errorf("--weight %s: no such shard; give one of --shards (%s) or of --add", name, strings.Join(old.Shards(), ","))}
+			}
+			if slices.Contains(removes, name) {
+				return nil, nil, usageError{fmt.Errorf("--weight %s: the shard is removed; drop its weight or keep it", name)}
+			}
+		}
+		rc := ring.Change{Kind: "rebalance", Add: adds, Remove: removes, Weights: ws, Opts: o}
+		_, moves, err = ring.PlanChange(old, nil, rc)
+		if err != nil {
+			return nil, nil, usageError{err}
+		}
+		if steps, err = ring.PlanSteps(old, rc.Target(), o); err != nil {
+			return nil, nil, usageError{err}
+		}
+	case split != "":
+		if !old.HasShard(split) {
+			return nil, nil, usageError{fmt.Errorf("--split %s: no such shard; give one of --shards (%s)", split, strings.Join(old.Shards(), ","))}
+		}
+		if into == "" {
+			into = split + "-2"
+		}
+		if old.HasShard(into) {
+			return nil, nil, usageError{fmt.Errorf("--into %s: the ring already has a shard %s; give a new name", into, into)}
+		}
+		_, moves, err = ring.PlanSplit(old, split, ring.Shard{Name: into}, o)
+	default:
+		rg, perr := ring.ParseRange(mv)
+		if perr != nil {
+			return nil, nil, usageError{fmt.Errorf("--move: %w", perr)}
+		}
+		if to == "" {
+			return nil, nil, usageError{fmt.Errorf("--move needs --to: the shard receiving the range")}
+		}
+		_, moves, err = ring.PlanMove(old, rg, to)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if moves == nil {
+		moves = []ring.Move{}
+	}
+	return moves, steps, nil
+}
+
+// printRingPlan prints the moves (and a rebalance's steps), or their JSON.
+func printRingPlan(out io.Writer, moves []ring.Move, steps [][]ring.Move, o ring.Options, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(out).Encode(ringPlanJSON{Moves: moves})
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "FROM\tTO\tLO (excl)\tHI (incl)\tFRACTION\t")
+	for _, m := range moves {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.6f\t\n", m.From, m.To, m.Range.Lo, m.Range.Hi, m.Range.Width()/18446744073709551616.0)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(out, "%d moves, moved fraction %.4f of the token space (%s tokens, %d vnodes per shard)\n",
+		len(moves), ring.MovedFraction(moves), o.Tokens, o.VNodes)
+	if err != nil || len(steps) < 2 {
+		return err
+	}
+	return printSteps(out, moves, steps)
 }
 
 // printSteps compares one plan with the same change one shard at a time.

@@ -15,12 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -97,40 +93,6 @@ func (c controlFlags) config() (*clusterConfig, error) {
 		return nil, nil
 	}
 	return c.cf.load(c.opts)
-}
-
-// openControl connects to the control database. Errors never carry the DSN
-// unredacted: it may hold a password.
-func openControl(ctx context.Context, dsn, keyspace string) (*topology.Store, func(), error) {
-	if dsn == "" {
-		return nil, nil, usageError{errors.New("no control database: pass --config FILE or --control-dsn, or set RESHARD_CONTROL_DSN")}
-	}
-	cfg, err := pgsession.ParsePoolConfig(dsn)
-	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("--control-dsn %s is not a valid PostgreSQL connection string (want postgres://user@host:port/db or host=... dbname=...)", redactDSN(dsn))}
-	}
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("control database %s: %w", redactDSN(dsn), err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, nil, fmt.Errorf("control database %s: %w", redactDSN(dsn), err)
-	}
-	return topology.NewStore(pool).In(keyspace), pool.Close, nil
-}
-
-// controlErr explains a missing schema instead of printing "relation does not exist".
-func controlErr(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == pgerr.CodeUndefinedTable || pgErr.Code == pgerr.CodeInvalidSchemaName) {
-		return fmt.Errorf("the control database has no topology schema (reshard.topology_versions); it is created by topology.Migrate when the cluster is set up: %w", err)
-	}
-	if errors.Is(err, topology.ErrNoTopology) {
-		return fmt.Errorf("the control database holds no topology yet: %w", err)
-	}
-	return err
 }
 
 // loadTopology loads version (0: the current one).
@@ -471,70 +433,6 @@ func skewTablesOfKeyspace(ctx context.Context, store *topology.Store, keyspace, 
 		}
 	}
 	return nil
-}
-
-// shardPools opens a small pool per shard of the ring: through cfg's DSN
-// and password when the configuration names the shard (cfg nil: none),
-// else through its registered reference.
-func shardPools(ctx context.Context, t topology.Topology, reg []topology.Shard, overrides map[string]string, cfg *clusterConfig) (map[string]*pgxpool.Pool, func(), error) {
-	byName := map[string]topology.Shard{}
-	for _, s := range reg {
-		byName[s.Name] = s
-	}
-	pools := map[string]*pgxpool.Pool{}
-	closeAll := func() {
-		for _, p := range pools {
-			p.Close()
-		}
-	}
-	for name := range overrides {
-		if !t.Ring.HasShard(name) {
-			return nil, nil, usageError{fmt.Errorf("--shard-dsn %s: topology version %d has no shard %s (shards: %s)", name, t.Version, name, strings.Join(t.Ring.Shards(), ", "))}
-		}
-	}
-	for _, name := range t.Ring.Shards() {
-		dsn, ok := overrides[name]
-		if !ok && cfg != nil {
-			dsn, ok = cfg.Shards[name]
-		}
-		if !ok {
-			s, known := byName[name]
-			if !known {
-				closeAll()
-				return nil, nil, usageError{fmt.Errorf("shard %s is not registered; pass --shard-dsn %s=DSN", name, name)}
-			}
-			dsn = s.Conn.DSN()
-		}
-		pcfg, err := skewPoolConfig(name, dsn, cfg)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		p, err := pgxpool.NewWithConfig(ctx, pcfg)
-		if err == nil {
-			err = p.Ping(ctx)
-			pools[name] = p
-		}
-		if err != nil {
-			closeAll()
-			return nil, nil, fmt.Errorf("shard %s (%s): %w", name, redactDSN(dsn), err)
-		}
-	}
-	return pools, closeAll, nil
-}
-
-// skewPoolConfig is the pool of shard name at dsn: with the configuration's
-// password (cfg nil: none) when the DSN carries none.
-func skewPoolConfig(name, dsn string, cfg *clusterConfig) (*pgxpool.Config, error) {
-	pcfg, err := pgsession.ParsePoolConfig(dsn)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("shard %s: %s is not a valid PostgreSQL connection string", name, redactDSN(dsn))}
-	}
-	if cfg != nil && cfg.password != "" && pcfg.ConnConfig.Password == "" {
-		pcfg.ConnConfig.Password = cfg.password
-	}
-	pcfg.MaxConns = 2
-	return pcfg, nil
 }
 
 func printSkew(out io.Writer, rep *topology.SkewReport) {

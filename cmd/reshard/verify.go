@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
@@ -81,53 +78,10 @@ input, 3 refused (the move may not be repaired now; the reason is printed).`,
 					rowsPerSec: rowsPerSec, logger: opts.logger,
 				})
 			}
-			srcDSN, dstDSN := flagOrEnv(srcDSN, "RESHARD_SOURCE_DSN"), flagOrEnv(dstDSN, "RESHARD_TARGET_DSN")
-			spec, rs, err := parseVerifyInput(srcDSN, dstDSN, tables, ranges)
-			if err != nil {
-				return usageError{err}
-			}
-			ctx := cmd.Context()
-			src, err := verifyConnect(ctx, "source", srcDSN)
-			if err != nil {
-				return err
-			}
-			defer src.Close()
-			dst, err := verifyConnect(ctx, "target", dstDSN)
-			if err != nil {
-				return err
-			}
-			defer dst.Close()
-			set, err := tableset.Introspect(ctx, src, spec, "source")
-			if err != nil {
-				return err
-			}
-			if _, err := tableset.Introspect(ctx, dst, spec, "target"); err != nil {
-				return err
-			}
-			rep, err := verify.Run(ctx, src, dst, verify.Options{
-				RunID: runID, Set: set, Ranges: rs, ChunkRows: chunkRows, BisectRows: bisectRows,
+			return runVerify(cmd, opts, srcDSN, dstDSN, tables, ranges, asJSON, verify.Options{
+				RunID: runID, ChunkRows: chunkRows, BisectRows: bisectRows,
 				Parallel: parallel, RowsPerSecond: rowsPerSec, MaxSampleKeys: maxKeys, Logger: opts.logger,
 			})
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				j, err := rep.JSON()
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(out, string(j))
-			} else if err := rep.Table(out); err != nil {
-				return err
-			}
-			if rep.Problem != "" {
-				return fmt.Errorf("%w: %s", errMismatch, rep.Problem)
-			}
-			if !rep.OK() {
-				return fmt.Errorf("%w: %d rows", errMismatch, rep.Mismatches())
-			}
-			return nil
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -149,6 +103,49 @@ input, 3 refused (the move may not be repaired now; the reason is printed).`,
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "with --repair: how long to wait for a worker to answer the state query")
 	cf.register(cmd)
 	return cmd
+}
+
+// runVerify is verify's direct mode: the flags checked, both sides
+// connected, verify.Direct run, the report printed (vo holds the knobs).
+func runVerify(cmd *cobra.Command, opts *globalOptions, srcDSN, dstDSN string, tables, ranges []string, asJSON bool, vo verify.Options) error {
+	srcDSN, dstDSN = flagOrEnv(srcDSN, "RESHARD_SOURCE_DSN"), flagOrEnv(dstDSN, "RESHARD_TARGET_DSN")
+	spec, rs, err := parseVerifyInput(srcDSN, dstDSN, tables, ranges)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx := cmd.Context()
+	src, err := verifyConnect(ctx, "source", srcDSN)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := verifyConnect(ctx, "target", dstDSN)
+	if err != nil {
+		return err
+	}
+	defer dst.Close()
+	vo.Ranges = rs
+	rep, err := verify.Direct(ctx, src, dst, spec, vo)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		j, err := rep.JSON()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(out, string(j))
+	} else if err := rep.Table(out); err != nil {
+		return err
+	}
+	if rep.Problem != "" {
+		return fmt.Errorf("%w: %s", errMismatch, rep.Problem)
+	}
+	if !rep.OK() {
+		return fmt.Errorf("%w: %d rows", errMismatch, rep.Mismatches())
+	}
+	return nil
 }
 
 // chunkRowsIfSet: a repair uses the migration's verify chunk size unless
@@ -228,23 +225,4 @@ func parseVerifyInput(srcDSN, dstDSN string, tables, ranges []string) (tableset.
 		rs = append(rs, r)
 	}
 	return spec, rs, nil
-}
-
-// verifyConnect opens a pool; messages name the side, never the DSN (it
-// may hold a password).
-func verifyConnect(ctx context.Context, side, dsn string) (*pgxpool.Pool, error) {
-	cfg, err := pgsession.ParsePoolConfig(dsn)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--%s-dsn is not a valid PostgreSQL connection string", side)}
-	}
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		if err = p.Ping(ctx); err != nil {
-			p.Close()
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("connect to the %s: %w", side, err)
-	}
-	return p, nil
 }

@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -81,7 +80,7 @@ what fails).`,
 // healthChecks probes what a worker needs: its worker loop, the control
 // database and the Temporal frontend, each within two seconds. The lines
 // name each check ("control database: ok" or its error, never a password).
-func healthChecks(ctx context.Context, running bool, control *pgxpool.Pool, tc client.Client) ([]string, bool) {
+func healthChecks(ctx context.Context, running bool, control *topology.Store, tc client.Client) ([]string, bool) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	ok := true
@@ -165,16 +164,11 @@ func runWorker(ctx context.Context, opts *globalOptions, cfg *clusterConfig, wf 
 	// The health check's own pool: two connections, opened on first use, so
 	// a probe never waits behind the activities' work (the move-state
 	// gauges read the control database through it at scrape time).
-	hcfg, err := cfg.connConfig(cfg.Control)
+	control, closeControl, err := cfg.smallControl(ctx, 2)
 	if err != nil {
-		return usageError{fmt.Errorf("control: %w", err)}
+		return err
 	}
-	hcfg.MaxConns = 2
-	control, err := pgxpool.NewWithConfig(ctx, hcfg)
-	if err != nil {
-		return fmt.Errorf("control database pool: %w", err)
-	}
-	defer control.Close()
+	defer closeControl()
 	reg.MustRegister(newMoveStateCollector(tc, control))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -306,15 +300,14 @@ func workerIdentity() string {
 // configuration knows) fresh until ctx ends, then removes it: the CLI
 // refuses a migration whose shards no running worker knows. A receive on
 // now reports at once (after a configuration reload).
-func reportWorker(ctx context.Context, log *slog.Logger, control *pgxpool.Pool, identity string, acts *activities.Activities, now <-chan struct{}) {
-	store := topology.NewStore(control)
+func reportWorker(ctx context.Context, log *slog.Logger, store *topology.Store, identity string, acts *activities.Activities, now <-chan struct{}) {
 	migrated := false
 	tick := time.NewTicker(topology.WorkerReportEvery)
 	defer tick.Stop()
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if !migrated {
-			migrated = topology.Migrate(rctx, control) == nil
+			migrated = store.Migrate(rctx) == nil
 		}
 		if migrated {
 			if err := store.ReportWorker(rctx, topology.Worker{Identity: identity, TaskQueue: workflows.TaskQueue, Shards: acts.Shards()}); err != nil && ctx.Err() == nil {
