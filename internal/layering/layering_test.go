@@ -44,7 +44,7 @@ func stdlib(path string) bool {
 }
 
 // The domain packages: the protocol's data plane and its pure core.
-var domain = []string{"ring", "keyspace", "topology", "tableset", "plan", "fence", "backfill", "cdc", "verify", "cutover", "join", "cleanup", "rollback", "capacity", "router", "eta"}
+var domain = []string{"ring", "keyspace", "topology", "tableset", "plan", "fence", "backfill", "cdc", "verify", "cutover", "join", "cleanup", "rollback", "capacity", "router", "eta", "topocheck"}
 
 func TestDependencyRules(t *testing.T) {
 	// ring, keyspace and eta are pure: the standard library only.
@@ -104,7 +104,8 @@ var domainOrder = map[string]int{
 	"capacity": 4,               // PLAN's cost model (it measures with verify's checksum)
 	"cutover":  4,               // the step sequence, journal, dry run
 	"join":     5, "cleanup": 5, // JOINING; CLEANUP and the end of a move
-	"rollback": 6,
+	"rollback":  6,
+	"topocheck": 7, // topology check: reads every phase's traces (journals, holds, strays)
 }
 
 // forbidden are imports the order alone would allow but the design does
