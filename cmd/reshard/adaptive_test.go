@@ -7,9 +7,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	commonpb "go.temporal.io/api/common/v1"
-	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/sdk/converter"
 
 	"github.com/reshard/reshard/workflows"
 )
@@ -57,52 +54,5 @@ func TestThrottleUpdate(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%v: %+v (adaptive %+v), %v; want %+v (adaptive %+v)", tc.args, got, got.Adaptive, err, tc.want, tc.want.Adaptive)
 		}
-	}
-}
-
-// status shows the adaptive throttle of the running copy slice, verify or
-// cleanup from the second detail of its heartbeat, in the move's phase text
-// (and in --json's state); the first detail stays what it was, so the rows
-// are still read.
-func TestAdaptiveFromHeartbeat(t *testing.T) {
-	ad := &workflows.AdaptiveStatus{RowsPerSec: 3200, Signal: "replica_lag", Reason: "replica lag 3.2s > 2s"}
-	dc := converter.GetDefaultDataConverter()
-	copyHB, err := dc.ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatETAMillis: -1}, ad)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifyHB, err := dc.ToPayloads("verifying", ad)
-	if err != nil {
-		t.Fatal(err)
-	}
-	none, err := dc.ToPayloads("verifying", (*workflows.AdaptiveStatus)(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pending := func(name string, hb *commonpb.Payloads) []*workflowpb.PendingActivityInfo {
-		return []*workflowpb.PendingActivityInfo{{ActivityType: &commonpb.ActivityType{Name: name}, HeartbeatDetails: hb}}
-	}
-	if rows, _ := sliceProgress(pending(workflows.ActivityCopySlice, copyHB)); rows != 1234 {
-		t.Errorf("slice rows %d with the adaptive detail, want 1234", rows)
-	}
-	for _, tc := range []struct {
-		name string
-		hb   *commonpb.Payloads
-		want *workflows.AdaptiveStatus
-	}{
-		{workflows.ActivityCopySlice, copyHB, ad},
-		{workflows.ActivityVerify, verifyHB, ad},
-		{workflows.ActivityCleanup, none, nil},
-		{workflows.ActivityRollback, verifyHB, ad},
-		{workflows.ActivityRunCDC, verifyHB, nil},
-	} {
-		got := liveAdaptive(pending(tc.name, tc.hb))
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
-		}
-	}
-	m := workflows.MoveState{Phase: workflows.PhaseSnapshotCopy, Adaptive: ad, Spec: workflows.MoveSpec{Source: "s1", Target: "s2"}}
-	if v := viewMove(m, workflows.Throttle{}, time.Now()); v.Phase != "SNAPSHOT_COPY (throttled: replica lag 3.2s > 2s, 3200 rows/s)" {
-		t.Errorf("status phase %q", v.Phase)
 	}
 }

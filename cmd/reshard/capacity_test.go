@@ -5,9 +5,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/reshard/reshard/workflows"
 )
 
 // withCapacity appends a capacity section to the cluster's reshard.yaml.
@@ -61,22 +58,5 @@ func TestPlanRefusesWhatCannotFit(t *testing.T) {
 	c.withCapacity(t, "  shard9:\n    disk_bytes: 1\n")
 	if out, code := c.run(t, "plan", "add-node", "shard3", "--table", "users:id", "--table", "orders:user_id"); code != 2 || !strings.Contains(out, "capacity.shard9: no such shard") {
 		t.Fatalf("a capacity entry for an unknown shard: exit %d\n%s", code, out)
-	}
-}
-
-// status sets each phase against its prediction.
-func TestStatusSetsPhasesAgainstTheirPrediction(t *testing.T) {
-	start := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
-	m := workflows.MoveState{Spec: workflows.MoveSpec{Source: "shard1", Target: "shard5",
-		Predicted: &workflows.Predicted{Copy: 220 * time.Second, CatchUp: 2 * time.Second, Verify: 10 * time.Second, SlotWALBytes: 120 << 20}},
-		Timings: []workflows.PhaseTiming{{Phase: workflows.PhaseSnapshotCopy, Start: start, End: start.Add(192 * time.Second)},
-			{Phase: workflows.PhaseCDCCatchUp, Start: start.Add(192 * time.Second)}}}
-	got := predictedText(m, start.Add(196*time.Second))
-	if want := "copy 3m12s of predicted 3m40s, catch-up 4s of predicted 2s, verify predicted 10s; slot WAL predicted 120.0 MiB"; got != want {
-		t.Fatalf("got  %q\nwant %q", got, want)
-	}
-	m.Spec.Predicted = nil
-	if got := predictedText(m, start); got != "" {
-		t.Fatalf("a move without a prediction: %q", got)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -296,7 +297,7 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 		s, err := queryState(ctx, tc, wfID, 10*time.Second)
 		if err == nil {
 			st = s
-			printChanges(out, st, last, time.Now())
+			statusview.PrintChanges(out, st, last, time.Now())
 			for _, m := range st.Moves {
 				peakLag = max(peakLag, m.LagBytes)
 				if etas[m.Spec.ID] == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -329,7 +330,7 @@ func (p *migrationPlan) what() string {
 	if r := p.Request; r.Kind == workflows.KindRebalance {
 		return "rebalance: " + rebalanceText(r)
 	}
-	return requestText(p.Request)
+	return statusview.RequestText(p.Request)
 }
 
 // rebalanceText is a rebalance's target, e.g. "add e,f; remove a; weight b=2".

@@ -12,16 +12,13 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/serviceerror"
-	workflowpb "go.temporal.io/api/workflow/v1"
-	"go.temporal.io/sdk/converter"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -531,7 +528,7 @@ func TestStatusView(t *testing.T) {
 		},
 	}
 	var b strings.Builder
-	printMigrationStatus(&b, "add-x", "http://ui/x", st, start.Add(10*time.Second))
+	statusview.Print(&b, "add-x", "http://ui/x", st, start.Add(10*time.Second))
 	out := b.String()
 	for _, want := range []string{
 		"migration add-x  SNAPSHOT_COPY  topology v1 → v2  moving 20.00%",
@@ -548,27 +545,27 @@ func TestStatusView(t *testing.T) {
 	// Plain --watch lines: only what changed is printed again.
 	var w strings.Builder
 	last := map[string]string{}
-	printChanges(&w, st, last, start)
+	statusview.PrintChanges(&w, st, last, start)
 	first := strings.Count(w.String(), "\n")
 	st.Moves[0].RowsCopied = 500
-	printChanges(&w, st, last, start)
+	statusview.PrintChanges(&w, st, last, start)
 	if first != 5 || strings.Count(w.String(), "\n") != 6 || !strings.Contains(w.String(), "500/1000 rows") {
 		t.Errorf("watch lines (first %d):\n%s", first, w.String())
 	}
 	// The lag of a stream that stopped at the cutover is not shown as if
 	// current (main showed "56 B" on a DONE move).
 	for _, p := range []workflows.Phase{workflows.PhaseGrace, workflows.PhaseCleanup, workflows.PhaseDone, workflows.PhaseRolledBack} {
-		if v := viewMove(workflows.MoveState{Phase: p, LagBytes: 56}, workflows.Throttle{}, start); v.Lag != "-" {
+		if v := statusview.ViewMove(workflows.MoveState{Phase: p, LagBytes: 56}, workflows.Throttle{}, start); v.Lag != "-" {
 			t.Errorf("lag of a move in %s: %q, want -", p, v.Lag)
 		}
 	}
-	if v := viewMove(workflows.MoveState{Phase: workflows.PhaseCDCCatchUp}, workflows.Throttle{}, start); v.Lag != "0 B" {
+	if v := statusview.ViewMove(workflows.MoveState{Phase: workflows.PhaseCDCCatchUp}, workflows.Throttle{}, start); v.Lag != "0 B" {
 		t.Errorf("lag of a move catching up with none left: %q, want 0 B", v.Lag)
 	}
-	if got := viewMove(workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}}, workflows.Throttle{RowsPerSec: 100}, start).ETA; got != "10s" {
+	if got := statusview.ViewMove(workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}}, workflows.Throttle{RowsPerSec: 100}, start).ETA; got != "10s" {
 		t.Errorf("ETA from the throttle before any row: %s", got)
 	}
-	if got := textBar(2000, 1000, 10); got != "[==========] 100%" {
+	if got := statusview.TextBar(2000, 1000, 10); got != "[==========] 100%" {
 		t.Errorf("bar over the estimate: %q", got)
 	}
 }
@@ -620,55 +617,6 @@ func TestPasswordNeverPrinted(t *testing.T) {
 	}
 }
 
-// status adds the running copy slice's heartbeat to the move's rows, so the
-// count moves every second instead of at the end of each slice, and shows
-// the end the heartbeat predicted less its own clock: a heartbeat read 5 s
-// after it was recorded shows 5 s less, not the time left it was sent with.
-func TestSliceRowsFromHeartbeat(t *testing.T) {
-	sent := time.Now().Add(-5 * time.Second).Truncate(time.Millisecond)
-	end := sent.Add(42 * time.Second)
-	dc := converter.GetDefaultDataConverter()
-	hb, err := dc.ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatSliceBytes: 99,
-		workflows.HeartbeatETAMillis: 42_000, workflows.HeartbeatCopyEndMillis: end.UnixMilli()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pending := []*workflowpb.PendingActivityInfo{
-		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityRunCDC}},
-		{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityCopySlice}, HeartbeatDetails: hb, LastHeartbeatTime: timestamppb.New(sent)},
-	}
-	if rows, got := sliceProgress(pending); rows != 1234 || !got.Equal(end) {
-		t.Errorf("slice rows %d, end %s; want 1234, %s", rows, got, end)
-	}
-	if rows, got := sliceProgress(pending[:1]); rows != 0 || !got.IsZero() {
-		t.Errorf("no copy slice: %d %s", rows, got)
-	}
-	// An older worker's heartbeat has the time left only: anchored at the
-	// server's record of it.
-	old, err := dc.ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 1234, workflows.HeartbeatETAMillis: 42_000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pending[1].HeartbeatDetails = old
-	if _, got := sliceProgress(pending); !got.Equal(end) {
-		t.Errorf("end from an older heartbeat %s; want %s", got, end)
-	}
-	// No estimate yet.
-	none, err := dc.ToPayloads(map[string]int64{workflows.HeartbeatSliceRows: 5, workflows.HeartbeatETAMillis: -1, workflows.HeartbeatCopyEndMillis: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pending[1].HeartbeatDetails = none
-	if _, got := sliceProgress(pending); !got.IsZero() {
-		t.Errorf("end without an estimate: %s", got)
-	}
-	now := sent.Add(5 * time.Second)
-	m := workflows.MoveState{Spec: workflows.MoveSpec{EstRows: 1000}, Phase: workflows.PhaseSnapshotCopy, RowsCopied: 10, CopyEnd: end}
-	if got := viewMove(m, workflows.Throttle{}, now).ETA; got != "37s" {
-		t.Errorf("status ETA %s 5 s after the heartbeat, want the copy's own 42s less 5s", got)
-	}
-}
-
 // A state query the frontend ends first is "no worker answered", however
 // the SDK hands the error over.
 func TestAbandonedQuery(t *testing.T) {
@@ -707,30 +655,5 @@ func TestEndedBadly(t *testing.T) {
 		if code != tc.code || (tc.want != "" && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: exit %d (%v), want %d with %q", tc.phase, code, err, tc.code, tc.want)
 		}
-	}
-}
-
-// Between two copy slices, or past the last one, status takes the copy's
-// progress from the move's own state when the migration's is behind it.
-func TestNewerCopyBetweenSlices(t *testing.T) {
-	copying := []*workflowpb.PendingActivityInfo{{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityCopySlice}}}
-	cdcOnly := []*workflowpb.PendingActivityInfo{{ActivityType: &commonpb.ActivityType{Name: workflows.ActivityRunCDC}}}
-	if !sliceRunning(copying) || sliceRunning(cdcOnly) || sliceRunning(nil) {
-		t.Fatal("sliceRunning does not tell a running copy slice")
-	}
-	end := time.Now().Add(time.Minute)
-	spec := workflows.MoveSpec{ID: "m1", EstRows: 150_000}
-	m := workflows.MoveState{Spec: spec, Phase: workflows.PhaseSnapshotCopy} // the migration has heard of no slice yet
-	newerCopy(&m, workflows.MoveState{Spec: spec, RowsCopied: 148_000, BytesCopied: 9_000, CopyDone: true, CopyEnd: end})
-	if m.RowsCopied != 148_000 || m.BytesCopied != 9_000 || !m.CopyDone || !m.CopyEnd.Equal(end) || m.Phase != workflows.PhaseSnapshotCopy {
-		t.Errorf("after the move's state: %+v", m)
-	}
-	newerCopy(&m, workflows.MoveState{Spec: spec, RowsCopied: 1_000}) // older than what is shown
-	if m.RowsCopied != 148_000 {
-		t.Errorf("an older count replaced a newer one: %d rows", m.RowsCopied)
-	}
-	newerCopy(&m, workflows.MoveState{Spec: workflows.MoveSpec{ID: "m2"}, RowsCopied: 200_000})
-	if m.RowsCopied != 148_000 {
-		t.Errorf("another move's count was taken: %d rows", m.RowsCopied)
 	}
 }

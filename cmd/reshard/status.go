@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/mattn/go-runewidth"
@@ -20,11 +18,11 @@ import (
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"golang.org/x/term"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -94,7 +92,7 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 						return err
 					}
 				} else {
-					printMigrationStatus(out, id, link, st, time.Now())
+					statusview.Print(out, id, link, st, time.Now())
 					printPending(out, pending, time.Now())
 					printNextSteps(out, nextSteps(id, st))
 					if perr != nil {
@@ -212,415 +210,29 @@ func abandoned(err error) bool {
 	return c == codes.Canceled || c == codes.DeadlineExceeded
 }
 
-// addRetries fills the Retrying fields of a running migration and of its
-// running moves from their workflows' pending activities. A describe that
-// fails leaves the field empty: this is a hint, the state is what counts.
+// addRetries fills the live figures of a running migration and of its
+// running moves from their workflows' pending activities
+// (statusview.AddLive). A describe that fails leaves the field empty: this
+// is a hint, the state is what counts.
 func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflows.MigrationState, now time.Time) {
-	if st.Phase.Terminal() {
-		return
-	}
-	describe := func(id string) []*workflowpb.PendingActivityInfo {
-		d, err := tc.DescribeWorkflowExecution(ctx, id, "")
-		if err != nil {
-			return nil
-		}
-		return d.GetPendingActivities()
-	}
-	st.Retrying = retryText(describe(wfID), now)
-	for i := range st.Moves {
-		if m := &st.Moves[i]; !m.Phase.Terminal() {
-			moveID := workflows.MoveWorkflowID(wfID, m.Spec.ID)
-			pending := describe(moveID)
-			m.Retrying = retryText(pending, now)
-			if w := schemaWaiting(pending); w != "" {
-				m.Retrying = strings.TrimPrefix(m.Retrying+"; waiting: "+w, "; ")
+	statusview.AddLive(st, wfID, statusview.Sources{
+		Pending: func(id string) []*workflowpb.PendingActivityInfo {
+			d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+			if err != nil {
+				return nil
 			}
-			if m.Phase == workflows.PhaseSnapshotCopy && !sliceRunning(pending) {
-				// Between two slices, or past the last one: the move has
-				// counted the slice's rows, the migration may not have heard
-				// yet (it showed 0 rows copied for a second at the end of a
-				// demo copy).
-				var own workflows.MoveState
-				if v, err := tc.QueryWorkflow(ctx, moveID, "", workflows.QueryState); err == nil && v.Get(&own) == nil {
-					newerCopy(m, own)
-				}
-			}
-			rows, end := sliceProgress(pending)
-			m.RowsCopied += rows
-			if !end.IsZero() {
-				m.CopyEnd = end
-			}
-			if a := liveAdaptive(pending); a != nil {
-				m.Adaptive = a
-			}
-			if f := streamFailover(pending); f != "" {
-				m.Failover = f
-			}
-			if m.Phase == workflows.PhaseVerify {
-				m.VerifyProgress = verifyProgress(pending)
-			}
-			liveLag(m, pending)
-		}
-	}
-}
-
-// schemaWaiting is why a pending stream or verify waits for the shards'
-// schemas to agree, from its last heartbeat ("" if it does not).
-func schemaWaiting(pending []*workflowpb.PendingActivityInfo) string {
-	var out []string
-	for _, a := range pending {
-		if len(a.GetHeartbeatDetails().GetPayloads()) == 0 {
-			continue
-		}
-		var hb map[string]string
-		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) == nil && hb[workflows.HeartbeatWaiting] != "" {
-			out = append(out, hb[workflows.HeartbeatWaiting])
-		}
-	}
-	return strings.Join(out, "; ")
-}
-
-// liveLag replaces the move's lag with the running forward stream's, from
-// its last heartbeat: the figure reshard_cdc_lag_bytes shows. The
-// workflow's own is from the last time it asked, in CDC_CATCH_UP (it
-// showed 322 KiB through VERIFY and the approval wait while /metrics read
-// 0).
-func liveLag(m *workflows.MoveState, pending []*workflowpb.PendingActivityInfo) {
-	switch m.Phase {
-	case workflows.PhaseCDCCatchUp, workflows.PhaseVerify, workflows.PhaseCutover:
-	default:
-		return
-	}
-	for _, a := range pending {
-		if a.GetActivityType().GetName() != workflows.ActivityRunCDC || a.GetHeartbeatDetails() == nil {
-			continue
-		}
-		var hb map[string]string
-		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) != nil {
-			continue
-		}
-		lag, err := strconv.ParseInt(hb[workflows.HeartbeatLagBytes], 10, 64)
-		if err != nil { // an older worker's heartbeat: positions only
-			continue
-		}
-		m.LagBytes = lag
-		if t := a.GetLastHeartbeatTime(); t != nil {
-			m.LagAt = t.AsTime()
-		}
-		return
-	}
-}
-
-// verifyProgress is the running verify's progress from its last heartbeat
-// (nil: no verify running, or one from a worker that reports only its
-// chunk count).
-func verifyProgress(pending []*workflowpb.PendingActivityInfo) *workflows.VerifyProgress {
-	for _, a := range pending {
-		if a.GetActivityType().GetName() != workflows.ActivityVerify || a.GetHeartbeatDetails() == nil {
-			continue
-		}
-		var hb map[string]int64
-		if len(a.GetHeartbeatDetails().GetPayloads()) == 0 ||
-			converter.GetDefaultDataConverter().FromPayload(a.GetHeartbeatDetails().GetPayloads()[0], &hb) != nil {
-			continue
-		}
-		if _, ok := hb[workflows.HeartbeatVerifyEstRows]; !ok {
-			continue
-		}
-		p := &workflows.VerifyProgress{Rows: hb[workflows.HeartbeatVerifyRows], EstRows: hb[workflows.HeartbeatVerifyEstRows],
-			ChunksDone: hb[workflows.HeartbeatVerifyChunksDone], Chunks: hb[workflows.HeartbeatVerifyChunks]}
-		if ms := hb[workflows.HeartbeatVerifyEndMillis]; ms > 0 {
-			p.End = time.UnixMilli(ms)
-		}
-		if t := a.GetLastHeartbeatTime(); t != nil {
-			p.HeartbeatAt = t.AsTime()
-		}
-		return p
-	}
-	return nil
-}
-
-// sliceRunning reports a copy slice among the pending activities.
-func sliceRunning(pending []*workflowpb.PendingActivityInfo) bool {
-	for _, a := range pending {
-		if a.GetActivityType().GetName() == workflows.ActivityCopySlice {
-			return true
-		}
-	}
-	return false
-}
-
-// newerCopy takes the copy's progress from the move's own state when it is
-// further on than the migration's copy of it.
-func newerCopy(m *workflows.MoveState, own workflows.MoveState) {
-	if own.Spec.ID != m.Spec.ID || own.RowsCopied < m.RowsCopied {
-		return
-	}
-	m.RowsCopied, m.BytesCopied, m.CopyDone, m.CopyEnd = own.RowsCopied, own.BytesCopied, own.CopyDone, own.CopyEnd
-}
-
-// sliceProgress is what the running copy slice has committed so far and
-// when it should end at its recent rate (zero: no estimate), from its last
-// heartbeat (a second or so old): the state's count is the checkpoints' at
-// the slice's start, the slice itself reports at its end. The heartbeat
-// carries the end as an instant; an older worker's carries only the time
-// left at its own time, which the server's record of that heartbeat
-// anchors (added to now, it would add the heartbeat's age to the end).
-func sliceProgress(pending []*workflowpb.PendingActivityInfo) (rows int64, end time.Time) {
-	for _, a := range pending {
-		if a.GetActivityType().GetName() != workflows.ActivityCopySlice || a.GetHeartbeatDetails() == nil {
-			continue
-		}
-		var hb map[string]int64
-		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) == nil {
-			if ms, ok := hb[workflows.HeartbeatCopyEndMillis]; ok {
-				if ms >= 0 {
-					end = time.UnixMilli(ms)
-				}
-			} else if ms, ok := hb[workflows.HeartbeatETAMillis]; ok && ms >= 0 && a.GetLastHeartbeatTime() != nil {
-				end = a.GetLastHeartbeatTime().AsTime().Add(time.Duration(ms) * time.Millisecond)
-			}
-			return hb[workflows.HeartbeatSliceRows], end
-		}
-	}
-	return 0, time.Time{}
-}
-
-// streamFailover is the failover the move's running stream (forward or
-// reverse) found when it started, from its last heartbeat ("" none): the
-// move records it itself only when its catch-up hears of it.
-func streamFailover(pending []*workflowpb.PendingActivityInfo) string {
-	for _, a := range pending {
-		switch a.GetActivityType().GetName() {
-		case workflows.ActivityRunCDC, workflows.ActivityRunReverse:
-		default:
-			continue
-		}
-		var hb map[string]string
-		if a.GetHeartbeatDetails() != nil && converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &hb) == nil && hb[workflows.HeartbeatFailover] != "" {
-			return hb[workflows.HeartbeatFailover]
-		}
-	}
-	return ""
-}
-
-// liveAdaptive is the adaptive throttle of the running copy slice, verify,
-// cleanup or rollback, from the second detail of its last heartbeat (nil:
-// none).
-func liveAdaptive(pending []*workflowpb.PendingActivityInfo) *workflows.AdaptiveStatus {
-	for _, a := range pending {
-		switch a.GetActivityType().GetName() {
-		case workflows.ActivityCopySlice, workflows.ActivityVerify, workflows.ActivityCleanup, workflows.ActivityRollback:
-		default:
-			continue
-		}
-		if len(a.GetHeartbeatDetails().GetPayloads()) < 2 {
-			continue
-		}
-		var first converter.RawValue
-		var ad *workflows.AdaptiveStatus
-		if converter.GetDefaultDataConverter().FromPayloads(a.GetHeartbeatDetails(), &first, &ad) == nil && ad != nil {
-			return ad
-		}
-	}
-	return nil
-}
-
-// maxFailureText bounds the failure message shown per activity.
-const maxFailureText = 240
-
-// retryText describes the pending activities that have failed at least once:
-// "CopySlice attempt 4, next in 8s: failed to connect to ...".
-func retryText(pending []*workflowpb.PendingActivityInfo, now time.Time) string {
-	var parts []string
-	for _, a := range pending {
-		f := a.GetLastFailure()
-		if a.GetAttempt() < 2 || f == nil {
-			continue
-		}
-		s := fmt.Sprintf("%s attempt %d", a.GetActivityType().GetName(), a.GetAttempt())
-		if next := a.GetNextAttemptScheduleTime(); next != nil {
-			if d := next.AsTime().Sub(now); d > 0 {
-				s += fmt.Sprintf(", next in %s", d.Round(time.Second))
-			}
-		}
-		msg := strings.Join(strings.Fields(f.GetMessage()), " ")
-		if len(msg) > maxFailureText {
-			msg = msg[:maxFailureText] + "…"
-		}
-		parts = append(parts, s+": "+msg)
-	}
-	return strings.Join(parts, "; ")
+			return d.GetPendingActivities()
+		},
+		MoveState: func(id string) (workflows.MoveState, bool) {
+			var own workflows.MoveState
+			v, err := tc.QueryWorkflow(ctx, id, "", workflows.QueryState)
+			return own, err == nil && v.Get(&own) == nil
+		},
+	}, now)
 }
 
 func statusText(s enumspb.WorkflowExecutionStatus) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
-}
-
-// moveView is what status shows of one move.
-type moveView struct {
-	Name, Phase, Rows, Lag, ETA, Verify, Pause string
-	Copied, Est                                int64
-}
-
-func viewMove(m workflows.MoveState, throttle workflows.Throttle, now time.Time) moveView {
-	v := moveView{Name: m.Spec.Source + " → " + m.Spec.Target, Phase: m.PhaseText(), Copied: m.RowsCopied, Est: m.Spec.EstRows}
-	if m.CopyDone && m.RowsCopied > 0 {
-		v.Est = m.RowsCopied // the estimate was only an estimate: a finished copy is 100%
-	}
-	if m.Error != "" {
-		v.Phase += ": " + m.Error
-	}
-	if strings.HasPrefix(m.Retrying, "waiting: ") {
-		v.Phase += " (" + m.Retrying + ")" // not a failure: the move waits for the shards' schemas
-	} else if m.Retrying != "" {
-		v.Phase += " (retrying " + m.Retrying + ")"
-	}
-	v.Rows = fmt.Sprintf("%d/%d rows", m.RowsCopied, m.Spec.EstRows)
-	v.Lag = m.LagText()
-	v.ETA = m.ETAText(throttle, now)
-	v.Verify = "-"
-	if m.Verify != nil {
-		v.Verify = m.Verify.Text(now)
-	} else if p := m.VerifyProgress; p != nil && m.Phase == workflows.PhaseVerify {
-		// The bar, the rows and the ETA are the verify's while it runs.
-		v.Verify = p.Text()
-		v.Copied, v.Est = p.Rows, p.EstRows
-		v.Rows = fmt.Sprintf("%d/%d rows compared", p.Rows, p.EstRows)
-		v.ETA = "?"
-		if !p.End.IsZero() {
-			v.ETA = max(p.End.Sub(now), 0).Round(time.Second).String()
-		}
-	} else if m.Phase == workflows.PhaseVerify {
-		v.Verify = "running"
-	}
-	v.Pause = m.PauseText()
-	if v.Pause == "" {
-		v.Pause = "-"
-	}
-	return v
-}
-
-// textBar is a fixed-width bar for one-shot output.
-func textBar(copied, est int64, width int) string {
-	frac := 0.0
-	if est > 0 {
-		frac = min(1, float64(copied)/float64(est))
-	}
-	n := int(frac * float64(width))
-	return "[" + strings.Repeat("=", n) + strings.Repeat(" ", width-n) + fmt.Sprintf("] %3.0f%%", 100*frac)
-}
-
-func printMigrationStatus(out io.Writer, id, link string, st workflows.MigrationState, now time.Time) {
-	r := st.Request
-	fmt.Fprintf(out, "migration %s  %s", id, st.Phase)
-	if h := st.Headline(); h != "" {
-		fmt.Fprintf(out, "  %s", h)
-	}
-	fmt.Fprintln(out)
-	if r.Kind != "" {
-		fmt.Fprintf(out, "%s  throttle %s\n", requestText(r), throttleText(st.ThrottleNow()))
-	}
-	if link != "" {
-		fmt.Fprintf(out, "ui %s\n", link)
-	}
-	if st.Error != "" {
-		fmt.Fprintf(out, "error: %s\n", st.Error)
-	}
-	if st.Retrying != "" {
-		fmt.Fprintf(out, "retrying %s\n", st.Retrying)
-	}
-	if len(st.Moves) == 0 {
-		fmt.Fprintln(out, "\nno moves yet (planning)")
-		return
-	}
-	fmt.Fprintln(out)
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "MOVE\tPHASE\tCOPY\tROWS\tLAG\tETA\tVERIFY\tWRITE PAUSE")
-	for _, m := range st.Moves {
-		v := viewMove(m, st.ThrottleNow(), now)
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Phase, textBar(v.Copied, v.Est, 20), v.Rows, v.Lag, v.ETA, v.Verify, v.Pause)
-	}
-	w.Flush()
-	for _, m := range st.Moves {
-		if line := predictedText(m, now); line != "" {
-			fmt.Fprintf(out, "%s → %s: %s\n", m.Spec.Source, m.Spec.Target, line)
-		}
-		for _, e := range m.Failovers {
-			fmt.Fprintf(out, "move %s: %s\n", m.Spec.ID, e)
-		}
-	}
-}
-
-// predictedText sets a move's phases against what the capacity model
-// predicted when it was planned: "copy 3m12s of predicted 3m40s, catch-up
-// …". "" for a move planned without a prediction.
-func predictedText(m workflows.MoveState, now time.Time) string {
-	p := m.Spec.Predicted
-	if p == nil {
-		return ""
-	}
-	var parts []string
-	for _, ph := range []struct {
-		name  string
-		phase workflows.Phase
-		want  time.Duration
-	}{{"copy", workflows.PhaseSnapshotCopy, p.Copy}, {"catch-up", workflows.PhaseCDCCatchUp, p.CatchUp}, {"verify", workflows.PhaseVerify, p.Verify}} {
-		want := roundAbout(ph.want)
-		if ph.want < 0 {
-			want = "never ending"
-		}
-		took, ok := phaseTook(m, ph.phase, now)
-		switch {
-		case !ok:
-			parts = append(parts, fmt.Sprintf("%s predicted %s", ph.name, want))
-		default:
-			parts = append(parts, fmt.Sprintf("%s %s of predicted %s", ph.name, roundAbout(took), want))
-		}
-	}
-	return strings.Join(parts, ", ") + fmt.Sprintf("; slot WAL predicted %s", workflows.HumanBytes(p.SlotWALBytes))
-}
-
-// phaseTook is the time the move spent in phase (so far, while in it),
-// summed over its visits; false when it never entered it.
-func phaseTook(m workflows.MoveState, phase workflows.Phase, now time.Time) (time.Duration, bool) {
-	var (
-		d  time.Duration
-		ok bool
-	)
-	for _, t := range m.Timings {
-		if t.Phase != phase || t.Start.IsZero() {
-			continue
-		}
-		end := t.End
-		if end.IsZero() {
-			end = now
-		}
-		d += end.Sub(t.Start)
-		ok = true
-	}
-	return d, ok
-}
-
-// roundAbout rounds a duration for reading: to the second, or the
-// millisecond under a second.
-func roundAbout(d time.Duration) string {
-	if d < time.Second {
-		return d.Round(time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
-}
-
-// requestText says in a few words what a migration does.
-func requestText(r workflows.MigrationRequest) string {
-	switch r.Kind {
-	case workflows.KindSplit:
-		return "split " + r.Shard + " into " + r.Into
-	case workflows.KindMove:
-		return fmt.Sprintf("move %s to %s", r.Range, r.To)
-	default:
-		return string(r.Kind) + " " + r.Shard
-	}
 }
 
 // watchStatus polls the state every interval until the migration reaches a
@@ -657,7 +269,7 @@ func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link 
 		case tty:
 			bars.update(id, st, now)
 		default:
-			printChanges(out, st, last, now)
+			statusview.PrintChanges(out, st, last, now)
 			if next := strings.Join(nextSteps(id, st), "  |  "); next != last["next"] && !st.Phase.Terminal() {
 				last["next"] = next
 				fmt.Fprintf(out, "%s next: %s\n", now.Format("15:04:05"), next)
@@ -682,29 +294,6 @@ func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link 
 	}
 }
 
-// printChanges writes a plain line for the migration and each move whose
-// line differs from the last one printed (for logs and pipes).
-func printChanges(out io.Writer, st workflows.MigrationState, last map[string]string, now time.Time) {
-	emit := func(key, line string) {
-		if last[key] != line {
-			last[key] = line
-			fmt.Fprintf(out, "%s %s\n", now.Format("15:04:05"), line)
-		}
-	}
-	head := fmt.Sprintf("migration %s", st.Phase)
-	if h := st.Headline(); h != "" {
-		head += "  " + h
-	}
-	if st.Retrying != "" {
-		head += " (retrying " + st.Retrying + ")"
-	}
-	emit("", head)
-	for _, m := range st.Moves {
-		v := viewMove(m, st.Request.Throttle, now)
-		emit(v.Name, fmt.Sprintf("%s %s %s lag %s eta %s verify %s pause %s", v.Name, v.Phase, v.Rows, v.Lag, v.ETA, v.Verify, v.Pause))
-	}
-}
-
 // barView is the --watch view on a terminal: one progress bar per move,
 // with its phase before and lag, ETA, verify and write pause after.
 type barView struct {
@@ -712,12 +301,12 @@ type barView struct {
 	mu     sync.Mutex
 	header *mpb.Bar // the migration's own line, above the moves
 	bars   map[string]*mpb.Bar
-	text   map[string]moveView
+	text   map[string]statusview.MoveView
 	head   string
 }
 
 func newBarView(out io.Writer, id string) *barView {
-	v := &barView{bars: map[string]*mpb.Bar{}, text: map[string]moveView{}, head: "migration " + id}
+	v := &barView{bars: map[string]*mpb.Bar{}, text: map[string]statusview.MoveView{}, head: "migration " + id}
 	v.p = mpb.New(mpb.WithOutput(out), mpb.WithWidth(100), mpb.WithRefreshRate(200*time.Millisecond), mpb.WithAutoRefresh())
 	v.header = v.p.New(0, mpb.NopStyle(), mpb.PrependDecorators(decor.Any(func(decor.Statistics) string {
 		v.mu.Lock()
@@ -741,14 +330,14 @@ func (v *barView) update(id string, st workflows.MigrationState, now time.Time) 
 	v.head = head
 	v.mu.Unlock()
 	for _, m := range st.Moves {
-		mv := viewMove(m, st.Request.Throttle, now)
+		mv := statusview.ViewMove(m, st.Request.Throttle, now)
 		key := mv.Name
 		v.mu.Lock()
 		v.text[key] = mv
 		b, ok := v.bars[key]
 		v.mu.Unlock()
 		if !ok {
-			get := func() moveView { v.mu.Lock(); defer v.mu.Unlock(); return v.text[key] }
+			get := func() statusview.MoveView { v.mu.Lock(); defer v.mu.Unlock(); return v.text[key] }
 			// total 0: the bar never completes by itself (estimates can be low).
 			// The bar's own line holds only short cells (the move, its
 			// phase's name, the percentage), so the bar keeps its width
@@ -803,7 +392,7 @@ func phaseCell(phase string) string {
 
 // figuresLine is the line under a move's bar: its rows, lag, ETA, verify
 // and write pause, then the phase's details, cut to width columns.
-func figuresLine(t moveView, width int) string {
+func figuresLine(t statusview.MoveView, width int) string {
 	line := fmt.Sprintf("    %s  lag %s  eta %s  verify %s  pause %s", t.Rows, t.Lag, t.ETA, t.Verify, t.Pause)
 	if rest := strings.TrimSpace(strings.TrimPrefix(t.Phase, phaseCell(t.Phase))); rest != "" {
 		line += "  " + rest
