@@ -9,8 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/reshard/reshard/cdc"
-	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
 )
@@ -107,36 +105,23 @@ func repairMove(ctx context.Context, cfg *clusterConfig, req workflows.Migration
 		return res, err
 	}
 	defer dst.Close()
-	names, err := cdc.NamesFor(spec.ID)
-	if err != nil {
-		return res, usageError{fmt.Errorf("move id %s: %w", spec.ID, err)}
-	}
-	// The workflow's state may be a moment old: the slot itself says
-	// whether a stream writes the target now.
-	pid, _, err := cdc.SlotReader(ctx, src, names.Slot)
-	if err != nil {
-		return res, fmt.Errorf("move %s on %s: %w", spec.ID, spec.Source, err)
-	}
-	if pid != 0 {
-		return res, rejectedError{reason: fmt.Sprintf("move %s: a stream reads slot %s on %s (walsender pid %d) and writes the target: wait until reshard status shows the move stopped", spec.ID, names.Slot, spec.Source, pid)}
-	}
-	set, err := tableset.Introspect(ctx, src, req.Tables, "source "+spec.Source)
-	if err != nil {
-		return res, err
-	}
-	if _, err := tableset.Introspect(ctx, dst, req.Tables, "target "+spec.Target); err != nil {
-		return res, err
-	}
 	chunkRows := o.chunkRows
 	if chunkRows <= 0 {
 		chunkRows = req.WithDefaults().VerifyChunkRows
 	}
-	res.Report, err = verify.Repair(ctx, src, dst, verify.Options{
-		Set: set, Ranges: spec.Ranges, ChunkRows: chunkRows, Parallel: o.parallel, BisectRows: o.bisectRows,
+	res.Report, err = verify.RepairMove(ctx, src, dst, verify.Move{ID: spec.ID, Source: spec.Source, Target: spec.Target}, req.Tables, verify.Options{
+		Ranges: spec.Ranges, ChunkRows: chunkRows, Parallel: o.parallel, BisectRows: o.bisectRows,
 		RowsPerSecond: o.rowsPerSec, Logger: o.logger,
 	})
-	if err != nil {
-		return res, fmt.Errorf("repair move %s (%s → %s): %w", spec.ID, spec.Source, spec.Target, err)
+	var bad *verify.BadMoveIDError
+	var reads *verify.StreamReadsError
+	switch {
+	case errors.As(err, &bad):
+		return res, usageError{err}
+	case errors.As(err, &reads):
+		return res, rejectedError{reason: reads.Error()}
+	case err != nil:
+		return res, err
 	}
 	return res, nil
 }

@@ -89,8 +89,8 @@ func TestRepairOnlyWhereNothingElseWrites(t *testing.T) {
 	}
 	stopped := workflows.MoveState{Phase: workflows.PhaseCDCCatchUp, Stopped: true}
 	_, err = repairMoves(ctx, cfg, state(stopped), moveID, o)
-	if err == nil || !strings.Contains(err.Error(), "a stream reads slot") {
-		t.Errorf("stream reading the slot: got %v, want a refusal", err)
+	if rej := (rejectedError{}); !errors.As(err, &rej) || !strings.Contains(err.Error(), "a stream reads slot") {
+		t.Errorf("stream reading the slot: got %v, want a refusal (exit 3)", err)
 	}
 	repl.Close(ctx)
 	if got := differing(); got != before {
