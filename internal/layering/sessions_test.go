@@ -2,9 +2,7 @@ package layering
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -54,31 +52,7 @@ func TestSessionsArePinnedSeesBypass(t *testing.T) {
 func sessionBypasses(t *testing.T, root string) []string {
 	t.Helper()
 	var bad []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			for _, ex := range sessionExempt {
-				if rel == ex {
-					return filepath.SkipDir
-				}
-			}
-			if strings.HasPrefix(d.Name(), ".") && rel != "." {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	eachGoFile(t, root, sessionExempt, func(_ string, fset *token.FileSet, f *ast.File) {
 		names := map[string]string{} // local name -> import path
 		for _, imp := range f.Imports {
 			p, _ := strconv.Unquote(imp.Path.Value)
@@ -114,10 +88,6 @@ func sessionBypasses(t *testing.T, root string) []string {
 			}
 			return true
 		})
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return bad
 }
