@@ -1,0 +1,10 @@
+package topocheck
+
+import (
+	"os"
+	"testing"
+
+	"github.com/reshard/reshard/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
