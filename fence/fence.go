@@ -78,6 +78,72 @@ func EnsureSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	return withLockRetry(ctx, func() error { return pgddl.Apply(ctx, pool, schemaSQL, registryLockTimeout) })
 }
 
+// accelFunc is the C trigger function of the optional extension
+// reshard_fence (fence/ext/reshard_fence): it tests a row's token against
+// the ranges the table's fence function compiles and calls that function
+// only for a token it fences, so a row that passes costs no plpgsql call.
+const accelFunc = "reshard.fence_accel"
+
+// ensureAccel creates the extension reshard_fence on the shard when the
+// server has it (its files installed: make -C fence/ext/reshard_fence
+// install) and the role may (it is trusted: CREATE on the database is
+// enough), and reports whether the shard has it. Without it the fence runs
+// as plpgsql, correct and slower: managed services (RDS, Cloud SQL) cannot
+// load it.
+func ensureAccel(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var has, avail bool
+	q := `SELECT EXISTS (SELECT 1 FROM pg_proc WHERE ` + accelGenuine + `), EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'reshard_fence')`
+	if err := pool.QueryRow(ctx, q).Scan(&has, &avail); err != nil {
+		return false, fmt.Errorf("look up the fence accelerator: %w", err)
+	}
+	if has || !avail {
+		return has, nil
+	}
+	// Not allowed (no CREATE on the database) or a concurrent install:
+	// either way, what the shard has afterwards is the answer.
+	_, _ = pool.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS reshard_fence SCHEMA reshard")
+	if err := pool.QueryRow(ctx, q).Scan(&has, &avail); err != nil {
+		return false, fmt.Errorf("look up the fence accelerator: %w", err)
+	}
+	return has, nil
+}
+
+// accelGenuine is the condition on pg_proc of the accelerator: the
+// extension's C function, not one replaced by hand (which would fence what
+// it likes). A replaced one counts as no accelerator: the row triggers go
+// back to the plpgsql functions.
+const accelGenuine = `oid = to_regprocedure('` + accelFunc + `()') AND prolang = (SELECT oid FROM pg_language WHERE lanname = 'c')
+	AND prosrc = 'reshard_fence_accel' AND probin = '$libdir/reshard_fence'`
+
+// accelArgs are the arguments of an accelerated fence trigger of t: its
+// fence identity (the functions the accelerator reads and calls), key
+// column and key type.
+func accelArgs(t tableset.Table) []string {
+	kt := string(t.KeyType)
+	if kt == "" {
+		kt = string(ring.KeyInt)
+	}
+	return []string{Ident(t), t.KeyColumn, kt}
+}
+
+// accelCall is the EXECUTE FUNCTION clause of t's accelerated triggers.
+func accelCall(t tableset.Table) string {
+	a := accelArgs(t)
+	for i := range a {
+		a[i] = quoteLiteral(a[i])
+	}
+	return accelFunc + "(" + strings.Join(a, ", ") + ")"
+}
+
+// tgargs is pg_trigger.tgargs of a trigger with arguments args.
+func tgargs(args []string) []byte {
+	var b []byte
+	for _, a := range args {
+		b = append(append(b, a...), 0)
+	}
+	return b
+}
+
 // Ident is the fence identity of a table: the name of its fence function
 // (and, with the suffix _truncate, of its TRUNCATE guard) in the schema
 // reshard. It is a hash of the table's quoted schema-qualified name, so two
@@ -350,16 +416,39 @@ const (
 // two orders), with a lock_timeout of tens of milliseconds and jittered
 // retries, so that no application statement queues behind our lock request
 // for longer.
+//
+// The row triggers call the accelerator (the extension reshard_fence) when
+// the shard has it or can create it, and the plpgsql functions otherwise;
+// a table installed with plpgsql triggers before the extension came gets
+// the accelerator's at its next install.
 func InstallTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, truncateGuard bool) error {
+	return installTriggers(ctx, pool, set, truncateGuard, true)
+}
+
+// InstallPlpgsqlTriggers is InstallTriggers with row triggers that call
+// the plpgsql functions even where the accelerator is there: for the
+// benchmarks that measure both and for tests.
+func InstallPlpgsqlTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) error {
+	return installTriggers(ctx, pool, set, false, false)
+}
+
+func installTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, truncateGuard, accelerate bool) error {
 	if err := EnsureSchema(ctx, pool); err != nil {
 		return fmt.Errorf("install fence schema: %w", err)
+	}
+	accel := false
+	if accelerate {
+		var err error
+		if accel, err = ensureAccel(ctx, pool); err != nil {
+			return err
+		}
 	}
 	st, err := readLayout(ctx, pool, set)
 	if err != nil {
 		return err
 	}
 	for i, t := range set.Tables {
-		if err := installTable(ctx, pool, t, st[i]); err != nil {
+		if err := installTable(ctx, pool, t, st[i], accel); err != nil {
 			return fmt.Errorf("install the fence of %s: %w", t, err)
 		}
 	}
@@ -386,7 +475,7 @@ func InstallTriggers(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, 
 
 // installTable gives t its registry row, its functions and, unless they
 // are right already, its triggers.
-func installTable(ctx context.Context, pool *pgxpool.Pool, t tableset.Table, l layout) error {
+func installTable(ctx context.Context, pool *pgxpool.Pool, t tableset.Table, l layout, accel bool) error {
 	// The registry row and the functions first, in a transaction of their
 	// own that takes no lock on the table: the triggers then call
 	// functions that fence what the registry says.
@@ -412,13 +501,17 @@ func installTable(ctx context.Context, pool *pgxpool.Pool, t tableset.Table, l l
 		return err
 	}
 	var stmts []string
-	if !l.fenceOK {
-		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+fenceTrigger+" BEFORE INSERT OR UPDATE ON "+t.Quoted()+
-			" FOR EACH ROW EXECUTE FUNCTION "+triggerFunc(t).Sanitize()+"()")
+	fn, del := triggerFunc(t).Sanitize()+"()", deleteFunc(t).Sanitize()+"()"
+	if accel {
+		fn, del = accelCall(t), accelCall(t)
 	}
-	if !l.deleteOK {
+	if !l.fenceOK || l.accel != accel {
+		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+fenceTrigger+" BEFORE INSERT OR UPDATE ON "+t.Quoted()+
+			" FOR EACH ROW EXECUTE FUNCTION "+fn)
+	}
+	if !l.deleteOK || l.accel != accel {
 		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+deleteTrigger+" BEFORE DELETE ON "+t.Quoted()+
-			" FOR EACH ROW EXECUTE FUNCTION "+deleteFunc(t).Sanitize()+"()")
+			" FOR EACH ROW EXECUTE FUNCTION "+del)
 	}
 	if !l.guardOK {
 		stmts = append(stmts, "CREATE OR REPLACE TRIGGER "+guardTrigger+" BEFORE TRUNCATE ON "+t.Quoted()+
@@ -455,11 +548,15 @@ type layout struct {
 	fenceOK  bool // reshard_fence: enabled, calling the table's fence function
 	deleteOK bool // reshard_fence_delete likewise, calling its DELETE function
 	guardOK  bool // reshard_no_truncate likewise, calling its guard function
-	problems []string
-	c        compiled // the registry row, when there is one
-	fnMD5    string   // md5 of the fence function's body ("" without one)
-	delMD5   string   // md5 of the DELETE function's body
-	guardMD5 string   // md5 of the guard function's body
+	// accel: both row triggers call the accelerator (fenceOK and deleteOK
+	// accept either it or the plpgsql functions); accelAvail: the shard
+	// has the extension.
+	accel, accelAvail bool
+	problems          []string
+	c                 compiled // the registry row, when there is one
+	fnMD5             string   // md5 of the fence function's body ("" without one)
+	delMD5            string   // md5 of the DELETE function's body
+	guardMD5          string   // md5 of the guard function's body
 }
 
 // installed reports whether the table has every trigger of this version.
@@ -484,18 +581,20 @@ func readLayout(ctx context.Context, q interface {
 func layoutQuery(set tableset.Set) (string, []any) {
 	n := len(set.Tables)
 	names, fns, dels, guards := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	args := make([][]byte, n)
 	for i, t := range set.Tables {
 		names[i], fns[i], dels[i], guards[i] = t.Quoted(), triggerFunc(t).Sanitize()+"()", deleteFunc(t).Sanitize()+"()", guardFunc(t).Sanitize()+"()"
+		args[i] = tgargs(accelArgs(t))
 	}
 	return `
 SELECT f.tbl IS NOT NULL AND f.ident IS NOT DISTINCT FROM ($4::text[])[s.i],
 	coalesce(f.ranges::text, '{}'), coalesce(f.epoch, 0), coalesce(f.guard, false),
 	coalesce(md5(pf.prosrc), ''), coalesce(md5(pd.prosrc), ''), coalesce(md5(pg.prosrc), ''),
-	tf.tgfoid::regprocedure::text, tf.tgenabled::text, tf.tgtype, tf.tgnargs, tf.tgqual IS NULL AND tf.tgattr = '',
-	tf.tgfoid = pf.oid,
-	td.tgfoid::regprocedure::text, td.tgenabled::text, td.tgtype, td.tgnargs, td.tgqual IS NULL AND td.tgattr = '',
-	td.tgfoid = pd.oid,
-	tg.tgfoid::regprocedure::text, tg.tgenabled::text, tg.tgtype, tg.tgfoid = pg.oid
+	tf.tgfoid::regprocedure::text, tf.tgenabled::text, tf.tgtype, tf.tgqual IS NULL AND tf.tgattr = '',
+	(tf.tgfoid = pf.oid AND tf.tgnargs = 0) OR (tf.tgfoid = acc.oid AND tf.tgargs = ($6::bytea[])[s.i]), tf.tgfoid = acc.oid,
+	td.tgfoid::regprocedure::text, td.tgenabled::text, td.tgtype, td.tgqual IS NULL AND td.tgattr = '',
+	(td.tgfoid = pd.oid AND td.tgnargs = 0) OR (td.tgfoid = acc.oid AND td.tgargs = ($6::bytea[])[s.i]), td.tgfoid = acc.oid,
+	tg.tgfoid::regprocedure::text, tg.tgenabled::text, tg.tgtype, tg.tgfoid = pg.oid, acc.oid IS NOT NULL
 FROM generate_subscripts($1::text[], 1) AS s(i)
 CROSS JOIN LATERAL (SELECT ($1::text[])[s.i]::regclass AS rel) r
 LEFT JOIN reshard.fence f ON f.tbl = r.rel
@@ -505,7 +604,8 @@ LEFT JOIN pg_proc pd ON pd.oid = to_regprocedure(($5::text[])[s.i])
 LEFT JOIN pg_trigger tf ON tf.tgrelid = r.rel AND tf.tgname = '` + fenceTrigger + `'
 LEFT JOIN pg_trigger td ON td.tgrelid = r.rel AND td.tgname = '` + deleteTrigger + `'
 LEFT JOIN pg_trigger tg ON tg.tgrelid = r.rel AND tg.tgname = '` + guardTrigger + `'
-ORDER BY s.i`, []any{names, fns, guards, identsOf(set), dels}
+LEFT JOIN (SELECT oid FROM pg_proc WHERE ` + accelGenuine + `) acc ON true
+ORDER BY s.i`, []any{names, fns, guards, identsOf(set), dels, args}
 }
 
 // scanLayout reads layoutQuery's rows.
@@ -515,31 +615,35 @@ func scanLayout(rows pgx.Rows, set tableset.Set) ([]layout, error) {
 	for rows.Next() {
 		var l layout
 		var fCalls, fEnabled, dCalls, dEnabled, gCalls, gEnabled *string
-		var fType, fNargs, dType, dNargs, gType *int16
-		var fPlain, fRight, dPlain, dRight, gRight *bool
+		var fType, dType, gType *int16
+		var fPlain, fRight, fAccel, dPlain, dRight, dAccel, gRight *bool
 		if err := rows.Scan(&l.registry, &l.c.ranges, &l.c.epoch, &l.c.guard, &l.fnMD5, &l.delMD5, &l.guardMD5,
-			&fCalls, &fEnabled, &fType, &fNargs, &fPlain, &fRight, &dCalls, &dEnabled, &dType, &dNargs, &dPlain, &dRight,
-			&gCalls, &gEnabled, &gType, &gRight); err != nil {
+			&fCalls, &fEnabled, &fType, &fPlain, &fRight, &fAccel, &dCalls, &dEnabled, &dType, &dPlain, &dRight, &dAccel,
+			&gCalls, &gEnabled, &gType, &gRight, &l.accelAvail); err != nil {
 			return nil, fmt.Errorf("read the fence objects: %w", err)
 		}
 		t := set.Tables[len(out)]
-		rowTrigger := func(name, events string, fn pgx.Identifier, tgtype int16, calls, enabled *string, typ, nargs *int16, plain, right *bool) bool {
+		rowTrigger := func(name, events string, fn pgx.Identifier, tgtype int16, calls, enabled *string, typ *int16, plain, right *bool) bool {
 			switch {
 			case calls == nil:
 				l.problems = append(l.problems, "no fence trigger "+name)
+			case (right == nil || !*right) && *calls == accelFunc+"()":
+				l.problems = append(l.problems, fmt.Sprintf("fence trigger %s calls %s, which is not the extension reshard_fence's C function (replaced?) or not with the arguments (%s)",
+					name, *calls, strings.Join(accelArgs(t), ", ")))
 			case right == nil || !*right:
-				l.problems = append(l.problems, fmt.Sprintf("fence trigger %s calls %s, not %s", name, *calls, fn.Sanitize()+"()"))
+				l.problems = append(l.problems, fmt.Sprintf("fence trigger %s calls %s, not %s (or %s)", name, *calls, fn.Sanitize()+"()", accelCall(t)))
 			case *enabled != "O":
 				l.problems = append(l.problems, fmt.Sprintf("fence trigger %s is not enabled as installed (tgenabled %s, not O)", name, *enabled))
-			case *typ != tgtype || *nargs != 0 || !*plain:
+			case *typ != tgtype || !*plain:
 				l.problems = append(l.problems, fmt.Sprintf("fence trigger %s is not the one reshard installs (BEFORE %s FOR EACH ROW, no WHEN, no column list)", name, events))
 			default:
 				return true
 			}
 			return false
 		}
-		l.fenceOK = rowTrigger(fenceTrigger, "INSERT OR UPDATE", triggerFunc(t), fenceTgtype, fCalls, fEnabled, fType, fNargs, fPlain, fRight)
-		l.deleteOK = rowTrigger(deleteTrigger, "DELETE", deleteFunc(t), deleteTgtype, dCalls, dEnabled, dType, dNargs, dPlain, dRight)
+		l.fenceOK = rowTrigger(fenceTrigger, "INSERT OR UPDATE", triggerFunc(t), fenceTgtype, fCalls, fEnabled, fType, fPlain, fRight)
+		l.deleteOK = rowTrigger(deleteTrigger, "DELETE", deleteFunc(t), deleteTgtype, dCalls, dEnabled, dType, dPlain, dRight)
+		l.accel = l.fenceOK && l.deleteOK && fAccel != nil && *fAccel && dAccel != nil && *dAccel
 		switch {
 		case gCalls == nil:
 			l.problems = append(l.problems, "no TRUNCATE guard trigger")

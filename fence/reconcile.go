@@ -170,6 +170,9 @@ type Have struct {
 	Ranges  []ring.Range `json:"ranges"`
 	Epoch   int64        `json:"epoch"`
 	Guard   bool         `json:"guard"`
+	// Accelerated: the row triggers call the C accelerator (the extension
+	// reshard_fence), not the plpgsql functions.
+	Accelerated bool `json:"accelerated"`
 	// Problems are what the fence objects do other than what the registry
 	// says: a trigger calling another function, disabled, a function whose
 	// body was replaced. Reconcile (topology check --repair) fixes them.
@@ -239,7 +242,7 @@ func Inspect(ctx context.Context, pool *pgxpool.Pool, set tableset.Set) ([]Have,
 	}
 	for i, t := range set.Tables {
 		l := lay[i]
-		h := Have{Table: t.String(), Trigger: l.fenceOK || !slices.Contains(l.problems, "no fence trigger "+fenceTrigger), Problems: l.problems}
+		h := Have{Table: t.String(), Trigger: l.fenceOK || !slices.Contains(l.problems, "no fence trigger "+fenceTrigger), Accelerated: l.accel, Problems: l.problems}
 		if !l.registry {
 			h.Problems = append(h.Problems, "no fence registry row with the table's identity "+Ident(t))
 		} else if !l.bodiesMatch(t) {
