@@ -338,20 +338,44 @@ func benchFenceOverhead(ctx context.Context, e *env, r *report) error {
 		tps   []float64
 		cpu   []float64 // server CPU µs per update
 	}
+	// The fence as a migration installs it: with the C accelerator where
+	// the server has the extension reshard_fence, and its plpgsql
+	// functions alone, which is what a server without it runs.
+	accelerated := func(install func() error) func() error {
+		return func() error {
+			if err := install(); err != nil {
+				return err
+			}
+			have, err := fence.Inspect(ctx, pool, set)
+			if err != nil {
+				return err
+			}
+			if !have[0].Accelerated {
+				return errors.New("the fence is not accelerated: install the extension (make -C fence/ext/reshard_fence install) or run with -fence-tax=false")
+			}
+			return nil
+		}
+	}
+	installAccel := accelerated(func() error { return fence.InstallTriggers(ctx, pool, set, false) })
+	installPlpgsql := func() error { return fence.InstallPlpgsqlTriggers(ctx, pool, set) }
 	modes := []*mode{
 		{name: "no trigger", setup: func() error { return fence.RemoveTriggers(ctx, pool, set) }},
-		{name: "trigger, empty fence", setup: func() error {
-			if err := fence.InstallTriggers(ctx, pool, set, false); err != nil {
+	}
+	for _, m := range []struct {
+		name    string
+		install func() error
+	}{{"accelerated trigger", installAccel}, {"plpgsql trigger", installPlpgsql}} {
+		modes = append(modes, &mode{name: m.name + ", empty fence", setup: func() error {
+			if err := m.install(); err != nil {
 				return err
 			}
 			return fence.Clear(ctx, pool, set)
-		}},
-		{name: "trigger, fence on an untouched range", setup: func() error {
-			if err := fence.InstallTriggers(ctx, pool, set, false); err != nil {
+		}}, &mode{name: m.name + ", fence on an untouched range", setup: func() error {
+			if err := m.install(); err != nil {
 				return err
 			}
 			return fence.Fence(ctx, pool, set, untouched, 0)
-		}},
+		}})
 	}
 	// No autovacuum worker in the measured CPU (below); the table is
 	// throwaway.
