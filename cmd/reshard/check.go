@@ -191,7 +191,7 @@ func printChecks(out io.Writer, k topology.Keyspace, checks []topocheck.Shard) {
 			if c.Want.Guard {
 				guard = "on"
 			}
-			fmt.Fprintf(out, "%-10s ok: fences as topology v%d wants (%d range(s)), TRUNCATE guard %s\n", c.Shard, c.Want.Version, len(c.Want.Ranges), guard)
+			fmt.Fprintf(out, "%-10s ok: fences as topology v%d wants (%d range(s)), TRUNCATE guard %s, %s\n", c.Shard, c.Want.Version, len(c.Want.Ranges), guard, fenceRuns(c.Have))
 			continue
 		}
 		if len(c.InTransition) > 0 {
@@ -220,6 +220,24 @@ func printChecks(out io.Writer, k topology.Keyspace, checks []topocheck.Shard) {
 		}
 		printUnplaced(out, c.Shard, c.Unplaced)
 	}
+}
+
+// fenceRuns says what the shard's fence triggers call: the C accelerator
+// (the extension reshard_fence) or the plpgsql functions.
+func fenceRuns(have []fence.Have) string {
+	n := 0
+	for _, h := range have {
+		if h.Accelerated {
+			n++
+		}
+	}
+	switch n {
+	case len(have):
+		return "fence accelerated (C, extension reshard_fence)"
+	case 0:
+		return "fence in plpgsql (no extension reshard_fence on the shard)"
+	}
+	return fmt.Sprintf("fence accelerated on %d of %d tables, plpgsql on the others", n, len(have))
 }
 
 // printUnplaced reports rows with a NULL shard key: owned by no shard.
