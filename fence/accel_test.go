@@ -204,3 +204,37 @@ func TestAcceleratorFailsClosed(t *testing.T) {
 		t.Fatalf("after the repair, a write of a key b owns: %v", err)
 	}
 }
+
+// TestAcceleratorNeedsNoPrivilegeOnReshard: an application role with
+// privileges on its table only, none on the schema reshard, writes through
+// the accelerated fence as through the plpgsql one: passes where the shard
+// owns the key, RSF01 where it does not.
+func TestAcceleratorNeedsNoPrivilegeOnReshard(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, 0)
+	requireAccel(t, db)
+	set := usersSet(t, db)
+	ctl := controlFor(t, pgtest.NewDB(t, 1), mustTopology(t, twoShards, nil))
+	if _, err := Reconcile(ctx, db.Pool, "a", set, ctl); err != nil {
+		t.Fatal(err)
+	}
+	if have, err := Inspect(ctx, db.Pool, set); err != nil || !have[0].Accelerated {
+		t.Fatalf("inspect: %+v, %v; want the accelerator", have, err)
+	}
+	mine := keyWithToken(t, db, func(tok int64) bool { return tok <= 0 })
+	theirs := keyWithToken(t, db, func(tok int64) bool { return tok > 0 })
+	db.Exec(t, "DROP ROLE IF EXISTS fence_app")
+	db.Exec(t, "CREATE ROLE fence_app")
+	db.Exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON users TO fence_app")
+	db.Exec(t, "REVOKE ALL ON SCHEMA reshard FROM PUBLIC")
+	app := db.Conn(t)
+	if _, err := app.Exec(ctx, "SET ROLE fence_app"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", mine); err != nil {
+		t.Fatalf("a key the shard owns, as a role without USAGE on reshard: %v", err)
+	}
+	if _, err := app.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) {
+		t.Fatalf("a key b owns, as a role without USAGE on reshard: %v, want RSF01", err)
+	}
+}

@@ -26,14 +26,12 @@
 #include <string.h>
 
 #include "access/htup_details.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "fmgr.h"
-#include "nodes/pg_list.h"
-#include "nodes/value.h"
-#include "parser/parse_func.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/hsearch.h"
@@ -68,13 +66,23 @@ typedef struct Entry
 
 static HTAB *entries = NULL;
 
+/*
+ * lookup finds reshard.<ident><suffix>() in the catalog, without the USAGE
+ * check on the schema a name lookup makes: the application's role, whose
+ * write fires the trigger, need not have it (a trigger calls its plpgsql
+ * function by OID, which needs none either).
+ */
 static Oid
 lookup(const char *ident, const char *suffix)
 {
-	char		name[NAMEDATALEN * 2];
+	char		name[NAMEDATALEN];
+	Oid			nsp = get_namespace_oid("reshard", true);
 
+	if (!OidIsValid(nsp))
+		return InvalidOid;
 	snprintf(name, sizeof(name), "%s%s", ident, suffix);
-	return LookupFuncName(list_make2(makeString("reshard"), makeString(pstrdup(name))), 0, NULL, true);
+	return GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum(name),
+						   PointerGetDatum(buildoidvector(NULL, 0)), ObjectIdGetDatum(nsp));
 }
 
 static bool
