@@ -14,9 +14,9 @@ import (
 
 // shardObjects are the reshard.* names production code uses that are not
 // in the control database: the shards' own objects (fences, their
-// TRUNCATE guard of old, copy checkpoints, verify runs) and the
+// TRUNCATE guard of old, the accelerator, copy checkpoints, verify runs) and the
 // configuration file's name.
-var shardObjects = []string{"fence", "refuse_truncate", "copy_checkpoint", "verify_run", "verify_chunk", "yaml"}
+var shardObjects = []string{"fence", "fence_accel", "refuse_truncate", "copy_checkpoint", "verify_run", "verify_chunk", "yaml"}
 
 // TestFreshControlHasEveryObject: Migrate, the one entry point of the
 // control database's schema, leaves a fresh database with every reshard.*
