@@ -12,8 +12,8 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
-	"github.com/reshard/reshard/topology"
 )
 
 // requireAccel skips a test of the accelerator where the server lacks the
@@ -200,7 +200,7 @@ func TestAcceleratorFailsClosed(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", mine); err != nil {
 		t.Fatalf("after the repair, a write of a key the shard owns: %v", err)
 	}
-	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) {
+	if _, err := db.Pool.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !router.IsFenceError(err) {
 		t.Fatalf("after the repair, a write of a key b owns: %v", err)
 	}
 }
@@ -234,7 +234,7 @@ func TestAcceleratorNeedsNoPrivilegeOnReshard(t *testing.T) {
 	if _, err := app.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", mine); err != nil {
 		t.Fatalf("a key the shard owns, as a role without USAGE on reshard: %v", err)
 	}
-	if _, err := app.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !topology.IsFenceError(err) {
+	if _, err := app.Exec(ctx, "INSERT INTO users VALUES ($1, 'x')", theirs); !router.IsFenceError(err) {
 		t.Fatalf("a key b owns, as a role without USAGE on reshard: %v, want RSF01", err)
 	}
 }
