@@ -34,7 +34,7 @@ type Metrics struct {
 	bytesRemaining *prometheus.GaugeVec
 	eta            *prometheus.GaugeVec
 	cutovers       *prometheus.CounterVec
-	failovers      *prometheus.CounterVec
+	failovers      *failoverCounter
 
 	series *moveSeries // every vector registered, for moveEnded
 }
@@ -72,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 	}
 	m.failovers = newFailoverMetric()
-	reg.MustRegister(m.writePause, m.bytesRemaining, m.eta, m.cutovers, m.failovers)
+	reg.MustRegister(m.writePause, m.bytesRemaining, m.eta, m.cutovers, m.failovers.vec)
 	return m
 }
 

@@ -3,6 +3,8 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,14 +14,57 @@ import (
 )
 
 // newFailoverMetric is reshard_failovers_total: failovers of a shard a move
-// holds, found by the move's streams, by shard and by the move's phase
-// when the stream that found it started (both bounded: the cluster's
-// shards, the eight phases).
-func newFailoverMetric() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{
+// holds, found by a move's stream, copy slice, verify or repair, by shard
+// and by the phase of the move that found it first (both bounded: the
+// cluster's shards, the eight phases).
+func newFailoverMetric() *failoverCounter {
+	return &failoverCounter{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "reshard_failovers_total",
-		Help: "Failovers of a shard a move holds (source or target), found by the move's streams, by shard and phase.",
-	}, []string{"shard", "phase"})
+		Help: "Failovers of a shard moves hold (source or target), once per shard and timeline change found by this worker, by shard and the phase of the move that found it.",
+	}, []string{"shard", "phase"}), seen: map[string]bool{}}
+}
+
+// failoverCounter counts each failover once per worker: every move that
+// holds the shard finds the same failover (four moves out of one source
+// stop on it, their streams and copy slices each), so a failover is known
+// by its shard and the server it led to (system id and timeline), and
+// only the first finding is counted. Another worker that finds it counts
+// it in its own series; a restarted worker may count it again.
+type failoverCounter struct {
+	vec  *prometheus.CounterVec
+	mu   sync.Mutex
+	seen map[string]bool // shard, system id, timeline of the new server
+}
+
+// count records the failover of shard to the server now (from was),
+// found in phase; it reports whether this was its first finding.
+func (c *failoverCounter) count(shard, phase string, was, now cdc.ServerIdentity) bool {
+	if phase == "" {
+		phase = "unknown"
+	}
+	key := fmt.Sprintf("%s\x00%s\x00%d", shard, now.SystemID, now.Timeline)
+	if now.SystemID == "" { // not identified (cannot happen for a found failover): by the old server
+		key = fmt.Sprintf("%s\x00was %s\x00%d", shard, was.SystemID, was.Timeline)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[key] {
+		return false
+	}
+	c.seen[key] = true
+	c.vec.WithLabelValues(shard, phase).Inc()
+	return true
+}
+
+// sourceFailedOver counts the source failover in err, if it is one
+// (*cdc.FailedOverError), found in phase.
+func (a *Activities) sourceFailedOver(err error, phase workflows.Phase) {
+	var fe *cdc.FailedOverError
+	if errors.As(err, &fe) {
+		if a.metrics.failovers.count(fe.Source, string(phase), fe.Was, fe.Now) {
+			a.log.Warn("move's source failed over", "shard", fe.Source, "phase", string(phase), "failover", fe.Error())
+		}
+	}
 }
 
 // targetIdentity is the target's identity as the move was last seen by
@@ -80,7 +125,7 @@ func (w *failoverWatch) seen(st *cdc.Stream) string {
 		if w.in.Reverse { // the reverse stream applies to the old owner
 			shard, w.note = w.in.Move.Spec.Source, "reverse stream: "+w.note
 		}
-		w.a.metrics.failovers.WithLabelValues(shard, w.phase()).Inc()
+		w.a.metrics.failovers.count(shard, w.phase(), f.Was, f.Now)
 		w.a.log.Warn("the shard a move's stream applies to failed over", "move", w.in.Move.Spec.ID, "shard", shard, "phase", w.phase(), "failover", w.note)
 	}
 	return w.note
@@ -95,7 +140,7 @@ func (w *failoverWatch) ended(st *cdc.Stream, err error) {
 		if w.in.Reverse {
 			shard = w.in.Move.Spec.Target // the reverse stream reads the new owner
 		}
-		w.a.metrics.failovers.WithLabelValues(shard, w.phase()).Inc()
+		w.a.metrics.failovers.count(shard, w.phase(), fe.Was, fe.Now)
 	}
 }
 
@@ -115,7 +160,7 @@ func (a *Activities) checkTarget(ctx context.Context, m workflows.MoveRef, dst *
 	if f == nil {
 		return "", now, nil
 	}
-	a.metrics.failovers.WithLabelValues(m.Spec.Target, string(phase)).Inc()
+	a.metrics.failovers.count(m.Spec.Target, string(phase), f.Was, f.Now)
 	a.log.Warn("move's target failed over", "move", m.Spec.ID, "shard", m.Spec.Target, "phase", string(phase), "failover", f.String())
 	return f.String(), now, nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/backfill"
@@ -140,6 +142,25 @@ func TestSourceFailoverSeenByEveryActivity(t *testing.T) {
 	failedOver("copy slice on the promoted source", err)
 	if got := dst.QueryInt64(t, `SELECT count(*) FROM users`); got != copied {
 		t.Fatalf("the copy went on on the promoted source: %d rows on the target, were %d", got, copied)
+	}
+	// The copy slice's finding is counted, once: the next slice (another
+	// move out of the same source, say) and this worker's stream find the
+	// same failover.
+	counted := func(phase string) float64 {
+		return counterValue(a.metrics.failovers.vec.WithLabelValues("src", phase))
+	}
+	if n := counted(string(workflows.PhaseSnapshotCopy)); n != 1 {
+		t.Fatalf("reshard_failovers_total{shard=src,phase=SNAPSHOT_COPY} = %v after the slice found the failover, want 1", n)
+	}
+	_, err = a.CopySlice(ctx, slice)
+	failedOver("second slice", err)
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	if err := a.RunCDC(sctx, workflows.CDCInput{Move: ref, L0: l0.String(), Phase: workflows.PhaseCDCCatchUp}); err == nil {
+		t.Fatal("the stream ran on the promoted source")
+	}
+	if n, m := counted(string(workflows.PhaseSnapshotCopy)), counted(string(workflows.PhaseCDCCatchUp)); n != 1 || m != 0 {
+		t.Fatalf("reshard_failovers_total for src: SNAPSHOT_COPY %v, CDC_CATCH_UP %v after a second slice and a stream found the same failover, want 1 and 0", n, m)
 	}
 
 	// A fresh worker (nothing in memory) starts the stream.
@@ -393,4 +414,66 @@ func ownServer(t *testing.T, pg *devenv.PG, name string) devenv.Server {
 	}
 	t.Cleanup(func() { _ = pg.Kill(context.Background(), s) })
 	return s
+}
+
+// TestFailoverCountedOncePerTimelineChange: reshard_failovers_total counts
+// a failover once, by the shard and the phase of its first finding,
+// however many moves (streams, copy slices, verifies) find it; a later
+// failover of the same shard, or one of another shard, counts again.
+func TestFailoverCountedOncePerTimelineChange(t *testing.T) {
+	a := New(&Resolver{}, nil, nil)
+	tl := func(n int32) cdc.ServerIdentity {
+		return cdc.ServerIdentity{SystemID: "7300000000000000001", Timeline: n}
+	}
+	lost := func(move string, was, now int32) error {
+		return fmt.Errorf("copy move %s: %w", move, &cdc.FailedOverError{Source: "shard2", Slot: "reshard_" + move, Was: tl(was), Now: tl(now), SlotMissing: true})
+	}
+	counted := func(shard string, phase workflows.Phase) float64 {
+		return counterValue(a.metrics.failovers.vec.WithLabelValues(shard, string(phase)))
+	}
+	// Four moves out of shard2, in three phases, find its promotion.
+	a.sourceFailedOver(lost("m1", 1, 2), workflows.PhaseSnapshotCopy)
+	a.sourceFailedOver(lost("m2", 1, 2), workflows.PhaseCDCCatchUp)
+	a.sourceFailedOver(lost("m3", 1, 2), workflows.PhaseCDCCatchUp)
+	a.sourceFailedOver(lost("m4", 1, 2), workflows.PhaseVerify)
+	a.sourceFailedOver(lost("m1", 1, 2), workflows.PhaseSnapshotCopy) // its next slice
+	a.sourceFailedOver(errors.New("connection refused"), workflows.PhaseVerify)
+	a.sourceFailedOver(nil, workflows.PhaseVerify)
+	if c, u, v := counted("shard2", workflows.PhaseSnapshotCopy), counted("shard2", workflows.PhaseCDCCatchUp), counted("shard2", workflows.PhaseVerify); c != 1 || u != 0 || v != 0 {
+		t.Fatalf("one failover of shard2 found 5 times: SNAPSHOT_COPY %v, CDC_CATCH_UP %v, VERIFY %v; want 1, 0, 0", c, u, v)
+	}
+	// Its next failover (timeline 2 → 3) is another one.
+	a.sourceFailedOver(lost("m2", 2, 3), workflows.PhaseCDCCatchUp)
+	a.sourceFailedOver(lost("m3", 2, 3), workflows.PhaseCDCCatchUp)
+	if u := counted("shard2", workflows.PhaseCDCCatchUp); u != 1 {
+		t.Fatalf("shard2's second failover: CDC_CATCH_UP %v, want 1", u)
+	}
+	// A target's failover (shard5) is its own, found by two moves' streams
+	// or copy slices through the same counter.
+	if !a.metrics.failovers.count("shard5", string(workflows.PhaseSnapshotCopy), tl(1), tl(2)) ||
+		a.metrics.failovers.count("shard5", string(workflows.PhaseCDCCatchUp), tl(1), tl(2)) {
+		t.Fatal("shard5's failover: want the first finding counted and the second not")
+	}
+	ch := make(chan prometheus.Metric, 16)
+	a.metrics.failovers.vec.Collect(ch)
+	close(ch)
+	var total float64
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		total += d.GetCounter().GetValue()
+	}
+	if total != 3 {
+		t.Fatalf("%v failovers counted in all, want 3 (shard2 SNAPSHOT_COPY, shard2 CDC_CATCH_UP, shard5 SNAPSHOT_COPY)", total)
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
 }

@@ -154,9 +154,10 @@ func (a *Activities) replication(shard string) func(context.Context) (*pgconn.Pg
 
 // checkSource is cdc.CheckSource for a move's forward slot against the
 // server recorded when the slot was created: a *cdc.FailedOverError (the
-// move stops: ErrTypeFailedOver) when the source failed over. A move
-// without a record (joined before it was kept) is not checked.
-func (a *Activities) checkSource(ctx context.Context, m workflows.MoveRef) error {
+// move stops: ErrTypeFailedOver) when the source failed over, counted in
+// reshard_failovers_total under phase. A move without a record (joined
+// before it was kept) is not checked.
+func (a *Activities) checkSource(ctx context.Context, m workflows.MoveRef, phase workflows.Phase) error {
 	if m.Source == nil || m.Source.SystemID == "" {
 		return nil
 	}
@@ -173,6 +174,7 @@ func (a *Activities) checkSource(ctx context.Context, m workflows.MoveRef) error
 		return err
 	}
 	_, err = cdc.CheckSource(ctx, dsn, m.Spec.Source, names.Slot, sourceIdentity(m.Source), since)
+	a.sourceFailedOver(err, phase)
 	return err
 }
 
@@ -195,7 +197,7 @@ func (a *Activities) CopySlice(ctx context.Context, in workflows.CopySliceInput)
 func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput) (workflows.CopyProgress, error) {
 	// The copy relies on the slot predating it: on a promoted source (no
 	// slot, another timeline) it must not copy on, nor say it is done.
-	if err := a.checkSource(ctx, in.Move); err != nil {
+	if err := a.checkSource(ctx, in.Move, workflows.PhaseSnapshotCopy); err != nil {
 		return workflows.CopyProgress{}, err
 	}
 	s, err := a.sides(ctx, in.Move)
@@ -270,14 +272,14 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	done := err == nil
 	a.keepGuard(in.Move.Spec.ID, guard, done)
 	if err != nil && (sctx.Err() == nil || ctx.Err() != nil) {
-		if ferr := a.checkSource(ctx, in.Move); ferr != nil {
+		if ferr := a.checkSource(ctx, in.Move, workflows.PhaseSnapshotCopy); ferr != nil {
 			return workflows.CopyProgress{}, ferr // a copy error from the source's failover: the failover is the news
 		}
 		return workflows.CopyProgress{}, fmt.Errorf("copy move %s: %w", in.Move.Spec.ID, err)
 	}
 	// The source may have failed over during the slice, the copy then
 	// going on against the promoted server: not done, not silently.
-	if err := a.checkSource(ctx, in.Move); err != nil {
+	if err := a.checkSource(ctx, in.Move, workflows.PhaseSnapshotCopy); err != nil {
 		return workflows.CopyProgress{}, err
 	}
 	cps, err := backfill.Checkpoints(ctx, s.dst, in.Move.Spec.ID)
@@ -568,7 +570,7 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 	if err != nil {
 		return workflows.VerifySummary{}, err
 	}
-	if err := a.checkSource(ctx, in.Move); err != nil {
+	if err := a.checkSource(ctx, in.Move, workflows.PhaseVerify); err != nil {
 		return workflows.VerifySummary{}, err
 	}
 	s, err := a.sides(ctx, in.Move)
@@ -1086,7 +1088,7 @@ func (a *Activities) Repair(ctx context.Context, in workflows.RepairInput) (work
 }
 
 func (a *Activities) repair(ctx context.Context, in workflows.RepairInput) (workflows.RepairResult, error) {
-	check := a.checkSource
+	check := func(ctx context.Context, m workflows.MoveRef) error { return a.checkSource(ctx, m, in.Phase) }
 	if in.Reverse {
 		check = a.checkReverse
 	}

@@ -358,6 +358,9 @@ type RepairInput struct {
 	// new owner failed over under the reverse stream): the new owner is
 	// the truth for the reverse direction.
 	Reverse bool `json:"reverse,omitempty"`
+	// Phase is the move's (for reshard_failovers_total, should the repair
+	// find the source failed over again).
+	Phase Phase `json:"phase,omitempty"`
 }
 
 // RepairResult is what a repair compared and rewrote.

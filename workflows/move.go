@@ -352,7 +352,7 @@ func (m *moveRun) recoverSource(ctx workflow.Context, cause error) error {
 func (m *moveRun) repairAfterFailover(ctx workflow.Context) error {
 	var res RepairResult
 	actx := m.waitOpts(ctx, "repair the moving ranges after "+m.in.Spec.Source+"'s failover", 24*time.Hour, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityRepair, RepairInput{Move: m.ref}).Get(ctx, &res); err != nil {
+	if err := workflow.ExecuteActivity(actx, ActivityRepair, RepairInput{Move: m.ref, Phase: m.state.Phase}).Get(ctx, &res); err != nil {
 		return err
 	}
 	m.repairPending = false
