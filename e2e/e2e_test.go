@@ -101,6 +101,9 @@ type cluster struct {
 	// workerArgs are added to the command line of the workers started
 	// from now on.
 	workerArgs []string
+	// onWrite, if set before startWriters, hears of every write of the
+	// ledger writers (ledger.WriterOptions.OnWrite).
+	onWrite func(k int64, sent, done time.Time)
 }
 
 func shard(i int) string { return "shard" + strconv.Itoa(i) }
@@ -394,7 +397,7 @@ func (c *cluster) startWritersWith(m *router.Metrics) {
 	}
 	c.writerStarts++
 	c.stats = ledger.Write(ctx, router, c.ledger, ledger.WriterOptions{Table: usersTable, Keys: keys, Workers: 4, Pause: 5 * time.Millisecond,
-		Seed: 7 + uint64(c.writerStarts), Prefix: fmt.Sprintf("s%d-", c.writerStarts)})
+		Seed: 7 + uint64(c.writerStarts), Prefix: fmt.Sprintf("s%d-", c.writerStarts), OnWrite: c.onWrite})
 	c.stopW = cancel
 }
 

@@ -214,10 +214,13 @@ func (w *refusals) finish() (time.Duration, string) {
 }
 
 // targetScenario is one failover of the target (shard5, the new shard of
-// an add-node) under the ledger writers.
+// an add-node) under the ledger writers, or with source set of
+// sourceShard, the source of one of its four moves.
 type targetScenario struct {
 	id    string
 	users int
+	// source: the highly available shard is sourceShard, not shard5.
+	source bool
 	// tweak adjusts the request (throttles, grace, approval).
 	tweak func(*workflows.MigrationRequest)
 	// land waits for the scenario's moment and fails the target over;
@@ -226,6 +229,8 @@ type targetScenario struct {
 	// check judges the end (default: DONE, checkState and checkData; a
 	// scenario that asks for a rollback passes checkRolledBack).
 	check func(c *cluster, st workflows.MigrationState)
+	// after, if set, judges the end further (after check).
+	after func(c *cluster, st workflows.MigrationState)
 	// window bounds the refusal window, given the failover (0: not judged).
 	window func(req workflows.MigrationRequest, f failoverRun) time.Duration
 	// inGrace: the failover lands in GRACE, where no forward stream or
@@ -249,11 +254,16 @@ func runTargetScenario(t *testing.T, sc targetScenario) {
 	if users == 0 {
 		users = 5_000
 	}
-	ha := sc.ha
+	ha, side := sc.ha, "target"
+	if sc.source {
+		ha, side = sourceShard, "source"
+	}
 	if ha == "" {
 		ha = shard(5)
 	}
 	c, h := newHACluster(t, users, ha)
+	writes := &writeLog{}
+	c.onWrite = writes.add
 	// Registered, so that topology check knows what to check.
 	if out, code := c.cli("keyspace", "add-table", "users:id", "orders:user_id"); code != 0 {
 		t.Fatalf("keyspace add-table: exit %d\n%s", code, out)
@@ -266,10 +276,15 @@ func runTargetScenario(t *testing.T, sc targetScenario) {
 	}
 	run := c.start(req)
 	deadline := time.Now().Add(6 * time.Minute)
-	w := c.watchRefusals(c.waitFor(run, deadline, "the plan", func(st workflows.MigrationState) bool { return len(st.Moves) == 4 }))
+	planned := c.waitFor(run, deadline, "the plan", func(st workflows.MigrationState) bool { return len(st.Moves) == 4 })
+	w := c.watchRefusals(planned)
+	var rw *repairWatch
+	if sc.source {
+		rw = c.watchRepair(sc.id, planned, ha)
+	}
 	sc.land(c, h, run, deadline)
 	if !sc.inGrace {
-		c.awaitFailoverStatus(run.GetID(), h, deadline)
+		c.awaitFailoverStatus(run.GetID(), side, h, deadline)
 	}
 	st := c.wait(run, time.Until(deadline)+time.Minute)
 	counted := c.failoversCounted(h.name)
@@ -286,11 +301,17 @@ func runTargetScenario(t *testing.T, sc targetScenario) {
 	t.Logf("scenario %s: ended %s in %s; failover of %s in %s (timeline %d) with moves %s; longest refused-write window %s (%s); moves: %s",
 		sc.id, st.Phase, time.Since(started).Round(time.Second), h.name, f.Took.Round(time.Millisecond), f.Timeline, f.Phases,
 		window.Round(time.Millisecond), perMove, summary(st))
+	if rw != nil {
+		rw.judge(st, f, writes, req)
+	}
 	if sc.check != nil {
 		sc.check(c, st)
 	} else {
 		checkState(t, st, false)
 		c.checkData(st)
+	}
+	if sc.after != nil {
+		sc.after(c, st)
 	}
 	if out, code := c.cli("topology", "check"); code != 0 {
 		t.Errorf("topology check after the scenario: exit %d\n%s", code, out)
@@ -302,13 +323,13 @@ func runTargetScenario(t *testing.T, sc targetScenario) {
 	}
 }
 
-// awaitFailoverStatus waits until reshard status says that the target
-// failed over, with its timelines (from a move's state or its running
-// stream's heartbeat).
-func (c *cluster) awaitFailoverStatus(id string, h *haShard, deadline time.Time) {
+// awaitFailoverStatus waits until reshard status says that side's shard
+// ("source" or "target") failed over, with its timelines (from a move's
+// state or its running stream's heartbeat).
+func (c *cluster) awaitFailoverStatus(id, side string, h *haShard, deadline time.Time) {
 	c.t.Helper()
 	f := h.failovers[len(h.failovers)-1]
-	want := fmt.Sprintf("target %s failed over at ", h.name)
+	want := fmt.Sprintf("%s %s failed over ", side, h.name)
 	tl := fmt.Sprintf("(timeline %d → %d)", f.Timeline-1, f.Timeline)
 	var out string
 	for time.Now().Before(deadline) {
@@ -324,7 +345,12 @@ func (c *cluster) awaitFailoverStatus(id string, h *haShard, deadline time.Time)
 			// the move records it at its next catch-up poll or cutover.
 			var js string
 			for time.Now().Before(deadline) {
-				if js, _ = c.cli("status", id, "--json"); strings.Contains(js, `"failover": "`+want) || strings.Contains(js, `"failover":"`+want) {
+				js, _ = c.cli("status", id, "--json")
+				if strings.Contains(js, `"failover": "`+want) || strings.Contains(js, `"failover":"`+want) {
+					return
+				}
+				// A source failover is one of the move's recorded events.
+				if side == "source" && strings.Contains(strings.Join(strings.Fields(js), ""), `"side":"source","shard":"`+h.name+`"`) {
 					return
 				}
 				time.Sleep(500 * time.Millisecond)
@@ -367,4 +393,168 @@ func waitingApproval(c *cluster, run client.WorkflowRun, deadline time.Time) {
 	c.waitFor(run, deadline, "every move verified, waiting for approval", func(st workflows.MigrationState) bool {
 		return len(st.Moves) == 4 && allPast(st, workflows.PhaseVerify)
 	})
+}
+
+// sourceShard is the shard the source scenarios make highly available:
+// the source of one of the add-node's four moves (holdInPause's victim in
+// the write-pause scenario).
+var sourceShard = shard(2)
+
+// writeLog keeps every write of the ledger writers with when it was sent
+// and when its outcome came back.
+type writeLog struct {
+	mu     sync.Mutex
+	writes []loggedWrite
+}
+
+type loggedWrite struct {
+	key        int64
+	sent, done time.Time
+}
+
+func (l *writeLog) add(k int64, sent, done time.Time) {
+	l.mu.Lock()
+	l.writes = append(l.writes, loggedWrite{k, sent, done})
+	l.mu.Unlock()
+}
+
+// changed counts the keys of ranges written (acknowledged or not: a failed
+// write may have committed) by a write whose flight overlaps [from, to].
+func (l *writeLog) changed(ranges []ring.Range, from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	keys := map[int64]bool{}
+	for _, w := range l.writes {
+		if !w.done.Before(from) && !w.sent.After(to) && ring.ContainsAny(ranges, ring.TokenInt64(w.key)) {
+			keys[w.key] = true
+		}
+	}
+	return len(keys)
+}
+
+// repairWatch follows the move out of the failed-over source and notes
+// when its repair after the failover ended (the move's state records the
+// repair's figures, not its time).
+type repairWatch struct {
+	c      *cluster
+	move   workflows.MoveSpec
+	mu     sync.Mutex
+	ended  time.Time // first seen repaired
+	copied int64
+}
+
+func (c *cluster) watchRepair(migration string, planned workflows.MigrationState, source string) *repairWatch {
+	rw := &repairWatch{c: c}
+	for _, m := range planned.Moves {
+		if m.Spec.Source == source {
+			rw.move = m.Spec
+		}
+	}
+	if rw.move.ID == "" {
+		c.t.Fatalf("no move out of %s in the plan: %s", source, summary(planned))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.t.Cleanup(cancel)
+	go func() {
+		for ctx.Err() == nil {
+			if ms, ok := c.moveStateOf(migration, rw.move.ID); ok {
+				for _, e := range ms.Failovers {
+					if e.Side == "source" && e.Repaired {
+						rw.mu.Lock()
+						if rw.ended.IsZero() {
+							rw.ended, rw.copied = time.Now(), e.RowsCopied
+						}
+						rw.mu.Unlock()
+					}
+				}
+				if ms.Phase.Terminal() {
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return rw
+}
+
+// judge reports the repair of the move out of the failed-over source
+// against the rows changed in its moving ranges, and checks its bound:
+// the repair re-copies at most the rows changed from the first change the
+// target may lack until the repair's snapshot (never the range). The
+// first change the target may lack is the copy's start when the source
+// failed over in SNAPSHOT_COPY (no stream had confirmed anything past the
+// slot's start), else the stream's last acknowledged position, at most
+// one status interval (2 s) before the failover. The issue's narrower
+// window ends at the new slot's start (the event's time); the repair
+// compares at a snapshot taken after the copy is done, so rows changed
+// up to then count too: both figures are printed.
+func (rw *repairWatch) judge(st workflows.MigrationState, f failoverRun, writes *writeLog, req workflows.MigrationRequest) {
+	t := rw.c.t
+	t.Helper()
+	var ms *workflows.MoveState
+	for i := range st.Moves {
+		if st.Moves[i].Spec.ID == rw.move.ID {
+			ms = &st.Moves[i]
+		}
+	}
+	if ms == nil {
+		t.Fatalf("move %s not in the final state", rw.move.ID)
+	}
+	var ev *workflows.FailoverEvent
+	for i := range ms.Failovers {
+		if ms.Failovers[i].Side == "source" {
+			ev = &ms.Failovers[i]
+		}
+	}
+	if ev == nil || !ev.Repaired {
+		t.Errorf("move %s recorded no repaired source failover: %+v", rw.move.ID, ms.Failovers)
+		return
+	}
+	from := f.At.Add(-2 * time.Second)
+	if ev.Phase == workflows.PhaseSnapshotCopy {
+		for _, pt := range ms.Timings {
+			if pt.Phase == workflows.PhaseSnapshotCopy {
+				from = pt.Start
+				break
+			}
+		}
+	}
+	rw.mu.Lock()
+	ended := rw.ended
+	rw.mu.Unlock()
+	if ended.IsZero() {
+		t.Errorf("the repair's end was never seen in move %s's state", rw.move.ID)
+		return
+	}
+	narrow := writes.changed(rw.move.Ranges, from, ev.At)
+	wide := writes.changed(rw.move.Ranges, from, ended)
+	chunk := int64(req.WithDefaults().VerifyChunkRows)
+	tables := int64(len(req.Tables.Tables))
+	t.Logf("repair after the source's failover in %s (move %s, %d rows copied by the move): re-copied %d rows, deleted %d, rewrote %d of %d chunks; "+
+		"rows changed in the moving ranges from %s before the failover: %d until the new slot's start (+%s), %d until the repair's end (+%s); "+
+		"issue's bound re-copied ≤ %d + one verify chunk per table (%d × %d rows): %v; without the chunks: %v",
+		ev.Phase, rw.move.ID, ms.RowsCopied, ev.RowsCopied, ev.RowsDeleted, ev.ChunksRepaired, ev.Chunks,
+		f.At.Sub(from).Round(time.Millisecond), narrow, ev.At.Sub(f.At).Round(time.Millisecond), wide, ended.Sub(f.At).Round(time.Millisecond),
+		narrow, tables, chunk, ev.RowsCopied <= int64(narrow)+tables*chunk, ev.RowsCopied <= int64(narrow))
+	// Only users is written (orders never): every row re-copied is one the
+	// writers changed before the repair's snapshot.
+	if ev.RowsCopied > int64(wide) {
+		t.Errorf("the repair re-copied %d rows, over the %d changed in the moving ranges until it ended", ev.RowsCopied, wide)
+	}
+	if ev.RowsCopied >= ms.RowsCopied {
+		t.Errorf("the repair re-copied %d rows, the whole range (%d)", ev.RowsCopied, ms.RowsCopied)
+	}
+}
+
+// moveStateOf asks a Move child for its own state (as faults_test.go's
+// moveState, which the untagged build does not have).
+func (c *cluster) moveStateOf(migrationID, moveID string) (workflows.MoveState, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var st workflows.MoveState
+	v, err := c.tc.QueryWorkflow(ctx, workflows.MigrationWorkflowID(migrationID)+"/"+moveID, "", workflows.QueryState)
+	if err != nil || v.Get(&st) != nil {
+		return st, false
+	}
+	return st, true
 }

@@ -186,6 +186,11 @@ type WriterOptions struct {
 	// Prefix starts every value written, so that writers started again on
 	// the same ledger write values none wrote before.
 	Prefix string
+	// OnWrite, if set, hears of every write attempted, acknowledged or
+	// not, with when it was sent and when its outcome came back (a failed
+	// write may have committed): a test counts the keys written in a
+	// window with it. Called from the writers' goroutines.
+	OnWrite func(k int64, sent, done time.Time)
 }
 
 // Stats count the writers' outcomes.
@@ -244,6 +249,7 @@ func writer(ctx context.Context, r *router.Router, l *Ledger, o WriterOptions, w
 		if o.DeleteEvery > 0 && rnd.IntN(o.DeleteEvery) == 0 {
 			v = Value{Deleted: true}
 		}
+		sent := time.Now()
 		err := r.Do(ctx, k, func(ctx context.Context, p *pgxpool.Pool) error {
 			var err error
 			if v.Deleted {
@@ -253,6 +259,9 @@ func writer(ctx context.Context, r *router.Router, l *Ledger, o WriterOptions, w
 			}
 			return err
 		})
+		if o.OnWrite != nil {
+			o.OnWrite(k, sent, time.Now())
+		}
 		switch {
 		case err == nil:
 			l.Ack(k, v)
