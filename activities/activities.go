@@ -91,6 +91,13 @@ type Activities struct {
 	// targets are the targets' identities the moves' forward streams saw
 	// last, by move id (failover.go).
 	targets map[string]cdc.ServerIdentity
+	// ended are the forward streams that ended by themselves in this
+	// process (MoveRef.Stream and the error), by move id, until the move's
+	// next stream starts: a phase activity that works next to that stream
+	// then returns at once instead of waiting streamWait for a stream only
+	// the workflow starts again (a source failover, ErrTypeFailedOver, then
+	// reaches the workflow's recovery at once).
+	ended map[string]streamEnd
 
 	controlMu    sync.Mutex
 	controlReady bool // control schema (topology, cutover journal) ensured
@@ -123,7 +130,7 @@ func New(r *Resolver, log *slog.Logger, m *Metrics) *Activities {
 	if m == nil {
 		m = NewMetrics(prometheus.NewRegistry())
 	}
-	return &Activities{pools: pools{r: r}, log: log, metrics: m, streams: map[string]*cdc.Stream{}, targets: map[string]cdc.ServerIdentity{}}
+	return &Activities{pools: pools{r: r}, log: log, metrics: m, streams: map[string]*cdc.Stream{}, targets: map[string]cdc.ServerIdentity{}, ended: map[string]streamEnd{}}
 }
 
 // Close closes the pools.
@@ -155,6 +162,31 @@ func (a *Activities) putStream(move string, s *cdc.Stream) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.streams[move] = s
+	delete(a.ended, move)
+}
+
+// streamEnd is a forward stream that ended by itself: its MoveRef.Stream
+// and why.
+type streamEnd struct {
+	stream string
+	err    error
+}
+
+// streamEnded records that the move's forward stream s, named stream by
+// its workflow, ended on err, unless another stream of the move took its
+// place meanwhile.
+func (a *Activities) streamEnded(move, stream string, s *cdc.Stream, err error) {
+	if stream == "" {
+		return
+	}
+	if err == nil {
+		err = errors.New("the stream ended by itself")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cur := a.streams[move]; cur == s || cur == nil {
+		a.ended[move] = streamEnd{stream: stream, err: err}
+	}
 }
 
 func (a *Activities) dropStream(move string, s *cdc.Stream) {
@@ -174,15 +206,28 @@ const streamWait = 30 * time.Second
 // process, at most wait: the CDC activity of the session may start a moment
 // after the phase activity that needs it. Past wait it returns a
 // non-retryable ErrTypeNoStream: the stream ended, and the workflow restarts
-// it before it runs the activity again.
-func (a *Activities) stream(ctx context.Context, move string, wait time.Duration) (*cdc.Stream, error) {
+// it before it runs the activity again. A stream that ended on its
+// stream that ended by itself in this process is not waited for when it
+// is the one ref works next to (ref.Stream): its end is returned at once,
+// ErrTypeFailedOver for its source's failover (the workflow recovers the
+// move), else ErrTypeNoStream. A stream ref names that has not started
+// yet is waited for.
+func (a *Activities) stream(ctx context.Context, ref workflows.MoveRef, wait time.Duration) (*cdc.Stream, error) {
+	move := ref.Spec.ID
 	deadline := time.Now().Add(wait)
 	for {
 		a.mu.Lock()
-		s := a.streams[move]
+		s, end := a.streams[move], a.ended[move]
 		a.mu.Unlock()
 		if s != nil {
 			return s, nil
+		}
+		if end.stream != "" && end.stream == ref.Stream {
+			if errors.Is(end.err, cdc.ErrFailedOver) {
+				return nil, classify(fmt.Errorf("the CDC stream of move %s ended: %w", move, end.err))
+			}
+			return nil, temporal.NewNonRetryableApplicationError(
+				fmt.Sprintf("the CDC stream of move %s ended (%v); the workflow restarts it", move, end.err), workflows.ErrTypeNoStream, nil)
 		}
 		if time.Now().After(deadline) {
 			return nil, temporal.NewNonRetryableApplicationError(

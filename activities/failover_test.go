@@ -477,3 +477,50 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestPhaseActivityDoesNotWaitForAnEndedStream: a phase activity
+// (catch-up's lag poll, verify, cutover) that works next to a stream that
+// ended by itself in this worker returns at once, not after waiting
+// streamWait for a stream only the workflow starts again: the source's
+// failover as ErrTypeFailedOver (the workflow recovers the move), any
+// other end as ErrTypeNoStream. A phase activity next to the stream the
+// workflow started after it (not running yet) waits for it, and the new
+// stream's start clears the record.
+func TestPhaseActivityDoesNotWaitForAnEndedStream(t *testing.T) {
+	a := New(&Resolver{}, nil, nil)
+	ctx := context.Background()
+	ref := func(stream string) workflows.MoveRef {
+		return workflows.MoveRef{Spec: workflows.MoveSpec{ID: "m1"}, Stream: stream}
+	}
+	was := cdc.ServerIdentity{SystemID: "7300000000000000001", Timeline: 1}
+	a.streamEnded("m1", "run1#1", nil, fmt.Errorf("stream of move m1: %w", &cdc.FailedOverError{Source: "shard2", Slot: "reshard_m1", Was: was, Now: cdc.ServerIdentity{SystemID: was.SystemID, Timeline: 2}, SlotMissing: true}))
+	var appErr *temporal.ApplicationError
+	start := time.Now()
+	_, err := a.stream(ctx, ref("run1#1"), streamWait)
+	if !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypeFailedOver || time.Since(start) > time.Second {
+		t.Fatalf("next to the stream that ended on the failover: %v after %s, want %s at once", err, time.Since(start), workflows.ErrTypeFailedOver)
+	}
+	// The workflow recovered and started stream #2, not running yet.
+	_, err = a.stream(ctx, ref("run1#2"), 300*time.Millisecond)
+	if !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypeNoStream || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("next to the stream about to start: %v, want %s once it waited", err, workflows.ErrTypeNoStream)
+	}
+	var st *cdc.Stream // registered as runCDC does (the value is not used here)
+	a.putStream("m1", st)
+	a.dropStream("m1", st)
+	if _, err := a.stream(ctx, ref("run1#1"), 200*time.Millisecond); !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypeNoStream {
+		t.Fatalf("after the next stream started: %v, want %s once it waited (the record cleared)", err, workflows.ErrTypeNoStream)
+	}
+	// A stream that lost its connection: no failover, the workflow
+	// restarts it at once.
+	a.streamEnded("m1", "run1#2", nil, errors.New("receive from slot reshard_m1: connection lost: unexpected EOF"))
+	start = time.Now()
+	if _, err := a.stream(ctx, ref("run1#2"), streamWait); !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypeNoStream || time.Since(start) > time.Second ||
+		!strings.Contains(err.Error(), "connection lost") {
+		t.Fatalf("next to the stream that lost its connection: %v after %s, want %s at once, saying why", err, time.Since(start), workflows.ErrTypeNoStream)
+	}
+	// A workflow that names no stream (its history began before) waits.
+	if _, err := a.stream(ctx, ref(""), 100*time.Millisecond); !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypeNoStream {
+		t.Fatalf("unnamed: %v, want %s once it waited", err, workflows.ErrTypeNoStream)
+	}
+}

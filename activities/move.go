@@ -495,6 +495,9 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	err = g.Wait()
 	stop()
 	fw.ended(st, err)
+	if !in.Reverse && ctx.Err() == nil {
+		a.streamEnded(in.Move.Spec.ID, in.Move.Stream, st, err)
+	}
 	a.metrics.streamStopped(opts.Move)
 	if ctx.Err() != nil {
 		return ctx.Err() // cancelled by the workflow: the phase it served is over
@@ -529,7 +532,7 @@ func schemaWait(err error) bool {
 // CDCStatus reports the forward stream's lag: the source's current WAL
 // position minus what the applier has committed.
 func (a *Activities) CDCStatus(ctx context.Context, m workflows.MoveRef) (workflows.CDCStatus, error) {
-	st, err := a.stream(ctx, m.Spec.ID, streamWait)
+	st, err := a.stream(ctx, m, streamWait)
 	if err != nil {
 		return workflows.CDCStatus{}, classify(err)
 	}
@@ -566,7 +569,7 @@ func (a *Activities) Verify(ctx context.Context, in workflows.VerifyInput) (work
 }
 
 func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (workflows.VerifySummary, error) {
-	st, err := a.stream(ctx, in.Move.Spec.ID, streamWait)
+	st, err := a.stream(ctx, in.Move, streamWait)
 	if err != nil {
 		return workflows.VerifySummary{}, err
 	}
@@ -834,7 +837,7 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (re
 		res.Version = cur.Version
 		return res, 0, nil
 	}
-	st, err := a.stream(ctx, spec.ID, streamWait)
+	st, err := a.stream(ctx, in.Move, streamWait)
 	if err != nil {
 		return res, 0, err
 	}

@@ -120,6 +120,11 @@ type MoveRef struct {
 	// a failover while no worker watched is reported too (nil: not
 	// recorded; the worker's first look is its record).
 	Target *SourceIdentity `json:"target_identity,omitempty"`
+	// Stream names the forward stream (RunCDC) the move's workflow last
+	// started, which a phase activity in its session works next to: a
+	// phase activity whose stream ended in its worker returns at once
+	// instead of waiting for a stream only the workflow starts again.
+	Stream string `json:"stream,omitempty"`
 }
 
 // SourceIdentity is the server a move's slot and positions belong to: its

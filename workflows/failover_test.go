@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +32,20 @@ func checkRecovered(t *testing.T, f *fakes, st MoveState, phase Phase) {
 		if i == len(f.times(ActivityRunCDC+"/t_m1"))-1 && at.Before(repaired) {
 			t.Fatalf("the last stream started at %s, before the repair at %s", at, repaired)
 		}
+	}
+	// The phase activities after the last stream's start name it (the
+	// activity layer returns at once next to a stream that ended, and
+	// waits for one about to start: an old name there would take the
+	// ended stream's failover for the new one's).
+	stream := in.Move.Stream
+	if !strings.HasSuffix(stream, fmt.Sprintf("#%d", f.count(ActivityRunCDC+"/t_m1"))) {
+		t.Fatalf("the last stream (#%d) is named %q", f.count(ActivityRunCDC+"/t_m1"), stream)
+	}
+	if v := f.last[ActivityVerify+"/t_m1"].(VerifyInput); v.Move.Stream != stream {
+		t.Fatalf("the last verify names stream %q, the last stream is %q", v.Move.Stream, stream)
+	}
+	if c := f.last[ActivityCutover+"/t_m1"].(CutoverInput); c.Move.Stream != stream {
+		t.Fatalf("the cutover names stream %q, the last stream is %q", c.Move.Stream, stream)
 	}
 	if len(st.Failovers) != 1 {
 		t.Fatalf("failovers: %+v, want one", st.Failovers)
@@ -277,5 +293,53 @@ func TestTargetIdentityGoesWithTheMove(t *testing.T) {
 		if ref.Target == nil || ref.Target.SystemID != "9" || ref.Target.Timeline != 2 {
 			t.Errorf("%s: target record %+v, want system 9 on timeline 2", name, ref.Target)
 		}
+	}
+}
+
+// TestSourceFailoverAwaitingApprovalRecovers: the source fails over while
+// the move waits for its cutover's approval (its stream ends FailedOver,
+// no attempt made): the move goes back to CDC_CATCH_UP, recovers (new
+// slot, repair), verifies again and waits for approval again; approved,
+// it cuts over and ends DONE. Before, it stopped for the operator, and
+// resume could only meet the failover again.
+func TestSourceFailoverAwaitingApprovalRecovers(t *testing.T) {
+	env, f := newEnv(t)
+	f.recovered = true
+	req := testRequest()
+	req.RequireApproval = true
+	f.cdcLife = func(n int) time.Duration {
+		if n == 1 {
+			return 3 * time.Hour // ends while the move waits for approval
+		}
+		return 10000 * time.Hour
+	}
+	f.cdcEnd = func(n int) error {
+		if n == 1 {
+			return failedOver()
+		}
+		return nil
+	}
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryState)
+		var st MoveState
+		if err == nil {
+			err = v.Get(&st)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Phase != PhaseCutover || st.Waiting != WaitApproval || st.Stopped || len(st.Failovers) != 1 || !st.Failovers[0].Repaired {
+			t.Errorf("after the failover: phase %s, waiting %q, stopped %v (%s), failovers %+v; want waiting for approval again, recovered", st.Phase, st.Waiting, st.Stopped, st.Error, st.Failovers)
+		}
+		if n := f.count(ActivityCutover + "/t_m1"); n != 0 {
+			t.Errorf("%d cutover attempts before the approval", n)
+		}
+		env.SignalWorkflow(SignalControl, MoveControl{Op: UpdateApprove})
+	}, 5*time.Hour)
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: req, Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	checkRecovered(t, f, st, PhaseCDCCatchUp)
+	if n := f.count(ActivityVerify + "/t_m1"); n != 2 {
+		t.Fatalf("%d verifies, want 2 (before the failover, and a new run after the repair)", n)
 	}
 }

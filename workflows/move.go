@@ -695,6 +695,10 @@ func (m *moveRun) ensureCDC(ctx workflow.Context) error {
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1}, // restarted by ensureCDC, in a new session if need be
 		WaitForCancellation: true,
 	})
+	// Named for the phase activities next to it (MoveRef.Stream): unique
+	// across runs and attempts, so that the end of an earlier stream is
+	// never taken for this one's.
+	m.ref.Stream = fmt.Sprintf("%s#%d", workflow.GetInfo(ctx).WorkflowExecution.RunID, m.cdcStarts+1)
 	m.cdcFut = workflow.ExecuteActivity(actx, ActivityRunCDC, CDCInput{Move: m.ref, L0: m.l0, Phase: m.state.Phase})
 	m.cdcStarts++
 	m.cdcStartedAt = workflow.Now(ctx)
@@ -738,6 +742,7 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 		if err := m.ensureCDC(ctx); err != nil {
 			return err
 		}
+		in = m.withStream(in)
 		actx := m.opts(m.sessCtx, summary, timeout, 5)
 		err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
 		if err == nil {
@@ -762,6 +767,24 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 		}
 		return err
 	}
+}
+
+// withStream is a phase activity's input naming the stream ensureCDC just
+// made sure of (MoveRef.Stream): the input was built before, and may name
+// the stream that ended.
+func (m *moveRun) withStream(in any) any {
+	switch v := in.(type) {
+	case MoveRef:
+		v.Stream = m.ref.Stream
+		return v
+	case VerifyInput:
+		v.Move.Stream = m.ref.Stream
+		return v
+	case CutoverInput:
+		v.Move.Stream = m.ref.Stream
+		return v
+	}
+	return in
 }
 
 func (m *moveRun) catchUp(ctx workflow.Context) error {
@@ -862,6 +885,19 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 	return m.to(ctx, PhaseCutover)
 }
 
+// versionFailoverAwaitingApproval marks the runs in which a source failover
+// found while a move waits for its cutover's approval (no attempt made, no
+// fence taken) takes the move back to CDC_CATCH_UP, which recovers it;
+// before it the move stopped for the operator, and resume could not help.
+const versionFailoverAwaitingApproval = "failover-awaiting-approval"
+
+// failedOverAwaitingApproval: err, met by the wait for approval, is the
+// source's failover (ErrTypeFailedOver).
+func (m *moveRun) failedOverAwaitingApproval(err error) bool {
+	var appErr *temporal.ApplicationError
+	return m.state.Phase == PhaseCutover && errors.As(err, &appErr) && appErr.Type() == ErrTypeFailedOver
+}
+
 // versionVerdictStopsStream marks the runs whose stream stops while a
 // failed verify waits for its verdict; before it the stream ran on, and a
 // repair of the target would have raced it.
@@ -875,6 +911,15 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 			m.details(ctx)
 		}
 		if err := m.awaitApproval(ctx); err != nil {
+			if m.failedOverAwaitingApproval(err) {
+				// Back to CDC_CATCH_UP, where the run loop recovers the
+				// source; VERIFY and the wait for approval follow again.
+				m.approvalWait += workflow.Now(ctx).Sub(start)
+				m.state.Waiting = ""
+				if terr := m.to(ctx, PhaseCDCCatchUp); terr != nil {
+					return terr
+				}
+			}
 			return err
 		}
 		m.approvalWait += workflow.Now(ctx).Sub(start)
@@ -972,6 +1017,9 @@ func (m *moveRun) awaitApproval(ctx workflow.Context) error {
 			m.stopCDC(ctx) // the ended stream's session; ensureCDC starts a new one
 		}
 		if err := m.ensureCDC(ctx); err != nil {
+			if m.failedOverAwaitingApproval(err) && workflow.GetVersion(ctx, versionFailoverAwaitingApproval, workflow.DefaultVersion, 1) >= 1 {
+				return err // cutover takes the move back to CDC_CATCH_UP, which recovers
+			}
 			stopped = true
 			m.state.Error = err.Error()
 			if resumable {
