@@ -296,3 +296,25 @@ func TestSourceFailoverInWritePause(t *testing.T) {
 			return req.WithDefaults().CutoverBudget + f.Took + 2*time.Second
 		}})
 }
+
+// TestSourceFailoverAwaitingApproval: the source fails over while every
+// move waits for its cutover's approval (streams running, nothing fenced):
+// the move out of it goes back to CDC_CATCH_UP, recovers, verifies again
+// and waits for approval again; approved then, the migration ends DONE.
+func TestSourceFailoverAwaitingApproval(t *testing.T) {
+	runTargetScenario(t, targetScenario{id: "fo_src_approval", source: true,
+		tweak: func(r *workflows.MigrationRequest) { r.RequireApproval = true },
+		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
+			waitingApproval(c, run, deadline)
+			h.failover(c, run, false)
+			c.waitFor(run, deadline, "the move out of "+sourceShard+" recovered and waiting for approval again", func(st workflows.MigrationState) bool {
+				for _, m := range st.Moves {
+					if m.Spec.Source == sourceShard {
+						return len(m.Failovers) > 0 && m.Failovers[0].Repaired && m.Phase == workflows.PhaseCutover && m.Waiting == workflows.WaitApproval
+					}
+				}
+				return false
+			})
+			c.approve(run.GetID())
+		}})
+}
