@@ -221,7 +221,7 @@ func sourceMoveIn(c *cluster, run client.WorkflowRun, id string, p workflows.Pha
 // checkpoints on the new primary, and the repair before the stream starts
 // rewrites the rows changed since the copy began.
 func TestSourceFailoverInSnapshotCopy(t *testing.T) {
-	runTargetScenario(t, targetScenario{id: "fo_src_copy", users: 20_000, source: true,
+	runTargetScenario(t, targetScenario{id: "fo_src_copy", users: 20_000, source: true, recoveredIn: workflows.PhaseSnapshotCopy,
 		tweak: func(r *workflows.MigrationRequest) {
 			r.Throttle = workflows.Throttle{RowsPerSec: 600}
 			r.ChunkRows = 100
@@ -236,7 +236,7 @@ func TestSourceFailoverInSnapshotCopy(t *testing.T) {
 // stream catches up (a lag gate of 1 kB under the writers keeps the move
 // there for a while).
 func TestSourceFailoverInCatchUp(t *testing.T) {
-	runTargetScenario(t, targetScenario{id: "fo_src_catchup", users: 20_000, source: true,
+	runTargetScenario(t, targetScenario{id: "fo_src_catchup", users: 20_000, source: true, recoveredIn: workflows.PhaseCDCCatchUp,
 		tweak: func(r *workflows.MigrationRequest) {
 			r.Throttle = workflows.Throttle{RowsPerSec: 600}
 			r.MaxLagBytes = 1 << 10
@@ -251,13 +251,12 @@ func TestSourceFailoverInCatchUp(t *testing.T) {
 // verifies (throttled, so that the verify lasts): the verify starts a new
 // run against the new primary after the repair.
 func TestSourceFailoverInVerify(t *testing.T) {
-	runTargetScenario(t, targetScenario{id: "fo_src_verify", users: 10_000, source: true,
+	runTargetScenario(t, targetScenario{id: "fo_src_verify", users: 20_000, source: true, recoveredIn: workflows.PhaseVerify,
 		tweak: func(r *workflows.MigrationRequest) {
 			r.Throttle = workflows.Throttle{RowsPerSec: 150}
 		},
 		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
 			sourceMoveIn(c, run, "fo_src_verify", workflows.PhaseVerify, deadline, nil)
-			time.Sleep(time.Second) // into the comparison
 			h.failover(c, run, false)
 		}})
 }
@@ -269,7 +268,7 @@ func TestSourceFailoverInVerify(t *testing.T) {
 // failover and cuts over on the next attempt; writes to the moves' ranges
 // are refused for at most the cutover budget + the failover + 2 s.
 func TestSourceFailoverInWritePause(t *testing.T) {
-	runTargetScenario(t, targetScenario{id: "fo_src_pause", source: true,
+	runTargetScenario(t, targetScenario{id: "fo_src_pause", source: true, recoveredIn: workflows.PhaseCDCCatchUp,
 		tweak: func(r *workflows.MigrationRequest) { r.RequireApproval = true },
 		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
 			waitingApproval(c, run, deadline)
@@ -302,7 +301,7 @@ func TestSourceFailoverInWritePause(t *testing.T) {
 // the move out of it goes back to CDC_CATCH_UP, recovers, verifies again
 // and waits for approval again; approved then, the migration ends DONE.
 func TestSourceFailoverAwaitingApproval(t *testing.T) {
-	runTargetScenario(t, targetScenario{id: "fo_src_approval", source: true,
+	runTargetScenario(t, targetScenario{id: "fo_src_approval", source: true, recoveredIn: workflows.PhaseCDCCatchUp,
 		tweak: func(r *workflows.MigrationRequest) { r.RequireApproval = true },
 		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
 			waitingApproval(c, run, deadline)

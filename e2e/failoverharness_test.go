@@ -221,6 +221,9 @@ type targetScenario struct {
 	users int
 	// source: the highly available shard is sourceShard, not shard5.
 	source bool
+	// recoveredIn is the phase the move out of sourceShard must record
+	// its recovery in ("" not judged).
+	recoveredIn workflows.Phase
 	// tweak adjusts the request (throttles, grace, approval).
 	tweak func(*workflows.MigrationRequest)
 	// land waits for the scenario's moment and fails the target over;
@@ -302,7 +305,7 @@ func runTargetScenario(t *testing.T, sc targetScenario) {
 		sc.id, st.Phase, time.Since(started).Round(time.Second), h.name, f.Took.Round(time.Millisecond), f.Timeline, f.Phases,
 		window.Round(time.Millisecond), perMove, summary(st))
 	if rw != nil {
-		rw.judge(st, f, writes, req)
+		rw.judge(st, f, writes, req, sc.recoveredIn)
 	}
 	if sc.check != nil {
 		sc.check(c, st)
@@ -488,7 +491,7 @@ func (c *cluster) watchRepair(migration string, planned workflows.MigrationState
 // window ends at the new slot's start (the event's time); the repair
 // compares at a snapshot taken after the copy is done, so rows changed
 // up to then count too: both figures are printed.
-func (rw *repairWatch) judge(st workflows.MigrationState, f failoverRun, writes *writeLog, req workflows.MigrationRequest) {
+func (rw *repairWatch) judge(st workflows.MigrationState, f failoverRun, writes *writeLog, req workflows.MigrationRequest, in workflows.Phase) {
 	t := rw.c.t
 	t.Helper()
 	var ms *workflows.MoveState
@@ -509,6 +512,9 @@ func (rw *repairWatch) judge(st workflows.MigrationState, f failoverRun, writes 
 	if ev == nil || !ev.Repaired {
 		t.Errorf("move %s recorded no repaired source failover: %+v", rw.move.ID, ms.Failovers)
 		return
+	}
+	if in != "" && ev.Phase != in {
+		t.Errorf("move %s recovered from the failover in %s, want %s (the scenario's moment was missed)", rw.move.ID, ev.Phase, in)
 	}
 	from := f.At.Add(-2 * time.Second)
 	if ev.Phase == workflows.PhaseSnapshotCopy {
