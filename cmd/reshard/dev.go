@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -182,7 +179,10 @@ func newDevPsqlCmd(opts *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			path, argv, env, err := psqlCommand(c, args[0], args[1:])
+			path, argv, env, err := c.PsqlCommand(args[0], args[1:])
+			if errors.Is(err, devenv.ErrNoServer) {
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}
@@ -191,45 +191,6 @@ func newDevPsqlCmd(opts *globalOptions) *cobra.Command {
 			return syscall.Exec(path, argv, env)
 		},
 	}
-}
-
-// psqlCommand is the psql invocation for server name: the password is in
-// PGPASSWORD of env, never in argv.
-func psqlCommand(c *devenv.Cluster, name string, extra []string) (path string, argv, env []string, err error) {
-	n, ok := c.Node(name)
-	if !ok {
-		return "", nil, nil, usageError{fmt.Errorf("no server %q in %s: use one of %s", name, c.StateDir, strings.Join(c.Names(), ", "))}
-	}
-	path, err = findPsql()
-	if err != nil {
-		return "", nil, nil, err
-	}
-	argv = append([]string{"psql", "-h", "127.0.0.1", "-p", fmt.Sprint(n.Port), "-U", "postgres", "-d", devenv.Database}, extra...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PGPASSWORD=") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "PGPASSWORD="+string(n.Password))
-	return path, argv, env, nil
-}
-
-// findPsql prefers the psql next to the servers' binaries.
-func findPsql() (string, error) {
-	if bin, err := devenv.FindPGBin(); err == nil {
-		if p := filepath.Join(bin, "psql"); isExecutable(p) {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("psql"); err == nil {
-		return p, nil
-	}
-	return "", errors.New("psql not found: " + devenv.InstallHint)
-}
-
-func isExecutable(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
 }
 
 // usageArgs makes an argument check's complaint a usage error.

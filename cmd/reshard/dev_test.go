@@ -95,7 +95,7 @@ func TestDevCommands(t *testing.T) {
 	if _, code := run(t, "--state-dir", state, "dev", "psql", "shard9"); code != 2 {
 		t.Fatalf("dev psql shard9: exit %d, want 2", code)
 	}
-	path, argv, env, err := psqlCommand(c, "shard1", []string{"-Atc", "SHOW wal_level"})
+	path, argv, env, err := c.PsqlCommand("shard1", []string{"-Atc", "SHOW wal_level"})
 	if err != nil {
 		pgtest.Unavailable(t, err)
 	}

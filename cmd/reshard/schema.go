@@ -1,28 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgsession"
+	"github.com/reshard/reshard/shardschema"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -35,14 +24,6 @@ func newSchemaCmd(opts *globalOptions) *cobra.Command {
 	}
 	cmd.AddCommand(newSchemaSyncCmd(opts), newSchemaApplyCmd(opts))
 	return cmd
-}
-
-// schemaTable is what schema sync does with one table on the target.
-type schemaTable struct {
-	Table  string `json:"table"`
-	Action string `json:"action"` // create, in-sync
-	// TokenIndex: the token index the target gets (or has).
-	TokenIndex string `json:"token_index"`
 }
 
 func newSchemaSyncCmd(opts *globalOptions) *cobra.Command {
@@ -86,12 +67,7 @@ definition on the target (nothing changed).`,
 					if err != nil {
 						return controlErr(err)
 					}
-					for _, s := range cur.Ring.Shards() {
-						if s != target && (from == "" || s < from) {
-							from = s
-						}
-					}
-					if from == "" {
+					if from = shardschema.Source(cur, target); from == "" {
 						return usageError{fmt.Errorf("keyspace %s has no shard but %s to copy the schema from: pass --from", k.Name, target)}
 					}
 				}
@@ -113,42 +89,22 @@ definition on the target (nothing changed).`,
 					return err
 				}
 				defer dst.Close()
-				plan, missing, err := planSchemaSync(ctx, src, dst, k.Spec(), from, target)
+				plan, err := shardschema.Sync(ctx, src, dst, shardschema.Options{Spec: k.Spec(), From: from, Target: target, DryRun: dryRun})
+				var in *shardschema.InputError
+				if errors.As(err, &in) {
+					return usageError{err}
+				}
 				if err != nil {
 					return err
 				}
 				out := cmd.OutOrStdout()
-				if !dryRun && len(missing) > 0 {
-					ddl, err := dumpSchema(ctx, cfg, from, missing)
-					if err != nil {
-						return err
-					}
-					owners, err := tableOwners(ctx, src, missing)
-					if err != nil {
-						return fmt.Errorf("read the owners of the tables on %s: %w", from, err)
-					}
-					if err := applySchema(ctx, dst, missing, owners, ddl); err != nil {
-						return fmt.Errorf("create the tables of keyspace %s on %s: %w (nothing was created)", k.Name, target, ownerHint(ctx, dst, err, owners, from, target))
-					}
-				}
-				if !dryRun {
-					srcSet, err := tableset.Introspect(ctx, src, k.Spec(), "source "+from)
-					if err != nil {
-						return err
-					}
-					for _, t := range srcSet.Tables {
-						if err := tableset.CreateTokenIndex(ctx, dst, t); err != nil {
-							return fmt.Errorf("token index of %s on %s: %w", t, target, err)
-						}
-					}
-				}
 				if asJSON {
 					return topoWriteJSON(out, struct {
-						Keyspace string        `json:"keyspace"`
-						From     string        `json:"from"`
-						Target   string        `json:"target"`
-						DryRun   bool          `json:"dry_run"`
-						Tables   []schemaTable `json:"tables"`
+						Keyspace string              `json:"keyspace"`
+						From     string              `json:"from"`
+						Target   string              `json:"target"`
+						DryRun   bool                `json:"dry_run"`
+						Tables   []shardschema.Table `json:"tables"`
 					}{k.Name, from, target, dryRun, plan})
 				}
 				verb := map[bool]string{true: "would create", false: "created"}[dryRun]
@@ -171,250 +127,6 @@ definition on the target (nothing changed).`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be created; change nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
-}
-
-// planSchemaSync compares the keyspace's tables on the source and the
-// target: the tables to create (missing) and the plan to print. A table
-// that exists on both and differs is bad input naming the difference.
-func planSchemaSync(ctx context.Context, src, dst *pgxpool.Pool, spec tableset.Spec, from, target string) ([]schemaTable, []tableset.Table, error) {
-	srcSet, err := tableset.Introspect(ctx, src, spec, "source "+from)
-	if err != nil {
-		return nil, nil, usageError{err}
-	}
-	for _, t := range srcSet.Tables {
-		for _, p := range tableset.Shardable(t, "source "+from) {
-			if p.Check == tableset.CheckPartitioned {
-				return nil, nil, usageError{fmt.Errorf("%w; nothing was changed", p)}
-			}
-		}
-	}
-	var plan []schemaTable
-	var missing []tableset.Table
-	var conflicts []string
-	for i, t := range srcSet.Tables {
-		var reg *string
-		if err := dst.QueryRow(ctx, `SELECT to_regclass($1)::text`, t.Quoted()).Scan(&reg); err != nil {
-			return nil, nil, fmt.Errorf("look for %s on %s: %w", t, target, err)
-		}
-		p := schemaTable{Table: t.String(), TokenIndex: tableset.TokenIndexName(t)}
-		if reg == nil {
-			p.Action = "create"
-			missing = append(missing, t)
-			plan = append(plan, p)
-			continue
-		}
-		one := tableset.Spec{Name: spec.Name, Tables: []tableset.TableSpec{spec.Tables[i]}}
-		dstSet, err := tableset.Introspect(ctx, dst, one, "target "+target)
-		if err != nil {
-			conflicts = append(conflicts, err.Error())
-			continue
-		}
-		if d := tableset.ColumnDiff(t, dstSet.Tables[0], from, target); d != "" {
-			conflicts = append(conflicts, fmt.Sprintf("%s: %s", t, d))
-			continue
-		}
-		if !slices.Equal(t.PK, dstSet.Tables[0].PK) {
-			conflicts = append(conflicts, fmt.Sprintf("%s: primary key (%s) on %s, (%s) on %s", t, strings.Join(t.PK, ", "), from, strings.Join(dstSet.Tables[0].PK, ", "), target))
-			continue
-		}
-		p.Action = "in-sync"
-		plan = append(plan, p)
-	}
-	if len(conflicts) > 0 {
-		return nil, nil, usageError{fmt.Errorf("%s has %d table(s) defined unlike on %s; make them alike (or drop the empty table on %s and run schema sync again), nothing was changed:\n  %s",
-			target, len(conflicts), from, target, strings.Join(conflicts, "\n  "))}
-	}
-	if err := tableset.MissingTypes(ctx, src, dst, missing, from, target); err != nil {
-		var p *tableset.Problem
-		if errors.As(err, &p) {
-			return nil, nil, usageError{fmt.Errorf("the tables to create on %s use types it lacks; create them there first, nothing was changed:\n%w", target, err)}
-		}
-		return nil, nil, err
-	}
-	return plan, missing, nil
-}
-
-// dumpSchema is pg_dump --schema-only of tables on shard from, without
-// reshard's own triggers (the fence: the target gets its own at JOINING).
-// The password reaches pg_dump through its environment only.
-func dumpSchema(ctx context.Context, cfg *clusterConfig, from string, tables []tableset.Table) (string, error) {
-	pgDump, err := findPGDump()
-	if err != nil {
-		return "", err
-	}
-	cc, err := pgsession.ParseConfig(cfg.Shards[from])
-	if err != nil {
-		return "", usageError{fmt.Errorf("the DSN of shard %s does not parse", from)}
-	}
-	args := []string{"--schema-only", "--no-owner", "--no-privileges", "--no-publications", "--no-subscriptions"}
-	for _, t := range tables {
-		// A pattern quoted as an identifier matches exactly that table.
-		args = append(args, "--table="+t.Quoted())
-	}
-	c := exec.CommandContext(ctx, pgDump, args...)
-	c.Env = append(os.Environ(), "PGHOST="+cc.Host, "PGPORT="+strconv.Itoa(int(cc.Port)), "PGUSER="+cc.User, "PGDATABASE="+cc.Database)
-	if pw := cfg.password; pw != "" {
-		c.Env = append(c.Env, "PGPASSWORD="+pw)
-	} else if cc.Password != "" {
-		c.Env = append(c.Env, "PGPASSWORD="+cc.Password)
-	}
-	var out, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &out, &stderr
-	if err := c.Run(); err != nil {
-		return "", fmt.Errorf("pg_dump --schema-only of %d table(s) on %s: %v: %s", len(tables), from, err, strings.TrimSpace(stderr.String()))
-	}
-	return withoutReshardTriggers(out.String()), nil
-}
-
-// findPGDump finds pg_dump beside the server binaries reshard uses (the
-// directory pg_ctl resolves to, when it is a link), else on PATH.
-func findPGDump() (string, error) {
-	var dirs []string
-	if d, err := devenv.FindPGBin(); err == nil {
-		dirs = append(dirs, d)
-		if real, err := filepath.EvalSymlinks(filepath.Join(d, "pg_ctl")); err == nil {
-			dirs = append(dirs, filepath.Dir(real))
-		}
-	}
-	globbed, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	slices.Reverse(globbed) // newest first
-	for _, d := range dirs {
-		if p := filepath.Join(d, "pg_dump"); isExecutable(p) {
-			return p, nil
-		}
-	}
-	if p, err := exec.LookPath("pg_dump"); err == nil {
-		return p, nil
-	}
-	for _, d := range globbed {
-		if p := filepath.Join(d, "pg_dump"); isExecutable(p) {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("pg_dump not found (beside pg_ctl, on PATH or in /usr/lib/postgresql/*/bin): %s", devenv.InstallHint)
-}
-
-// withoutReshardTriggers drops the statements of a pg_dump script that
-// create reshard's own triggers (those that execute a function of schema
-// reshard, where the fence keeps its functions, whatever the trigger's
-// name: an application's trigger named reshard_... is kept) and those that
-// set such a trigger's firing mode, and its psql meta-commands (recent
-// pg_dump releases open and close the script with \restrict lines, which
-// only psql understands).
-func withoutReshardTriggers(script string) string {
-	var lines []string
-	for _, l := range strings.SplitAfter(script, "\n") {
-		if !strings.HasPrefix(l, "\\") {
-			lines = append(lines, l)
-		}
-	}
-	stmts := strings.SplitAfter(strings.Join(lines, ""), ";\n")
-	ours := map[string]bool{}
-	for _, s := range stmts {
-		if m := reshardTrigger.FindStringSubmatch(s); m != nil {
-			ours[m[1]] = true
-		}
-	}
-	var b strings.Builder
-	for _, s := range stmts {
-		if reshardTrigger.MatchString(s) {
-			continue
-		}
-		if m := triggerMode.FindStringSubmatch(s); m != nil && ours[m[1]] {
-			continue
-		}
-		b.WriteString(s)
-	}
-	return b.String()
-}
-
-var (
-	// reshardTrigger is pg_dump's CREATE TRIGGER of a trigger that executes
-	// a function of schema reshard; the group is the trigger's name as dumped.
-	reshardTrigger = regexp.MustCompile(`(?m)^CREATE (?:CONSTRAINT )?TRIGGER ("(?:[^"]|"")+"|\S+) [^;]*\bEXECUTE (?:FUNCTION|PROCEDURE) (?:reshard|"reshard")\.`)
-	// triggerMode is pg_dump's ALTER TABLE ... ENABLE ALWAYS/REPLICA or
-	// DISABLE TRIGGER of a trigger (the group).
-	triggerMode = regexp.MustCompile(`(?m)^ALTER TABLE [^;]* (?:ENABLE ALWAYS|ENABLE REPLICA|DISABLE) TRIGGER ("(?:[^"]|"")+"|\S+);`)
-)
-
-// tableOwners returns the role owning each table on the source, in the
-// order of tables.
-func tableOwners(ctx context.Context, src *pgxpool.Pool, tables []tableset.Table) ([]string, error) {
-	owners := make([]string, len(tables))
-	for i, t := range tables {
-		err := src.QueryRow(ctx, `
-			SELECT pg_get_userbyid(c.relowner) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-			WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name).Scan(&owners[i])
-		if err != nil {
-			return nil, fmt.Errorf("owner of %s: %w", t, err)
-		}
-	}
-	return owners, nil
-}
-
-// ownerHint adds the fix to an error of a role that cannot create the
-// tables as their owners (docs/operations.md, "Privileges").
-func ownerHint(ctx context.Context, dst *pgxpool.Pool, err error, owners []string, from, target string) error {
-	// A missing role is 42704 too, as is a missing type: only the former
-	// is the owners' business (MissingTypes names the latter first).
-	var pe *pgconn.PgError
-	if !pgerr.Privilege(err) && !(pgerr.UndefinedObject(err) && errors.As(err, &pe) && strings.HasPrefix(pe.Message, "role ")) {
-		return err
-	}
-	var role string
-	if dst.QueryRow(ctx, `SELECT current_user`).Scan(&role) != nil {
-		return err
-	}
-	var quoted []string
-	for _, o := range owners {
-		q := pgx.Identifier{o}.Sanitize()
-		if o != role && !slices.Contains(quoted, q) {
-			quoted = append(quoted, q)
-		}
-	}
-	if len(quoted) == 0 {
-		return err // reshard's role owns the tables: a GRANT would change nothing
-	}
-	return fmt.Errorf("%w; the tables are created as their owners on %s (%s): those roles must exist on %s with CREATE on the tables' schemas, and %s must be a member of them (GRANT %s TO %s, as deploy/reshard-role.sql -v owners= does)",
-		err, from, strings.Join(quoted, ", "), target, role, strings.Join(quoted, ", "), pgx.Identifier{role}.Sanitize())
-}
-
-// applySchema runs the script on the target in one transaction, creating
-// the tables' schemas first. The tables are created as the role that owns
-// them on the source, as the source's (the script has no owners: the role
-// reshard connects as may not be a superuser), so that the application
-// reaches them on the new shard as on the others.
-func applySchema(ctx context.Context, dst *pgxpool.Pool, tables []tableset.Table, owners []string, script string) error {
-	return pgx.BeginFunc(ctx, dst, func(tx pgx.Tx) error {
-		for i, t := range tables {
-			if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{t.Schema}.Sanitize()+" AUTHORIZATION "+pgx.Identifier{owners[i]}.Sanitize()); err != nil {
-				return err
-			}
-		}
-		// One script, run as the first table's owner; a table another role
-		// owns on the source is given to it afterwards.
-		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+pgx.Identifier{owners[0]}.Sanitize()); err != nil {
-			return err
-		}
-		// The script sets search_path to '' for its own statements; the
-		// transaction's end restores it (SET LOCAL semantics do not apply:
-		// reset it explicitly).
-		if _, err := tx.Exec(ctx, script); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "RESET ROLE"); err != nil {
-			return err
-		}
-		for i, t := range tables {
-			if owners[i] != owners[0] {
-				if _, err := tx.Exec(ctx, "ALTER TABLE "+t.Quoted()+" OWNER TO "+pgx.Identifier{owners[i]}.Sanitize()); err != nil {
-					return err
-				}
-			}
-		}
-		_, err := tx.Exec(ctx, "RESET search_path")
-		return err
-	})
 }
 
 func newSchemaApplyCmd(opts *globalOptions) *cobra.Command {
@@ -470,9 +182,9 @@ refused or bad input (nothing changed).`,
 				if err != nil {
 					return usageError{err}
 				}
-				names, targets, err := schemaApplyShards(ctx, store, k.Name)
+				names, targets, err := shardschema.ApplyShards(ctx, store.In(k.Name))
 				if err != nil {
-					return err
+					return controlErr(err)
 				}
 				var shards []tableset.DDLShard
 				for _, n := range names {
@@ -554,27 +266,4 @@ func schemaScript(args []string, file string) (string, error) {
 		return string(b), nil
 	}
 	return "", errors.New(`give the statements: reshard schema apply "ALTER TABLE ..." or --file <f>`)
-}
-
-// schemaApplyShards are the shards of keyspace ks that schema apply changes:
-// those of its current ring and both ends of its running moves, by name;
-// targets says which are the target of a running move.
-func schemaApplyShards(ctx context.Context, store *topology.Store, ks string) ([]string, map[string]bool, error) {
-	in := store.In(ks)
-	cur, err := in.Current(ctx)
-	if err != nil {
-		return nil, nil, controlErr(err)
-	}
-	running, err := in.RunningMoves(ctx)
-	if err != nil {
-		return nil, nil, controlErr(err)
-	}
-	names := cur.Ring.Shards()
-	targets := map[string]bool{}
-	for _, m := range running {
-		names = append(names, m.From, m.To)
-		targets[m.To] = true
-	}
-	slices.Sort(names)
-	return slices.Compact(names), targets, nil
 }

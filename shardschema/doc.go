@@ -1,0 +1,21 @@
+// Package shardschema keeps a keyspace's tables alike across its shards:
+// Sync gives a shard (a new one, before add-node or split) the tables a
+// source shard has, as pg_dump --schema-only writes them, created as the
+// roles that own them on the source, without reshard's own triggers; and
+// ApplyShards names the shards `schema apply` changes.
+//
+// Invariant: a refused sync (a table defined otherwise on the target, a
+// type it lacks, a partitioned table) changes nothing, and its error is an
+// *InputError naming the difference and the fix; the tables are created in
+// one transaction.
+//
+// Layout: sync.go compares and creates; dump.go runs pg_dump and strips
+// its script of what the target must not get.
+package shardschema
+
+// InputError is a sync the definitions refuse: no retry changes the
+// answer, and nothing was changed.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
