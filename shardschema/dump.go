@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/tableset"
 )
 
@@ -20,8 +19,8 @@ import (
 // shard from), without reshard's own triggers (the fence: the target gets
 // its own at JOINING). The password reaches pg_dump through its
 // environment only.
-func dump(ctx context.Context, cc *pgconn.Config, from string, tables []tableset.Table) (string, error) {
-	pgDump, err := devenv.FindPGDump()
+func dump(ctx context.Context, findPGDump func() (string, error), cc *pgconn.Config, from string, tables []tableset.Table) (string, error) {
+	pgDump, err := findPGDump()
 	if err != nil {
 		return "", err
 	}

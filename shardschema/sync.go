@@ -25,11 +25,13 @@ type Table struct {
 }
 
 // Options of a Sync: the keyspace's tables, the shards' names (From is
-// the source), and whether to change nothing.
+// the source), whether to change nothing, and how to find pg_dump (asked
+// only when a table is to be created).
 type Options struct {
 	Spec         tableset.Spec
 	From, Target string
 	DryRun       bool
+	PGDump       func() (string, error)
 }
 
 // Source is the shard a sync onto target copies from by default: the
@@ -55,7 +57,7 @@ func Sync(ctx context.Context, src, dst *pgxpool.Pool, o Options) ([]Table, erro
 		return plan, err
 	}
 	if len(missing) > 0 {
-		ddl, err := dump(ctx, &src.Config().ConnConfig.Config, o.From, missing)
+		ddl, err := dump(ctx, o.PGDump, &src.Config().ConnConfig.Config, o.From, missing)
 		if err != nil {
 			return nil, err
 		}

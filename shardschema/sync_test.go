@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
 )
@@ -52,7 +53,7 @@ func TestSync(t *testing.T) {
 		CREATE SCHEMA reshard; CREATE FUNCTION reshard.fence_x() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$;
 		CREATE TRIGGER reshard_fence BEFORE INSERT ON users FOR EACH ROW EXECUTE FUNCTION reshard.fence_x()`)
 	spec := tableset.Spec{Name: "default", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}
-	o := Options{Spec: spec, From: "shard1", Target: "shard2"}
+	o := Options{Spec: spec, From: "shard1", Target: "shard2", PGDump: devenv.FindPGDump}
 	refused := func(what string, err error, relations int64, wants ...string) {
 		t.Helper()
 		var in *InputError

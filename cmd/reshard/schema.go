@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/shardschema"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -89,7 +90,7 @@ definition on the target (nothing changed).`,
 					return err
 				}
 				defer dst.Close()
-				plan, err := shardschema.Sync(ctx, src, dst, shardschema.Options{Spec: k.Spec(), From: from, Target: target, DryRun: dryRun})
+				plan, err := shardschema.Sync(ctx, src, dst, shardschema.Options{Spec: k.Spec(), From: from, Target: target, DryRun: dryRun, PGDump: devenv.FindPGDump})
 				var in *shardschema.InputError
 				if errors.As(err, &in) {
 					return usageError{err}

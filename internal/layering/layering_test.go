@@ -44,7 +44,7 @@ func stdlib(path string) bool {
 }
 
 // The domain packages: the protocol's data plane and its pure core.
-var domain = []string{"ring", "keyspace", "topology", "tableset", "plan", "fence", "backfill", "cdc", "verify", "cutover", "join", "cleanup", "rollback", "capacity", "router", "eta", "topocheck"}
+var domain = []string{"ring", "keyspace", "keyspace/register", "topology", "tableset", "shardschema", "csvload", "plan", "fence", "backfill", "cdc", "verify", "cutover", "join", "cleanup", "rollback", "capacity", "router", "eta", "topocheck"}
 
 func TestDependencyRules(t *testing.T) {
 	// ring, keyspace and eta are pure: the standard library only.
@@ -100,10 +100,13 @@ var domainOrder = map[string]int{
 	"tableset": 1,           // the tables of a keyspace, read from a shard's catalog
 	"topology": 2, "cdc": 2, // the control database; the stream
 	"fence": 3, "backfill": 3, "verify": 3, "plan": 3, // the invariant's mechanism; SNAPSHOT_COPY; VERIFY; PLAN
-	"router":   3,               // the application's router: the topology, nothing of a move
-	"capacity": 4,               // PLAN's cost model (it measures with verify's checksum)
-	"cutover":  4,               // the step sequence, journal, dry run
-	"join":     5, "cleanup": 5, // JOINING; CLEANUP and the end of a move
+	"router":            3,               // the application's router: the topology, nothing of a move
+	"shardschema":       3,               // a keyspace's tables made alike across shards (schema sync, apply)
+	"keyspace/register": 4,               // tables registered after checks on every shard, then fenced
+	"csvload":           4,               // reshard load: rows routed by token (router's fence error)
+	"capacity":          4,               // PLAN's cost model (it measures with verify's checksum)
+	"cutover":           4,               // the step sequence, journal, dry run
+	"join":              5, "cleanup": 5, // JOINING; CLEANUP and the end of a move
 	"rollback":  6,
 	"topocheck": 7, // topology check: reads every phase's traces (journals, holds, strays)
 }
