@@ -7,24 +7,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/demo"
 	"github.com/reshard/reshard/internal/ledger"
+	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
@@ -91,124 +89,188 @@ then checks every key against the ledger and every row's placement, and prints a
 	return cmd
 }
 
+// demoRun is one run of the demo: what its steps share, and the cleanups
+// they registered (run last first when the demo ends).
+type demoRun struct {
+	out      io.Writer
+	opts     *globalOptions
+	o        demoOptions
+	start    time.Time
+	newShard string
+	cfg      *clusterConfig
+	store    *topology.Store
+	ctl      *pgxpool.Pool
+	pools    map[string]*pgxpool.Pool
+	tc       client.Client
+	cleanups []func()
+
+	workerExited chan struct{}
+	workerErr    error
+}
+
+func (d *demoRun) say(format string, args ...any) {
+	fmt.Fprintf(d.out, "%s  "+format+"\n", append([]any{time.Since(d.start).Round(time.Second)}, args...)...)
+}
+
+func (d *demoRun) onExit(f func()) { d.cleanups = append(d.cleanups, f) }
+
+// workerStopped is the error of a worker that exited before the demo ended.
+func (d *demoRun) workerStopped() error { return fmt.Errorf("the worker stopped: %v", d.workerErr) }
+
 func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOptions) error {
-	start := time.Now()
-	say := func(format string, args ...any) {
-		fmt.Fprintf(out, "%s  "+format+"\n", append([]any{time.Since(start).Round(time.Second)}, args...)...)
-	}
-	newShard := "shard" + strconv.Itoa(o.shards+1)
-
-	// 1. The cluster: control DB, N+1 shard servers (the last one joins), Temporal.
-	say("starting the local cluster in %s: control DB, %d shards + %s (spare), Temporal", opts.stateDir, o.shards, newShard)
-	cl, err := devenv.Up(ctx, devenv.Options{StateDir: opts.stateDir, Shards: o.shards + 1})
-	if err != nil {
-		return err
-	}
-	if !o.keep {
-		// Without --keep the demo removes its cluster, so the next run starts
-		// afresh.
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-			defer cancel()
-			if err := devenv.Destroy(dctx, opts.stateDir); err != nil {
-				fmt.Fprintln(os.Stderr, "reshard demo: removing the demo cluster:", err)
-			}
-		}()
-	}
-	cfg, err := (&configFlags{path: cl.ConfigPath()}).load(opts)
-	if err != nil {
-		return err
-	}
-	say("Temporal UI: %s/namespaces/%s/workflows", cfg.Temporal.UI, cfg.Temporal.Namespace)
-
-	store, ctl, err := cfg.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer ctl.Close()
-	pools := map[string]*pgxpool.Pool{}
+	d := &demoRun{out: out, opts: opts, o: o, start: time.Now(), newShard: "shard" + strconv.Itoa(o.shards+1), pools: map[string]*pgxpool.Pool{}}
 	defer func() {
-		for _, p := range pools {
-			p.Close()
+		for i := len(d.cleanups) - 1; i >= 0; i-- {
+			d.cleanups[i]()
 		}
 	}()
-	for _, name := range cfg.ShardNames() {
-		if pools[name], err = cfg.connect(ctx, "shard "+name, cfg.Shards[name]); err != nil {
-			return err
+	topo, err := d.cluster(ctx)
+	if err != nil {
+		return err
+	}
+	rows, err := d.data(ctx, topo)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := d.register(ctx); err != nil {
+		return err
+	}
+	if err := d.worker(ctx); err != nil {
+		return err
+	}
+	w, err := d.writers(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := d.addNode(ctx, topo)
+	if err != nil {
+		return err
+	}
+	sum, err := d.follow(ctx, p)
+	if err != nil {
+		return err
+	}
+	sum.Elapsed, sum.Rows = time.Since(t0), rows
+	return d.check(ctx, w, sum)
+}
+
+// cluster starts the cluster (control DB, N+1 shard servers: the last one
+// joins, Temporal), connects to it and publishes topology v1 over the first
+// N shards.
+func (d *demoRun) cluster(ctx context.Context) (topology.Topology, error) {
+	d.say("starting the local cluster in %s: control DB, %d shards + %s (spare), Temporal", d.opts.stateDir, d.o.shards, d.newShard)
+	cl, err := devenv.Up(ctx, devenv.Options{StateDir: d.opts.stateDir, Shards: d.o.shards + 1})
+	if err != nil {
+		return topology.Topology{}, err
+	}
+	if !d.o.keep {
+		// Without --keep the demo removes its cluster, so the next run starts
+		// afresh.
+		d.onExit(func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+			defer cancel()
+			if err := devenv.Destroy(dctx, d.opts.stateDir); err != nil {
+				fmt.Fprintln(os.Stderr, "reshard demo: removing the demo cluster:", err)
+			}
+		})
+	}
+	if d.cfg, err = (&configFlags{path: cl.ConfigPath()}).load(d.opts); err != nil {
+		return topology.Topology{}, err
+	}
+	d.say("Temporal UI: %s/namespaces/%s/workflows", d.cfg.Temporal.UI, d.cfg.Temporal.Namespace)
+	if d.store, d.ctl, err = d.cfg.openStore(ctx); err != nil {
+		return topology.Topology{}, err
+	}
+	d.onExit(d.ctl.Close)
+	d.onExit(func() {
+		for _, p := range d.pools {
+			p.Close()
+		}
+	})
+	for _, name := range d.cfg.ShardNames() {
+		if d.pools[name], err = d.cfg.connect(ctx, "shard "+name, d.cfg.Shards[name]); err != nil {
+			return topology.Topology{}, err
 		}
 	}
-
-	// 2. Topology v1 over the first N shards.
 	var members []string
-	for i := 1; i <= o.shards; i++ {
+	for i := 1; i <= d.o.shards; i++ {
 		members = append(members, "shard"+strconv.Itoa(i))
 	}
-	if err := topology.Migrate(ctx, ctl); err != nil {
-		return fmt.Errorf("create the topology schema in the control DB: %w", err)
+	if err := topology.Migrate(ctx, d.ctl); err != nil {
+		return topology.Topology{}, fmt.Errorf("create the topology schema in the control DB: %w", err)
 	}
-	first, err := planInit(ctx, cfg, store, members, ring.Options{VNodes: 16, Tokens: ring.AllocBalanced})
+	res, err := register.Init(ctx, d.store, d.ctl, d.cfg.openShardPools, register.InitOptions{Keyspace: topology.DefaultKeyspace, DSNs: d.cfg.Shards,
+		Members: members, Ring: ring.Options{VNodes: 16, Tokens: ring.AllocBalanced}})
 	if err != nil {
-		return err
+		return topology.Topology{}, registerErr(err)
 	}
-	topo, _, err := initTopology(ctx, cfg, store, members, first)
-	if err != nil {
-		return err
+	topo := res.Topology
+	if topo.Version != 1 || topo.Ring.HasShard(d.newShard) || len(topo.Ring.Shards()) != d.o.shards {
+		return topo, usageError{fmt.Errorf("the cluster in %s already ran a demo (topology v%d: %s): start afresh with reshard dev destroy --state-dir %s, or use another --state-dir",
+			d.opts.stateDir, topo.Version, strings.Join(topo.Ring.Shards(), ", "), d.opts.stateDir)}
 	}
-	if topo.Version != 1 || topo.Ring.HasShard(newShard) || len(topo.Ring.Shards()) != o.shards {
-		return usageError{fmt.Errorf("the cluster in %s already ran a demo (topology v%d: %s): start afresh with reshard dev destroy --state-dir %s, or use another --state-dir",
-			opts.stateDir, topo.Version, strings.Join(topo.Ring.Shards(), ", "), opts.stateDir)}
-	}
+	return topo, nil
+}
 
-	// 3. Schema and data.
-	if err := demo.CreateSchema(ctx, pools); err != nil {
-		return err
+// data creates the demo's tables and loads its users and orders.
+func (d *demoRun) data(ctx context.Context, topo topology.Topology) (int64, error) {
+	if err := demo.CreateSchema(ctx, d.pools); err != nil {
+		return 0, err
 	}
-	say("loading %d users, %d orders each, payloads of %d bytes (TOAST) for one user in ten", o.users, o.ordersPerUser, o.payloadBytes)
+	d.say("loading %d users, %d orders each, payloads of %d bytes (TOAST) for one user in ten", d.o.users, d.o.ordersPerUser, d.o.payloadBytes)
 	t0 := time.Now()
-	rows, err := demo.Load(ctx, pools, topo.Ring, demo.LoadOptions{Users: o.users, OrdersPerUser: o.ordersPerUser, PayloadBytes: o.payloadBytes, SkipIfNotEmpty: true})
+	rows, err := demo.Load(ctx, d.pools, topo.Ring, demo.LoadOptions{Users: d.o.users, OrdersPerUser: d.o.ordersPerUser, PayloadBytes: d.o.payloadBytes, SkipIfNotEmpty: true})
 	if err != nil {
-		return err
+		return 0, err
 	}
-	say("loaded %d rows in %s", rows, time.Since(t0).Round(100*time.Millisecond))
+	d.say("loaded %d rows in %s", rows, time.Since(t0).Round(100*time.Millisecond))
+	return rows, nil
+}
+
+// register registers the demo's tables in the default keyspace.
+func (d *demoRun) register(ctx context.Context) error {
 	spec, err := parseTableSpec([]string{"users:id", "orders:user_id"}, topology.DefaultKeyspace)
 	if err != nil {
 		return err
 	}
-	t0 = time.Now()
-	if _, err := registerKeyspace(ctx, cfg, store, ctl, topology.DefaultKeyspace, spec); err != nil {
+	t0 := time.Now()
+	if _, err := registerKeyspace(ctx, d.cfg, d.store, d.ctl, topology.DefaultKeyspace, spec); err != nil {
 		return err
 	}
-	say("keyspace %s: users and orders registered (every row checked on its owner) and every shard fenced where it owns nothing, in %s",
+	d.say("keyspace %s: users and orders registered (every row checked on its owner) and every shard fenced where it owns nothing, in %s",
 		topology.DefaultKeyspace, time.Since(t0).Round(100*time.Millisecond))
+	return nil
+}
 
-	// 4. A worker, in this process.
+// worker runs a worker in this process and waits until Temporal lists it
+// as polling: before, the migration's start would warn that no worker
+// runs it.
+func (d *demoRun) worker(ctx context.Context) error {
 	wctx, stopWorker := context.WithCancel(ctx)
-	wopts := *opts
+	wopts := *d.opts
 	// The demo prints its own progress; the SDK logs every cancelled stream
 	// (the CDC activity is cancelled at each cutover) as an error.
 	wopts.logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError + 4}))
-	if o.listen == "" {
-		o.listen = cmp.Or(cfg.Listen, "127.0.0.1:9464")
+	if d.o.listen == "" {
+		d.o.listen = cmp.Or(d.cfg.Listen, "127.0.0.1:9464")
 	}
-	var workerErr error
-	workerExited := make(chan struct{})
+	d.workerExited = make(chan struct{})
 	go func() {
-		defer close(workerExited)
-		workerErr = runWorker(wctx, &wopts, cfg, workerFlags{listen: o.listen})
+		defer close(d.workerExited)
+		d.workerErr = runWorker(wctx, &wopts, d.cfg, workerFlags{listen: d.o.listen})
 	}()
-	defer func() {
+	d.onExit(func() {
 		stopWorker()
-		<-workerExited
-	}()
-	// Started is when Temporal lists it as polling: before, the migration's
-	// start would warn that no worker runs it.
-	tc, err := cfg.dialTemporal(ctx, opts)
-	if err != nil {
+		<-d.workerExited
+	})
+	var err error
+	if d.tc, err = d.cfg.dialTemporal(ctx, d.opts); err != nil {
 		return err
 	}
-	defer tc.Close()
+	d.onExit(d.tc.Close)
 	for {
-		polls, err := workerRuns(ctx, tc, cfg)
+		polls, err := workerRuns(ctx, d.tc, d.cfg)
 		if err != nil {
 			return err
 		}
@@ -216,349 +278,147 @@ func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOpti
 			break
 		}
 		select {
-		case <-workerExited:
-			return fmt.Errorf("the worker stopped: %v", workerErr)
+		case <-d.workerExited:
+			return d.workerStopped()
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	say("worker started (metrics on http://%s/metrics)", o.listen)
-
-	// 5. Writers through the router, each write acknowledged in the ledger.
-	router, err := router.New(ctx, store, pools, router.Options{PollInterval: 500 * time.Millisecond})
-	if err != nil {
-		return err
-	}
-	rctx, stopRouter := context.WithCancel(ctx)
-	defer stopRouter()
-	go func() { _ = router.Run(rctx) }()
-	led := ledger.New()
-	keys := ledgerKeys(o.users, o.ledgerKeys)
-	for _, k := range keys {
-		led.Ack(k, ledger.Value{V: "name " + strconv.FormatInt(k, 10)})
-	}
-	usersTable := ledger.Table{Name: "users", Key: "id", Val: "name"}
-	wctxW, stopWriters := context.WithCancel(ctx)
-	stats := ledger.Write(wctxW, router, led, ledger.WriterOptions{Table: usersTable, Keys: keys, Workers: o.writers, Pause: 2 * time.Millisecond, Seed: uint64(start.UnixNano())})
-	writersStopped := false
-	stopW := func() {
-		if !writersStopped {
-			writersStopped = true
-			stopWriters()
-			stats.Wait()
-		}
-	}
-	defer stopW()
-	say("%d writers updating and deleting %d users through the router", o.writers, len(keys))
-
-	// 6. add-node.
-	var mf migrationFlags // no --table: a migration moves the keyspace's tables
-	mf.vnodes, mf.tokens, mf.grace, mf.cutoverBudget, mf.maxLagBytes = workflows.DefaultVNodes, workflows.DefaultTokens, o.grace, workflows.DefaultCutoverBudget, workflows.DefaultMaxLagBytes
-	mf.chunkRows, mf.verifyChunkRows = workflows.DefaultCopyChunkRows, workflows.DefaultVerifyChunkRows
-	mf.rowsPerSec = o.rowsPerSec
-	mf.onVerifyFail = string(workflows.VerifyFailWait)
-	req, err := buildRequest(workflows.KindAddNode, []string{newShard}, mf)
-	if err != nil {
-		return usageError{err}
-	}
-	if req.Keyspace, req.Tables, _, err = migrationKeyspace(ctx, store, topology.DefaultKeyspace, req.Tables); err != nil {
-		return err
-	}
-	reg, err := plan.Registry(ctx, store)
-	if err != nil {
-		return controlErr(err)
-	}
-	p, err := planMigration(cfg, topo, reg, req)
-	if err != nil {
-		return err
-	}
-	startCmd := &cobra.Command{}
-	startCmd.SetOut(out)
-	if err := startMigration(ctx, startCmd, opts, cfg, p, false); err != nil {
-		return err
-	}
-	wfID := workflows.MigrationWorkflowID(p.Request.ID)
-
-	// 7. Follow it to the end.
-	deadline := time.Now().Add(o.timeout)
-	last := map[string]string{}
-	var st workflows.MigrationState
-	var peakLag int64
-	etas := map[string]*etaCheck{} // by move id
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-workerExited:
-			return fmt.Errorf("the worker stopped: %v", workerErr)
-		case <-time.After(time.Second):
-		}
-		s, err := queryState(ctx, tc, wfID, 10*time.Second)
-		if err == nil {
-			st = s
-			statusview.PrintChanges(out, st, last, time.Now())
-			for _, m := range st.Moves {
-				peakLag = max(peakLag, m.LagBytes)
-				if etas[m.Spec.ID] == nil {
-					etas[m.Spec.ID] = &etaCheck{}
-				}
-				etas[m.Spec.ID].observe(m, time.Now())
-			}
-		}
-		desc, derr := tc.DescribeWorkflowExecution(ctx, wfID, "")
-		if derr == nil && desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			if s, err := queryState(ctx, tc, wfID, 10*time.Second); err == nil {
-				st = s
-			}
-			if desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-				return fmt.Errorf("migration %s ended %s (%s): see %s", p.Request.ID, statusText(desc.WorkflowExecutionInfo.Status), st.Error, cfg.uiLink(wfID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()))
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("migration %s did not end within --timeout %s: see %s", p.Request.ID, o.timeout, cfg.uiLink(wfID, runIDOf(ctx, tc, wfID)))
-		}
-	}
-	migrationTime := time.Since(t0)
-
-	// 8. Stop the writers, then check every key and every row.
-	stopW()
-	if err := router.Refresh(ctx); err != nil {
-		return err
-	}
-	final := router.Topology()
-	mismatches, err := led.Check(ctx, usersTable, pools, func(k int64) string { return final.Ring.OwnerInt64(k) })
-	if err != nil {
-		return err
-	}
-	place, err := demo.CheckPlacement(ctx, pools, final.Ring)
-	if err != nil {
-		return err
-	}
-	sum := demoSummary{
-		State: st, Plan: p, Final: final, Stats: stats, Mismatches: mismatches, Placement: place, PeakLag: peakLag,
-		Rows: rows, Elapsed: migrationTime, Ledger: len(keys), ETAs: etas,
-	}
-	sum.print(out)
-	if o.keep {
-		fmt.Fprintf(out, "\nThe cluster and Temporal keep running (--keep): UI %s; reshard dev status --state-dir %[2]s, reshard dev psql %[3]s --state-dir %[2]s; stop with reshard dev down --state-dir %[2]s.\n", cfg.Temporal.UI, opts.stateDir, newShard)
-	}
-	if len(mismatches) > 0 || !place.OK() {
-		return fmt.Errorf("the demo found %d acknowledged writes not on their owner and %d misplaced rows", len(mismatches), sumValues(place.Misplaced))
-	}
+	d.say("worker started (metrics on http://%s/metrics)", d.o.listen)
 	return nil
 }
 
-// ledgerKeys spreads n keys over 1..users.
-func ledgerKeys(users int64, n int) []int64 {
-	if int64(n) > users {
-		n = int(users)
+// demoWriters are the writers through the router, each write acknowledged
+// in the ledger.
+type demoWriters struct {
+	router *router.Router
+	led    *ledger.Ledger
+	table  ledger.Table
+	keys   []int64
+	stats  *ledger.Stats
+	stop   func() // stops them and waits (once)
+}
+
+func (d *demoRun) writers(ctx context.Context) (*demoWriters, error) {
+	rt, err := router.New(ctx, d.store, d.pools, router.Options{PollInterval: 500 * time.Millisecond})
+	if err != nil {
+		return nil, err
 	}
-	step := users / int64(n)
-	keys := make([]int64, 0, n)
-	for i := 0; i < n; i++ {
-		keys = append(keys, 1+int64(i)*step)
+	rctx, stopRouter := context.WithCancel(ctx)
+	d.onExit(stopRouter)
+	go func() { _ = rt.Run(rctx) }()
+	w := &demoWriters{router: rt, led: ledger.New(), table: ledger.Table{Name: "users", Key: "id", Val: "name"}, keys: demo.LedgerKeys(d.o.users, d.o.ledgerKeys)}
+	for _, k := range w.keys {
+		w.led.Ack(k, ledger.Value{V: "name " + strconv.FormatInt(k, 10)})
 	}
-	return keys
-}
-
-func sumValues(m map[string]int64) int64 {
-	var s int64
-	for _, v := range m {
-		s += v
-	}
-	return s
-}
-
-type demoSummary struct {
-	State      workflows.MigrationState
-	Plan       *migrationPlan
-	Final      topology.Topology
-	Stats      *ledger.Stats
-	Mismatches []ledger.Mismatch
-	Placement  demo.Placement
-	PeakLag    int64
-	Rows       int64
-	Elapsed    time.Duration
-	Ledger     int
-	ETAs       map[string]*etaCheck
-}
-
-// etaCheck compares the copy ETA status showed once a move had copied 10%
-// of its estimated rows with the time its copy then really took: the
-// predicted end (the instant status showed the ETA at, plus the ETA: the
-// copy's own CopyEnd) against the end of SNAPSHOT_COPY in the move's
-// timings, the error relative to the time that was left when it was shown.
-type etaCheck struct {
-	At     time.Time // when the move first showed 10% or more with an ETA
-	End    time.Time // the end it predicted (At + the ETA shown)
-	Copied float64   // the fraction of the estimate copied then
-}
-
-func (e *etaCheck) observe(m workflows.MoveState, now time.Time) {
-	if !e.At.IsZero() || m.CopyDone || m.CopyEnd.IsZero() || m.Spec.EstRows <= 0 || m.RowsCopied*10 < m.Spec.EstRows {
-		return
-	}
-	e.At, e.End, e.Copied = now, m.CopyEnd, float64(m.RowsCopied)/float64(m.Spec.EstRows)
-}
-
-// etaJudgedBy is how far into a copy its first estimate may come and be
-// judged: the copy's rate window needs a second of chunks, which is most of
-// a copy of seconds.
-const etaJudgedBy = 0.25
-
-// predicted is the ETA status showed (never below zero, as status shows it).
-func (e *etaCheck) predicted() time.Duration { return max(e.End.Sub(e.At), 0) }
-
-// actual is the rest of the copy as it happened: from the prediction to
-// the end of SNAPSHOT_COPY in the move's own timings (0: not known).
-func (e *etaCheck) actual(m workflows.MoveState) time.Duration {
-	for _, t := range m.Timings {
-		if t.Phase == workflows.PhaseSnapshotCopy && !t.End.IsZero() && !e.At.IsZero() && t.End.After(e.At) {
-			return t.End.Sub(e.At)
+	wctx, stopWriters := context.WithCancel(ctx)
+	w.stats = ledger.Write(wctx, rt, w.led, ledger.WriterOptions{Table: w.table, Keys: w.keys, Workers: d.o.writers, Pause: 2 * time.Millisecond, Seed: uint64(d.start.UnixNano())})
+	stopped := false
+	w.stop = func() {
+		if !stopped {
+			stopped = true
+			stopWriters()
+			w.stats.Wait()
 		}
 	}
-	return 0
+	d.onExit(w.stop)
+	d.say("%d writers updating and deleting %d users through the router", d.o.writers, len(w.keys))
+	return w, nil
 }
 
-func (s demoSummary) print(out io.Writer) {
-	st := s.State
-	var rows, bytes, verified int64
-	var pauses []time.Duration
-	verifyOK := len(st.Moves) > 0
-	phase := map[workflows.Phase]time.Duration{}
-	var copyRate []float64
-	var copyStart, copyEnd time.Time
-	for _, m := range st.Moves {
-		rows += m.RowsCopied
-		bytes += m.BytesCopied
-		if m.Verify == nil || !m.Verify.Passed {
-			verifyOK = false
-		} else {
-			verified += m.Verify.Rows
+// addNode plans and starts the migration that adds the spare shard.
+func (d *demoRun) addNode(ctx context.Context, topo topology.Topology) (*migrationPlan, error) {
+	var mf migrationFlags // no --table: a migration moves the keyspace's tables
+	mf.vnodes, mf.tokens, mf.grace, mf.cutoverBudget, mf.maxLagBytes = workflows.DefaultVNodes, workflows.DefaultTokens, d.o.grace, workflows.DefaultCutoverBudget, workflows.DefaultMaxLagBytes
+	mf.chunkRows, mf.verifyChunkRows = workflows.DefaultCopyChunkRows, workflows.DefaultVerifyChunkRows
+	mf.rowsPerSec = d.o.rowsPerSec
+	mf.onVerifyFail = string(workflows.VerifyFailWait)
+	req, err := buildRequest(workflows.KindAddNode, []string{d.newShard}, mf)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if req.Keyspace, req.Tables, _, err = migrationKeyspace(ctx, d.store, topology.DefaultKeyspace, req.Tables); err != nil {
+		return nil, err
+	}
+	reg, err := plan.Registry(ctx, d.store)
+	if err != nil {
+		return nil, controlErr(err)
+	}
+	p, err := planMigration(d.cfg, topo, reg, req)
+	if err != nil {
+		return nil, err
+	}
+	startCmd := &cobra.Command{}
+	startCmd.SetOut(d.out)
+	return p, startMigration(ctx, startCmd, d.opts, d.cfg, p, false)
+}
+
+// follow prints the migration's progress until it ends, watching its lag
+// and copy ETAs, and returns the summary's figures so far.
+func (d *demoRun) follow(ctx context.Context, p *migrationPlan) (demo.Summary, error) {
+	wfID := workflows.MigrationWorkflowID(p.Request.ID)
+	sum := demo.Summary{Moved: p.Moved, Modulo: p.Modulo, Ideal: p.Ideal, ETAs: map[string]*demo.ETACheck{}}
+	deadline := time.Now().Add(d.o.timeout)
+	last := map[string]string{}
+	for {
+		select {
+		case <-ctx.Done():
+			return sum, ctx.Err()
+		case <-d.workerExited:
+			return sum, d.workerStopped()
+		case <-time.After(time.Second):
 		}
-		if p := max(m.Pauses.Total, m.WritePause); p > 0 {
-			pauses = append(pauses, p) // every attempt's pause, aborted ones included
-		}
-		for _, t := range m.Timings {
-			if !t.End.IsZero() {
-				d := t.End.Sub(t.Start)
-				phase[t.Phase] = max(phase[t.Phase], d)
-				if t.Phase == workflows.PhaseSnapshotCopy && d > 0 {
-					copyRate = append(copyRate, float64(m.RowsCopied)/d.Seconds())
-					if copyStart.IsZero() || t.Start.Before(copyStart) {
-						copyStart = t.Start
-					}
-					if t.End.After(copyEnd) {
-						copyEnd = t.End
-					}
+		if s, err := queryState(ctx, d.tc, wfID, 10*time.Second); err == nil {
+			sum.State = s
+			statusview.PrintChanges(d.out, s, last, time.Now())
+			for _, m := range s.Moves {
+				sum.PeakLag = max(sum.PeakLag, m.LagBytes)
+				if sum.ETAs[m.Spec.ID] == nil {
+					sum.ETAs[m.Spec.ID] = &demo.ETACheck{}
 				}
+				sum.ETAs[m.Spec.ID].Observe(m, time.Now())
 			}
 		}
-	}
-	slices.Sort(pauses)
-	fmt.Fprintf(out, "\n== reshard demo: add-node %s ==\n", st.Request.Shard)
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "rows in the cluster\t%d (users + orders)\n", s.Rows)
-	fmt.Fprintf(w, "rows moved\t%d (%s)\n", rows, workflows.HumanBytes(bytes))
-	fmt.Fprintf(w, "moved fraction\t%.4f of the token space (modulo would move %.4f; ideal %.4f)\n", s.Plan.Moved, s.Plan.Modulo, s.Plan.Ideal)
-	fmt.Fprintf(w, "moves\t%d (one slot each), migration took %s\n", len(st.Moves), s.Elapsed.Round(100*time.Millisecond))
-	var names []string
-	for p := range phase {
-		names = append(names, string(p))
-	}
-	order := func(p string) int { return slices.Index(workflows.Phases, workflows.Phase(p)) }
-	sort.Slice(names, func(i, j int) bool { return order(names[i]) < order(names[j]) })
-	var parts []string
-	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %s", n, phase[workflows.Phase(n)].Round(10*time.Millisecond)))
-	}
-	fmt.Fprintf(w, "phase durations (slowest move)\t%s\n", strings.Join(parts, ", "))
-	if len(copyRate) > 0 {
-		var total float64
-		for _, r := range copyRate {
-			total += r
+		desc, derr := d.tc.DescribeWorkflowExecution(ctx, wfID, "")
+		if derr == nil && desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			if s, err := queryState(ctx, d.tc, wfID, 10*time.Second); err == nil {
+				sum.State = s
+			}
+			if desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+				return sum, fmt.Errorf("migration %s ended %s (%s): see %s", p.Request.ID, statusText(desc.WorkflowExecutionInfo.Status), sum.State.Error, d.cfg.uiLink(wfID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()))
+			}
+			return sum, nil
 		}
-		fmt.Fprintf(w, "copy rate\t%.0f rows/s in all (%d moves in parallel, %.0f rows/s each on average)\n",
-			float64(rows)/copyEnd.Sub(copyStart).Seconds(), len(copyRate), total/float64(len(copyRate)))
-	}
-	fmt.Fprintf(w, "CDC lag peak\t%s\n", workflows.HumanBytes(s.PeakLag))
-	if len(pauses) > 0 {
-		fmt.Fprintf(w, "write pause\tp50 %s, p99 %s, max %s over %d cutovers\n", pct(pauses, 0.50), pct(pauses, 0.99), pauses[len(pauses)-1].Round(time.Millisecond), len(pauses))
-	}
-	for _, m := range st.Moves {
-		pause := m.PauseText()
-		if len(m.PauseSteps) > 0 {
-			pause += " (" + workflows.PauseStepsText(m.PauseSteps) + ")"
+		if time.Now().After(deadline) {
+			return sum, fmt.Errorf("migration %s did not end within --timeout %s: see %s", p.Request.ID, d.o.timeout, d.cfg.uiLink(wfID, runIDOf(ctx, d.tc, wfID)))
 		}
-		fmt.Fprintf(w, "  %s → %s\t%s, %d rows copied, write pause %s\n", m.Spec.Source, m.Spec.Target, m.Phase, m.RowsCopied, pause)
-	}
-	if line := etaLine(st.Moves, s.ETAs); line != "" {
-		fmt.Fprintf(w, "copy ETA at 10%%\t%s\n", line)
-	}
-	verdict := "FAILED"
-	if verifyOK {
-		verdict = "passed"
-	}
-	fmt.Fprintf(w, "verify\t%s (%d rows compared at one LSN)\n", verdict, verified)
-	fmt.Fprintf(w, "topology\tv%d: %s\n", s.Final.Version, strings.Join(s.Final.Ring.Shards(), ", "))
-	fmt.Fprintf(w, "writes acknowledged\t%d (%d failed, %d fence errors after retries) on %d keys\n", s.Stats.Acked.Load(), s.Stats.Failed.Load(), s.Stats.FenceErrors.Load(), s.Ledger)
-	fmt.Fprintf(w, "acknowledged writes lost\t%d\n", len(s.Mismatches))
-	fmt.Fprintf(w, "rows not on their owner\t%d\n", sumValues(s.Placement.Misplaced))
-	w.Flush()
-	for i, m := range s.Mismatches {
-		if i == 10 {
-			fmt.Fprintf(out, "  ... and %d more\n", len(s.Mismatches)-10)
-			break
-		}
-		fmt.Fprintf(out, "  lost: %s\n", m)
 	}
 }
 
-// pct is the q-quantile of sorted durations (nearest rank).
-func pct(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
+// check stops the writers, then checks every acknowledged key and every
+// row's placement, and prints the summary.
+func (d *demoRun) check(ctx context.Context, w *demoWriters, sum demo.Summary) error {
+	w.stop()
+	if err := w.router.Refresh(ctx); err != nil {
+		return err
 	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	i = max(0, min(i, len(sorted)-1))
-	return sorted[i].Round(time.Millisecond)
-}
-
-// etaLine compares each move's first ETA past 10% with the time its copy
-// then took; the worst error counts the estimates shown by etaJudgedBy
-// copied ("" when no move showed one).
-func etaLine(moves []workflows.MoveState, etas map[string]*etaCheck) string {
-	worst, judged := -1.0, 0
-	var etaParts []string
-	for _, m := range moves {
-		e := etas[m.Spec.ID]
-		if e == nil || e.At.IsZero() {
-			continue
-		}
-		if act := e.actual(m); act > 0 {
-			errPct := 100 * math.Abs(float64(e.predicted()-act)) / float64(act)
-			note := ""
-			if e.Copied <= etaJudgedBy {
-				worst, judged = max(worst, errPct), judged+1
-			} else {
-				note = ", late"
-			}
-			etaParts = append(etaParts, fmt.Sprintf("%s→%s at %.0f%% %s vs %s (%.0f%%%s)", m.Spec.Source, m.Spec.Target, 100*e.Copied,
-				e.predicted().Round(100*time.Millisecond), act.Round(100*time.Millisecond), errPct, note))
-		}
+	final := w.router.Topology()
+	mismatches, err := w.led.Check(ctx, w.table, d.pools, func(k int64) string { return final.Ring.OwnerInt64(k) })
+	if err != nil {
+		return err
 	}
-	if len(etaParts) > 0 {
-		verdict := fmt.Sprintf("worst error %.0f%%", worst)
-		if judged < len(etaParts) {
-			verdict = fmt.Sprintf("worst error %.0f%% over the %d shown by %.0f%% copied; a copy of seconds shows its first estimate later (late)",
-				worst, judged, 100*etaJudgedBy)
-			if judged == 0 {
-				verdict = fmt.Sprintf("not judged: no first estimate by %.0f%% copied (the copies took seconds; try --users 4000000 or --rows-per-sec)", 100*etaJudgedBy)
-			}
-		}
-		return fmt.Sprintf("predicted vs actual: %s; %s", strings.Join(etaParts, ", "), verdict)
+	place, err := demo.CheckPlacement(ctx, d.pools, final.Ring)
+	if err != nil {
+		return err
 	}
-	return ""
+	sum.Final, sum.Stats, sum.Mismatches, sum.Placement, sum.Ledger = final, w.stats, mismatches, place, len(w.keys)
+	sum.Print(d.out)
+	if d.o.keep {
+		fmt.Fprintf(d.out, "\nThe cluster and Temporal keep running (--keep): UI %s; reshard dev status --state-dir %[2]s, reshard dev psql %[3]s --state-dir %[2]s; stop with reshard dev down --state-dir %[2]s.\n", d.cfg.Temporal.UI, d.opts.stateDir, d.newShard)
+	}
+	if len(mismatches) > 0 || !place.OK() {
+		return fmt.Errorf("the demo found %d acknowledged writes not on their owner and %d misplaced rows", len(mismatches), demo.SumValues(place.Misplaced))
+	}
+	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -84,30 +84,12 @@ failure, 2 bad input.`,
 				return usageError{fmt.Errorf("--keyspace %q: use lower-case letters, digits and '_', starting with a letter", keyspace)}
 			}
 			store = store.In(keyspace)
-			plan, err := planInit(ctx, cfg, store, members, ring.Options{VNodes: vnodes, Tokens: alloc})
+			res, err := register.Init(ctx, store, pool, cfg.openShardPools, register.InitOptions{
+				Keyspace: keyspace, DSNs: cfg.Shards, Members: members, Ring: ring.Options{VNodes: vnodes, Tokens: alloc}, Tables: spec})
 			if err != nil {
-				return err
+				return registerErr(err)
 			}
-			if plan != nil && len(spec.Tables) > 0 {
-				// The tables are checked against the ring before it is
-				// published: a refused init publishes nothing, so its
-				// corrected retry gets the --shards and --vnodes it asks for.
-				if err := checkInitTables(ctx, cfg, store, *plan, keyspace, spec); err != nil {
-					return err
-				}
-			}
-			t, published, err := initTopology(ctx, cfg, store, members, plan)
-			if err != nil {
-				return err
-			}
-			var ks *topology.Keyspace
-			if len(spec.Tables) > 0 {
-				k, err := registerKeyspace(ctx, cfg, store, pool, keyspace, spec)
-				if err != nil {
-					return err
-				}
-				ks = &k
-			}
+			t, published, ks := res.Topology, res.Published, res.Keyspace
 			out := cmd.OutOrStdout()
 			if asJSON {
 				return topoWriteJSON(out, struct {
@@ -158,92 +140,6 @@ func initMembers(cfg *clusterConfig, shards []string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
-}
-
-// planInit is the first topology init would publish over members, or nil
-// when the keyspace has one already. It writes nothing.
-func planInit(ctx context.Context, cfg *clusterConfig, store *topology.Store, members []string, o ring.Options) (*topology.Topology, error) {
-	_, err := store.Current(ctx)
-	if err == nil {
-		return nil, nil
-	}
-	if !errors.Is(err, topology.ErrNoTopology) {
-		return nil, controlErr(err)
-	}
-	specs := make([]ring.Shard, len(members))
-	for i, name := range members {
-		if _, err := topology.ParseConnRef(cfg.Shards[name]); err != nil {
-			return nil, usageError{fmt.Errorf("shard %s: %w", name, err)}
-		}
-		specs[i] = ring.Shard{Name: name}
-	}
-	r, err := ring.Build(specs, o)
-	if err != nil {
-		return nil, usageError{err}
-	}
-	next, err := topology.New(r, nil, fmt.Sprintf("initial: reshard init, %d shard(s), %d vnodes each, %s tokens", len(members), o.VNodes, o.Tokens))
-	if err != nil {
-		return nil, err
-	}
-	return &next, nil
-}
-
-// checkInitTables checks spec on every shard of the planned first ring and
-// against the registry, as registerKeyspace does after the publish, so
-// that nothing is published for tables that would be refused.
-func checkInitTables(ctx context.Context, cfg *clusterConfig, store *topology.Store, plan topology.Topology, keyspace string, spec tableset.Spec) error {
-	pools, closeAll, err := cfg.openShardPools(ctx, keyspaceShards(plan))
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	kt, err := checkTables(ctx, store, plan, pools, spec)
-	if err != nil {
-		return withNothingPublished(err)
-	}
-	if err := store.CheckRegistration(ctx, keyspace, kt, spec.Tables); err != nil {
-		return withNothingPublished(usageError{err})
-	}
-	return nil
-}
-
-// withNothingPublished says so in a refusal of init's tables.
-func withNothingPublished(err error) error {
-	var u usageError
-	if errors.As(err, &u) {
-		msg := strings.TrimSuffix(u.Error(), "\nnothing was registered")
-		return usageError{fmt.Errorf("%s\nnothing was published or registered (no topology, no shard): fix this and run reshard init again", msg)}
-	}
-	return err
-}
-
-// initTopology publishes plan (planInit's), after registering its shards;
-// with no plan (a topology exists) it returns the current one. It returns
-// the current topology and whether it published.
-func initTopology(ctx context.Context, cfg *clusterConfig, store *topology.Store, members []string, plan *topology.Topology) (topology.Topology, bool, error) {
-	if plan == nil {
-		t, err := store.Current(ctx)
-		return t, false, controlErr(err)
-	}
-	for _, name := range members {
-		ref, err := topology.ParseConnRef(cfg.Shards[name])
-		if err != nil {
-			return topology.Topology{}, false, usageError{fmt.Errorf("shard %s: %w", name, err)}
-		}
-		if _, err := store.Shard(ctx, name); err == nil {
-			continue // registered by another keyspace's init or a migration
-		}
-		if err := store.RegisterShard(ctx, topology.Shard{Name: name, Conn: ref, State: topology.ShardActive}); err != nil {
-			return topology.Topology{}, false, err
-		}
-	}
-	t, err := store.Publish(ctx, 0, *plan)
-	if errors.Is(err, topology.ErrVersionConflict) {
-		// Another init won the race: show what it published.
-		t, err = store.Current(ctx)
-		return t, false, controlErr(err)
-	}
-	return t, err == nil, err
 }
 
 func notInRing(cfg *clusterConfig, t topology.Topology) []string {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,8 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
-	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -158,126 +156,25 @@ func (c *clusterConfig) openShardPools(ctx context.Context, names []string) (map
 	return pools, closeAll, nil
 }
 
-// keyspaceShards are the shards that hold or will hold a keyspace's rows in
-// t: the ring's and the ends of migrating ranges, sorted.
-func keyspaceShards(t topology.Topology) []string {
-	names := t.Ring.Shards()
-	for _, m := range t.Migrating() {
-		names = append(names, m.From, m.To)
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
-}
+// keyspaceShards are the shards that hold or will hold a keyspace's rows
+// in t (register.Shards).
+func keyspaceShards(t topology.Topology) []string { return register.Shards(t) }
 
 // registerKeyspace checks spec on every shard of the keyspace's current
-// topology (store is In the keyspace), then registers it and reconciles
-// every shard's fences and guards. Nothing is
-// registered when a check fails (bad input naming the shard and the fix).
-// The caller has migrated the control database (topology.Migrate).
+// topology (store is In the keyspace), then registers it and fences every
+// shard (register.Tables).
 func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.Store, control *pgxpool.Pool, name string, spec tableset.Spec) (topology.Keyspace, error) {
-	t, err := store.Current(ctx)
-	if errors.Is(err, topology.ErrNoTopology) {
-		return topology.Keyspace{}, usageError{fmt.Errorf("keyspace %s has no ring yet: run reshard init --keyspace %s --shards ... first", name, name)}
-	}
-	if err != nil {
-		return topology.Keyspace{}, controlErr(err)
-	}
-	if m := t.Migrating(); len(m) > 0 {
-		return topology.Keyspace{}, usageError{fmt.Errorf("topology v%d has %d range(s) migrating (migration %s): a migration moves the tables it started with; register tables after it ends", t.Version, len(m), t.MigrationID)}
-	}
-	pools, closeAll, err := cfg.openShardPools(ctx, keyspaceShards(t))
-	if err != nil {
-		return topology.Keyspace{}, err
-	}
-	defer closeAll()
-	kt, err := checkTables(ctx, store, t, pools, spec)
-	if err != nil {
-		return topology.Keyspace{}, err
-	}
-	k, err := store.RegisterTables(ctx, name, kt, spec.Tables)
-	if err != nil {
-		return topology.Keyspace{}, usageError{err}
-	}
-	ctl := fence.Control{Pool: control, Store: store}
-	whole := k.Spec()
-	for _, n := range keyspaceShards(t) {
-		set, err := tableset.Introspect(ctx, pools[n], whole, "shard "+n)
-		if err != nil {
-			return k, fmt.Errorf("registered, but fencing shard %s failed (run reshard topology check --repair): %w", n, err)
-		}
-		if _, err := fence.Reconcile(ctx, pools[n], n, set, ctl); err != nil {
-			return k, fmt.Errorf("registered, but fencing shard %s failed (run reshard topology check --repair): %w", n, err)
-		}
-	}
-	return k, nil
+	k, err := register.Tables(ctx, store, control, cfg.openShardPools, name, spec)
+	return k, registerErr(err)
 }
 
-// checkTables introspects spec on every shard of t (tables, primary keys,
-// key columns NOT NULL under a deterministic collation, one key type, no
-// partitioned table) and looks for rows on shards that do not own them. A
-// table no shard has is named with the closest tables the shards have or
-// the registry (store) holds.
-func checkTables(ctx context.Context, store *topology.Store, t topology.Topology, pools map[string]*pgxpool.Pool, spec tableset.Spec) (ring.KeyType, error) {
-	servers := map[string]tableset.Querier{}
-	for _, n := range keyspaceShards(t) {
-		servers[n] = pools[n]
+// registerErr makes register's refusals usage errors.
+func registerErr(err error) error {
+	var in *register.InputError
+	if errors.As(err, &in) {
+		return usageError{err}
 	}
-	all, err := store.Keyspaces(ctx)
-	if err != nil {
-		return "", controlErr(err)
-	}
-	var registered []string
-	for _, k := range all {
-		for _, r := range k.Tables {
-			registered = append(registered, r.Schema+"."+r.Table)
-		}
-	}
-	if err := tableset.Locate(ctx, servers, spec, registered); err != nil {
-		var p *tableset.Problem
-		if errors.As(err, &p) {
-			return "", usageError{fmt.Errorf("%w\nnothing was registered", err)}
-		}
-		return "", err
-	}
-	var kt ring.KeyType
-	var strays []string
-	for _, n := range keyspaceShards(t) {
-		set, err := tableset.Introspect(ctx, pools[n], spec, "shard "+n)
-		if err != nil {
-			var p *tableset.Problem
-			if errors.As(err, &p) {
-				return "", usageError{err}
-			}
-			return "", err
-		}
-		if err := tableset.ShardableSet(set, "shard "+n); err != nil {
-			return "", usageError{fmt.Errorf("%w\nnothing was registered", err)}
-		}
-		if kt == "" {
-			kt = set.KeyType
-		} else if set.KeyType != kt {
-			return "", usageError{fmt.Errorf("the key type of the tables is %s on one shard and %s on %s: the shards' schemas differ", kt, set.KeyType, n)}
-		}
-		found, err := fence.Strays(ctx, pools[n], set, fence.StraySpace(t, n))
-		if err != nil {
-			return "", err
-		}
-		for _, s := range found {
-			strays = append(strays, fmt.Sprintf("  shard %s: %d row(s) of %s in ranges it does not own in %s (keys %s)", n, s.Rows, s.Table, ringName(t), strings.Join(s.Samples, ", ")))
-		}
-	}
-	if len(strays) > 0 {
-		return "", usageError{fmt.Errorf("rows are on shards that do not own them; move them to their owners (reshard ring show --ranges names each shard's ranges) or delete them, then register again; nothing was registered:\n%s", strings.Join(strays, "\n"))}
-	}
-	return kt, nil
-}
-
-// ringName names t in messages: its version, or the ring init plans.
-func ringName(t topology.Topology) string {
-	if t.Version == 0 {
-		return "the planned ring"
-	}
-	return fmt.Sprintf("topology v%d", t.Version)
+	return controlErr(err)
 }
 
 // migrationKeyspace resolves the keyspace a migration changes (named, or

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"strings"
@@ -17,7 +17,7 @@ func TestETALineJudgesEarlyEstimatesOnly(t *testing.T) {
 			Timings: []workflows.PhaseTiming{{Phase: workflows.PhaseSnapshotCopy, Start: t0.Add(-time.Second), End: copyEnd}}}
 	}
 	moves := []workflows.MoveState{move("1", t0.Add(10*time.Second)), move("2", t0.Add(2*time.Second))}
-	etas := map[string]*etaCheck{
+	etas := map[string]*ETACheck{
 		"1": {At: t0, End: t0.Add(9 * time.Second), Copied: 0.12},       // 9 s against 10 s: 10%
 		"2": {At: t0, End: t0.Add(100 * time.Millisecond), Copied: 0.9}, // shown at 90%: 95% off, late
 	}
@@ -32,7 +32,7 @@ func TestETALineJudgesEarlyEstimatesOnly(t *testing.T) {
 	if got := etaLine(moves, etas); !strings.Contains(got, "not judged: no first estimate by 25% copied") {
 		t.Errorf("ETA line with only a late estimate: %q", got)
 	}
-	etas["1"] = &etaCheck{At: t0, End: t0.Add(12 * time.Second), Copied: 0.1}
+	etas["1"] = &ETACheck{At: t0, End: t0.Add(12 * time.Second), Copied: 0.1}
 	delete(etas, "2")
 	if got := etaLine(moves, etas); !strings.HasSuffix(got, "; worst error 20%") {
 		t.Errorf("ETA line with every estimate judged: %q", got)
