@@ -56,3 +56,15 @@ func MoveOf(name string, known func(move string) bool) (move string, reverse, ok
 	}
 	return "", false, false
 }
+
+// DropSQL is the statement that drops o by hand, for an operator's fix.
+func (o Object) DropSQL() string {
+	switch o.Kind {
+	case "slot":
+		return fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", o.Name)
+	case "publication":
+		return fmt.Sprintf("DROP PUBLICATION %q", o.Name)
+	default:
+		return fmt.Sprintf("SELECT pg_replication_origin_drop('%s')", o.Name)
+	}
+}

@@ -189,7 +189,7 @@ func leftovers(ctx context.Context, cfg *clusterConfig, store *topology.Store, l
 			lo := leftover{Shard: shard, Object: o}
 			move, _, ok := cdc.MoveOf(o.Name, func(m string) bool { _, known := index[m]; return known })
 			if !ok {
-				lo.Fix = fmt.Sprintf("no stored plan names its move: drop it on %s if nothing uses it (%s)", shard, dropSQL(o))
+				lo.Fix = fmt.Sprintf("no stored plan names its move: drop it on %s if nothing uses it (%s)", shard, o.DropSQL())
 				out[""] = append(out[""], lo)
 				continue
 			}
@@ -220,18 +220,6 @@ func shardObjects(ctx context.Context, cfg *clusterConfig, shard string) ([]cdc.
 	}
 	defer p.Close()
 	return cdc.Objects(ctx, p)
-}
-
-// dropSQL is the statement that drops o by hand.
-func dropSQL(o cdc.Object) string {
-	switch o.Kind {
-	case "slot":
-		return fmt.Sprintf("SELECT pg_drop_replication_slot('%s')", o.Name)
-	case "publication":
-		return fmt.Sprintf("DROP PUBLICATION %q", o.Name)
-	default:
-		return fmt.Sprintf("SELECT pg_replication_origin_drop('%s')", o.Name)
-	}
 }
 
 func printEnded(out io.Writer, ended []endedMigration, unknown []string, left []leftover) {
