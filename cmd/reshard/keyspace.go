@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
@@ -177,43 +175,9 @@ func registerErr(err error) error {
 	return controlErr(err)
 }
 
-// migrationKeyspace resolves the keyspace a migration changes (named, or
-// the cluster's only one) and gives the migration its tables: every
-// migration moves every registered table. given (from --table) may be
-// empty (the registry's tables are taken) or must name exactly the
-// registered tables with their keys; anything else is refused, naming the
-// difference. A cluster with no keyspace yet (set up before keyspaces)
-// takes given as the default keyspace and registers it when the migration
-// starts (register).
-func migrationKeyspace(ctx context.Context, store *topology.Store, name string, given tableset.Spec) (ks string, spec tableset.Spec, register bool, err error) {
-	k, err := store.ResolveKeyspace(ctx, name)
-	if errors.Is(err, topology.ErrNoKeyspace) {
-		if name != "" && name != topology.DefaultKeyspace {
-			return "", given, false, usageError{fmt.Errorf("keyspace %s is not registered: create it with reshard init --keyspace %s --shards ... --table t:key", name, name)}
-		}
-		if len(given.Tables) == 0 {
-			return "", given, false, usageError{errors.New("no keyspace is registered, so reshard does not know which tables are sharded: register them with reshard keyspace add-table users:id orders:user_id (or name them here with --table)")}
-		}
-		given.Name = topology.DefaultKeyspace // the versions from before keyspaces are its
-		return topology.DefaultKeyspace, given, true, nil
-	}
-	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) {
-			return "", given, false, controlErr(err)
-		}
-		return "", given, false, usageError{err}
-	}
-	if len(given.Tables) == 0 {
-		return k.Name, k.Spec(), false, nil
-	}
-	if same, diff := topology.SameTables(k.Tables, given.Tables); !same {
-		var all []string
-		for _, t := range k.Tables {
-			all = append(all, "--table "+topology.TableKey(t))
-		}
-		return "", given, false, usageError{fmt.Errorf("--table %s: keyspace %s registers %d table(s) and every migration moves all of them (a table left behind keeps rows on shards that no longer own them): leave --table out, or give %s; register a new table with reshard keyspace add-table; nothing was started",
-			diff, k.Name, len(k.Tables), strings.Join(all, " "))}
-	}
-	return k.Name, k.Spec(), false, nil
+// migrationKeyspace resolves the keyspace a migration changes and gives
+// the migration its tables (register.MigrationTables).
+func migrationKeyspace(ctx context.Context, store *topology.Store, name string, given tableset.Spec) (string, tableset.Spec, bool, error) {
+	ks, spec, reg, err := register.MigrationTables(ctx, store, name, given)
+	return ks, spec, reg, registerErr(err)
 }

@@ -76,4 +76,15 @@ func TestInitChecksBeforePublishing(t *testing.T) {
 	if !errors.As(err, &in) || !strings.Contains(err.Error(), "userz") || !strings.Contains(err.Error(), "nothing was registered") {
 		t.Fatalf("register a table no shard has: %v", err)
 	}
+
+	// A migration moves every registered table: none named takes them, a
+	// different set is refused naming the registered ones.
+	ks, spec, reg, err := MigrationTables(ctx, store, "", tableset.Spec{})
+	if err != nil || ks != topology.DefaultKeyspace || reg || len(spec.Tables) != 1 || spec.Tables[0].Table != "users" {
+		t.Fatalf("migration tables: %s %+v %v %v", ks, spec, reg, err)
+	}
+	_, _, _, err = MigrationTables(ctx, store, "", tableset.Spec{Tables: []tableset.TableSpec{{Table: "orders", KeyColumn: "user_id"}}})
+	if !errors.As(err, &in) || !strings.Contains(err.Error(), "give --table public.users:id") {
+		t.Fatalf("migration of other tables: %v", err)
+	}
 }
