@@ -2,7 +2,8 @@
 // Sync gives a shard (a new one, before add-node or split) the tables a
 // source shard has, as pg_dump --schema-only writes them, created as the
 // roles that own them on the source, without reshard's own triggers; and
-// ApplyShards names the shards `schema apply` changes.
+// ApplyShards and Parse name the shards `schema apply` changes and parse
+// its script against the keyspace's tables.
 //
 // Invariant: a refused sync (a table defined otherwise on the target, a
 // type it lacks, a partitioned table) changes nothing, and its error is an
@@ -10,7 +11,8 @@
 // one transaction.
 //
 // Layout: sync.go compares and creates; dump.go runs pg_dump and strips
-// its script of what the target must not get.
+// its script of what the target must not get; apply.go serves schema apply
+// (tableset.ApplyDDL applies).
 package shardschema
 
 // InputError is a sync the definitions refuse: no retry changes the

@@ -228,25 +228,3 @@ func apply(ctx context.Context, dst *pgxpool.Pool, tables []tableset.Table, owne
 		return err
 	})
 }
-
-// ApplyShards are the shards of the keyspace (store is In it) that schema
-// apply changes: those of its current ring and both ends of its running
-// moves, by name; targets says which are the target of a running move.
-func ApplyShards(ctx context.Context, store *topology.Store) ([]string, map[string]bool, error) {
-	cur, err := store.Current(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	running, err := store.RunningMoves(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	names := cur.Ring.Shards()
-	targets := map[string]bool{}
-	for _, m := range running {
-		names = append(names, m.From, m.To)
-		targets[m.To] = true
-	}
-	slices.Sort(names)
-	return slices.Compact(names), targets, nil
-}

@@ -200,16 +200,13 @@ refused or bad input (nothing changed).`,
 					defer p.Close()
 					shards = append(shards, tableset.DDLShard{Name: n, Pool: p, Target: targets[n]})
 				}
-				if len(shards) == 0 {
-					return usageError{fmt.Errorf("keyspace %s has no shard", k.Name)}
+				stmts, err := shardschema.Parse(ctx, script, k.Spec(), shards)
+				var in *shardschema.InputError
+				if errors.As(err, &in) {
+					return usageError{err}
 				}
-				set, err := tableset.Introspect(ctx, shards[0].Pool, k.Spec(), "shard "+shards[0].Name)
 				if err != nil {
 					return err
-				}
-				stmts, err := tableset.ParseDDL(script, set.Tables)
-				if err != nil {
-					return usageError{err}
 				}
 				res, applyErr := tableset.ApplyDDL(ctx, stmts, shards, tableset.DDLOptions{LockTimeout: lockTimeout, Budget: budget})
 				out := cmd.OutOrStdout()
