@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,7 +25,7 @@ import (
 )
 
 // PasswordEnvVar overrides every other password source of the config file.
-const PasswordEnvVar = "RESHARD_PASSWORD"
+const PasswordEnvVar = devenv.PasswordOverrideEnv
 
 // clusterConfig is the validated configuration of the operator verbs (init,
 // plan, split, add-node, remove-node, move, status, list and the operator
@@ -80,59 +80,15 @@ func (f *configFlags) load(opts *globalOptions) (*clusterConfig, error) {
 // then the file's password_env, then its password_file. No source at all
 // means no password (trust authentication, ~/.pgpass).
 func validateConfig(path string, wc devenv.WorkerConfig) (*clusterConfig, error) {
-	bad := func(format string, args ...any) error {
-		return usageError{fmt.Errorf("configuration %s: "+format, append([]any{path}, args...)...)}
+	if err := wc.Check(); err != nil {
+		return nil, usageError{fmt.Errorf("configuration %s: %w", path, err)}
 	}
-	c := &clusterConfig{Path: path, Control: wc.Control, Shards: map[string]string{}, Temporal: wc.Temporal, Listen: wc.Worker.Listen}
-	if c.Listen != "" {
-		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-			return nil, bad("worker.listen %q: want host:port, e.g. 127.0.0.1:9464", c.Listen)
-		}
-	}
-	if wc.Control == "" {
-		return nil, bad("control: the DSN of the control database is missing")
-	}
-	if err := checkDSN(wc.Control); err != nil {
-		return nil, bad("control: %v", err)
-	}
-	if len(wc.Shards) == 0 {
-		return nil, bad("shards: no shard is configured (want name: DSN lines)")
-	}
-	for name, dsn := range wc.Shards {
-		if !validName(name) {
-			return nil, bad("shards: shard name %q: use letters, digits, '-' and '_' (at most 63)", name)
-		}
-		if err := checkDSN(dsn); err != nil {
-			return nil, bad("shards.%s: %v", name, err)
-		}
-		c.Shards[name] = dsn
-	}
-	for name, dsn := range wc.Standbys {
-		if _, ok := c.Shards[name]; !ok {
-			return nil, bad("shards.%s.standby: no DSN for the shard itself (want dsn: and standby:)", name)
-		}
-		if err := checkDSN(dsn); err != nil {
-			return nil, bad("shards.%s.standby: %v", name, err)
-		}
-		if c.Standbys == nil {
-			c.Standbys = map[string]string{}
-		}
-		c.Standbys[name] = dsn
-	}
+	c := &clusterConfig{Path: path, Control: wc.Control, Shards: maps.Clone(wc.Shards), Standbys: maps.Clone(wc.Standbys), Temporal: wc.Temporal, Listen: wc.Worker.Listen}
 	for name, sc := range wc.Capacity {
-		if _, ok := c.Shards[name]; !ok {
-			return nil, bad("capacity.%s: no such shard under shards", name)
-		}
-		if sc.DiskBytes < 0 || sc.WALBudgetBytes < 0 {
-			return nil, bad("capacity.%s: disk_bytes and wal_budget_bytes are byte counts: want 0 (not configured) or more", name)
-		}
 		if c.Capacity == nil {
 			c.Capacity = map[string]capacity.Budget{}
 		}
 		c.Capacity[name] = capacity.Budget{DiskBytes: sc.DiskBytes, WALBytes: sc.WALBudgetBytes}
-	}
-	if wc.Temporal.Address == "" {
-		return nil, bad("temporal.address: the Temporal frontend (host:port) is missing")
 	}
 	if c.Temporal.Namespace == "" {
 		c.Temporal.Namespace = devenv.Namespace
@@ -146,49 +102,15 @@ func validateConfig(path string, wc devenv.WorkerConfig) (*clusterConfig, error)
 	case wc.PasswordFile != "":
 		pw, err := wc.Password()
 		if err != nil {
-			return nil, bad("password_file: %v (or set %s)", err, PasswordEnvVar)
+			return nil, usageError{fmt.Errorf("configuration %s: password_file: %v (or set %s)", path, err, PasswordEnvVar)}
 		}
 		c.password = pw
 	}
 	return c, nil
 }
 
-// checkDSN parses a DSN and refuses one that carries a password: the file is
-// readable by anyone who runs the CLI, and DSNs get printed. Errors never
-// quote the DSN.
-func checkDSN(dsn string) error {
-	if _, err := pgsession.ParseConfig(dsn); err != nil {
-		return errors.New("not a valid PostgreSQL connection string (want postgres://user@host:port/db?sslmode=disable or host=... dbname=...)")
-	}
-	if dsnHasPassword(dsn) {
-		return fmt.Errorf("%s holds a password: remove it and put the password in password_file or $%s", redactDSN(dsn), PasswordEnvVar)
-	}
-	return nil
-}
-
-func dsnHasPassword(dsn string) bool {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return true // cannot tell; ParseConfig accepted it, so be safe
-		}
-		_, ok := u.User.Password()
-		return ok || u.Query().Has("password")
-	}
-	return kvPassword.MatchString(dsn)
-}
-
-func validName(s string) bool {
-	if s == "" || len(s) > 63 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+// validName: a shard name (devenv.ValidShardName).
+func validName(s string) bool { return devenv.ValidShardName(s) }
 
 // ShardNames lists the configured shards, sorted.
 func (c *clusterConfig) ShardNames() []string {

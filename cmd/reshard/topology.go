@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -558,27 +556,6 @@ func newRingShowCmd(opts *globalOptions) *cobra.Command {
 	return cmd
 }
 
-var kvPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
-
-// redactDSN returns dsn with any password replaced, for messages and logs.
-// It handles both URL (postgres://user:pw@host/db?password=pw) and
-// keyword/value (host=... password=...) forms.
-func redactDSN(dsn string) string {
-	const mask = "xxxxx"
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return "(unparsable connection URL)" // might hold a password anywhere
-		}
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), mask)
-		}
-		q := u.Query()
-		if q.Has("password") {
-			q.Set("password", mask)
-			u.RawQuery = q.Encode()
-		}
-		return u.String()
-	}
-	return kvPassword.ReplaceAllString(dsn, "${1}"+mask)
-}
+// redactDSN returns dsn with any password replaced, for messages and logs
+// (pgsession.Redact).
+func redactDSN(dsn string) string { return pgsession.Redact(dsn) }
