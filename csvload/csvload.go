@@ -5,7 +5,7 @@
 // Invariant: all or nothing. Every shard's batches go into one transaction
 // per shard, and the shards commit only once every record of the file was
 // copied; a bad record anywhere rolls every shard back. Bad input (a header
-// or a line the table refuses) is an *InputError naming the line.
+// or a line the table refuses) is a *pgerr.InputError naming the line.
 package csvload
 
 import (
@@ -26,22 +26,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/internal/pgcsv"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
 
-// InputError is a file or a table the load refuses: no retry changes the
-// answer, and nothing was loaded.
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-func (e *InputError) Unwrap() error { return e.Err }
-
-func badInput(format string, args ...any) error {
-	return &InputError{Err: fmt.Errorf(format, args...)}
-}
+// badInput is a file or a table the load refuses: nothing was loaded.
+var badInput = pgerr.BadInput
 
 // Table is the registered table of keyspace k that name (schema.table or
 // table) names, and its qualified name.
@@ -147,14 +140,14 @@ func (l *loader) prepare(ctx context.Context, h pgcsv.Record) ([]string, error) 
 	set, err := tableset.Introspect(ctx, p, tableset.Spec{Name: "load", Tables: []tableset.TableSpec{l.o.Table}}, "shard "+first)
 	var prob *tableset.Problem
 	if errors.As(err, &prob) {
-		return nil, &InputError{err}
+		return nil, &pgerr.InputError{Err: err}
 	}
 	if err != nil {
 		return nil, err
 	}
 	header, err := Header(set.Tables[0], h)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &pgerr.InputError{Err: err}
 	}
 	cols := make([]string, len(header))
 	for i, c := range header {

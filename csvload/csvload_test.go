@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -20,7 +21,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
 // Load puts each row on its owner and only there, or refuses a file with a
-// bad line or header (an *InputError naming the line) with nothing loaded
+// bad line or header (a *pgerr.InputError naming the line) with nothing loaded
 // on any shard, whichever shard the bad line goes to and however many
 // batches were copied before it.
 func TestLoadAllOrNothing(t *testing.T) {
@@ -72,9 +73,9 @@ func TestLoadAllOrNothing(t *testing.T) {
 		{"no key column", "small", "int", "v\n1\n", "has no column k, the shard key of public.small"},
 	} {
 		_, err := load(tc.table, tc.kt, tc.body)
-		var in *InputError
+		var in *pgerr.InputError
 		if !errors.As(err, &in) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was loaded") {
-			t.Errorf("%s: %v, want an *InputError with %q", tc.name, err, tc.want)
+			t.Errorf("%s: %v, want a *pgerr.InputError with %q", tc.name, err, tc.want)
 		}
 		if n := count(tc.table); n != 0 {
 			t.Errorf("%s: %d rows loaded, want none", tc.name, n)
@@ -106,7 +107,7 @@ func TestTable(t *testing.T) {
 			t.Errorf("Table(%s) = %+v, %q, %v; want %s", name, ts, q, err, want)
 		}
 	}
-	var in *InputError
+	var in *pgerr.InputError
 	if _, _, err := Table(k, "orders"); !errors.As(err, &in) || !strings.Contains(err.Error(), "its tables: users, invoices") {
 		t.Errorf("Table(orders): %v", err)
 	}

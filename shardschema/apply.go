@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -33,10 +34,10 @@ func ApplyShards(ctx context.Context, store *topology.Store) ([]string, map[stri
 
 // Parse parses script against the keyspace's tables (spec, as the first
 // of shards has them), for tableset.ApplyDDL: a script it refuses is an
-// *InputError.
+// *pgerr.InputError.
 func Parse(ctx context.Context, script string, spec tableset.Spec, shards []tableset.DDLShard) ([]tableset.DDL, error) {
 	if len(shards) == 0 {
-		return nil, &InputError{fmt.Errorf("keyspace %s has no shard", spec.Name)}
+		return nil, &pgerr.InputError{Err: fmt.Errorf("keyspace %s has no shard", spec.Name)}
 	}
 	set, err := tableset.Introspect(ctx, shards[0].Pool, spec, "shard "+shards[0].Name)
 	if err != nil {
@@ -44,7 +45,7 @@ func Parse(ctx context.Context, script string, spec tableset.Spec, shards []tabl
 	}
 	stmts, err := tableset.ParseDDL(script, set.Tables)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &pgerr.InputError{Err: err}
 	}
 	return stmts, nil
 }

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
 )
 
 // Parse reads the keyspace's tables on the first shard and refuses, as an
-// *InputError, a keyspace without shards and a statement schema apply does
+// *pgerr.InputError, a keyspace without shards and a statement schema apply does
 // not run.
 func TestParse(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -21,12 +22,12 @@ func TestParse(t *testing.T) {
 	db.Exec(t, `CREATE TABLE users (id bigint PRIMARY KEY, name text)`)
 	spec := tableset.Spec{Name: "default", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}
 	shards := []tableset.DDLShard{{Name: "shard1", Pool: db.Pool}}
-	var in *InputError
+	var in *pgerr.InputError
 	if _, err := Parse(ctx, "ALTER TABLE users ADD COLUMN x int", spec, nil); !errors.As(err, &in) || !strings.Contains(err.Error(), "keyspace default has no shard") {
 		t.Errorf("no shard: %v", err)
 	}
 	if _, err := Parse(ctx, "ALTER TABLE users DROP COLUMN id", spec, shards); !errors.As(err, &in) {
-		t.Errorf("a dropped key column: %v, want an *InputError", err)
+		t.Errorf("a dropped key column: %v, want a *pgerr.InputError", err)
 	}
 	stmts, err := Parse(ctx, "ALTER TABLE users ADD COLUMN nickname text", spec, shards)
 	if err != nil || len(stmts) != 1 {

@@ -7,17 +7,10 @@
 //
 // Invariant: a refused sync (a table defined otherwise on the target, a
 // type it lacks, a partitioned table) changes nothing, and its error is an
-// *InputError naming the difference and the fix; the tables are created in
+// *pgerr.InputError naming the difference and the fix; the tables are created in
 // one transaction.
 //
 // Layout: sync.go compares and creates; dump.go runs pg_dump and strips
 // its script of what the target must not get; apply.go serves schema apply
 // (tableset.ApplyDDL applies).
 package shardschema
-
-// InputError is a sync the definitions refuse: no retry changes the
-// answer, and nothing was changed.
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-func (e *InputError) Unwrap() error { return e.Err }

@@ -83,16 +83,16 @@ func Sync(ctx context.Context, src, dst *pgxpool.Pool, o Options) ([]Table, erro
 
 // Plan compares the keyspace's tables on the source and the target: the
 // tables to create (missing) and what Sync does with each. A table that
-// exists on both and differs is an *InputError naming the difference.
+// exists on both and differs is an *pgerr.InputError naming the difference.
 func Plan(ctx context.Context, src, dst *pgxpool.Pool, spec tableset.Spec, from, target string) ([]Table, []tableset.Table, error) {
 	srcSet, err := tableset.Introspect(ctx, src, spec, "source "+from)
 	if err != nil {
-		return nil, nil, &InputError{err}
+		return nil, nil, &pgerr.InputError{Err: err}
 	}
 	for _, t := range srcSet.Tables {
 		for _, p := range tableset.Shardable(t, "source "+from) {
 			if p.Check == tableset.CheckPartitioned {
-				return nil, nil, &InputError{fmt.Errorf("%w; nothing was changed", p)}
+				return nil, nil, &pgerr.InputError{Err: fmt.Errorf("%w; nothing was changed", p)}
 			}
 		}
 	}
@@ -119,13 +119,13 @@ func Plan(ctx context.Context, src, dst *pgxpool.Pool, spec tableset.Spec, from,
 		plan = append(plan, p)
 	}
 	if len(conflicts) > 0 {
-		return nil, nil, &InputError{fmt.Errorf("%s has %d table(s) defined unlike on %s; make them alike (or drop the empty table on %s and run schema sync again), nothing was changed:\n  %s",
+		return nil, nil, &pgerr.InputError{Err: fmt.Errorf("%s has %d table(s) defined unlike on %s; make them alike (or drop the empty table on %s and run schema sync again), nothing was changed:\n  %s",
 			target, len(conflicts), from, target, strings.Join(conflicts, "\n  "))}
 	}
 	if err := tableset.MissingTypes(ctx, src, dst, missing, from, target); err != nil {
 		var p *tableset.Problem
 		if errors.As(err, &p) {
-			return nil, nil, &InputError{fmt.Errorf("the tables to create on %s use types it lacks; create them there first, nothing was changed:\n%w", target, err)}
+			return nil, nil, &pgerr.InputError{Err: fmt.Errorf("the tables to create on %s use types it lacks; create them there first, nothing was changed:\n%w", target, err)}
 		}
 		return nil, nil, err
 	}

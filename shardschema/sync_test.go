@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
 )
@@ -38,7 +39,7 @@ func TestWithoutReshardTriggers(t *testing.T) {
 }
 
 // Sync names a type the target lacks and refuses a partitioned table or a
-// table defined otherwise, creating nothing (*InputError); then creates the
+// table defined otherwise, creating nothing (*pgerr.InputError); then creates the
 // missing table from the source's pg_dump, keeping an application trigger
 // named reshard_... and leaving reshard's own triggers out, with its token
 // index; a second Sync finds it in sync.
@@ -56,9 +57,9 @@ func TestSync(t *testing.T) {
 	o := Options{Spec: spec, From: "shard1", Target: "shard2", PGDump: devenv.FindPGDump}
 	refused := func(what string, err error, relations int64, wants ...string) {
 		t.Helper()
-		var in *InputError
+		var in *pgerr.InputError
 		if !errors.As(err, &in) {
-			t.Fatalf("%s: %v, want an *InputError", what, err)
+			t.Fatalf("%s: %v, want a *pgerr.InputError", what, err)
 		}
 		for _, w := range append(wants, "nothing was changed") {
 			if !strings.Contains(err.Error(), w) {

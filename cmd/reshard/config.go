@@ -20,6 +20,7 @@ import (
 
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/topology"
 )
@@ -46,6 +47,15 @@ type clusterConfig struct {
 	// Capacity is what each shard can spare (the file's capacity section).
 	Capacity map[string]capacity.Budget
 	password string
+}
+
+// inputErr makes a package's refusal of the input (*pgerr.InputError) a
+// usage error (exit 2); other errors pass unchanged.
+func inputErr(err error) error {
+	if errors.As(err, new(*pgerr.InputError)) {
+		return usageError{err}
+	}
+	return err
 }
 
 // configFlags are the flags of the verbs that read the config file.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -168,8 +169,7 @@ func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.S
 
 // registerErr makes register's refusals usage errors.
 func registerErr(err error) error {
-	var in *register.InputError
-	if errors.As(err, &in) {
+	if errors.As(err, new(*pgerr.InputError)) {
 		return usageError{err}
 	}
 	return controlErr(err)

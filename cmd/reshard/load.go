@@ -98,10 +98,7 @@ parse; nothing loaded).`,
 						}
 						return cfg.connect(ctx, "shard "+shard, dsn)
 					}})
-				var bad *csvload.InputError
-				if errors.As(err, &bad) {
-					err = usageError{err}
-				}
+				err = inputErr(err)
 				if asJSON {
 					if jerr := topoWriteJSON(cmd.OutOrStdout(), struct {
 						Table   string           `json:"table"`

@@ -91,12 +91,8 @@ definition on the target (nothing changed).`,
 				}
 				defer dst.Close()
 				plan, err := shardschema.Sync(ctx, src, dst, shardschema.Options{Spec: k.Spec(), From: from, Target: target, DryRun: dryRun, PGDump: devenv.FindPGDump})
-				var in *shardschema.InputError
-				if errors.As(err, &in) {
-					return usageError{err}
-				}
 				if err != nil {
-					return err
+					return inputErr(err)
 				}
 				out := cmd.OutOrStdout()
 				if asJSON {
@@ -201,12 +197,8 @@ refused or bad input (nothing changed).`,
 					shards = append(shards, tableset.DDLShard{Name: n, Pool: p, Target: targets[n]})
 				}
 				stmts, err := shardschema.Parse(ctx, script, k.Spec(), shards)
-				var in *shardschema.InputError
-				if errors.As(err, &in) {
-					return usageError{err}
-				}
 				if err != nil {
-					return err
+					return inputErr(err)
 				}
 				res, applyErr := tableset.ApplyDDL(ctx, stmts, shards, tableset.DDLOptions{LockTimeout: lockTimeout, Budget: budget})
 				out := cmd.OutOrStdout()

@@ -132,6 +132,20 @@ func Retryable(err error) bool {
 	return ConnectionLost(err)
 }
 
+// InputError is what the caller asked for refused by what it names (a
+// file, a table, a definition): no retry changes the answer, and nothing
+// was changed. The CLI exits 2 on it.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string   { return e.Err.Error() }
+func (e *InputError) Unwrap() error   { return e.Err }
+func (e *InputError) Retryable() bool { return false }
+
+// BadInput is an *InputError of the formatted message.
+func BadInput(format string, args ...any) error {
+	return &InputError{Err: fmt.Errorf(format, args...)}
+}
+
 // FatalInput reports SQL errors of classes 22 (data), 23 (integrity) and 42
 // (syntax, undefined object, privilege): retrying them changes nothing.
 func FatalInput(err error) bool {

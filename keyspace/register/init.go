@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
@@ -81,7 +82,7 @@ func FirstRing(ctx context.Context, store *topology.Store, dsns map[string]strin
 	}
 	r, err := ring.Build(specs, o)
 	if err != nil {
-		return nil, &InputError{err}
+		return nil, &pgerr.InputError{Err: err}
 	}
 	next, err := topology.New(r, nil, fmt.Sprintf("initial: reshard init, %d shard(s), %d vnodes each, %s tokens", len(members), o.VNodes, o.Tokens))
 	if err != nil {
@@ -102,10 +103,10 @@ func checkFirst(ctx context.Context, store *topology.Store, plan topology.Topolo
 	kt, err := Check(ctx, store, plan, pools, spec)
 	if err == nil {
 		if err = store.CheckRegistration(ctx, keyspace, kt, spec.Tables); err != nil {
-			err = &InputError{err}
+			err = &pgerr.InputError{Err: err}
 		}
 	}
-	var in *InputError
+	var in *pgerr.InputError
 	if errors.As(err, &in) {
 		msg := strings.TrimSuffix(in.Error(), "\nnothing was registered")
 		return badInput("%s\nnothing was published or registered (no topology, no shard): fix this and run reshard init again", msg)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
@@ -15,7 +16,7 @@ import (
 // cluster's only one) and gives the migration its tables: every migration
 // moves every registered table. given (from --table) may be empty (the
 // registry's tables are taken) or must name exactly the registered tables
-// with their keys; anything else is an *InputError naming the difference.
+// with their keys; anything else is an *pgerr.InputError naming the difference.
 // A cluster with no keyspace yet (set up before keyspaces) takes given as
 // the default keyspace, to be registered when the migration starts
 // (register).
@@ -36,7 +37,7 @@ func MigrationTables(ctx context.Context, store *topology.Store, name string, gi
 		if errors.As(err, &pe) {
 			return "", given, false, err
 		}
-		return "", given, false, &InputError{err}
+		return "", given, false, &pgerr.InputError{Err: err}
 	}
 	if len(given.Tables) == 0 {
 		return k.Name, k.Spec(), false, nil

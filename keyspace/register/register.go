@@ -4,7 +4,7 @@
 // first, then registered, and every shard is fenced where it owns nothing.
 //
 // Invariant: a refused registration registers nothing, and its error is an
-// *InputError naming the shard and the fix.
+// *pgerr.InputError naming the shard and the fix.
 package register
 
 import (
@@ -17,21 +17,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
 
-// InputError is a registration the tables or the topology refuse: no
-// retry changes the answer, and nothing was registered.
-type InputError struct{ Err error }
-
-func (e *InputError) Error() string { return e.Err.Error() }
-func (e *InputError) Unwrap() error { return e.Err }
-
-func badInput(format string, args ...any) error {
-	return &InputError{Err: fmt.Errorf(format, args...)}
-}
+// badInput is a registration the tables or the topology refuse: nothing
+// was registered.
+var badInput = pgerr.BadInput
 
 // Open connects to the named shards; closeAll closes what it opened.
 type Open func(ctx context.Context, shards []string) (pools map[string]*pgxpool.Pool, closeAll func(), err error)
@@ -74,7 +68,7 @@ func Tables(ctx context.Context, store *topology.Store, control *pgxpool.Pool, o
 	}
 	k, err := store.RegisterTables(ctx, name, kt, spec.Tables)
 	if err != nil {
-		return topology.Keyspace{}, &InputError{err}
+		return topology.Keyspace{}, &pgerr.InputError{Err: err}
 	}
 	ctl := fence.Control{Pool: control, Store: store}
 	whole := k.Spec()
@@ -106,7 +100,7 @@ func Check(ctx context.Context, store *topology.Store, t topology.Topology, pool
 		if err != nil {
 			var p *tableset.Problem
 			if errors.As(err, &p) {
-				return "", &InputError{err}
+				return "", &pgerr.InputError{Err: err}
 			}
 			return "", err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
 // Init checks the tables against the planned ring before it publishes: rows
 // on a shard that would not own them refuse it with nothing published or
-// registered (an *InputError naming the shard); once they are gone, Init
+// registered (a *pgerr.InputError naming the shard); once they are gone, Init
 // publishes v1, registers the tables and fences each shard; a second Init
 // publishes nothing; registering a table no shard has is refused.
 func TestInitChecksBeforePublishing(t *testing.T) {
@@ -50,7 +51,7 @@ func TestInitChecksBeforePublishing(t *testing.T) {
 		Ring:   ring.Options{VNodes: 4, Tokens: ring.AllocBalanced},
 		Tables: tableset.Spec{Name: topology.DefaultKeyspace, Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}}
 	_, err := Init(ctx, store, control.Pool, open, o)
-	var in *InputError
+	var in *pgerr.InputError
 	if !errors.As(err, &in) || !strings.Contains(err.Error(), "shard shard1:") || !strings.Contains(err.Error(), "in ranges it does not own in the planned ring") ||
 		!strings.Contains(err.Error(), "nothing was published or registered") {
 		t.Fatalf("init over misplaced rows: %v", err)
