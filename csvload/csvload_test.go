@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 func TestLoadAllOrNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dbs := map[string]*pgtest.DB{"shard1": pgtest.NewDB(t, 0), "shard2": pgtest.NewDB(t, 1)}
+	dbs := map[string]*pgtest.DB{"shard1": pgtest.NewDB(t, 0), "shard2": pgtest.NewDB(t, 0)}
 	for _, db := range dbs {
 		db.Exec(t, `CREATE TABLE small (k smallint PRIMARY KEY, v int, g int GENERATED ALWAYS AS (v * 2) STORED);
 			CREATE TABLE named (k text PRIMARY KEY, v int)`)

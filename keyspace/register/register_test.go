@@ -31,7 +31,7 @@ func TestInitChecksBeforePublishing(t *testing.T) {
 	if err := topology.Migrate(ctx, control.Pool); err != nil {
 		t.Fatal(err)
 	}
-	dbs := map[string]*pgtest.DB{"shard1": pgtest.NewDB(t, 0), "shard2": pgtest.NewDB(t, 1)}
+	dbs := map[string]*pgtest.DB{"shard1": pgtest.NewDB(t, 0), "shard2": pgtest.NewDB(t, 0)}
 	dsns := map[string]string{}
 	for n, db := range dbs {
 		db.Exec(t, `CREATE TABLE users (id bigint PRIMARY KEY, name text)`)
