@@ -21,11 +21,9 @@ import (
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/demo"
-	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -289,41 +287,15 @@ func (d *demoRun) worker(ctx context.Context) error {
 	return nil
 }
 
-// demoWriters are the writers through the router, each write acknowledged
+// writers starts the writers through the router, each write acknowledged
 // in the ledger.
-type demoWriters struct {
-	router *router.Router
-	led    *ledger.Ledger
-	table  ledger.Table
-	keys   []int64
-	stats  *ledger.Stats
-	stop   func() // stops them and waits (once)
-}
-
-func (d *demoRun) writers(ctx context.Context) (*demoWriters, error) {
-	rt, err := router.New(ctx, d.store, d.pools, router.Options{PollInterval: 500 * time.Millisecond})
+func (d *demoRun) writers(ctx context.Context) (*demo.Writers, error) {
+	w, err := demo.StartWriters(ctx, d.store, d.pools, demo.WritersOptions{Users: d.o.users, Keys: d.o.ledgerKeys, Workers: d.o.writers, Seed: uint64(d.start.UnixNano())})
 	if err != nil {
 		return nil, err
 	}
-	rctx, stopRouter := context.WithCancel(ctx)
-	d.onExit(stopRouter)
-	go func() { _ = rt.Run(rctx) }()
-	w := &demoWriters{router: rt, led: ledger.New(), table: ledger.Table{Name: "users", Key: "id", Val: "name"}, keys: demo.LedgerKeys(d.o.users, d.o.ledgerKeys)}
-	for _, k := range w.keys {
-		w.led.Ack(k, ledger.Value{V: "name " + strconv.FormatInt(k, 10)})
-	}
-	wctx, stopWriters := context.WithCancel(ctx)
-	w.stats = ledger.Write(wctx, rt, w.led, ledger.WriterOptions{Table: w.table, Keys: w.keys, Workers: d.o.writers, Pause: 2 * time.Millisecond, Seed: uint64(d.start.UnixNano())})
-	stopped := false
-	w.stop = func() {
-		if !stopped {
-			stopped = true
-			stopWriters()
-			w.stats.Wait()
-		}
-	}
-	d.onExit(w.stop)
-	d.say("%d writers updating and deleting %d users through the router", d.o.writers, len(w.keys))
+	d.onExit(w.Close)
+	d.say("%d writers updating and deleting %d users through the router", d.o.writers, w.Keys())
 	return w, nil
 }
 
@@ -398,27 +370,16 @@ func (d *demoRun) follow(ctx context.Context, p *migrationPlan) (demo.Summary, e
 
 // check stops the writers, then checks every acknowledged key and every
 // row's placement, and prints the summary.
-func (d *demoRun) check(ctx context.Context, w *demoWriters, sum demo.Summary) error {
-	w.stop()
-	if err := w.router.Refresh(ctx); err != nil {
+func (d *demoRun) check(ctx context.Context, w *demo.Writers, sum demo.Summary) error {
+	if err := w.Check(ctx, d.pools, &sum); err != nil {
 		return err
 	}
-	final := w.router.Topology()
-	mismatches, err := w.led.Check(ctx, w.table, d.pools, func(k int64) string { return final.Ring.OwnerInt64(k) })
-	if err != nil {
-		return err
-	}
-	place, err := demo.CheckPlacement(ctx, d.pools, final.Ring)
-	if err != nil {
-		return err
-	}
-	sum.Final, sum.Stats, sum.Mismatches, sum.Placement, sum.Ledger = final, w.stats, mismatches, place, len(w.keys)
 	sum.Print(d.out)
 	if d.o.keep {
 		fmt.Fprintf(d.out, "\nThe cluster and Temporal keep running (--keep): UI %s; reshard dev status --state-dir %[2]s, reshard dev psql %[3]s --state-dir %[2]s; stop with reshard dev down --state-dir %[2]s.\n", d.cfg.Temporal.UI, d.opts.stateDir, d.newShard)
 	}
-	if len(mismatches) > 0 || !place.OK() {
-		return fmt.Errorf("the demo found %d acknowledged writes not on their owner and %d misplaced rows", len(mismatches), demo.SumValues(place.Misplaced))
+	if len(sum.Mismatches) > 0 || !sum.Placement.OK() {
+		return fmt.Errorf("the demo found %d acknowledged writes not on their owner and %d misplaced rows", len(sum.Mismatches), demo.SumValues(sum.Placement.Misplaced))
 	}
 	return nil
 }
