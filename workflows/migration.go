@@ -705,7 +705,8 @@ func movesTable(moves []MoveState, t Throttle, now time.Time) string {
 			// (reshard status and the stream's heartbeat have it live).
 			lag += " at " + m.LagAt.UTC().Format("15:04:05")
 		}
-		fmt.Fprintf(&b, "- **%s** %s (%d ranges): **%s** · rows copied %s · copy ETA %s · lag %s · verify %s · write pause %s\n",
+		// Short lines: the UI cut a long item at the panel's edge once.
+		fmt.Fprintf(&b, "- **%s** %s (%d ranges): **%s**\n  - rows copied %s · copy ETA %s · lag %s\n  - verify %s · write pause %s\n",
 			markdownEscape(m.Spec.ID), markdownEscape(m.Spec.Source+" → "+m.Spec.Target), len(m.Spec.Ranges), markdownEscape(string(m.Phase)),
 			markdownEscape(fmt.Sprintf("%d / %d", m.RowsCopied, m.Spec.EstRows)), markdownEscape(eta), markdownEscape(lag), markdownEscape(v), markdownEscape(wp))
 		for _, n := range notes {

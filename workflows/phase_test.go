@@ -71,7 +71,7 @@ func TestETAText(t *testing.T) {
 		}
 	}
 	table := movesTable([]MoveState{with(func(m *MoveState) { m.CopyEnd = now.Add(42 * time.Second) })}, Throttle{}, now)
-	if !strings.Contains(table, "rows copied 100 / 1000 · copy ETA 42s ·") {
+	if !strings.Contains(table, "rows copied 100 / 1000 · copy ETA 42s · lag") {
 		t.Errorf("the UI's table lacks the ETA status shows:\n%s", table)
 	}
 }
@@ -93,8 +93,8 @@ func TestUIDetailsListsEscaped(t *testing.T) {
 			Pauses: WritePauses{Attempts: 2, Total: 300 * time.Millisecond, Longest: 200 * time.Millisecond}},
 	}
 	table := movesTable(moves, Throttle{}, now)
-	for _, want := range []string{`- **qs\_add5\_m4** shard1 → shard5 (0 ranges): **SNAPSHOT\_COPY** · rows copied 10 / 1000`,
-		"verify FAILED: 3 mismatch\\(es\\) ·", "**GRACE**", "write pause 300ms \\(2 tries\\)",
+	for _, want := range []string{"- **qs\\_add5\\_m4** shard1 → shard5 (0 ranges): **SNAPSHOT\\_COPY**\n  - rows copied 10 / 1000 ·",
+		"  - verify FAILED: 3 mismatch\\(es\\) ·", "**GRACE**", "write pause 300ms \\(2 tries\\)",
 		`  - SNAPSHOT\_COPY \(paused\)`, `  - verify: FAILED: 3 mismatch\(es\) e.g. missing public.users key=\[42\]`,
 		`  - GRACE \(until 2026-01-01T11:00:00Z; reshard complete ends it now\)`} {
 		if !strings.Contains(table, want) {

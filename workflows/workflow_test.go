@@ -944,7 +944,7 @@ func TestReverifyClearsTheFailureAtOnce(t *testing.T) {
 		if m.Phase != PhaseVerify || m.Verify != nil || m.Waiting != "" {
 			t.Errorf("a second after reverify, move %s: %s, verify %+v, waiting %q; want VERIFY running with no result", m.Spec.ID, m.Phase, m.Verify, m.Waiting)
 		}
-		if txt := movesTable([]MoveState{m}, Throttle{}, env.Now()); !strings.Contains(txt, "· verify running ·") || strings.Contains(txt, "FAILED") {
+		if txt := movesTable([]MoveState{m}, Throttle{}, env.Now()); !strings.Contains(txt, "  - verify running ·") || strings.Contains(txt, "FAILED") {
 			t.Errorf("the UI's table after reverify:\n%s", txt)
 		}
 	}
