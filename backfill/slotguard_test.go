@@ -99,10 +99,12 @@ func TestSlotGuardSlowsACopyNearItsBudget(t *testing.T) {
 			ratio := promtest.Gauge(t, reg, "reshard_slot_wal_budget_ratio", "m_"+tc.name, "src")
 			inForce, _ := th.InForce()
 			t.Logf("%s: %d rows copied in 2 s, rows/s in force %.0f, budget ratio %.2f", tc.name, copied[tc.name], inForce, ratio)
-			// The source keeps writing (hint bits, other tests' databases): the
-			// ratio only grows from where it was set.
-			if ratio < tc.share*0.9 || ratio > tc.share*2 {
-				t.Errorf("reshard_slot_wal_budget_ratio %.3f, want %.2f or a little more", ratio, tc.share)
+			// The source keeps writing (hint bits, autovacuum after the
+			// package's earlier tests): the ratio only grows from where it was
+			// set. In CI at full load it grew 2.7-2.9 times in the 2 s, so the
+			// bound above is what keeps "far" far: under the cut.
+			if ratio < tc.share*0.9 || (tc.share < GuardCutAt && ratio >= GuardCutAt) {
+				t.Errorf("reshard_slot_wal_budget_ratio %.3f, want %.2f or more (and under %.2f for a slot far from its budget)", ratio, tc.share, GuardCutAt)
 			}
 			if slowed := inForce < 1500; slowed != (tc.share > GuardCutAt) {
 				t.Errorf("rows/s in force %.0f with the slot at %.0f%% of its budget", inForce, 100*tc.share)
