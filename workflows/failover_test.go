@@ -37,9 +37,13 @@ func checkRecovered(t *testing.T, f *fakes, st MoveState, phase Phase) {
 	// activity layer returns at once next to a stream that ended, and
 	// waits for one about to start: an old name there would take the
 	// ended stream's failover for the new one's).
+	// (The stream's number is the workflow's count of streams started, not
+	// the fakes' count of RunCDC calls: a stream cancelled by the failover
+	// before its fake ran is not recorded, as CI saw once: "#2" with one
+	// call recorded.)
 	stream := in.Move.Stream
-	if !strings.HasSuffix(stream, fmt.Sprintf("#%d", f.count(ActivityRunCDC+"/t_m1"))) {
-		t.Fatalf("the last stream (#%d) is named %q", f.count(ActivityRunCDC+"/t_m1"), stream)
+	if n := f.count(ActivityRunCDC + "/t_m1"); !strings.HasSuffix(stream, fmt.Sprintf("#%d", n)) && !strings.HasSuffix(stream, fmt.Sprintf("#%d", n+1)) {
+		t.Fatalf("the last stream (#%d recorded) is named %q", n, stream)
 	}
 	if v := f.last[ActivityVerify+"/t_m1"].(VerifyInput); v.Move.Stream != stream {
 		t.Fatalf("the last verify names stream %q, the last stream is %q", v.Move.Stream, stream)
