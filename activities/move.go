@@ -1062,22 +1062,42 @@ func (a *Activities) recoverSource(ctx context.Context, m workflows.MoveRef) (wo
 	if err != nil {
 		return workflows.RecoverSourceResult{}, err
 	}
+	return a.recreateStream(ctx, m, fe, names, streamEnds{pub: s.src, sub: s.dst, pubSet: s.srcSet, pubShard: m.Spec.Source, subShard: m.Spec.Target,
+		slotWhat: "slot", originWhat: "origin", pubWhat: "source", log: "source failed over: slot created again"})
+}
+
+// streamEnds are the two ends of one of a move's streams as a failover
+// recovery sees them: the publisher (the source, or the new owner for the
+// reverse stream) and the subscriber, with the words its errors and log use.
+type streamEnds struct {
+	pub, sub                      *pgxpool.Pool
+	pubSet                        tableset.Set
+	pubShard, subShard            string
+	slotWhat, originWhat, pubWhat string
+	log                           string
+}
+
+// recreateStream makes a stream's objects again after its publisher failed
+// over (fe): the lost slot dropped, the publication made again, the
+// subscriber's origin dropped (the new slot starts elsewhere), and a new
+// slot, whose position and server identity it returns.
+func (a *Activities) recreateStream(ctx context.Context, m workflows.MoveRef, fe *cdc.FailedOverError, names cdc.Names, e streamEnds) (workflows.RecoverSourceResult, error) {
 	if fe.SlotLost {
-		if err := cdc.DropSlot(ctx, s.src, names.Slot); err != nil {
-			return workflows.RecoverSourceResult{}, fmt.Errorf("drop lost slot %s on %s: %w", names.Slot, m.Spec.Source, err)
+		if err := cdc.DropSlot(ctx, e.pub, names.Slot); err != nil {
+			return workflows.RecoverSourceResult{}, fmt.Errorf("drop lost %s %s on %s: %w", e.slotWhat, names.Slot, e.pubShard, err)
 		}
 	}
-	if err := cdc.CreatePublication(ctx, s.src, names.Publication, s.srcSet, m.Spec.Ranges); err != nil {
-		return workflows.RecoverSourceResult{}, fmt.Errorf("source %s: %w", m.Spec.Source, err)
+	if err := cdc.CreatePublication(ctx, e.pub, names.Publication, e.pubSet, m.Spec.Ranges); err != nil {
+		return workflows.RecoverSourceResult{}, fmt.Errorf("%s %s: %w", e.pubWhat, e.pubShard, err)
 	}
-	if err := cdc.DropOrigin(ctx, s.dst, names.Origin); err != nil {
-		return workflows.RecoverSourceResult{}, fmt.Errorf("drop origin %s on %s: %w", names.Origin, m.Spec.Target, err)
+	if err := cdc.DropOrigin(ctx, e.sub, names.Origin); err != nil {
+		return workflows.RecoverSourceResult{}, fmt.Errorf("drop %s %s on %s: %w", e.originWhat, names.Origin, e.subShard, err)
 	}
-	l0, id, err := join.Slot(ctx, a.replication(m.Spec.Source), m.Spec.Source, names.Slot)
+	l0, id, err := join.Slot(ctx, a.replication(e.pubShard), e.pubShard, names.Slot)
 	if err != nil {
 		return workflows.RecoverSourceResult{}, err
 	}
-	a.log.Warn("source failed over: slot created again", "move", m.Spec.ID, "shard", m.Spec.Source, "cause", fe.Error(), "lsn", l0.String(), "timeline", id.Timeline)
+	a.log.Warn(e.log, "move", m.Spec.ID, "shard", e.pubShard, "cause", fe.Error(), "lsn", l0.String(), "timeline", id.Timeline)
 	return workflows.RecoverSourceResult{L0: l0.String(), Source: &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}}, nil
 }
 
@@ -1188,21 +1208,6 @@ func (a *Activities) recoverReverse(ctx context.Context, m workflows.MoveRef) (w
 	if err != nil {
 		return workflows.RecoverSourceResult{}, err
 	}
-	if fe.SlotLost {
-		if err := cdc.DropSlot(ctx, s.dst, names.Slot); err != nil {
-			return workflows.RecoverSourceResult{}, fmt.Errorf("drop lost reverse slot %s on %s: %w", names.Slot, m.Spec.Target, err)
-		}
-	}
-	if err := cdc.CreatePublication(ctx, s.dst, names.Publication, s.dstSet, m.Spec.Ranges); err != nil {
-		return workflows.RecoverSourceResult{}, fmt.Errorf("new owner %s: %w", m.Spec.Target, err)
-	}
-	if err := cdc.DropOrigin(ctx, s.src, names.Origin); err != nil {
-		return workflows.RecoverSourceResult{}, fmt.Errorf("drop reverse origin %s on %s: %w", names.Origin, m.Spec.Source, err)
-	}
-	l0, id, err := join.Slot(ctx, a.replication(m.Spec.Target), m.Spec.Target, names.Slot)
-	if err != nil {
-		return workflows.RecoverSourceResult{}, err
-	}
-	a.log.Warn("new owner failed over: reverse slot created again", "move", m.Spec.ID, "shard", m.Spec.Target, "cause", fe.Error(), "lsn", l0.String(), "timeline", id.Timeline)
-	return workflows.RecoverSourceResult{L0: l0.String(), Source: &workflows.SourceIdentity{SystemID: id.SystemID, Timeline: id.Timeline, L0: l0.String()}}, nil
+	return a.recreateStream(ctx, m, fe, names, streamEnds{pub: s.dst, sub: s.src, pubSet: s.dstSet, pubShard: m.Spec.Target, subShard: m.Spec.Source,
+		slotWhat: "reverse slot", originWhat: "reverse origin", pubWhat: "new owner", log: "new owner failed over: reverse slot created again"})
 }
