@@ -179,6 +179,9 @@ func (rep *Report) checkReshardSchema(ctx context.Context, q Querier, name, role
 			SELECT 2, 'ALTER FUNCTION ' || p.oid::regprocedure::text, p.proowner
 			FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 			WHERE n.nspname = 'reshard'
+			  -- the fence accelerator's function belongs to its extension
+			  -- (made by whoever created it); reshard never replaces it
+			  AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e')
 		) x
 		WHERE NOT pg_has_role(owner, 'USAGE')
 		ORDER BY o, stmt`)
