@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,11 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -66,55 +64,24 @@ func (e pendingError) Error() string { return e.msg }
 // ExitCode is read by exitCode in root.go.
 func (pendingError) ExitCode() int { return 4 }
 
-// pollerFresh is how recently a poller must have polled to count as a
-// running worker: a worker's long poll lasts about a minute, and Temporal
-// lists a poller for minutes after it stopped.
-const pollerFresh = 2 * time.Minute
-
-// workerPolls says whether a worker polled the workflow task queue within
-// pollerFresh (Temporal's DescribeTaskQueue). Workflow tasks are what apply
-// an Update, so that is the queue asked.
-func workerPolls(ctx context.Context, tc client.Client) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := tc.DescribeTaskQueue(ctx, workflows.TaskQueue, enumspb.TASK_QUEUE_TYPE_WORKFLOW)
-	if err != nil {
-		return false, fmt.Errorf("ask Temporal which workers poll task queue %q: %w", workflows.TaskQueue, err)
-	}
-	for _, p := range resp.GetPollers() {
-		if t := p.GetLastAccessTime(); t != nil && time.Since(t.AsTime()) < pollerFresh {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// workerRuns says whether a worker runs now. Temporal lists a worker's
-// poller for pollerFresh after it died, so its answer alone leaves a
-// two-minute blind spot in which an action is sent, a migration starts and
-// status waits its whole --timeout, all for nobody. Workers also report
-// themselves in the control database's reshard.workers every
-// topology.WorkerReportEvery and remove their row when they stop: when the
-// control database answers (within 2s), a worker counts only if it also
-// reported within topology.WorkerFresh. Without the control database (the
-// actions need only Temporal), Temporal's answer stands.
+// workerRuns says whether a worker runs now (control.WorkerRuns), asking
+// the workers' reports in the control database too when it answers within
+// 2s. Without the control database (the actions need only Temporal),
+// Temporal's answer stands.
 func workerRuns(ctx context.Context, tc client.Client, cfg *clusterConfig) (bool, error) {
-	polls, err := workerPolls(ctx, tc)
-	if err != nil || !polls || cfg == nil || cfg.Control == "" {
-		return polls, err
+	if cfg == nil || cfg.Control == "" {
+		return control.WorkerRuns(ctx, tc, nil)
 	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	store, closeStore, err := cfg.smallControl(rctx, 1)
-	if err != nil {
-		return polls, nil
-	}
-	defer closeStore()
-	ws, err := store.Workers(rctx, workflows.TaskQueue)
-	if err != nil {
-		return polls, nil // no registry (an older control database) or no answer
-	}
-	return len(ws) > 0, nil
+	return control.WorkerRuns(ctx, tc, func(ctx context.Context) ([]topology.Worker, error) {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		store, closeStore, err := cfg.smallControl(rctx, 1)
+		if err != nil {
+			return nil, err
+		}
+		defer closeStore()
+		return store.Workers(rctx, workflows.TaskQueue)
+	})
 }
 
 // noWorker says that no worker polls and how to start one.
@@ -227,13 +194,6 @@ func throttleArg(rowsSet, bytesSet, chunkSet bool, rows, bytes float64, chunk in
 	return workflows.Throttle{RowsPerSec: rows, BytesPerSec: bytes, ChunkRows: chunk}, nil
 }
 
-// updateID is deterministic in (verb, migration, request id): a retried CLI
-// call with the same --request-id is the same Update, applied at most once.
-func updateID(verb, id, requestID string) string {
-	h := sha256.Sum256([]byte(verb + "\x00" + id + "\x00" + requestID))
-	return "cli-" + verb + "-" + hex.EncodeToString(h[:12])
-}
-
 func freshRequestID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
@@ -279,8 +239,8 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	uid := updateID(verb, id, reqID)
-	res, err := runUpdate(ctx, tc, wfID, verb, update, uid, args)
+	uid := control.UpdateID(verb, id, reqID)
+	res, err := control.Update(ctx, tc, wfID, update, uid, args)
 	if err == nil {
 		if res == nil {
 			res = "done"
@@ -299,9 +259,9 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 		printNextSteps(cmd.OutOrStdout(), actionNextSteps(verb, id))
 		return nil
 	}
-	var rej rejectedError
+	var rej *control.Rejected
 	if errors.As(err, &rej) {
-		return rejectedAs(rej, verb, update)
+		return rejectedAs(rejectedError{rej.Reason}, verb, update)
 	}
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
@@ -312,8 +272,7 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	}
 	// The service may give up on the update just before our own deadline
 	// fires: that is the same "no answer".
-	var noAnswer *client.WorkflowUpdateServiceTimeoutOrCanceledError
-	if ctx.Err() != nil || errors.As(err, &noAnswer) && cmd.Context().Err() == nil {
+	if ctx.Err() != nil || control.Unanswered(err) && cmd.Context().Err() == nil {
 		listed := "reshard status " + id + " lists it while it waits"
 		if rerr := recordPending(cmd.Context(), cfg, topology.Request{UpdateID: uid, MigrationID: id, Verb: verb, RequestID: reqID}); rerr != nil {
 			listed = "reshard status cannot list it (" + rerr.Error() + ")"
@@ -329,33 +288,28 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 // workflowGone is the error for a migration whose workflow does not exist
 // or has ended (nil while it runs or when Temporal cannot tell).
 func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	d, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	var nf *serviceerror.NotFound
+	run, err := control.Describe(ctx, tc, wfID, 10*time.Second)
 	switch {
-	case errors.As(err, &nf):
-		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them. If the control database knows it (its history is lost), reshard recover %s brings the cluster back to a clean state", id, wfID, id)}
 	case err != nil:
 		return nil
+	case !run.Found:
+		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them. If the control database knows it (its history is lost), reshard recover %s brings the cluster back to a clean state", id, wfID, id)}
+	case run.Running:
+		return nil
 	}
-	if st := d.GetWorkflowExecutionInfo().GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		ended := statusText(st)
-		// A final phase names how it ended: a rolled-back migration is
-		// "failed" to Temporal. A terminated one keeps the phase it was in.
-		phase := payloadString(d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()])
-		if workflows.Phase(phase).Terminal() {
-			ended = phase
-		}
-		msg := fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, ended, verb)
-		if phase := workflows.Phase(phase); phase != workflows.PhaseDone && phase != workflows.PhaseRolledBack {
-			// Terminated, reset, failed: it may have left ranges migrating,
-			// slots, copies and guards behind.
-			msg += fmt.Sprintf(". It may have left work behind (reshard topology check says): reshard recover %s brings the cluster back to a clean state", id)
-		}
-		return rejectedError{msg}
+	// A final phase names how it ended: a rolled-back migration is "failed"
+	// to Temporal. A terminated one keeps the phase it was in.
+	ended, phase := run.Status, workflows.Phase(run.Phase)
+	if phase.Terminal() {
+		ended = run.Phase
 	}
-	return nil
+	msg := fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, ended, verb)
+	if phase != workflows.PhaseDone && phase != workflows.PhaseRolledBack {
+		// Terminated, reset, failed: it may have left ranges migrating,
+		// slots, copies and guards behind.
+		msg += fmt.Sprintf(". It may have left work behind (reshard topology check says): reshard recover %s brings the cluster back to a clean state", id)
+	}
+	return rejectedError{msg}
 }
 
 // rejectedAs names the verb the operator typed where the workflow's reason
@@ -366,38 +320,4 @@ func rejectedAs(rej rejectedError, verb, update string) rejectedError {
 		rej.reason = strings.ReplaceAll(rej.reason, update, verb)
 	}
 	return rej
-}
-
-// runUpdate sends the Update and waits until it completed; the workflow's
-// refusal comes back as a rejectedError.
-func runUpdate(ctx context.Context, tc client.Client, wfID, verb, update, uid string, args []any) (any, error) {
-	h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		UpdateID:     uid,
-		WorkflowID:   wfID,
-		UpdateName:   update,
-		Args:         args,
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err != nil {
-		return nil, asRejection(err)
-	}
-	var res any
-	if err := h.Get(ctx, &res); err != nil {
-		return nil, asRejection(err)
-	}
-	return res, nil
-}
-
-// asRejection turns an error raised by the workflow (validator or handler)
-// into a rejectedError; transport and server errors pass through.
-func asRejection(err error) error {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		return rejectedError{app.Message()}
-	}
-	var canceled *temporal.CanceledError
-	if errors.As(err, &canceled) {
-		return rejectedError{"the workflow cancelled the update"}
-	}
-	return err
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/workflows"
 )
@@ -86,7 +87,7 @@ func TestActionsAgainstWorker(t *testing.T) {
 		NextSteps        []string `json:"next_steps"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &thr) != nil || thr.Verb != "throttle" || thr.ID != "act-one" ||
-		thr.UpdateID != updateID("throttle", "act-one", "t1") || !strings.HasPrefix(thr.Result, "throttle 40 rows/s") ||
+		thr.UpdateID != control.UpdateID("throttle", "act-one", "t1") || !strings.HasPrefix(thr.Result, "throttle 40 rows/s") ||
 		strings.Join(thr.NextSteps, ",") != "reshard status act-one" {
 		t.Errorf("throttle: exit %d\n%s", code, out)
 	}

@@ -8,13 +8,11 @@ import (
 	"slices"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/topology"
-	"github.com/reshard/reshard/workflows"
 )
 
 // endedMigration is a migration whose workflow has ended with moves not
@@ -86,38 +84,24 @@ func (l *liveness) state(ctx context.Context, id string) runState {
 }
 
 func (l *liveness) ask(ctx context.Context, id string) runState {
-	parent := workflows.MigrationWorkflowID(id)
-	ids := []string{parent}
+	var moves []string
 	if p, err := l.store.LoadPlan(ctx, id); err == nil {
 		for _, m := range p.PlannedMoves() {
-			ids = append(ids, workflows.MoveWorkflowID(parent, m.ID))
+			moves = append(moves, m.ID)
 		}
 	}
-	st := runState{}
-	for i, wf := range ids {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		d, err := l.tc.DescribeWorkflowExecution(dctx, wf, "")
-		cancel()
-		var nf *serviceerror.NotFound
-		switch {
-		case errors.As(err, &nf):
-			if i == 0 {
-				st.status = "not found: its history is lost"
-			}
-			continue
-		case err != nil:
-			return runState{err: err}
-		}
-		info := d.GetWorkflowExecutionInfo()
-		if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			return runState{runs: true}
-		}
-		if i == 0 {
-			st.status = statusText(info.GetStatus())
-			if phase := payloadString(info.GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]); phase != "" {
-				st.status += " in " + phase
-			}
-		}
+	lv, err := control.MigrationRuns(ctx, l.tc, id, moves, 10*time.Second)
+	switch {
+	case err != nil:
+		return runState{err: errors.Unwrap(err)} // the workflow is not named in the note
+	case lv.Running != "":
+		return runState{runs: true}
+	case !lv.Migration.Found:
+		return runState{status: "not found: its history is lost"}
+	}
+	st := runState{status: lv.Migration.Status}
+	if lv.Migration.Phase != "" {
+		st.status += " in " + lv.Migration.Phase
 	}
 	return st
 }

@@ -3,30 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"text/tabwriter"
 	"time"
 
+	"github.com/reshard/reshard/control"
 	"github.com/spf13/cobra"
-	commonpb "go.temporal.io/api/common/v1"
-	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
-
-	"github.com/reshard/reshard/workflows"
 )
 
-// migrationRow is one migration as the visibility store knows it: no worker
-// is needed to list them.
-type migrationRow struct {
-	ID         string    `json:"id"`
-	WorkflowID string    `json:"workflow_id"`
-	Status     string    `json:"status"` // running, completed, failed, terminated, ...
-	Phase      string    `json:"phase"`  // the ReshardPhase search attribute
-	Summary    string    `json:"summary"`
-	Started    time.Time `json:"started"`
-	Closed     time.Time `json:"closed,omitzero"`
-}
+// migrationRow is one migration as the visibility store knows it.
+type migrationRow = control.Migration
+
+// listMigrations runs a visibility query (control.List).
+var listMigrations = control.List
 
 func newListCmd(opts *globalOptions) *cobra.Command {
 	var (
@@ -56,7 +44,7 @@ start and close time, and what each one does. Needs no worker.`,
 				return err
 			}
 			defer tc.Close()
-			rows, err := listMigrations(ctx, tc, fmt.Sprintf("WorkflowType = '%s'", workflows.MigrationWorkflow), limit)
+			rows, err := listMigrations(ctx, tc, control.AllMigrations, limit)
 			if err != nil {
 				return err
 			}
@@ -85,50 +73,4 @@ start and close time, and what each one does. Needs no worker.`,
 	cmd.Flags().IntVar(&limit, "limit", 20, "migrations to list")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
-}
-
-// payloadString decodes a string payload (a search attribute, a memo
-// field); "" when there is none or it is not a string.
-func payloadString(p *commonpb.Payload) string {
-	var s string
-	if p == nil || converter.GetDefaultDataConverter().FromPayload(p, &s) != nil {
-		return ""
-	}
-	return s
-}
-
-// listMigrations runs a visibility query and returns the migrations, newest
-// first; limit 0 means all.
-func listMigrations(ctx context.Context, tc client.Client, query string, limit int) ([]migrationRow, error) {
-	var rows []migrationRow
-	var token []byte
-	for {
-		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 100})
-		if err != nil {
-			return nil, fmt.Errorf("list migrations: %w", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			r := migrationRow{
-				WorkflowID: e.GetExecution().GetWorkflowId(),
-				Status:     statusText(e.GetStatus()),
-				Phase:      payloadString(e.GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]),
-				Summary:    payloadString(e.GetMemo().GetFields()["summary"]),
-				Started:    e.GetStartTime().AsTime(),
-			}
-			r.ID = migrationIDOf(r.WorkflowID)
-			if e.GetCloseTime() != nil {
-				r.Closed = e.GetCloseTime().AsTime()
-			}
-			rows = append(rows, r)
-		}
-		token = resp.GetNextPageToken()
-		if len(token) == 0 || (limit > 0 && len(rows) >= limit) {
-			break
-		}
-	}
-	slices.SortStableFunc(rows, func(a, b migrationRow) int { return b.Started.Compare(a.Started) })
-	if limit > 0 && len(rows) > limit {
-		rows = rows[:limit]
-	}
-	return rows, nil
 }

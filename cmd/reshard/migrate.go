@@ -11,12 +11,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/capacity"
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/statusview"
@@ -522,7 +519,7 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 		return err
 	}
 	defer tc.Close()
-	running, err := runningMigrations(ctx, tc)
+	running, err := control.Running(ctx, tc)
 	if err != nil {
 		return err
 	}
@@ -539,27 +536,15 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 	}
 	req := p.Request
 	wfID := workflows.MigrationWorkflowID(req.ID)
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                                       wfID,
-		TaskQueue:                                workflows.TaskQueue,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		StaticSummary:                            p.summary(),
-		StaticDetails:                            p.details(),
-		Memo:                                     map[string]any{"summary": p.summary()},
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.SAMigration.ValueSet(req.ID), workflows.SAPhase.ValueSet(string(workflows.PhasePlan))),
-	}, workflows.MigrationWorkflow, req)
+	runID, err := control.Start(ctx, tc, req, p.summary(), p.details())
+	if errors.Is(err, control.ErrTaken) {
+		return usageError{fmt.Errorf("migration id %s is taken (workflow %s exists; ids are never reused): pick another --id or omit it; nothing was started", req.ID, wfID)}
+	}
 	if err != nil {
-		var started *serviceerror.WorkflowExecutionAlreadyStarted
-		if errors.As(err, &started) {
-			return usageError{fmt.Errorf("migration id %s is taken (workflow %s exists; ids are never reused): pick another --id or omit it; nothing was started", req.ID, wfID)}
-		}
-		return fmt.Errorf("start migration %s: %w", req.ID, err)
+		return err
 	}
 	out := cmd.OutOrStdout()
-	link := cfg.uiLink(wfID, run.GetRunID())
+	link := cfg.uiLink(wfID, runID)
 	if asJSON {
 		return topoWriteJSON(out, struct {
 			ID         string  `json:"id"`
@@ -569,7 +554,7 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 			Summary    string  `json:"summary"`
 			Moves      int     `json:"moves"`
 			Moved      float64 `json:"moved_fraction"`
-		}{req.ID, wfID, run.GetRunID(), link, p.summary(), len(p.Pairs), p.Moved})
+		}{req.ID, wfID, runID, link, p.summary(), len(p.Pairs), p.Moved})
 	}
 	fmt.Fprintf(out, "started migration %s: %s\n", req.ID, p.summary())
 	fmt.Fprintf(out, "workflow  %s\n", wfID)
@@ -580,29 +565,9 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 	return nil
 }
 
-// runningMigrations lists the workflow ids of running Migration workflows.
-// Two CLIs starting at the same moment can both pass this check; the
-// workflows' compare-and-set on the topology version refuses the second.
-func runningMigrations(ctx context.Context, tc client.Client) ([]string, error) {
-	rows, err := listMigrations(ctx, tc, fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow), 0)
-	if err != nil {
-		return nil, err
-	}
-	var ids []string
-	for _, r := range rows {
-		ids = append(ids, r.WorkflowID)
-	}
-	return ids, nil
-}
-
 // migrationIDArg is the migration id of an argument that is either a
-// migration id or its workflow id (reshard-<id>, as the Temporal UI and
-// status print it): every command that takes an id takes both.
-func migrationIDArg(s string) string {
-	return strings.TrimPrefix(s, workflows.MigrationWorkflowID(""))
-}
+// migration id or its workflow id (control.IDOf).
+var migrationIDArg = control.IDOf
 
 // migrationIDOf strips the workflow id prefix of MigrationWorkflowID.
-func migrationIDOf(workflowID string) string {
-	return strings.TrimPrefix(workflowID, workflows.MigrationWorkflowID(""))
-}
+var migrationIDOf = control.IDOf

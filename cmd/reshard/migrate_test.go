@@ -12,9 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.temporal.io/api/serviceerror"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/ring"
@@ -470,16 +467,7 @@ func TestPlanMigrationChecks(t *testing.T) {
 	}
 }
 
-func TestUpdateIDAndExitCodes(t *testing.T) {
-	a := updateID("pause", "m1", "r1")
-	if a != updateID("pause", "m1", "r1") {
-		t.Error("update id is not deterministic")
-	}
-	for _, b := range []string{updateID("resume", "m1", "r1"), updateID("pause", "m2", "r1"), updateID("pause", "m1", "r2")} {
-		if a == b {
-			t.Errorf("update ids collide: %s", a)
-		}
-	}
+func TestRequestIDAndExitCodes(t *testing.T) {
 	if freshRequestID() == freshRequestID() {
 		t.Error("fresh request ids repeat")
 	}
@@ -610,24 +598,6 @@ func TestPasswordNeverPrinted(t *testing.T) {
 		if !strings.Contains(out, "127.0.0.1:1") {
 			t.Errorf("reshard %s: the error does not say where it tried: %q", strings.Join(args, " "), out)
 		}
-	}
-}
-
-// A state query the frontend ends first is "no worker answered", however
-// the SDK hands the error over.
-func TestAbandonedQuery(t *testing.T) {
-	for _, err := range []error{
-		serviceerror.NewCanceled("stream terminated by RST_STREAM with error code: CANCEL"),
-		serviceerror.NewDeadlineExceeded("context deadline exceeded"),
-		grpcstatus.Error(codes.Canceled, "stream terminated by RST_STREAM with error code: CANCEL"),
-		fmt.Errorf("query: %w", serviceerror.NewCanceled("x")),
-	} {
-		if !abandoned(err) {
-			t.Errorf("abandoned(%T %v) = false", err, err)
-		}
-	}
-	if abandoned(errors.New("workflow not found")) || abandoned(serviceerror.NewNotFound("x")) {
-		t.Error("a refusal taken for an abandoned query")
 	}
 }
 

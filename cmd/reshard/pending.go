@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sync"
 	"time"
 
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -62,7 +61,7 @@ func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, 
 	)
 	for _, r := range recorded {
 		wg.Go(func() {
-			waiting, lost := updateWaiting(ctx, tc, wfID, r.UpdateID)
+			waiting, lost := control.UpdateWaiting(ctx, tc, wfID, r.UpdateID)
 			if !waiting && !lost {
 				return
 			}
@@ -74,26 +73,6 @@ func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, 
 	wg.Wait()
 	slices.SortFunc(pending, func(a, b pendingRequest) int { return a.SentAt.Compare(b.SentAt) })
 	return pending, nil
-}
-
-// updateWaiting asks Temporal about one Update: still waiting for a worker,
-// or lost (Temporal does not know it). An Update with an outcome, applied or
-// rejected, is neither.
-func updateWaiting(ctx context.Context, tc client.Client, wfID, uid string) (waiting, lost bool) {
-	pctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	err := tc.GetWorkflowUpdateHandle(client.GetWorkflowUpdateHandleOptions{WorkflowID: wfID, UpdateID: uid}).Get(pctx, nil)
-	var (
-		nf      *serviceerror.NotFound
-		timeout *client.WorkflowUpdateServiceTimeoutOrCanceledError
-	)
-	switch {
-	case errors.As(err, &nf):
-		return false, true
-	case err != nil && (pctx.Err() != nil || errors.As(err, &timeout) || abandoned(err)):
-		return true, false
-	}
-	return false, false
 }
 
 // printPending writes one line per pending request.

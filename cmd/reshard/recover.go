@@ -7,14 +7,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/topology"
-	"github.com/reshard/reshard/workflows"
 )
 
 func newRecoverCmd(opts *globalOptions) *cobra.Command {
@@ -146,35 +143,16 @@ func noWorkflowRuns(ctx context.Context, cfg *clusterConfig, opts *globalOptions
 		return fmt.Errorf("%w; recover asks Temporal that no workflow of migration %s runs first, and changed nothing (if Temporal and its histories are gone for good, --skip-temporal-check)", err, id)
 	}
 	defer tc.Close()
-	parent := workflows.MigrationWorkflowID(id)
-	ids := []string{parent}
+	var moves []string
 	for _, m := range plan.PlannedMoves() {
-		ids = append(ids, workflows.MoveWorkflowID(parent, m.ID))
+		moves = append(moves, m.ID)
 	}
-	for _, wf := range ids {
-		running, err := workflowRuns(ctx, tc, wf, timeout)
-		if err != nil {
-			return fmt.Errorf("ask Temporal about workflow %s: %w; recover changed nothing (if Temporal and its histories are gone for good, --skip-temporal-check)", wf, err)
-		}
-		if running {
-			return rejectedError{fmt.Sprintf("workflow %s of migration %s is running: roll it back with reshard rollback %s (or cancel it in the Temporal UI: a cancel rolls back); recover is for a migration whose workflow has ended", wf, id, id)}
-		}
+	l, err := control.MigrationRuns(ctx, tc, id, moves, timeout)
+	if err != nil {
+		return fmt.Errorf("%w; recover changed nothing (if Temporal and its histories are gone for good, --skip-temporal-check)", err)
+	}
+	if l.Running != "" {
+		return rejectedError{fmt.Sprintf("workflow %s of migration %s is running: roll it back with reshard rollback %s (or cancel it in the Temporal UI: a cancel rolls back); recover is for a migration whose workflow has ended", l.Running, id, id)}
 	}
 	return nil
-}
-
-// workflowRuns says whether the workflow's latest run is running (false
-// when Temporal does not know it).
-func workflowRuns(ctx context.Context, tc client.Client, wfID string, timeout time.Duration) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	d, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }

@@ -19,9 +19,8 @@ import (
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"golang.org/x/term"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/workflows"
 )
@@ -172,7 +171,7 @@ func queryState(ctx context.Context, tc client.Client, wfID string, timeout time
 	// The query's own deadline, or the frontend giving up on it first (a
 	// stream reset: codes.Canceled or DeadlineExceeded), with the caller's
 	// context alive: no worker answered.
-	if ctx.Err() == nil && (qctx.Err() != nil || abandoned(err)) {
+	if ctx.Err() == nil && (qctx.Err() != nil || control.Abandoned(err)) {
 		status := "unknown"
 		if d, derr := tc.DescribeWorkflowExecution(ctx, wfID, ""); derr == nil {
 			status = statusText(d.GetWorkflowExecutionInfo().GetStatus())
@@ -196,18 +195,6 @@ func noWorkerToAsk(ctx context.Context, tc client.Client, cfg *clusterConfig, wf
 		status = statusText(d.GetWorkflowExecutionInfo().GetStatus())
 	}
 	return fmt.Errorf("no worker can answer the state query of %s (workflow status: %s): %s", wfID, status, noWorker(cfg))
-}
-
-// abandoned reports a call the frontend ended before answering: cancelled
-// or past its deadline, as a gRPC status or as the SDK's service error.
-func abandoned(err error) bool {
-	var canceled *serviceerror.Canceled
-	var deadline *serviceerror.DeadlineExceeded
-	if errors.As(err, &canceled) || errors.As(err, &deadline) {
-		return true
-	}
-	c := grpcstatus.Code(err)
-	return c == codes.Canceled || c == codes.DeadlineExceeded
 }
 
 // addRetries fills the live figures of a running migration and of its

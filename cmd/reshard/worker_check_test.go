@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/workflows"
@@ -96,7 +97,7 @@ func TestActionsRefusedWithoutWorker(t *testing.T) {
 			!strings.Contains(out, "start one (reshard worker --config "+config+")") || !strings.Contains(out, "nothing was sent") {
 			t.Errorf("%s with no worker: exit %d\n%s", v[0], code, out)
 		}
-		if updateAdmitted(t, tc, wfID, updateID(v[0], id, "r1")) {
+		if updateAdmitted(t, tc, wfID, control.UpdateID(v[0], id, "r1")) {
 			t.Errorf("%s with no worker: the update reached Temporal; it would be applied whenever a worker starts", v[0])
 		}
 	}
@@ -113,7 +114,7 @@ func TestActionsRefusedWithoutWorker(t *testing.T) {
 		!strings.Contains(out, "--request-id r2") {
 		t.Errorf("pause with a silent worker: exit %d\n%s", code, out)
 	}
-	if !updateAdmitted(t, tc, wfID, updateID("pause", id, "r2")) {
+	if !updateAdmitted(t, tc, wfID, control.UpdateID("pause", id, "r2")) {
 		t.Errorf("pause reported pending, but Temporal does not hold the update")
 	}
 }
@@ -161,7 +162,7 @@ func silentPoller(t *testing.T, tc client.Client) (stop func()) {
 	t.Cleanup(stop)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		ok, err := workerPolls(ctx, tc)
+		ok, err := control.WorkerPolls(ctx, tc)
 		if err != nil {
 			t.Fatal(err)
 		}
