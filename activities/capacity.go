@@ -1,14 +1,12 @@
 package activities
 
 import (
-	"context"
 	"encoding/json"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/capacity"
-	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -26,25 +24,9 @@ func (a *Activities) budgetsNow() map[string]capacity.Budget {
 	return nil
 }
 
-// capacityInput is one move of a plan as the capacity model takes it.
-func capacityInput(sp workflows.MoveSpec, rep tableset.Report) capacity.MoveInput {
-	return capacity.MoveInput{ID: sp.ID, Source: sp.Source, Target: sp.Target, Ranges: sp.Ranges, Tables: rep.Source.Tables, Estimates: rep.Estimates}
-}
-
-// predict runs the capacity model over a plan's moves (capacity.Assess)
-// and writes each move's prediction into its spec.
-func (a *Activities) predict(ctx context.Context, req workflows.MigrationRequest, specs []workflows.MoveSpec, in []capacity.MoveInput) (capacity.Report, error) {
-	r := req.WithDefaults()
-	rep, err := capacity.Assess(ctx, func(ctx context.Context, shard string) (*pgxpool.Pool, error) { return a.pools.shard(ctx, shard) }, in,
-		capacity.AssessOptions{
-			Options: capacity.Options{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec,
-				MaxParallelMoves: r.MaxParallelMoves, MaxMovesPerShard: r.MaxMovesPerShard, CutoverBudget: r.CutoverBudget},
-			Probe:     capacity.ProbeOptions{ChunkRows: r.ChunkRows, VerifyRows: r.VerifyChunkRows},
-			WALWindow: a.CapacityWALWindow, Budgets: a.budgetsNow(),
-		})
-	if err != nil {
-		return rep, err
-	}
+// predicted writes each move's prediction of rep (capacity.Assess) into
+// its spec.
+func predicted(specs []workflows.MoveSpec, rep capacity.Report) {
 	for i := range specs {
 		for _, m := range rep.Moves {
 			if m.ID == specs[i].ID {
@@ -57,7 +39,6 @@ func (a *Activities) predict(ctx context.Context, req workflows.MigrationRequest
 			}
 		}
 	}
-	return rep, nil
 }
 
 // capacityJSON is the report as the plan stores it.

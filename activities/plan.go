@@ -60,16 +60,13 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 			return workflows.PlanResult{}, badInput("%v", err)
 		}
 	}
-	rep, err := plan.Preflight(ctx, a.pools.shard, req.Tables, p.Grouped, plan.Throttle{RowsPerSec: req.Throttle.RowsPerSec, BytesPerSec: req.Throttle.BytesPerSec})
+	chk, err := plan.Checks(ctx, a.pools.shard, p, PlanChecks(req, a.CapacityWALWindow, a.budgetsNow()))
 	if err != nil {
 		return workflows.PlanResult{}, err
 	}
-	res := workflows.PlanResult{FromVersion: p.From.Version, MovedFraction: p.Moved, EstRows: rep.Rows, EstBytes: rep.Bytes, ETA: rep.ETA}
-	var (
-		problems []string
-		capIn    []capacity.MoveInput
-	)
-	for _, mr := range rep.Moves {
+	res := workflows.PlanResult{FromVersion: p.From.Version, MovedFraction: p.Moved, EstRows: chk.Rows, EstBytes: chk.Bytes, ETA: chk.ETA}
+	var problems []string
+	for _, mr := range chk.Moves {
 		m := mr.Move
 		for _, pb := range mr.Problems {
 			problems = append(problems, fmt.Sprintf("move %s (%s → %s): %s", m.ID, m.From, m.To, pb.Error()))
@@ -77,21 +74,16 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 		for _, w := range mr.Warnings {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("move %s: %v", m.ID, w))
 		}
-		sp := workflows.MoveSpec{ID: m.ID, Source: m.From, Target: m.To, Ranges: m.Ranges,
-			EstRows: mr.Rows(), EstBytes: mr.Bytes(), EstTables: tableEstimates(mr.Estimates)}
-		res.Moves = append(res.Moves, sp)
-		capIn = append(capIn, capacityInput(sp, mr.Report))
+		res.Moves = append(res.Moves, workflows.MoveSpec{ID: m.ID, Source: m.From, Target: m.To, Ranges: m.Ranges,
+			EstRows: mr.Rows(), EstBytes: mr.Bytes(), EstTables: tableEstimates(mr.Estimates)})
 	}
-	if len(problems) == 0 { // capacity: what the moves will cost, and what cannot fit
-		crep, err := a.predict(ctx, req, res.Moves, capIn)
-		if err != nil {
-			return workflows.PlanResult{}, err
-		}
+	if crep := chk.Capacity; crep != nil { // what the moves will cost, and what cannot fit
+		predicted(res.Moves, *crep)
 		for _, r := range crep.Refusals {
 			problems = append(problems, "capacity: "+r.Error())
 		}
 		if !req.DryRun {
-			if err := store.SavePlanCapacity(ctx, req.ID, capacityJSON(crep)); err != nil {
+			if err := store.SavePlanCapacity(ctx, req.ID, capacityJSON(*crep)); err != nil {
 				return workflows.PlanResult{}, err
 			}
 		}
@@ -102,6 +94,19 @@ func (a *Activities) plan(ctx context.Context, req workflows.MigrationRequest) (
 			workflows.ErrTypePreflight, nil)
 	}
 	return res, nil
+}
+
+// PlanChecks are the settings of req that PLAN's checks read
+// (plan.Checks), with the capacity probe's WAL window and the shards'
+// budgets: the worker's PLAN and the CLI's dry run take them from here.
+func PlanChecks(req workflows.MigrationRequest, walWindow time.Duration, budgets map[string]capacity.Budget) plan.CheckOptions {
+	r := req.WithDefaults()
+	return plan.CheckOptions{Tables: r.Tables, Capacity: capacity.AssessOptions{
+		Options: capacity.Options{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec,
+			MaxParallelMoves: r.MaxParallelMoves, MaxMovesPerShard: r.MaxMovesPerShard, CutoverBudget: r.CutoverBudget},
+		Probe:     capacity.ProbeOptions{ChunkRows: r.ChunkRows, VerifyRows: r.VerifyChunkRows},
+		WALWindow: walWindow, Budgets: budgets,
+	}}
 }
 
 // planErr makes the plan's refusals bad input; a database error stays

@@ -1,6 +1,7 @@
 // Package plan computes what a migration does and checks that the servers
-// can do it: the one plan (Make, Compute) and the one preflight (Preflight)
-// that both the CLI's dry run (reshard plan, and the checks before reshard
+// can do it: the one plan (Make, Compute) and the one check of it (Checks:
+// Preflight, the capacity model, the cutover's dry run) that both the CLI's
+// dry run (reshard plan, and the checks before reshard
 // add-node & co. start a workflow) and the worker's PLAN activity run. So
 // the dry run shows the moves, their order and their ids as the worker
 // stores and runs them.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/activities"
 	"github.com/reshard/reshard/capacity"
-	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -117,52 +116,28 @@ func planNextSteps(cmd *cobra.Command, args []string, problems int) []string {
 	return []string{start}
 }
 
-// preflightPlan runs the PLAN checks of every pair (plan.Preflight, as the
-// worker's PLAN does), the capacity probe and the cutover dry run; it
-// changes nothing. Problems (capacity refusals among them) are in the
+// preflightPlan runs the PLAN checks of the plan (plan.Checks, as the
+// worker's PLAN does: preflight, the capacity probe, the cutover dry run);
+// it changes nothing. Problems (capacity refusals among them) are in the
 // report, not the error.
 func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan, walWindow time.Duration) (planReport, error) {
 	pools := newLazyShards(cfg, func(name string) error {
 		return usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
 	})
 	defer pools.close()
-	shards := pools.open
 	r := p.Request
-	pf, err := plan.Preflight(ctx, shards, r.Tables, p.Grouped, plan.Throttle{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec})
+	chk, err := plan.Checks(ctx, pools.open, p.Plan, activities.PlanChecks(r, walWindow, cfg.Capacity))
 	if err != nil {
 		return planReport{}, err
 	}
 	rep := planReport{Request: r, What: p.what(), FromVersion: p.From.Version, ShardsBefore: p.From.Ring.Shards(),
 		ShardsAfter: p.After.Shards(), Moved: p.Moved, Modulo: p.Modulo, Ideal: p.Ideal, Moves: p.Moves,
-		Steps: p.Steps, StepMoved: p.StepMoved, Rows: pf.Rows, Bytes: pf.Bytes, ETASeconds: pf.ETA.Seconds(), Problems: pf.Problems}
-	var capIn []capacity.MoveInput
-	for i, m := range pf.Moves {
-		pr := p.Pairs[i]
-		rep.Pairs = append(rep.Pairs, pairReport{movePair: pr, Rows: m.Rows(), Bytes: m.Bytes(), ETASeconds: m.ETA.Seconds(),
+		Steps: p.Steps, StepMoved: p.StepMoved, Rows: chk.Rows, Bytes: chk.Bytes, ETASeconds: chk.ETA.Seconds(),
+		Capacity: chk.Capacity, CutoverSteps: chk.CutoverSteps, Problems: chk.Problems()}
+	for i, m := range chk.Moves {
+		rep.Pairs = append(rep.Pairs, pairReport{movePair: p.Pairs[i], Rows: m.Rows(), Bytes: m.Bytes(), ETASeconds: m.ETA.Seconds(),
 			Estimates: topoNonNil(m.Estimates), Problems: topoNonNil(m.Problems), Warnings: topoNonNil(m.Warnings), Indexes: topoNonNil(m.Indexes)})
-		capIn = append(capIn, capacity.MoveInput{ID: pr.Source + " → " + pr.Target, Source: pr.Source, Target: pr.Target, Ranges: pr.Ranges,
-			Tables: m.Source.Tables, Estimates: m.Estimates})
 	}
-	if rep.Problems == 0 {
-		c, err := capacity.Assess(ctx, shards, capIn,
-			capacity.AssessOptions{Options: capacity.Options{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec,
-				MaxParallelMoves: r.MaxParallelMoves, MaxMovesPerShard: r.MaxMovesPerShard, CutoverBudget: r.CutoverBudget},
-				Probe: capacity.ProbeOptions{ChunkRows: r.ChunkRows, VerifyRows: r.VerifyChunkRows}, WALWindow: walWindow, Budgets: cfg.Capacity})
-		if err != nil {
-			return planReport{}, err
-		}
-		rep.Capacity = &c
-		rep.Problems += len(c.Refusals)
-	}
-	// Every move's cutover runs the same steps; show them for the first.
-	var steps bytes.Buffer
-	first := p.Pairs[0]
-	frozen := time.Now() // a dry run takes no time: the budgets print whole
-	if _, err := cutover.Run(ctx, cutover.DryRun{W: &steps, Move: first.Source + "->" + first.Target, Source: first.Source,
-		Target: first.Target, Ranges: first.Ranges, Version: p.From.Version + 1}, cutover.NopJournal{}, cutover.Options{Budget: r.CutoverBudget, Now: func() time.Time { return frozen }}); err != nil {
-		return planReport{}, fmt.Errorf("cutover dry run: %w", err)
-	}
-	rep.CutoverSteps = strings.Split(strings.TrimRight(steps.String(), "\n"), "\n")
 	return rep, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/reshard/reshard/activities"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -135,10 +136,48 @@ func TestDryRunIsTheStoredPlan(t *testing.T) {
 					t.Errorf("move %d: dry run %s → %s %d ranges, %d rows, %d bytes; worker %s %s → %s %d ranges, %d rows, %d bytes",
 						j+1, pr.Source, pr.Target, len(pr.Ranges), pr.Rows, pr.Bytes, m.ID, m.Source, m.Target, len(m.Ranges), m.EstRows, m.EstBytes)
 				}
+				if a, b := tablesOf(pr.Estimates), tablesOf2(m.EstTables); a != b {
+					t.Errorf("move %d: estimates by table: dry run %s, worker %s", j+1, a, b)
+				}
+				// Both ran the capacity model (plan.Checks): the worker kept
+				// a prediction for every move, the dry run printed one.
+				if m.Predicted == nil || dry.Capacity == nil || len(dry.Capacity.Moves) != len(got.Moves) {
+					t.Errorf("move %d: capacity: worker %+v; dry run %+v", j+1, m.Predicted, dry.Capacity)
+				}
+			}
+			if dry.Problems != 0 || len(dry.CutoverSteps) == 0 {
+				t.Errorf("dry run: %d problems, %d cutover steps", dry.Problems, len(dry.CutoverSteps))
 			}
 			if dry.Moved != got.MovedFraction || dry.Rows != got.EstRows || dry.Bytes != got.EstBytes {
 				t.Errorf("dry run moves %.6f, %d rows, %d bytes; worker %.6f, %d rows, %d bytes", dry.Moved, dry.Rows, dry.Bytes, got.MovedFraction, got.EstRows, got.EstBytes)
 			}
 		})
 	}
+}
+
+// tablesOf sums a dry run's estimates by table, in the order met.
+func tablesOf(es []tableset.Estimate) string {
+	var order []string
+	sum := map[string][2]int64{}
+	for _, e := range es {
+		if _, ok := sum[e.Table]; !ok {
+			order = append(order, e.Table)
+		}
+		v := sum[e.Table]
+		sum[e.Table] = [2]int64{v[0] + e.Rows, v[1] + e.Bytes}
+	}
+	var b strings.Builder
+	for _, t := range order {
+		fmt.Fprintf(&b, "%s:%d/%d ", t, sum[t][0], sum[t][1])
+	}
+	return b.String()
+}
+
+// tablesOf2 is the worker's estimates by table, as tablesOf says them.
+func tablesOf2(ts []workflows.TableEstimate) string {
+	var b strings.Builder
+	for _, t := range ts {
+		fmt.Fprintf(&b, "%s:%d/%d ", t.Table, t.Rows, t.Bytes)
+	}
+	return b.String()
 }

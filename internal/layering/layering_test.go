@@ -99,7 +99,7 @@ var domainOrder = map[string]int{
 	"ring": 0, "keyspace": 0, "eta": 0, // pure
 	"tableset": 1,           // the tables of a keyspace, read from a shard's catalog
 	"topology": 2, "cdc": 2, // the control database; the stream
-	"fence": 3, "backfill": 3, "verify": 3, "plan": 3, // the invariant's mechanism; SNAPSHOT_COPY; VERIFY; PLAN
+	"fence": 3, "backfill": 3, "verify": 3, // the invariant's mechanism; SNAPSHOT_COPY; VERIFY
 	"router":            3,               // the application's router: the topology, nothing of a move
 	"shardschema":       3,               // a keyspace's tables made alike across shards (schema sync, apply)
 	"keyspace/register": 4,               // tables registered after checks on every shard, then fenced
@@ -107,6 +107,7 @@ var domainOrder = map[string]int{
 	"capacity":          4,               // PLAN's cost model (it measures with verify's checksum)
 	"cutover":           4,               // the step sequence, journal, dry run
 	"join":              5, "cleanup": 5, // JOINING; CLEANUP and the end of a move
+	"plan":      5, // PLAN: the plan, its preflight, its cost (capacity), its cutover's dry run
 	"rollback":  6,
 	"topocheck": 7, // topology check: reads every phase's traces (journals, holds, strays)
 }
