@@ -15,8 +15,8 @@ import (
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/plan"
+	"github.com/reshard/reshard/planview"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
@@ -257,24 +257,12 @@ func newMigrationID(kind workflows.Kind) string {
 	return prefix + "-" + string(b)
 }
 
-// movePair is the ranges going from one source to one target: one Move
-// workflow, one slot on the source. ID is the move's id (none in a dry run,
-// which names nothing).
-type movePair struct {
-	ID       string       `json:"id,omitempty"`
-	Source   string       `json:"source"`
-	Target   string       `json:"target"`
-	Ranges   []ring.Range `json:"ranges"`
-	Fraction float64      `json:"fraction"`
-}
-
-// migrationPlan is what a request does to the current topology: the plan
-// the worker's PLAN stores (plan.Compute), and its moves as pairs.
-type migrationPlan struct {
-	Request workflows.MigrationRequest
-	plan.Plan
-	Pairs []movePair
-}
+// movePair is one Move workflow's ranges (planview.Pair); migrationPlan
+// the plan of a request and its pairs (planview.Plan).
+type (
+	movePair      = planview.Pair
+	migrationPlan = planview.Plan
+)
 
 // planMigration checks the request against the configuration and computes
 // its plan on topology t with the registry's weights reg, as the worker's
@@ -309,11 +297,7 @@ func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, re
 				flagOf(req.Kind), name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), devUpHint(name, len(cfg.Shards)))}
 		}
 	}
-	p := &migrationPlan{Request: req, Plan: pl}
-	for _, m := range pl.Grouped {
-		p.Pairs = append(p.Pairs, movePair{ID: m.ID, Source: m.From, Target: m.To, Ranges: m.Ranges, Fraction: plan.Fraction(m)})
-	}
-	return p, nil
+	return planview.New(req, pl), nil
 }
 
 // flagOf names the argument or flag that names a new shard of kind.
@@ -321,57 +305,6 @@ func flagOf(kind workflows.Kind) string {
 	return map[workflows.Kind]string{workflows.KindAddNode: "add-node", workflows.KindSplit: "--into",
 		workflows.KindMove: "--to", workflows.KindRebalance: "--add"}[kind]
 }
-
-// what says in a few words what the migration does.
-func (p *migrationPlan) what() string {
-	if r := p.Request; r.Kind == workflows.KindRebalance {
-		return "rebalance: " + rebalanceText(r)
-	}
-	return statusview.RequestText(p.Request)
-}
-
-// rebalanceText is a rebalance's target, e.g. "add e,f; remove a; weight b=2".
-func rebalanceText(r workflows.MigrationRequest) string {
-	return ring.Change{Add: r.Add, Remove: r.Remove, Weights: r.Weights}.Target().String()
-}
-
-// summary is the one-line StaticSummary of the workflow.
-func (p *migrationPlan) summary() string {
-	var tables []string
-	for _, t := range p.Request.Tables.Tables {
-		tables = append(tables, t.Table)
-	}
-	return fmt.Sprintf("%s: %d move(s), %.2f%% of the token space, tables %s (from topology v%d)",
-		p.what(), len(p.Pairs), 100*p.Moved, strings.Join(tables, ","), p.From.Version)
-}
-
-// details is the markdown StaticDetails of the workflow: the plan.
-func (p *migrationPlan) details() string {
-	r := p.Request
-	var b strings.Builder
-	fmt.Fprintf(&b, "### %s (migration `%s`)\n\n", p.what(), r.ID)
-	fmt.Fprintf(&b, "From topology v%d: %d shard(s) → %d. Moves **%.2f%%** of the token space", p.From.Version, len(p.From.Ring.Shards()), len(p.After.Shards()), 100*p.Moved)
-	if p.Modulo > 0 {
-		fmt.Fprintf(&b, " (hash-mod-N would move %.2f%%; the least possible is %.2f%%)", 100*p.Modulo, 100*p.Ideal)
-	}
-	b.WriteString(".\n\n")
-	var tables []string
-	for _, t := range r.Tables.Tables {
-		tables = append(tables, fmt.Sprintf("`%s.%s(%s)`", t.Schema, t.Table, t.KeyColumn))
-	}
-	fmt.Fprintf(&b, "Tables (set `%s`): %s\n\n", r.Tables.Name, strings.Join(tables, ", "))
-	b.WriteString("| source | target | ranges | token space |\n|---|---|---:|---:|\n")
-	for _, pr := range p.Pairs {
-		fmt.Fprintf(&b, "| %s | %s | %d | %.2f%% |\n", pr.Source, pr.Target, len(pr.Ranges), 100*pr.Fraction)
-	}
-	// Static details never change: the throttle here is the starting one,
-	// and says where the one in force is.
-	fmt.Fprintf(&b, "\nThrottle per move at the start: %s (reshard throttle changes it; the current details show the one in force). Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s.\n",
-		throttleText(r.Throttle), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, workflows.HumanBytes(r.MaxLagBytes), r.Grace())
-	return b.String()
-}
-
-func throttleText(t workflows.Throttle) string { return t.Text() }
 
 // newMigrationCmd is split, add-node, remove-node or move; with dryRun, the
 // same verb under reshard plan.
@@ -446,7 +379,7 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 			if err != nil {
 				return err
 			}
-			if probs := problemLines(rep); len(probs) > 0 {
+			if probs := planview.ProblemLines(rep); len(probs) > 0 {
 				return usageError{fmt.Errorf("%d preflight problem(s); fix these (reshard plan %s shows the whole plan), nothing was started:\n%s",
 					rep.Problems, p.Request.Kind, strings.Join(probs, "\n"))}
 			}
@@ -536,7 +469,7 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 	}
 	req := p.Request
 	wfID := workflows.MigrationWorkflowID(req.ID)
-	runID, err := control.Start(ctx, tc, req, p.summary(), p.details())
+	runID, err := control.Start(ctx, tc, req, p.Summary(), p.Details())
 	if errors.Is(err, control.ErrTaken) {
 		return usageError{fmt.Errorf("migration id %s is taken (workflow %s exists; ids are never reused): pick another --id or omit it; nothing was started", req.ID, wfID)}
 	}
@@ -554,9 +487,9 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 			Summary    string  `json:"summary"`
 			Moves      int     `json:"moves"`
 			Moved      float64 `json:"moved_fraction"`
-		}{req.ID, wfID, runID, link, p.summary(), len(p.Pairs), p.Moved})
+		}{req.ID, wfID, runID, link, p.Summary(), len(p.Pairs), p.Moved})
 	}
-	fmt.Fprintf(out, "started migration %s: %s\n", req.ID, p.summary())
+	fmt.Fprintf(out, "started migration %s: %s\n", req.ID, p.Summary())
 	fmt.Fprintf(out, "workflow  %s\n", wfID)
 	if link != "" {
 		fmt.Fprintf(out, "ui        %s\n", link)

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/planview"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/tableset"
@@ -332,13 +333,13 @@ func TestPlanMigrationRebalance(t *testing.T) {
 	if len(targets) != 4 {
 		t.Errorf("targets %v", targets)
 	}
-	rep := planReport{Request: p.Request, What: p.what(), ShardsBefore: r.Shards(), ShardsAfter: p.After.Shards(), Moved: p.Moved,
+	rep := planReport{Request: p.Request, What: p.What(), ShardsBefore: r.Shards(), ShardsAfter: p.After.Shards(), Moved: p.Moved,
 		Ideal: p.Ideal, Moves: p.Moves, Steps: p.Steps, StepMoved: p.StepMoved, CutoverSteps: []string{"fence"}}
 	for _, pr := range p.Pairs {
-		rep.Pairs = append(rep.Pairs, pairReport{movePair: pr})
+		rep.Pairs = append(rep.Pairs, planview.PairReport{Pair: pr})
 	}
 	var out bytes.Buffer
-	printPlan(&out, rep)
+	planview.Write(&out, rep)
 	for _, want := range []string{"plan: rebalance: add shard5,shard6,shard7,shard8", "moved 50.00% of the token space  (one shard at a time: 63.45% in 4 steps",
 		"4 shard(s) → 8", "start it with: reshard rebalance --add shard5,shard6,shard7,shard8"} {
 		if !strings.Contains(out.String(), want) {
@@ -411,8 +412,8 @@ func TestPlanMigrationChecks(t *testing.T) {
 	if d := sum - p.Moved; d > 1e-9 || d < -1e-9 {
 		t.Errorf("pairs cover %.6f, moves %.6f", sum, p.Moved)
 	}
-	if !strings.Contains(p.summary(), "add-node shard5: 4 move(s), 20.") || !strings.Contains(p.details(), "| shard1 | shard5 |") {
-		t.Errorf("summary %q\ndetails:\n%s", p.summary(), p.details())
+	if !strings.Contains(p.Summary(), "add-node shard5: 4 move(s), 20.") || !strings.Contains(p.Details(), "| shard1 | shard5 |") {
+		t.Errorf("summary %q\ndetails:\n%s", p.Summary(), p.Details())
 	}
 
 	split := req(workflows.KindSplit, "shard2")
