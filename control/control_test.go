@@ -18,6 +18,7 @@ import (
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -140,6 +141,14 @@ func TestControlPlane(t *testing.T) {
 	}
 	if waiting, lost := UpdateWaiting(ctx, tc, wfID, UpdateID("pause", id, "never-sent")); waiting || !lost {
 		t.Errorf("UpdateWaiting of an Update never sent: waiting %v, lost %v", waiting, lost)
+	}
+	now := time.Now()
+	ps := PendingOf(ctx, tc, wfID, []topology.Request{
+		{UpdateID: UpdateID("pause", id, "never-sent"), Verb: "pause", RequestID: "never-sent", SentAt: now},
+		{UpdateID: uid, Verb: "pause", RequestID: "r1", SentAt: now.Add(-time.Minute)},
+	})
+	if len(ps) != 2 || ps[0].RequestID != "r1" || ps[0].Lost || ps[1].RequestID != "never-sent" || !ps[1].Lost {
+		t.Errorf("PendingOf: %+v, want r1 held, then never-sent lost", ps)
 	}
 
 	if err := tc.TerminateWorkflow(ctx, wfID, "", "test"); err != nil {

@@ -5,8 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"slices"
+	"sync"
 	"time"
 
+	"github.com/reshard/reshard/topology"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -100,4 +103,42 @@ func UpdateWaiting(ctx context.Context, tc client.Client, wfID, uid string) (wai
 		return true, false
 	}
 	return false, false
+}
+
+// Pending is an operator request Temporal holds for a migration and no
+// worker has answered yet, as status shows it.
+type Pending struct {
+	Verb      string    `json:"verb"`
+	RequestID string    `json:"request_id"`
+	UpdateID  string    `json:"update_id"`
+	SentAt    time.Time `json:"sent_at"`
+	// Lost: Temporal no longer knows the request (its server restarted,
+	// or the workflow ended, before a worker took it): it was not applied.
+	Lost bool `json:"lost,omitempty"`
+}
+
+// PendingOf are the requests of recorded (the control database's record of
+// the requests sent to workflow wfID, topology.Store.Requests) that
+// Temporal still holds unanswered or has lost, each asked of Temporal at
+// once, in the order they were sent.
+func PendingOf(ctx context.Context, tc client.Client, wfID string, recorded []topology.Request) []Pending {
+	var (
+		mu      sync.Mutex
+		pending []Pending
+		wg      sync.WaitGroup
+	)
+	for _, r := range recorded {
+		wg.Go(func() {
+			waiting, lost := UpdateWaiting(ctx, tc, wfID, r.UpdateID)
+			if !waiting && !lost {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			pending = append(pending, Pending{Verb: r.Verb, RequestID: r.RequestID, UpdateID: r.UpdateID, SentAt: r.SentAt, Lost: lost})
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(pending, func(a, b Pending) int { return a.SentAt.Compare(b.SentAt) })
+	return pending
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
-	"sync"
 	"time"
 
 	"go.temporal.io/sdk/client"
@@ -14,17 +12,8 @@ import (
 	"github.com/reshard/reshard/topology"
 )
 
-// pendingRequest is an operator request Temporal holds for a migration and
-// no worker has answered yet, as status shows it.
-type pendingRequest struct {
-	Verb      string    `json:"verb"`
-	RequestID string    `json:"request_id"`
-	UpdateID  string    `json:"update_id"`
-	SentAt    time.Time `json:"sent_at"`
-	// Lost: Temporal no longer knows the request (its server restarted,
-	// or the workflow ended, before a worker took it): it was not applied.
-	Lost bool `json:"lost,omitempty"`
-}
+// pendingRequest is a request Temporal holds unanswered (control.Pending).
+type pendingRequest = control.Pending
 
 // recordPending remembers a request left pending in the control database,
 // for status. It is best effort: the request itself is in Temporal, and a
@@ -41,7 +30,7 @@ func recordPending(ctx context.Context, cfg *clusterConfig, r topology.Request) 
 }
 
 // pendingRequests are the requests recorded for a migration that Temporal
-// still holds unanswered (or has lost), each asked of Temporal at once.
+// still holds unanswered (or has lost): control.PendingOf.
 func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, id, wfID string) ([]pendingRequest, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -54,25 +43,7 @@ func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, 
 	if err != nil {
 		return nil, err
 	}
-	var (
-		mu      sync.Mutex
-		pending []pendingRequest
-		wg      sync.WaitGroup
-	)
-	for _, r := range recorded {
-		wg.Go(func() {
-			waiting, lost := control.UpdateWaiting(ctx, tc, wfID, r.UpdateID)
-			if !waiting && !lost {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			pending = append(pending, pendingRequest{Verb: r.Verb, RequestID: r.RequestID, UpdateID: r.UpdateID, SentAt: r.SentAt, Lost: lost})
-		})
-	}
-	wg.Wait()
-	slices.SortFunc(pending, func(a, b pendingRequest) int { return a.SentAt.Compare(b.SentAt) })
-	return pending, nil
+	return control.PendingOf(ctx, tc, wfID, recorded), nil
 }
 
 // printPending writes one line per pending request.
