@@ -88,6 +88,13 @@ type Options struct {
 	// fixed by an index-only read of its keys and recorded on the target
 	// before the chunk's snapshot is taken (cdc/copygate.go says why).
 	StreamDuringCopy bool
+	// Until, when set, ends a copy beside its stream between two chunks:
+	// no chunk is read once it has passed, the chunks read are written,
+	// and Copy returns ErrUntil with the copy not done. A copy ended by
+	// its context instead may leave a chunk marked as being read and not
+	// committed, and the stream holds the changes to that chunk's keys
+	// until a later run commits it (a copy slice's end, a pause).
+	Until time.Time
 	// Standby, when set, says that source is a streaming standby of the
 	// source shard: each chunk is read only once it has replayed past the
 	// slot's consistent point, and a chunk the standby cancels for a
@@ -152,7 +159,11 @@ type copier struct {
 	mu        sync.Mutex
 	stats     Stats
 	unitsDone int
+	untilHit  bool // a unit stopped at Options.Until
 }
+
+// ErrUntil: the copy stopped at Options.Until, between chunks, not done.
+var ErrUntil = errors.New("the copy stopped between chunks at its end time (Options.Until)")
 
 // Copy copies the rows of opts.Ranges of every table of opts.Set from source
 // to target (phase SNAPSHOT_COPY), resuming from the checkpoints of opts.Move.
@@ -227,6 +238,9 @@ func Copy(ctx context.Context, source, target *pgxpool.Pool, opts Options) (Stat
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err == nil && c.untilHit {
+		err = ErrUntil
+	}
 	c.stats.Elapsed = time.Since(start)
 	return c.stats, err
 }
@@ -441,6 +455,14 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 	var buf bytes.Buffer
 	var rowBytes float64 // bytes per row of the last chunk
 	for {
+		if c.opts.StreamDuringCopy && !c.opts.Until.IsZero() && !time.Now().Before(c.opts.Until) {
+			// Between chunks: the writer commits what was read, and no
+			// chunk is left marked as being read for the stream to hold.
+			c.mu.Lock()
+			c.untilHit = true
+			c.mu.Unlock()
+			return nil
+		}
 		if err := c.waitClear(ctx); err != nil {
 			return err
 		}

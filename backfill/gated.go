@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/tableset"
 )
 
 // A copy beside its stream (Options.StreamDuringCopy): the copy's half of
@@ -102,4 +103,19 @@ func (c *copier) readGated(ctx context.Context, u unit, pos position, n int, buf
 		}
 	}
 	return ch, nil
+}
+
+// StreamDuringCopyProblems are PLAN's refusals of --stream-during-copy for
+// set, read on shard: a table whose copy cannot run beside its stream (the
+// copy gate orders only integer and uuid primary keys as the server does),
+// each named with the fix.
+func StreamDuringCopyProblems(set tableset.Set, shard string) []*tableset.Problem {
+	var out []*tableset.Problem
+	for _, t := range set.Tables {
+		if _, err := cdc.NewKeyOrder(t); err != nil {
+			out = append(out, &tableset.Problem{Check: "stream-during-copy", Shard: shard, Table: t.String(), Problem: err.Error(),
+				Fix: "start the migration without --stream-during-copy (each move's stream then starts after its copy)"})
+		}
+	}
+	return out
 }
