@@ -210,6 +210,14 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if in.MaxTime <= 0 {
 		in.MaxTime = 20 * time.Second
 	}
+	var until time.Time
+	if in.StreamDuringCopy {
+		// The slice ends between chunks (the stream would hold a chunk
+		// left in flight until the next slice); the deadline stays as
+		// the backstop of a chunk that does not end.
+		until = time.Now().Add(in.MaxTime)
+		in.MaxTime += gatedSliceGrace
+	}
 	sctx, cancel := context.WithTimeout(ctx, in.MaxTime)
 	defer cancel()
 	failover, tgt, err := a.checkTarget(ctx, in.Move, s.dst, workflows.PhaseSnapshotCopy)
@@ -262,13 +270,17 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 			var err error
 			stats, err = backfill.Copy(ctx, read, s.dst, backfill.Options{Standby: standby,
 				Move: in.Move.Spec.ID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
-				Throttle: th, Progress: meter.progress,
+				Throttle: th, Progress: meter.progress, StreamDuringCopy: in.StreamDuringCopy, Until: until,
 				Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
 			})
 			return err
 		})
 	})
 	stop()
+	if errors.Is(err, backfill.ErrUntil) {
+		err = context.DeadlineExceeded // the slice's end, as a deadline ends it
+		cancel()
+	}
 	done := err == nil
 	a.keepGuard(in.Move.Spec.ID, guard, done)
 	if err != nil && (sctx.Err() == nil || ctx.Err() != nil) {
@@ -302,6 +314,10 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	a.progressGauges(in, p)
 	return p, nil
 }
+
+// gatedSliceGrace is how long past its time a slice of a copy beside its
+// stream may take to commit the chunk it is reading.
+const gatedSliceGrace = time.Minute
 
 // tableRows is the plan's estimate of each table's rows in the move, by
 // which the copy paces its tables together.
@@ -426,6 +442,9 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 	if !in.Reverse {
 		opts.Target = in.Move.Spec.Target
 		opts.TargetIdentity = a.targetIdentity(in.Move)
+		if in.CopyGate {
+			opts.CopyGate = in.Move.Spec.ID // the copy's checkpoints are kept under the move's id
+		}
 	} else {
 		// The reverse applier writes on the old owner: the server the
 		// move's forward slot was last created on (a promoted standby of

@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/pgerr"
@@ -103,7 +104,8 @@ func PlanChecks(req workflows.MigrationRequest, walWindow time.Duration, budgets
 	r := req.WithDefaults()
 	return plan.CheckOptions{Tables: r.Tables, Capacity: capacity.AssessOptions{
 		Options: capacity.Options{RowsPerSec: r.Throttle.RowsPerSec, BytesPerSec: r.Throttle.BytesPerSec,
-			MaxParallelMoves: r.MaxParallelMoves, MaxMovesPerShard: r.MaxMovesPerShard, CutoverBudget: r.CutoverBudget},
+			MaxParallelMoves: r.MaxParallelMoves, MaxMovesPerShard: r.MaxMovesPerShard, CutoverBudget: r.CutoverBudget,
+			StreamDuringCopy: r.StreamDuringCopy},
 		Probe:     capacity.ProbeOptions{ChunkRows: r.ChunkRows, VerifyRows: r.VerifyChunkRows},
 		WALWindow: walWindow, Budgets: budgets,
 	}}
@@ -131,6 +133,11 @@ func (a *Activities) PreflightMove(ctx context.Context, m workflows.MoveRef) err
 	var msgs []string
 	for _, p := range rep.Moves[0].Problems {
 		msgs = append(msgs, p.Error())
+	}
+	if m.Request != nil && m.Request.StreamDuringCopy {
+		for _, pb := range backfill.StreamDuringCopyProblems(rep.Moves[0].Source, m.Spec.Source) {
+			msgs = append(msgs, pb.Error())
+		}
 	}
 	if err := a.preflightStandby(ctx, m); err != nil {
 		if pgerr.Retryable(err) {

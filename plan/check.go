@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/tableset"
@@ -54,6 +55,11 @@ func Checks(ctx context.Context, shards Shards, p Plan, o CheckOptions) (Check, 
 	pf, err := Preflight(ctx, shards, o.Tables, p.Grouped, Throttle{RowsPerSec: co.RowsPerSec, BytesPerSec: co.BytesPerSec})
 	if err != nil {
 		return Check{}, err
+	}
+	if co.StreamDuringCopy && len(pf.Moves) > 0 { // every move copies the same tables
+		probs := backfill.StreamDuringCopyProblems(pf.Moves[0].Source, pf.Moves[0].Move.From)
+		pf.Moves[0].Problems = append(pf.Moves[0].Problems, probs...)
+		pf.Problems += len(probs)
 	}
 	c := Check{Report: pf}
 	if pf.Problems == 0 {

@@ -172,6 +172,10 @@ type CopySliceInput struct {
 	// baselines and rate), so that a slice does not measure again and start
 	// slow; nil: the first slice.
 	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
+	// StreamDuringCopy: the copy runs beside the move's stream
+	// (backfill.Options.StreamDuringCopy) and ends its slice between two
+	// chunks, so that the stream holds nothing while no slice runs.
+	StreamDuringCopy bool `json:"stream_during_copy,omitempty"`
 }
 
 // CopyProgress is the copy's position after a slice, read from the
@@ -203,6 +207,9 @@ type CDCInput struct {
 	// Phase is the move's phase when the stream starts: the label of
 	// reshard_failovers_total when this stream finds a failover.
 	Phase Phase `json:"phase,omitempty"`
+	// CopyGate: the stream runs beside the move's copy and gates its
+	// changes by the copy's progress (cdc.Options.CopyGate).
+	CopyGate bool `json:"copy_gate,omitempty"`
 }
 
 // CDCStatus is the forward stream's position, from the stream running in the

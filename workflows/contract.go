@@ -193,6 +193,13 @@ type MigrationRequest struct {
 	// ReadFrom: where the copy and verify read the source's rows ("":
 	// the primary).
 	ReadFrom ReadFrom `json:"read_from,omitempty"`
+	// StreamDuringCopy starts each move's forward stream at the start of
+	// SNAPSHOT_COPY, behind the copy gate (cdc.Options.CopyGate), and
+	// copies beside it (backfill.Options.StreamDuringCopy): the source's
+	// slot then retains about the stream's lag of WAL, not the whole
+	// copy's. Integer and uuid primary keys only (PLAN refuses others);
+	// not with ReadFrom standby.
+	StreamDuringCopy bool `json:"stream_during_copy,omitempty"`
 	// GracePeriod is how long GRACE keeps the old owner current by reverse
 	// CDC before CLEANUP: nil is DefaultGracePeriod, 0 cleans up right
 	// after the cutover (no rollback after it). A pointer because 0 is a
@@ -426,6 +433,10 @@ type MoveState struct {
 	// Failovers are the failovers the move met and recovered from (or is
 	// recovering from), oldest first.
 	Failovers []FailoverEvent `json:"failovers,omitempty"`
+	// StreamDuringCopy: the forward stream runs beside the copy through
+	// the copy gate (MigrationRequest.StreamDuringCopy); false again once
+	// a source failover in the copy moved the stream after it.
+	StreamDuringCopy bool `json:"stream_during_copy,omitempty"`
 }
 
 // What a move waits for (MoveState.Waiting).
@@ -464,6 +475,9 @@ func (m MoveState) PhaseText() string {
 	}
 	if m.Failover != "" {
 		sub = append(sub, m.Failover)
+	}
+	if m.Phase == PhaseSnapshotCopy && m.StreamDuringCopy {
+		sub = append(sub, "stream running beside the copy")
 	}
 	if len(sub) > 0 {
 		s += " (" + strings.Join(sub, "; ") + ")"

@@ -97,6 +97,11 @@ func (r MigrationRequest) Validate() error {
 	default:
 		return fmt.Errorf("--read-from %q: want primary or standby", r.ReadFrom)
 	}
+	if r.StreamDuringCopy && r.ReadFrom == ReadFromStandby {
+		// The copy gate skips a change once the source's primary shows it;
+		// a chunk read on a standby that has not replayed it would miss it.
+		return fmt.Errorf("--stream-during-copy with --read-from standby: the copy gate needs the chunks read on the primary; drop one of the two")
+	}
 	return nil
 }
 

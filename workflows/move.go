@@ -565,12 +565,45 @@ func (m *moveRun) join(ctx workflow.Context) error {
 	return m.to(ctx, PhaseSnapshotCopy)
 }
 
+// versionStreamDuringCopy marks the runs that start the forward stream at
+// the start of SNAPSHOT_COPY when the request asks for it
+// (MigrationRequest.StreamDuringCopy); asked only then, so that recorded
+// histories of other requests replay unchanged.
+const versionStreamDuringCopy = "stream-during-copy"
+
+// streamsDuringCopy: the forward stream runs beside this move's copy. Not
+// after a source failover in the copy (repairPending): the repair runs
+// with no stream, after the copy, and the new slot's stream then starts
+// after it, as without the gate (recoverSource, catchUp).
+func (m *moveRun) streamsDuringCopy(ctx workflow.Context) bool {
+	if !m.in.Request.StreamDuringCopy ||
+		workflow.GetVersion(ctx, versionStreamDuringCopy, workflow.DefaultVersion, 1) < 1 {
+		return false
+	}
+	on := !m.repairPending
+	if m.state.StreamDuringCopy && !on {
+		workflow.GetLogger(ctx).Warn("source failed over during the copy: the stream starts again after the copy and its repair",
+			"move", m.in.Spec.ID)
+	}
+	m.state.StreamDuringCopy = on
+	return on
+}
+
 // copy runs SNAPSHOT_COPY as bounded slices, so that pause, throttle and
-// progress belong to the workflow.
+// progress belong to the workflow. With StreamDuringCopy the forward
+// stream starts first, through the copy gate, and stays up across the
+// slices (restarted in a new session if its worker dies); CDC_CATCH_UP
+// goes on with the same stream.
 func (m *moveRun) copy(ctx workflow.Context) error {
+	gated := m.streamsDuringCopy(ctx)
 	for !m.state.CopyDone {
 		if m.rollbackAsked {
 			return m.to(ctx, PhaseRollingBack)
+		}
+		if gated {
+			if err := m.ensureCDC(ctx); err != nil {
+				return err
+			}
 		}
 		if m.paused {
 			m.state.CopyEnd = time.Time{} // the rate before a pause says nothing of the end
@@ -584,7 +617,8 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 			return errContinueAsNew
 		}
 		slice := m.in.Request.WithDefaults().CopySlice
-		in := CopySliceInput{Move: m.ref, ChunkRows: m.in.Request.ChunkRows, Throttle: m.throttle, MaxTime: slice, Adaptive: m.state.Adaptive}
+		in := CopySliceInput{Move: m.ref, ChunkRows: m.in.Request.ChunkRows, Throttle: m.throttle, MaxTime: slice, Adaptive: m.state.Adaptive,
+			StreamDuringCopy: m.in.Request.StreamDuringCopy}
 		var p CopyProgress
 		actx := m.waitOpts(ctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
 		if err := workflow.ExecuteActivity(actx, ActivityCopySlice, in).Get(ctx, &p); err != nil {
@@ -603,6 +637,11 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 		}
 		if !p.CopyEnd.IsZero() || p.Done {
 			m.state.CopyEnd = p.CopyEnd // a slice too short to estimate keeps the last estimate
+		}
+		if gated { // the stream's lag, for status and the UI
+			if _, _, err := m.lag(ctx); err != nil {
+				return err
+			}
 		}
 		m.details(ctx)
 		m.notify(ctx, false)
@@ -699,7 +738,8 @@ func (m *moveRun) ensureCDC(ctx workflow.Context) error {
 	// across runs and attempts, so that the end of an earlier stream is
 	// never taken for this one's.
 	m.ref.Stream = fmt.Sprintf("%s#%d", workflow.GetInfo(ctx).WorkflowExecution.RunID, m.cdcStarts+1)
-	m.cdcFut = workflow.ExecuteActivity(actx, ActivityRunCDC, CDCInput{Move: m.ref, L0: m.l0, Phase: m.state.Phase})
+	m.cdcFut = workflow.ExecuteActivity(actx, ActivityRunCDC, CDCInput{Move: m.ref, L0: m.l0, Phase: m.state.Phase,
+		CopyGate: m.in.Request.StreamDuringCopy})
 	m.cdcStarts++
 	m.cdcStartedAt = workflow.Now(ctx)
 	return nil
@@ -787,6 +827,25 @@ func (m *moveRun) withStream(in any) any {
 	return in
 }
 
+// lag asks the session's stream for its lag (CDCStatus) and records it;
+// changed: the lag or the failover it reports is new.
+func (m *moveRun) lag(ctx workflow.Context) (CDCStatus, bool, error) {
+	var st CDCStatus
+	if err := m.inSession(ctx, ActivityCDCStatus, "CDC lag", time.Minute, m.ref, &st); err != nil {
+		return st, false, err
+	}
+	m.state.LagAt = workflow.Now(ctx)
+	if st.Target != nil {
+		m.ref.Target = st.Target
+	}
+	changed := st.LagBytes != m.state.LagBytes || (st.Failover != "" && st.Failover != m.state.Failover)
+	m.state.LagBytes = st.LagBytes
+	if st.Failover != "" {
+		m.state.Failover = st.Failover
+	}
+	return st, changed, nil
+}
+
 func (m *moveRun) catchUp(ctx workflow.Context) error {
 	r := m.in.Request.WithDefaults()
 	maxLag, poll := r.MaxLagBytes, r.PollInterval
@@ -799,19 +858,11 @@ func (m *moveRun) catchUp(ctx workflow.Context) error {
 				return err
 			}
 		}
-		var st CDCStatus
-		if err := m.inSession(ctx, ActivityCDCStatus, "CDC lag", time.Minute, m.ref, &st); err != nil {
+		st, changed, err := m.lag(ctx)
+		if err != nil {
 			return err
 		}
-		m.state.LagAt = workflow.Now(ctx)
-		if st.Target != nil {
-			m.ref.Target = st.Target
-		}
-		if st.LagBytes != m.state.LagBytes || (st.Failover != "" && st.Failover != m.state.Failover) {
-			m.state.LagBytes = st.LagBytes
-			if st.Failover != "" {
-				m.state.Failover = st.Failover
-			}
+		if changed {
 			m.details(ctx)
 			m.notify(ctx, false)
 		}

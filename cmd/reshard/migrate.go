@@ -39,6 +39,7 @@ type migrationFlags struct {
 	requireApproval bool
 	onVerifyFail    string
 	readFrom        string
+	streamDuring    bool // --stream-during-copy
 	grace           time.Duration
 	cutoverBudget   time.Duration
 	maxLagBytes     int64
@@ -70,6 +71,7 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	fl.IntVar(&f.maxPerShard, "max-moves-per-shard", 0, "moves a shard takes part in at once, as source or target (0: no bound)")
 	fl.BoolVar(&f.requireApproval, "require-approval", false, "wait for reshard approve before each cutover")
 	fl.StringVar(&f.readFrom, "read-from", string(workflows.ReadFromPrimary), "where the copy and verify read the source's rows: primary, or standby (each source shard's standby: in reshard.yaml; the slot stays on the primary)")
+	fl.BoolVar(&f.streamDuring, "stream-during-copy", false, "start each move's stream with its copy, behind the copy gate, so that the source's slot retains about the stream's lag of WAL instead of the whole copy's (integer and uuid primary keys only; not with --read-from standby)")
 	fl.StringVar(&f.onVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
 	fl.DurationVar(&f.grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
 	fl.DurationVar(&f.cutoverBudget, "cutover-budget", workflows.DefaultCutoverBudget, "write-pause budget of a cutover; over it the cutover aborts and retries")
@@ -190,6 +192,7 @@ func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflo
 	req.RequireApproval = f.requireApproval
 	req.OnVerifyFail = workflows.OnVerifyFail(f.onVerifyFail)
 	req.ReadFrom = workflows.ReadFrom(f.readFrom)
+	req.StreamDuringCopy = f.streamDuring
 	req.GracePeriod = new(f.grace)
 	req.CutoverBudget = f.cutoverBudget
 	if f.cutoverBudget == 0 {
