@@ -406,3 +406,66 @@ func TestGatedCopyRecordsEachChunkBeforeItsRead(t *testing.T) {
 		t.Errorf("the gate over a copy paged by token: %v, want a refusal", err)
 	}
 }
+
+// A copy beside its stream that ends at Options.Until stops between
+// chunks: every chunk whose read started is committed, so the stream holds
+// no key while no copy runs (a copy slice ended by its context leaves the
+// chunk it was reading marked, and the stream holds its keys until the
+// next slice). The next run finishes the copy.
+func TestGatedCopyEndsBetweenChunks(t *testing.T) {
+	ctx := context.Background()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, gatedDDL)
+	dst.Exec(t, gatedDDL)
+	src.Exec(t, `INSERT INTO gusers SELECT g, 'u'||g FROM generate_series(1, 1000) g`)
+	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, err := cdc.NewKeyOrder(set.Tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each chunk's read is slow, and the reader reads a chunk ahead of the
+	// writer: a chunk is being read nearly all the time.
+	afterGatedRead = func() { time.Sleep(40 * time.Millisecond) }
+	t.Cleanup(func() { afterGatedRead = nil })
+	whole := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	opts := Options{Move: "until", Set: set, Ranges: whole, ChunkRows: 50, StreamDuringCopy: true}
+	held := func() (holds []string, copied []string) {
+		prog, err := cdc.ReadCopyProgress(ctx, dst.Pool, "until")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := prog["public.gusers"]
+		for k := 1; k <= 1000; k++ {
+			if d, err := p.Decide(order, []string{fmt.Sprint(k)}); err != nil || d == cdc.GateHold {
+				holds = append(holds, fmt.Sprint(k))
+			}
+		}
+		return holds, p.Copied
+	}
+	for slice := 1; slice <= 3; slice++ {
+		o := opts
+		o.Until = time.Now().Add(150 * time.Millisecond)
+		_, err := Copy(ctx, src.Pool, dst.Pool, o)
+		if !errors.Is(err, ErrUntil) {
+			t.Fatalf("slice %d: %v, want ErrUntil", slice, err)
+		}
+		holds, copied := held()
+		if len(holds) > 0 {
+			t.Fatalf("slice %d ended with the stream holding %d keys (%s..%s) past the copied %v: a chunk was left in flight", slice, len(holds), holds[0], holds[len(holds)-1], copied)
+		}
+		if copied == nil {
+			t.Fatalf("slice %d copied nothing", slice)
+		}
+		t.Logf("slice %d: copied to %v, nothing held", slice, copied)
+	}
+	if _, err := Copy(ctx, src.Pool, dst.Pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := dst.Pool.QueryRow(ctx, `SELECT count(*) FROM gusers`).Scan(&n); err != nil || n != 1000 {
+		t.Fatalf("target rows %d (%v), want 1000", n, err)
+	}
+}

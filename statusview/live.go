@@ -92,10 +92,15 @@ func schemaWaiting(pending []*workflowpb.PendingActivityInfo) string {
 // its last heartbeat: the figure reshard_cdc_lag_bytes shows. The
 // workflow's own is from the last time it asked, in CDC_CATCH_UP (it
 // showed 322 KiB through VERIFY and the approval wait while /metrics read
-// 0).
+// 0). In SNAPSHOT_COPY the stream runs only beside a copy through the
+// copy gate (--stream-during-copy).
 func liveLag(m *workflows.MoveState, pending []*workflowpb.PendingActivityInfo) {
 	switch m.Phase {
 	case workflows.PhaseCDCCatchUp, workflows.PhaseVerify, workflows.PhaseCutover:
+	case workflows.PhaseSnapshotCopy:
+		if !m.StreamDuringCopy {
+			return
+		}
 	default:
 		return
 	}
