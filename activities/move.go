@@ -500,6 +500,10 @@ func (a *Activities) runCDC(ctx context.Context, in workflows.CDCInput) error {
 		if f := fw.seen(st); f != "" {
 			hb[workflows.HeartbeatFailover] = f
 		}
+		if opts.CopyGate != "" { // the copy gate at work: changes the copy will read, and changes waiting for a chunk
+			g := st.GateStats()
+			hb[workflows.HeartbeatGateSkipped], hb[workflows.HeartbeatGateHeld] = strconv.FormatInt(g.Skipped, 10), strconv.FormatInt(g.Held, 10)
+		}
 		wait.Lock()
 		if wait.why != "" && app > wait.at {
 			a.log.Info("stream no longer waits for the shards' schemas", "move", in.Move.Spec.ID)

@@ -255,6 +255,15 @@ const HeartbeatWaiting = "waiting"
 // last time it asked (CDC_CATCH_UP).
 const HeartbeatLagBytes = "lag_bytes"
 
+// HeartbeatGateSkipped and HeartbeatGateHeld are, in the heartbeat of a
+// forward stream beside its copy (CDCInput.CopyGate), the changes the copy
+// gate skipped (the copy reads them) and held (until their chunk commits)
+// so far (cdc.GateStats).
+const (
+	HeartbeatGateSkipped = "gate_skipped"
+	HeartbeatGateHeld    = "gate_held"
+)
+
 // The first heartbeat detail of a verify is a map of these keys (and
 // "chunks", the chunks compared by this attempt, as before them): status
 // shows them as the verify's progress bar and ETA.
