@@ -11,7 +11,7 @@
 // slot is created before its copy and its stream starts after it, so the
 // slot retains the source's WAL of the whole copy. With Options.
 // StreamDuringCopy (the copy gate: backfill.Options.StreamDuringCopy and
-// cdc.Options.CopyGate, not yet what the move workflow runs) the stream runs
+// cdc.Options.CopyGate; a migration's --stream-during-copy) the stream runs
 // during the copy and the slot retains StreamRetention of WAL instead. The
 // figures are per move and per shard, with the basis of each figure
 // printed beside it.
