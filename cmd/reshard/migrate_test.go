@@ -52,6 +52,12 @@ func TestBuildRequest(t *testing.T) {
 	}
 
 	f = defaultMigrationFlags()
+	f.streamDuring = true
+	if req, err := buildRequest(workflows.KindAddNode, []string{"shard5"}, f); err != nil || !req.StreamDuringCopy {
+		t.Errorf("--stream-during-copy: request %+v, %v; want StreamDuringCopy", req, err)
+	}
+
+	f = defaultMigrationFlags()
 	f.rng, f.to = "-100:200", "shard2"
 	req, err = buildRequest(workflows.KindMove, nil, f)
 	if err != nil {
@@ -140,6 +146,7 @@ func TestBuildRequestBadInput(t *testing.T) {
 		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.add = "s5,s6,s5" }, "s5 is listed twice"},
 		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.remove = "bad name" }, "shard name"},
 		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.weights = []string{"s1=-2"} }, "--weight"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.streamDuring, f.readFrom = true, "standby" }, "--stream-during-copy with --read-from standby"},
 	} {
 		f := defaultMigrationFlags()
 		if tc.edit != nil {
