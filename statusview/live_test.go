@@ -146,7 +146,17 @@ func TestStatusLagIsTheStreamsOwn(t *testing.T) {
 			t.Errorf("%s: lag %s at %s; want the stream's 0 B", phase, m.LagText(), m.LagAt)
 		}
 	}
-	m := workflows.MoveState{Phase: workflows.PhaseGrace, LagBytes: 329_728}
+	// In SNAPSHOT_COPY the stream runs only beside a copy with
+	// --stream-during-copy: its lag then, "-" without.
+	m := workflows.MoveState{Phase: workflows.PhaseSnapshotCopy, LagBytes: 329_728, StreamDuringCopy: true}
+	if liveLag(&m, pending); m.LagText() != "0 B" || m.LagAt.IsZero() || !strings.Contains(m.PhaseText(), "stream running beside the copy") {
+		t.Errorf("a copy beside its stream: lag %s at %s, phase %q; want the stream's 0 B and the phase saying so", m.LagText(), m.LagAt, m.PhaseText())
+	}
+	m = workflows.MoveState{Phase: workflows.PhaseSnapshotCopy}
+	if liveLag(&m, pending); m.LagText() != "-" || !m.LagAt.IsZero() {
+		t.Errorf("a copy before its stream shows lag %s at %s", m.LagText(), m.LagAt)
+	}
+	m = workflows.MoveState{Phase: workflows.PhaseGrace, LagBytes: 329_728}
 	if liveLag(&m, pending); m.LagBytes != 329_728 {
 		t.Errorf("GRACE took the forward stream's lag")
 	}

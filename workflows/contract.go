@@ -614,7 +614,7 @@ func (m MoveState) LagText() string {
 	case PhaseCDCCatchUp, PhaseVerify, PhaseCutover:
 		return HumanBytes(m.LagBytes)
 	case PhaseSnapshotCopy:
-		if m.LagBytes > 0 {
+		if m.LagBytes > 0 || m.StreamDuringCopy {
 			return HumanBytes(m.LagBytes)
 		}
 	}
