@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -109,4 +111,25 @@ func TestStreamDuringCopyRolledBack(t *testing.T) {
 	}
 	t.Logf("moves: %s", strings.Join(phases, "; "))
 	c.checkRolledBack(st)
+}
+
+// TestSourceFailoverInStreamedCopy: TestSourceFailoverInSnapshotCopy with
+// the stream beside the copy: the source fails over while its move copies
+// through the gate; the slot is made again on the new primary, the rest of
+// the copy runs without the stream, the repair after the copy rewrites
+// what differs, the stream starts from the new slot, and every
+// acknowledged write ends on its owner (runTargetScenario's checks).
+func TestSourceFailoverInStreamedCopy(t *testing.T) {
+	runTargetScenario(t, targetScenario{id: "fo_src_gated", users: 20_000, source: true, recoveredIn: workflows.PhaseSnapshotCopy,
+		tweak: func(r *workflows.MigrationRequest) {
+			r.Throttle = workflows.Throttle{RowsPerSec: 600}
+			r.ChunkRows = 100
+			r.StreamDuringCopy = true
+		},
+		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
+			sourceMoveIn(c, run, "fo_src_gated", workflows.PhaseSnapshotCopy, deadline, func(ms workflows.MoveState) bool {
+				return ms.RowsCopied > 300 && ms.StreamDuringCopy && !ms.LagAt.IsZero()
+			})
+			h.failover(c, run, false)
+		}})
 }
