@@ -100,7 +100,8 @@ type Activities struct {
 	ended map[string]streamEnd
 
 	controlMu    sync.Mutex
-	controlReady bool // control schema (topology, cutover journal) ensured
+	controlReady bool   // control schema (topology, cutover journal) ensured
+	cluster      string // the control database's cluster id, once read (guard.go)
 
 	rates copyRates // the copies' rate windows, from slice to slice
 
@@ -138,24 +139,25 @@ func (a *Activities) Close() { a.pools.close() }
 
 // Register lists the activity functions with their contract names.
 func (a *Activities) Register(register func(fn any, name string)) {
-	register(a.Plan, workflows.ActivityPlan)
-	register(a.PublishMigrating, workflows.ActivityPublishMigrating)
-	register(a.PublishStable, workflows.ActivityPublishStable)
-	register(a.PreflightMove, workflows.ActivityPreflightMove)
-	register(a.Join, workflows.ActivityJoin)
-	register(a.CopySlice, workflows.ActivityCopySlice)
-	register(a.RunCDC, workflows.ActivityRunCDC)
-	register(a.CDCStatus, workflows.ActivityCDCStatus)
-	register(a.Verify, workflows.ActivityVerify)
-	register(a.PrepareReverse, workflows.ActivityPrepareReverse)
-	register(a.Cutover, workflows.ActivityCutover)
-	register(a.StopForward, workflows.ActivityStopForward)
-	register(a.RunReverse, workflows.ActivityRunReverse)
-	register(a.Cleanup, workflows.ActivityCleanup)
-	register(a.Rollback, workflows.ActivityRollback)
-	register(a.RecoverSource, workflows.ActivityRecoverSource)
-	register(a.Repair, workflows.ActivityRepair)
-	register(a.RecoverReverse, workflows.ActivityRecoverReverse)
+	// Every activity runs only for its own cluster (guard.go).
+	register(guarded(a, a.Plan), workflows.ActivityPlan)
+	register(guarded(a, a.PublishMigrating), workflows.ActivityPublishMigrating)
+	register(guarded(a, a.PublishStable), workflows.ActivityPublishStable)
+	register(guardedErr(a, a.PreflightMove), workflows.ActivityPreflightMove)
+	register(guarded(a, a.Join), workflows.ActivityJoin)
+	register(guarded(a, a.CopySlice), workflows.ActivityCopySlice)
+	register(guardedErr(a, a.RunCDC), workflows.ActivityRunCDC)
+	register(guarded(a, a.CDCStatus), workflows.ActivityCDCStatus)
+	register(guarded(a, a.Verify), workflows.ActivityVerify)
+	register(guarded(a, a.PrepareReverse), workflows.ActivityPrepareReverse)
+	register(guarded(a, a.Cutover), workflows.ActivityCutover)
+	register(guardedErr(a, a.StopForward), workflows.ActivityStopForward)
+	register(guardedErr(a, a.RunReverse), workflows.ActivityRunReverse)
+	register(guarded(a, a.Cleanup), workflows.ActivityCleanup)
+	register(guarded(a, a.Rollback), workflows.ActivityRollback)
+	register(guarded(a, a.RecoverSource), workflows.ActivityRecoverSource)
+	register(guarded(a, a.Repair), workflows.ActivityRepair)
+	register(guarded(a, a.RecoverReverse), workflows.ActivityRecoverReverse)
 }
 
 func (a *Activities) putStream(move string, s *cdc.Stream) {

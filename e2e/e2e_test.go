@@ -421,6 +421,13 @@ func (c *cluster) request(id string) workflows.MigrationRequest {
 
 func (c *cluster) start(req workflows.MigrationRequest) client.WorkflowRun {
 	c.t.Helper()
+	if req.Cluster == "" { // as reshard's CLI starts one: the workers check it
+		id, err := c.store.ClusterID(context.Background())
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		req.Cluster = id
+	}
 	run, err := c.tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 		ID: workflows.MigrationWorkflowID(req.ID), TaskQueue: workflows.TaskQueue,
 		StaticSummary: "e2e " + string(req.Kind) + " " + req.Shard,

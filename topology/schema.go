@@ -203,6 +203,17 @@ CREATE TABLE IF NOT EXISTS reshard.cutover_epoch (
 	PRIMARY KEY (keyspace, shard, hold)
 );
 ALTER TABLE reshard.fence_hold ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;`,
+
+	// 13: the cluster's id (topology.ClusterID): random, made once with the
+	// control database, never derived from a DSN. A migration request
+	// carries it, and a worker runs an activity only for its own cluster's
+	// control database (two clusters' workers on one Temporal task queue).
+	`CREATE TABLE reshard.cluster (
+	one        boolean PRIMARY KEY DEFAULT true CHECK (one),
+	id         text NOT NULL CHECK (id <> ''),
+	created_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO reshard.cluster (id) VALUES ('cluster-' || left(replace(gen_random_uuid()::text, '-', ''), 16));`,
 }
 
 // contractSQL is schema step 6. Tokens are PostgreSQL's own immutable hash

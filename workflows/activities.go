@@ -69,6 +69,11 @@ const (
 	// stops for the operator, in CUTOVER and GRACE too, naming the trigger
 	// and the statement that fixes it; resume runs the phase again.
 	ErrTypeFiringTrigger = "FiringTrigger"
+	// ErrTypeWrongCluster: the activity was sent to a worker of another
+	// cluster (its control database's id is not the request's Cluster):
+	// two clusters' workers poll one task queue. The worker touched
+	// nothing.
+	ErrTypeWrongCluster = "WrongCluster"
 )
 
 // PlanResult is the plan of a migration: the moves, grouped by (source,

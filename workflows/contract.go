@@ -161,6 +161,12 @@ const DefaultGracePeriod = time.Hour
 type MigrationRequest struct {
 	ID   string `json:"id"`
 	Kind Kind   `json:"kind"`
+	// Cluster is the id of the cluster the migration belongs to (its
+	// control database's, topology.ClusterID), set by whoever starts it:
+	// a worker runs the migration's activities only when its own control
+	// database has this id. "": started before cluster ids (a worker runs
+	// its activities only when its control database holds its plan).
+	Cluster string `json:"cluster,omitempty"`
 	// Shard is the new shard (add-node), the shard split (split) or the
 	// shard retired (remove-node).
 	Shard string `json:"shard,omitempty"`

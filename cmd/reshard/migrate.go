@@ -471,6 +471,9 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s; the migration waits and begins only when one runs\n", noWorker(cfg))
 	}
 	req := p.Request
+	if req.Cluster, err = clusterID(ctx, cfg); err != nil {
+		return err
+	}
 	wfID := workflows.MigrationWorkflowID(req.ID)
 	runID, err := control.Start(ctx, tc, req, p.Summary(), p.Details())
 	if errors.Is(err, control.ErrTaken) {
@@ -499,6 +502,26 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 	}
 	fmt.Fprintf(out, "follow    reshard status %s --watch\n", req.ID)
 	return nil
+}
+
+// clusterID is the id of the configuration's cluster (its control
+// database's, made by the schema's migration): the migration carries it,
+// and a worker of another cluster on the same task queue refuses its
+// activities.
+func clusterID(ctx context.Context, cfg *clusterConfig) (string, error) {
+	store, closeStore, err := cfg.smallControl(ctx, 1)
+	if err != nil {
+		return "", err
+	}
+	defer closeStore()
+	if err := store.Migrate(ctx); err != nil {
+		return "", controlErr(err)
+	}
+	id, err := store.ClusterID(ctx)
+	if err != nil {
+		return "", controlErr(err)
+	}
+	return id, nil
 }
 
 // migrationIDArg is the migration id of an argument that is either a
