@@ -284,6 +284,10 @@ func (m *moveRun) run(ctx workflow.Context) error {
 			err = m.stopForOperator(ctx, err)
 		} else if err != nil && m.firing(err) && workflow.GetVersion(ctx, "stop-for-trigger", workflow.DefaultVersion, 1) >= 1 {
 			err = m.stopForOperator(ctx, err)
+		} else if err != nil && wrongCluster(err) {
+			// No version gate: no history recorded before the guard holds
+			// this error.
+			err = m.stopForOperator(ctx, err)
 		}
 		if err != nil {
 			return err
@@ -399,6 +403,15 @@ func (m *moveRun) firing(err error) bool {
 	}
 	var appErr *temporal.ApplicationError
 	return errors.As(err, &appErr) && appErr.Type() == ErrTypeFiringTrigger
+}
+
+// wrongCluster reports an activity refused by a worker of another cluster
+// (ErrTypeWrongCluster), in any phase: that worker did nothing, so the move
+// stops for the operator, who gives each cluster its own Temporal
+// namespace and resumes (the phase runs again), instead of failing.
+func wrongCluster(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrTypeWrongCluster
 }
 
 // stopForOperator keeps a move that met err in its phase, with the cause
