@@ -284,6 +284,9 @@ func (m *moveRun) run(ctx workflow.Context) error {
 			err = m.stopForOperator(ctx, err)
 		} else if err != nil && m.firing(err) && workflow.GetVersion(ctx, "stop-for-trigger", workflow.DefaultVersion, 1) >= 1 {
 			err = m.stopForOperator(ctx, err)
+		} else if err != nil && persisted(err) {
+			// Only runs that retry by time (versionRetryByTime) make it.
+			err = m.stopForOperator(ctx, err)
 		} else if err != nil && wrongCluster(err) {
 			// No version gate: no history recorded before the guard holds
 			// this error.
@@ -326,7 +329,7 @@ func (m *moveRun) recoverSource(ctx workflow.Context, cause error) error {
 	m.stopCDC(ctx)
 	var rr RecoverSourceResult
 	actx := m.waitOpts(ctx, "create the slot again on "+m.in.Spec.Source+"'s new primary", 30*time.Minute, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityRecoverSource, m.ref).Get(ctx, &rr); err != nil {
+	if err := m.execute(ctx, actx, RetrySetup, "creating the slot again", ActivityRecoverSource, m.ref, &rr); err != nil {
 		return err
 	}
 	if rr.Source == nil {
@@ -356,7 +359,7 @@ func (m *moveRun) recoverSource(ctx workflow.Context, cause error) error {
 func (m *moveRun) repairAfterFailover(ctx workflow.Context) error {
 	var res RepairResult
 	actx := m.waitOpts(ctx, "repair the moving ranges after "+m.in.Spec.Source+"'s failover", 24*time.Hour, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityRepair, RepairInput{Move: m.ref, Phase: m.state.Phase}).Get(ctx, &res); err != nil {
+	if err := m.execute(ctx, actx, RetryCopy, "the repair", ActivityRepair, RepairInput{Move: m.ref, Phase: m.state.Phase}, &res); err != nil {
 		return err
 	}
 	m.repairPending = false
@@ -555,7 +558,7 @@ func heartbeatTimeout(r MigrationRequest) time.Duration { return r.WithDefaults(
 
 func (m *moveRun) plan(ctx workflow.Context) error {
 	actx := m.opts(ctx, "preflight "+m.in.Spec.Source+" → "+m.in.Spec.Target, 5*time.Minute, 5)
-	if err := workflow.ExecuteActivity(actx, ActivityPreflightMove, m.ref).Get(ctx, nil); err != nil {
+	if err := m.execute(ctx, actx, RetryChecks, "the preflight", ActivityPreflightMove, m.ref, nil); err != nil {
 		return err
 	}
 	return m.to(ctx, PhaseJoining)
@@ -567,7 +570,7 @@ func (m *moveRun) join(ctx workflow.Context) error {
 	}
 	var jr JoinResult
 	actx := m.waitOpts(ctx, "fences, publication and slot", 30*time.Minute, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityJoin, m.ref).Get(ctx, &jr); err != nil {
+	if err := m.execute(ctx, actx, RetrySetup, "JOINING", ActivityJoin, m.ref, &jr); err != nil {
 		return err
 	}
 	m.l0 = jr.L0
@@ -634,7 +637,7 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 			StreamDuringCopy: m.in.Request.StreamDuringCopy}
 		var p CopyProgress
 		actx := m.waitOpts(ctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
-		if err := workflow.ExecuteActivity(actx, ActivityCopySlice, in).Get(ctx, &p); err != nil {
+		if err := m.execute(ctx, actx, RetryCopy, "the copy", ActivityCopySlice, in, &p); err != nil {
 			return err
 		}
 		m.slices++
@@ -791,12 +794,17 @@ func (m *moveRun) stopCDC(ctx workflow.Context) {
 // meanwhile (worker died), it restarts the stream in a new session and
 // runs the activity again.
 func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout time.Duration, in, out any) error {
+	byTime := retriedByTime(ctx)
+	var p persistence // a transient error, retried until it persisted RetryPhase
 	for attempt := 1; ; attempt++ {
 		if err := m.ensureCDC(ctx); err != nil {
 			return err
 		}
 		in = m.withStream(in)
 		actx := m.opts(m.sessCtx, summary, timeout, 5)
+		if byTime {
+			actx = workflow.WithRetryPolicy(actx, temporal.RetryPolicy{MaximumAttempts: 1})
+		}
 		err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
 		if err == nil {
 			return nil
@@ -817,6 +825,17 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 				workflow.GetLogger(ctx).Warn("session lost; retrying in a new one", "move", m.in.Spec.ID, "activity", name, "error", err)
 				continue
 			}
+		}
+		if byTime && transient(err) && ctx.Err() == nil {
+			stop, perr := p.failed(workflow.Now(ctx), RetryPhase, summary, err)
+			if stop {
+				return perr
+			}
+			workflow.GetLogger(ctx).Warn("step failed; retrying", "move", m.in.Spec.ID, "step", summary, "attempt", p.failures, "failing_for", workflow.Now(ctx).Sub(p.first), "limit", RetryPhase, "error", err)
+			if err := workflow.Sleep(ctx, retryBackoff(p.failures)); err != nil {
+				return err
+			}
+			continue
 		}
 		return err
 	}
@@ -994,7 +1013,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	}
 	var rev JoinResult
 	actx := m.waitOpts(ctx, "reverse publication and slot on "+m.in.Spec.Target, 30*time.Minute, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityPrepareReverse, m.ref).Get(ctx, &rev); err != nil {
+	if err := m.execute(ctx, actx, RetrySetup, "the reverse slot", ActivityPrepareReverse, m.ref, &rev); err != nil {
 		return err
 	}
 	// Known from here: a rollback whose cutover attempt published meanwhile
@@ -1038,7 +1057,7 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	}
 	m.stopCDC(ctx)
 	sactx := m.waitOpts(ctx, "drop the forward slot", 10*time.Minute, 0)
-	if err := workflow.ExecuteActivity(sactx, ActivityStopForward, m.ref).Get(ctx, nil); err != nil {
+	if err := m.execute(ctx, sactx, RetrySetup, "dropping the forward slot", ActivityStopForward, m.ref, nil); err != nil {
 		return err
 	}
 	m.reverseL0 = rev.L0
@@ -1182,7 +1201,7 @@ func (m *moveRun) reverseFailedOver(ctx workflow.Context, err error) bool {
 func (m *moveRun) recoverReverse(ctx workflow.Context, cause error) error {
 	var rr RecoverSourceResult
 	actx := m.waitOpts(ctx, "create the reverse slot again on "+m.in.Spec.Target+"'s new primary", 30*time.Minute, 0)
-	if err := workflow.ExecuteActivity(actx, ActivityRecoverReverse, m.ref).Get(ctx, &rr); err != nil {
+	if err := m.execute(ctx, actx, RetrySetup, "creating the reverse slot again", ActivityRecoverReverse, m.ref, &rr); err != nil {
 		return err
 	}
 	if rr.Source == nil {
@@ -1199,7 +1218,7 @@ func (m *moveRun) recoverReverse(ctx workflow.Context, cause error) error {
 	m.notify(ctx, true)
 	var res RepairResult
 	ractx := m.waitOpts(ctx, "repair "+m.in.Spec.Source+"'s moving ranges from "+m.in.Spec.Target+" after its failover", 24*time.Hour, 0)
-	if err := workflow.ExecuteActivity(ractx, ActivityRepair, RepairInput{Move: m.ref, Reverse: true}).Get(ctx, &res); err != nil {
+	if err := m.execute(ctx, ractx, RetryCopy, "the reverse repair", ActivityRepair, RepairInput{Move: m.ref, Reverse: true}, &res); err != nil {
 		return err
 	}
 	e := &m.state.Failovers[len(m.state.Failovers)-1]
@@ -1233,7 +1252,7 @@ func (m *moveRun) verifyRunIDs() []string {
 func (m *moveRun) cleanup(ctx workflow.Context) error {
 	actx := m.waitOpts(ctx, "delete moved rows from "+m.in.Spec.Source, 24*time.Hour, 0)
 	in := EndInput{Move: m.ref, VerifyRunIDs: m.verifyRunIDs(), Adaptive: m.throttle.Adaptive, Baseline: m.state.Adaptive}
-	if err := workflow.ExecuteActivity(actx, ActivityCleanup, in).Get(ctx, nil); err != nil {
+	if err := m.execute(ctx, actx, RetryEnd, "CLEANUP", ActivityCleanup, in, nil); err != nil {
 		return err
 	}
 	return m.to(ctx, PhaseDone)
@@ -1256,7 +1275,7 @@ func (m *moveRun) rollback(ctx workflow.Context) error {
 	var res CleanupResult
 	for {
 		actx := m.waitOpts(ctx, summary, 24*time.Hour, 0)
-		err := workflow.ExecuteActivity(actx, ActivityRollback, in).Get(ctx, &res)
+		err := m.execute(ctx, actx, RetryEnd, "the rollback", ActivityRollback, in, &res)
 		if err == nil {
 			break
 		}
