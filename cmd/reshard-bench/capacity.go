@@ -73,43 +73,16 @@ func runCapacity(ctx context.Context, e *env, r *report) error {
 		return fmt.Errorf("create the slot: %w", err)
 	}
 	defer func() { _, _ = e.srcPool.Exec(context.WithoutCancel(ctx), `SELECT pg_drop_replication_slot($1)`, slot) }()
-	var (
-		mu   sync.Mutex
-		peak int64
-	)
-	sctx, stopSampling := context.WithCancel(ctx)
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-			}
-			s, err := backfill.ReadSlot(sctx, e.srcPool, slot, 0)
-			if err == nil {
-				mu.Lock()
-				peak = max(peak, s.Retained)
-				mu.Unlock()
-			}
-		}
-	}()
+	stopSampling := sampleSlot(ctx, e.srcPool, slot, nil)
 	start := time.Now()
 	st, err := backfill.Copy(ctx, e.srcPool, e.dstPool, backfill.Options{Move: "capacity", Set: set, Ranges: ranges, ChunkRows: e.cfg.chunkRows,
 		Throttle: backfill.NewThrottle(rowsPerSec, 0)})
 	took := time.Since(start)
-	// The stream would start now: the slot's peak is its WAL at this moment.
-	s, rerr := backfill.ReadSlot(ctx, e.srcPool, slot, 0)
-	stopSampling()
-	<-sampled
+	// The stream would start now: the slot's peak is its WAL at this moment
+	// (the sampler reads it once more as it stops).
+	peak, _ := stopSampling()
 	if err != nil {
 		return err
-	}
-	if rerr == nil {
-		peak = max(peak, s.Retained)
 	}
 	var grown int64
 	if err := e.dstPool.QueryRow(ctx, `SELECT pg_total_relation_size('users')`).Scan(&grown); err != nil {
@@ -149,11 +122,19 @@ func runCapacity(ctx context.Context, e *env, r *report) error {
 // steadyWrites inserts capacityWriteRows rows of about 1 KiB into capwrites
 // every capacityWriteEvery until stopped.
 func steadyWrites(ctx context.Context, pool *pgxpool.Pool) (stop func()) {
+	return every(ctx, capacityWriteEvery, func(ctx context.Context) {
+		_, _ = pool.Exec(ctx, `INSERT INTO capwrites (pad) SELECT repeat(md5(random()::text), 32) FROM generate_series(1, $1::int)`, capacityWriteRows)
+	})
+}
+
+// every runs fn every interval until the returned stop (which may be
+// called more than once) has waited for its last run.
+func every(ctx context.Context, interval time.Duration, fn func(context.Context)) (stop func()) {
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(capacityWriteEvery)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
 			select {
@@ -161,8 +142,9 @@ func steadyWrites(ctx context.Context, pool *pgxpool.Pool) (stop func()) {
 				return
 			case <-t.C:
 			}
-			_, _ = pool.Exec(wctx, `INSERT INTO capwrites (pad) SELECT repeat(md5(random()::text), 32) FROM generate_series(1, $1::int)`, capacityWriteRows)
+			fn(wctx)
 		}
 	}()
-	return func() { cancel(); <-done }
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
 }

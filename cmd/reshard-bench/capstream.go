@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -146,23 +145,9 @@ func runCapStream(ctx context.Context, e *env, r *report) error {
 // steadyUpdates updates 20 random users rows every capacityWriteEvery
 // until stopped: changes the copy gate applies, holds or skips.
 func steadyUpdates(ctx context.Context, pool *pgxpool.Pool, rows int64) (stop func()) {
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(capacityWriteEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-wctx.Done():
-				return
-			case <-t.C:
-			}
-			_, _ = pool.Exec(wctx, `UPDATE users SET balance = balance + 1 WHERE id IN (SELECT 1 + (random() * ($1::bigint - 1))::bigint FROM generate_series(1, 20))`, rows)
-		}
-	}()
-	var once sync.Once
-	return func() { once.Do(func() { cancel(); <-done }) }
+	return every(ctx, capacityWriteEvery, func(ctx context.Context) {
+		_, _ = pool.Exec(ctx, `UPDATE users SET balance = balance + 1 WHERE id IN (SELECT 1 + (random() * ($1::bigint - 1))::bigint FROM generate_series(1, 20))`, rows)
+	})
 }
 
 // walRate is the source's WAL bytes per second over window.
@@ -182,33 +167,18 @@ func walRate(ctx context.Context, pool *pgxpool.Pool, window time.Duration) (flo
 // set) every second until the returned stop, which gives their peaks.
 func sampleSlot(ctx context.Context, pool *pgxpool.Pool, slot string, s *cdc.Stream) (stop func() (retained, lag int64)) {
 	var peak, lag atomic.Int64
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	read := func() {
-		if st, err := backfill.ReadSlot(sctx, pool, slot, 0); err == nil && st.Retained > peak.Load() {
+	read := func(ctx context.Context) {
+		if st, err := backfill.ReadSlot(ctx, pool, slot, 0); err == nil && st.Retained > peak.Load() {
 			peak.Store(st.Retained)
 		}
 		if s != nil && s.LagBytes() > lag.Load() {
 			lag.Store(s.LagBytes())
 		}
 	}
-	go func() {
-		defer close(done)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-t.C:
-			}
-			read()
-		}
-	}()
+	stopReads := every(ctx, time.Second, read)
 	return func() (int64, int64) {
-		read()
-		cancel()
-		<-done
+		read(ctx)
+		stopReads()
 		return peak.Load(), lag.Load()
 	}
 }
