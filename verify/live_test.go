@@ -2,16 +2,13 @@ package verify
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
@@ -43,48 +40,14 @@ func TestNoFalseMismatchUnderLiveWrites(t *testing.T) {
 
 	// Writers start before the slot and never pause.
 	var writes atomic.Int64
-	wctx, stopWriters := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() { write(wctx, src, uint64(w), &writes) })
-	}
-	defer func() { stopWriters(); wg.Wait() }()
+	liveWriters(t, ctx, src, &writes)
 	time.Sleep(200 * time.Millisecond)
 
-	names, err := cdc.NamesFor("verifylive")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cdc.CreatePublication(ctx, src.Pool, names.Publication, dstSet, ranges); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := pgconn.Connect(ctx, src.ReplicationDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
-	rc.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, l0 := slotOf(t, ctx, src, "verifylive", dstSet, ranges)
 	if _, err := backfill.Copy(ctx, src.Pool, dst.Pool, backfill.Options{Move: "verifylive", Set: srcSet, Ranges: ranges, ChunkRows: 5000}); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := cdc.New(cdc.Options{Move: "verifylive", SourceReplicationDSN: src.ReplicationDSN(), TargetDSN: dst.DSN,
-		Slot: names.Slot, Publication: names.Publication, Origin: names.Origin, StartLSN: l0, Set: dstSet, Ranges: ranges,
-		BatchDelay: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stopStream := context.WithCancel(ctx)
-	streamErr := make(chan error, 1)
-	go func() { streamErr <- stream.Run(sctx) }()
-	defer func() {
-		stopStream()
-		if err := <-streamErr; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("stream: %v", err)
-		}
-	}()
+	stream := runStream(t, ctx, src, dst, "verifylive", names, l0, dstSet, ranges)
 
 	holder := &loggingHolder{t: t, s: stream}
 	var last string

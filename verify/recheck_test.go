@@ -2,16 +2,11 @@ package verify
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/reshard/reshard/backfill"
-	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -38,55 +33,13 @@ func TestRecheckAfterAbortedCutover(t *testing.T) {
 		t.Fatal(err)
 	}
 	var writes atomic.Int64
-	wctx, stopWriters := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() { write(wctx, src, uint64(w), &writes) })
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopWriters()
-			wg.Wait()
-			stopped = true
-		}
-	}
-	defer stop()
+	stop := liveWriters(t, ctx, src, &writes)
 
-	names, err := cdc.NamesFor("recheck")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cdc.CreatePublication(ctx, src.Pool, names.Publication, dstSet, ranges); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := pgconn.Connect(ctx, src.ReplicationDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
-	rc.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, l0 := slotOf(t, ctx, src, "recheck", dstSet, ranges)
 	if _, err := backfill.Copy(ctx, src.Pool, dst.Pool, backfill.Options{Move: "recheck", Set: srcSet, Ranges: ranges, ChunkRows: 5000}); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := cdc.New(cdc.Options{Move: "recheck", SourceReplicationDSN: src.ReplicationDSN(), TargetDSN: dst.DSN,
-		Slot: names.Slot, Publication: names.Publication, Origin: names.Origin, StartLSN: l0, Set: dstSet, Ranges: ranges,
-		BatchDelay: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stopStream := context.WithCancel(ctx)
-	streamErr := make(chan error, 1)
-	go func() { streamErr <- stream.Run(sctx) }()
-	defer func() {
-		stopStream()
-		if err := <-streamErr; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("stream: %v", err)
-		}
-	}()
+	stream := runStream(t, ctx, src, dst, "recheck", names, l0, dstSet, ranges)
 
 	opts := Options{RunID: "recheck_v0", Set: srcSet, Ranges: ranges, Holder: stream, ChunkRows: 1500, Parallel: 2, BisectRows: 200}
 	first, err := Run(ctx, src.Pool, dst.Pool, opts)

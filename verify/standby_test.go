@@ -2,18 +2,14 @@ package verify
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
-	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -50,59 +46,17 @@ func TestMoveReadFromStandbyUnderLiveWrites(t *testing.T) {
 	}
 
 	var writes atomic.Int64
-	wctx, stopWriters := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() { write(wctx, src, uint64(w), &writes) })
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopWriters()
-			wg.Wait()
-			stopped = true
-		}
-	}
-	defer stop()
+	stop := liveWriters(t, ctx, src, &writes)
 	time.Sleep(200 * time.Millisecond)
 
-	names, err := cdc.NamesFor("verifystandby")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cdc.CreatePublication(ctx, src.Pool, names.Publication, dstSet, ranges); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := pgconn.Connect(ctx, src.ReplicationDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
-	rc.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names, l0 := slotOf(t, ctx, src, "verifystandby", dstSet, ranges)
 	st, err := backfill.Copy(ctx, standby, dst.Pool, backfill.Options{Move: "verifystandby", Set: srcSet, Ranges: ranges, ChunkRows: 2000,
 		Standby: &backfill.Standby{Name: "standby", Floor: l0}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("copied %d rows from the standby (%d chunk reads cancelled by recovery conflicts)", st.Rows, st.RecoveryConflicts)
-	stream, err := cdc.New(cdc.Options{Move: "verifystandby", SourceReplicationDSN: src.ReplicationDSN(), TargetDSN: dst.DSN,
-		Slot: names.Slot, Publication: names.Publication, Origin: names.Origin, StartLSN: l0, Set: dstSet, Ranges: ranges,
-		BatchDelay: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stopStream := context.WithCancel(ctx)
-	streamErr := make(chan error, 1)
-	go func() { streamErr <- stream.Run(sctx) }()
-	defer func() {
-		stopStream()
-		if err := <-streamErr; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("stream: %v", err)
-		}
-	}()
+	stream := runStream(t, ctx, src, dst, "verifystandby", names, l0, dstSet, ranges)
 
 	holder := &loggingHolder{t: t, s: stream}
 	opts := Options{Set: srcSet, Ranges: ranges, Holder: holder, ChunkRows: 1500, Parallel: 2, BisectRows: 200, Primary: src.Pool}
