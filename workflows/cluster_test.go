@@ -23,34 +23,18 @@ func TestWrongClusterStopsTheMoveUntilResumed(t *testing.T) {
 		}
 		return cut(in, n)
 	}
-	var resume error
-	var resumeDone bool
+	var r *resumed
 	env.RegisterDelayedCallback(func() {
-		st := queryState(t, env)
-		stopped := 0
-		for _, m := range st.Moves {
-			if m.Stopped {
-				stopped++
-				if m.Spec.ID != "t_m1" || m.Phase != PhaseCutover || !strings.Contains(m.Error, "stopped in CUTOVER: "+msg) {
-					t.Errorf("move %s: phase %s, error %q", m.Spec.ID, m.Phase, m.Error)
-				}
+		r = resumeStopped(t, env, func(m MoveState) {
+			if m.Spec.ID != "t_m1" || m.Phase != PhaseCutover || !strings.Contains(m.Error, "stopped in CUTOVER: "+msg) {
+				t.Errorf("move %s: phase %s, error %q", m.Spec.ID, m.Phase, m.Error)
 			}
-		}
-		if stopped != 1 || st.Phase.Terminal() {
-			t.Errorf("%d moves stopped, migration %s", stopped, st.Phase)
-		}
-		update(env, UpdateResume, &resume, &resumeDone)
+		})
 	}, 3*time.Hour)
 	req := testRequest()
 	req.Cluster = "cluster-a"
 	env.ExecuteWorkflow(MigrationWorkflow, req)
-	st := result[MigrationState](t, env)
-	if !resumeDone || resume != nil {
-		t.Fatalf("resume: done %v, %v", resumeDone, resume)
-	}
-	if st.Phase != PhaseDone {
-		t.Fatalf("migration ended %s (%s), want DONE", st.Phase, st.Error)
-	}
+	r.wantDone(t, env)
 	if n := f.count(ActivityCutover + "/t_m1"); n != 2 {
 		t.Errorf("t_m1's cutover ran %d times, want 2 (refused, then after resume)", n)
 	}

@@ -827,12 +827,7 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 			}
 		}
 		if byTime && transient(err) && ctx.Err() == nil {
-			stop, perr := p.failed(workflow.Now(ctx), RetryPhase, summary, err)
-			if stop {
-				return perr
-			}
-			workflow.GetLogger(ctx).Warn("step failed; retrying", "move", m.in.Spec.ID, "step", summary, "attempt", p.failures, "failing_for", workflow.Now(ctx).Sub(p.first), "limit", RetryPhase, "error", err)
-			if err := workflow.Sleep(ctx, retryBackoff(p.failures)); err != nil {
+			if err := m.retryAfter(ctx, &p, RetryPhase, summary, err); err != nil {
 				return err
 			}
 			continue

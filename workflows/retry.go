@@ -108,15 +108,22 @@ func (m *moveRun) execute(ctx, actx workflow.Context, limit time.Duration, step,
 		if err == nil || !transient(err) || ctx.Err() != nil {
 			return err
 		}
-		stop, perr := p.failed(workflow.Now(ctx), limit, step, err)
-		if stop {
-			return perr
-		}
-		workflow.GetLogger(ctx).Warn("step failed; retrying", "move", m.in.Spec.ID, "step", step, "attempt", p.failures, "failing_for", workflow.Now(ctx).Sub(p.first), "limit", limit, "error", err)
-		if err := workflow.Sleep(ctx, retryBackoff(p.failures)); err != nil {
+		if err := m.retryAfter(ctx, &p, limit, step, err); err != nil {
 			return err
 		}
 	}
+}
+
+// retryAfter records a transient failure of step and waits retryBackoff
+// before its next attempt; once the failures have lasted limit, it returns
+// the ErrTypePersisted error to stop with instead.
+func (m *moveRun) retryAfter(ctx workflow.Context, p *persistence, limit time.Duration, step string, err error) error {
+	if stop, perr := p.failed(workflow.Now(ctx), limit, step, err); stop {
+		return perr
+	}
+	workflow.GetLogger(ctx).Warn("step failed; retrying", "move", m.in.Spec.ID, "step", step, "attempt", p.failures,
+		"failing_for", workflow.Now(ctx).Sub(p.first), "limit", limit, "error", err)
+	return workflow.Sleep(ctx, retryBackoff(p.failures))
 }
 
 // persisted reports a step whose error persisted for its limit.

@@ -34,36 +34,23 @@ func TestPersistingErrorStopsTheMoveAfterItsDuration(t *testing.T) {
 			}
 		}
 	}, RetryCopy-2*time.Minute)
-	var resume error
-	var resumeDone bool
+	var r *resumed
 	env.RegisterDelayedCallback(func() {
-		st := queryState(t, env)
-		var m1 *MoveState
-		for i := range st.Moves {
-			if st.Moves[i].Spec.ID == "t_m1" {
-				m1 = &st.Moves[i]
-			}
-		}
-		if m1 == nil || !m1.Stopped || m1.Phase != PhaseSnapshotCopy {
-			t.Fatalf("t_m1 %+v: want it stopped in SNAPSHOT_COPY once its copy failed for %s", m1, RetryCopy)
-		}
-		for _, want := range []string{"stopped in SNAPSHOT_COPY: the copy has failed for 30m", "the limit is 30m0s", "connect to shard5: connection refused", "reshard resume t"} {
-			if !strings.Contains(m1.Error, want) {
-				t.Errorf("t_m1's error %q: want %q in it", m1.Error, want)
-			}
-		}
 		atStop = f.count(ActivityCopySlice + "/t_m1")
 		healed.Store(true)
-		update(env, UpdateResume, &resume, &resumeDone)
+		r = resumeStopped(t, env, func(m MoveState) {
+			if m.Spec.ID != "t_m1" || m.Phase != PhaseSnapshotCopy {
+				t.Errorf("move %s stopped in %s: want t_m1 in SNAPSHOT_COPY, once its copy failed for %s", m.Spec.ID, m.Phase, RetryCopy)
+			}
+			for _, want := range []string{"stopped in SNAPSHOT_COPY: the copy has failed for 30m", "the limit is 30m0s", "connect to shard5: connection refused", "reshard resume t"} {
+				if !strings.Contains(m.Error, want) {
+					t.Errorf("%s's error %q: want %q in it", m.Spec.ID, m.Error, want)
+				}
+			}
+		})
 	}, RetryCopy+time.Hour)
 	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
-	st := result[MigrationState](t, env)
-	if !resumeDone || resume != nil {
-		t.Fatalf("resume: done %v, %v", resumeDone, resume)
-	}
-	if st.Phase != PhaseDone {
-		t.Fatalf("migration ended %s (%s), want DONE", st.Phase, st.Error)
-	}
+	r.wantDone(t, env)
 	// 1 s doubled to 30 s between attempts: about 65 in 30 minutes, and none
 	// while the move waited for the operator.
 	times := f.times(ActivityCopySlice + "/t_m1")
