@@ -514,6 +514,11 @@ func clusterID(ctx context.Context, cfg *clusterConfig) (string, error) {
 		return "", err
 	}
 	defer closeStore()
+	if id, err := store.ClusterID(ctx); err == nil {
+		return id, nil
+	}
+	// A control database from before cluster ids: its schema's next step
+	// makes one (as the worker's first activity would).
 	if err := store.Migrate(ctx); err != nil {
 		return "", controlErr(err)
 	}
