@@ -803,7 +803,7 @@ func (m *moveRun) inSession(ctx workflow.Context, name, summary string, timeout 
 		in = m.withStream(in)
 		actx := m.opts(m.sessCtx, summary, timeout, 5)
 		if byTime {
-			actx = workflow.WithRetryPolicy(actx, temporal.RetryPolicy{MaximumAttempts: 1})
+			actx = workflow.WithRetryPolicy(actx, retryRound)
 		}
 		err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
 		if err == nil {

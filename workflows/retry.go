@@ -36,20 +36,19 @@ const (
 const ErrTypePersisted = "ErrorPersisted"
 
 // versionRetryByTime marks the runs whose steps are retried until their
-// error has persisted for a Retry* duration, each attempt an activity of
-// one attempt; before it Temporal retried them by attempt counts (5, or
-// without end), and a step that used up its attempts failed the move.
+// error has persisted for a Retry* duration; before it Temporal retried
+// them by attempt counts (5, or without end), and a step that used up its
+// attempts failed the move.
 const versionRetryByTime = "retry-by-time"
 
-// retryBackoff is the wait before a step's next attempt: 1 s, doubled up
-// to 30 s, as the activities' retry policies did.
-func retryBackoff(attempt int) time.Duration {
-	d := time.Second
-	for i := 1; i < attempt && d < 30*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 30*time.Second)
-}
+// retryRound is the retry policy of one execution of a step in runs that
+// retry by time: Temporal retries its attempts (1 s doubled up to 30 s,
+// about 2.5 minutes for the ten), so that reshard status still shows the
+// attempt, the next try and the last failure from the pending activity;
+// the workflow runs the step again after each failed round until the error
+// has persisted for the step's Retry* duration, a round costing its history
+// a few events where an attempt of its own would cost as many.
+var retryRound = temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second, MaximumAttempts: 10}
 
 // transient reports whether err is worth another attempt: not a
 // non-retryable application error, not a cancellation.
@@ -62,27 +61,30 @@ func transient(err error) bool {
 	return !errors.As(err, &canceled)
 }
 
-// persistence follows one step's failures: when the first of the current
-// run of failures was seen, and how many there were.
+// persistence follows one step's failures: when the first failed round of
+// the current run of failures ended, and how many rounds failed.
 type persistence struct {
-	first    time.Time
-	failures int
+	first  time.Time
+	rounds int
 }
 
-// failed records a transient failure of the step at now and says whether
-// it has persisted for limit; if so, err is the error to stop with.
+// failed records a failed round of the step at now and says whether its
+// error has persisted for limit; if so, err is the error to stop with.
+// The count starts at the end of the first failed round, so a step stops
+// after at least limit of failures (the first round's retries, about 2.5
+// minutes, are not counted).
 func (p *persistence) failed(now time.Time, limit time.Duration, step string, cause error) (stop bool, err error) {
-	if p.failures == 0 {
+	if p.rounds == 0 {
 		p.first = now
 	}
-	p.failures++
+	p.rounds++
 	lasted := now.Sub(p.first)
 	if lasted < limit {
 		return false, nil
 	}
 	return true, temporal.NewNonRetryableApplicationError(
-		fmt.Sprintf("%s has failed for %s (since %s UTC, %d attempts; the limit is %s): %s",
-			step, lasted.Round(time.Second), p.first.UTC().Format("15:04:05"), p.failures, limit, rootMessage(cause)),
+		fmt.Sprintf("%s has failed for %s (since %s UTC, %d rounds of %d attempts; the limit is %s): %s",
+			step, lasted.Round(time.Second), p.first.UTC().Format("15:04:05"), p.rounds, retryRound.MaximumAttempts, limit, rootMessage(cause)),
 		ErrTypePersisted, cause)
 }
 
@@ -93,15 +95,15 @@ func retriedByTime(ctx workflow.Context) bool {
 }
 
 // execute runs the activity name of a step with actx's options. In runs
-// that retry by time, each attempt is one activity execution, and a
-// transient failure is tried again after retryBackoff until it has
+// that retry by time, each execution retries its attempts by retryRound,
+// and the step runs again after a failed round until its error has
 // persisted for limit (then an ErrTypePersisted error); older runs keep
 // the activity's own retry policy.
 func (m *moveRun) execute(ctx, actx workflow.Context, limit time.Duration, step, name string, in, out any) error {
 	if !retriedByTime(ctx) {
 		return workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
 	}
-	actx = workflow.WithRetryPolicy(actx, temporal.RetryPolicy{MaximumAttempts: 1})
+	actx = workflow.WithRetryPolicy(actx, retryRound)
 	var p persistence
 	for {
 		err := workflow.ExecuteActivity(actx, name, in).Get(ctx, out)
@@ -114,16 +116,15 @@ func (m *moveRun) execute(ctx, actx workflow.Context, limit time.Duration, step,
 	}
 }
 
-// retryAfter records a transient failure of step and waits retryBackoff
-// before its next attempt; once the failures have lasted limit, it returns
-// the ErrTypePersisted error to stop with instead.
+// retryAfter records a failed round of step; once its error has lasted
+// limit, it returns the ErrTypePersisted error to stop with instead.
 func (m *moveRun) retryAfter(ctx workflow.Context, p *persistence, limit time.Duration, step string, err error) error {
 	if stop, perr := p.failed(workflow.Now(ctx), limit, step, err); stop {
 		return perr
 	}
-	workflow.GetLogger(ctx).Warn("step failed; retrying", "move", m.in.Spec.ID, "step", step, "attempt", p.failures,
+	workflow.GetLogger(ctx).Warn("step failed; retrying", "move", m.in.Spec.ID, "step", step, "rounds", p.rounds,
 		"failing_for", workflow.Now(ctx).Sub(p.first), "limit", limit, "error", err)
-	return workflow.Sleep(ctx, retryBackoff(p.failures))
+	return nil
 }
 
 // persisted reports a step whose error persisted for its limit.

@@ -42,7 +42,7 @@ func TestPersistingErrorStopsTheMoveAfterItsDuration(t *testing.T) {
 			if m.Spec.ID != "t_m1" || m.Phase != PhaseSnapshotCopy {
 				t.Errorf("move %s stopped in %s: want t_m1 in SNAPSHOT_COPY, once its copy failed for %s", m.Spec.ID, m.Phase, RetryCopy)
 			}
-			for _, want := range []string{"stopped in SNAPSHOT_COPY: the copy has failed for 30m", "the limit is 30m0s", "connect to shard5: connection refused", "reshard resume t"} {
+			for _, want := range []string{"stopped in SNAPSHOT_COPY: the copy has failed for 30m", "rounds of 10 attempts; the limit is 30m0s", "connect to shard5: connection refused", "reshard resume t"} {
 				if !strings.Contains(m.Error, want) {
 					t.Errorf("%s's error %q: want %q in it", m.Spec.ID, m.Error, want)
 				}
@@ -51,11 +51,12 @@ func TestPersistingErrorStopsTheMoveAfterItsDuration(t *testing.T) {
 	}, RetryCopy+time.Hour)
 	env.ExecuteWorkflow(MigrationWorkflow, testRequest())
 	r.wantDone(t, env)
-	// 1 s doubled to 30 s between attempts: about 65 in 30 minutes, and none
-	// while the move waited for the operator.
+	// Rounds of 10 attempts (1 s doubled up to 30 s: about 151 s each),
+	// counted from the end of the first: 13 rounds to 30 minutes, and no
+	// attempt while the move waited for the operator.
 	times := f.times(ActivityCopySlice + "/t_m1")
-	if atStop < 50 || atStop > 80 {
-		t.Errorf("%d attempts before the stop, want about 65 (backoff 1 s doubled up to 30 s, for 30 min)", atStop)
+	if atStop%10 != 0 || atStop/10 < 12 || atStop/10 > 14 {
+		t.Errorf("%d attempts before the stop, want 13 rounds of 10", atStop)
 	}
 	if len(times) > atStop && times[atStop].Sub(times[atStop-1]) < 55*time.Minute {
 		t.Errorf("an attempt %s after the last failed one, while the move waited for the operator", times[atStop].Sub(times[atStop-1]))
