@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,16 +35,8 @@ func TestSourceFailoverSeenByEveryActivity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pg := pgtest.PG(t)
-	primary := ownServer(t, pg, "actfail")
-	port, err := devenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := devenv.Server{Name: "actfail_standby", Port: port, DataDir: filepath.Join(pgtest.TempDir(t, "reshard-act-standby-"), "data")}
-	t.Cleanup(func() { _ = pg.Kill(context.Background(), sb) })
-	if err := pg.StartStandby(ctx, primary, sb); err != nil {
-		t.Fatalf("standby: %v", err)
-	}
+	primary := pgtest.OwnServer(t, "actfail")
+	sb, both := pgtest.SyncStandby(t, primary)
 	srcPool, err := pgxpool.New(ctx, primary.DSN("postgres", false))
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +51,6 @@ func TestSourceFailoverSeenByEveryActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, sb.Port)
 	newActs := func() *Activities {
 		a := New(&Resolver{Shards: map[string]string{"src": both, "dst": dst.DSN}}, nil, nil)
 		t.Cleanup(a.Close)
@@ -188,17 +178,8 @@ func TestSourceFailoverRecoversNothingLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	pg := pgtest.PG(t)
-	primary := ownServer(t, pg, "actrec")
-	port, err := devenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := devenv.Server{Name: "actrec_standby", Port: port, DataDir: filepath.Join(pgtest.TempDir(t, "reshard-act-standby-"), "data")}
-	t.Cleanup(func() { _ = pg.Kill(context.Background(), sb) })
-	if err := pg.StartStandby(ctx, primary, sb); err != nil {
-		t.Fatalf("standby: %v", err)
-	}
-	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, sb.Port)
+	primary := pgtest.OwnServer(t, "actrec")
+	sb, both := pgtest.SyncStandby(t, primary)
 	srcPool, err := pgxpool.New(ctx, both)
 	if err != nil {
 		t.Fatal(err)
@@ -393,27 +374,6 @@ func TestSourceFailoverRecoversNothingLost(t *testing.T) {
 	if n := countTarget(`NOT ` + inRange); n != 0 {
 		t.Fatalf("%d rows outside the moving ranges on the target", n)
 	}
-}
-
-// ownServer is a server of the test's own, which it may kill or promote
-// without disturbing the package's shared servers.
-func ownServer(t *testing.T, pg *devenv.PG, name string) devenv.Server {
-	t.Helper()
-	port, err := devenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := devenv.Server{Name: name, Port: port, DataDir: filepath.Join(pgtest.TempDir(t, "reshard-act-"+name+"-"), "data")}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := pg.Init(ctx, s, devenv.ServerOptions{Fast: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.Start(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Kill(context.Background(), s) })
-	return s
 }
 
 // TestFailoverCountedOncePerTimelineChange: reshard_failovers_total counts

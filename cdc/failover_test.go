@@ -3,8 +3,6 @@ package cdc
 import (
 	"context"
 	"errors"
-	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,28 +16,6 @@ import (
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
 )
-
-// ownServer is a source server of the test's own, which it may stop,
-// promote or kill without disturbing the package's shared servers.
-func ownServer(t *testing.T, name string) devenv.Server {
-	t.Helper()
-	pg := pgtest.PG(t)
-	port, err := devenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := devenv.Server{Name: name, Port: port, DataDir: filepath.Join(pgtest.TempDir(t, "reshard-cdc-"+name+"-"), "data")}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := pg.Init(ctx, s, devenv.ServerOptions{Fast: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pg.Start(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Kill(context.Background(), s) })
-	return s
-}
 
 // sourceEnv is an env whose source is the database postgres of server s.
 func sourceEnv(t *testing.T, s devenv.Server, move string) *env {
@@ -79,7 +55,7 @@ func TestSwitchoverDoesNotWaitForStream(t *testing.T) {
 }
 
 func testSwitchover(t *testing.T, mode string) {
-	src := ownServer(t, "switchover")
+	src := pgtest.OwnServer(t, "switchover")
 	e := sourceEnv(t, src, "switchover_"+mode) // the origin on the shared target is per server: one per subtest
 	e.createSlot(t)
 	st, err := New(e.options())
@@ -141,19 +117,10 @@ func TestSourceFailoverIsReported(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	pg := pgtest.PG(t)
-	src := ownServer(t, "failover")
-	port, err := devenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := devenv.Server{Name: "failover_standby", Port: port, DataDir: filepath.Join(pgtest.TempDir(t, "reshard-cdc-standby-"), "data")}
-	t.Cleanup(func() { _ = pg.Kill(context.Background(), sb) })
-	if err := pg.StartStandby(ctx, src, sb); err != nil {
-		t.Fatalf("standby: %v", err)
-	}
+	src := pgtest.OwnServer(t, "failover")
+	sb, both := pgtest.SyncStandby(t, src)
 	e := sourceEnv(t, src, "failover")
 	e.createSlot(t)
-	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", src.Port, sb.Port)
 	o := e.options()
 	o.Source = "shard_a"
 	o.SourceReplicationDSN, o.SourceDSN = both+"&replication=database", both
@@ -249,7 +216,7 @@ func TestSourceFailoverIsReported(t *testing.T) {
 func TestLostSlotIsReported(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	src := ownServer(t, "lost")
+	src := pgtest.OwnServer(t, "lost")
 	e := sourceEnv(t, src, "lost")
 	e.src.Exec(t, "ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
 	e.src.Exec(t, "SELECT pg_reload_conf()")

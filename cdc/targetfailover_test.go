@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,17 +51,8 @@ func TestTargetFailoverAppliesEveryChangeOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	pg := pgtest.PG(t)
-	tgt := ownServer(t, "tgtfailover")
-	port, err := devenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb := devenv.Server{Name: "tgtfailover_standby", Port: port, DataDir: filepath.Join(pgtest.TempDir(t, "reshard-cdc-tgtstandby-"), "data")}
-	t.Cleanup(func() { _ = pg.Kill(context.Background(), sb) })
-	if err := pg.StartStandby(ctx, tgt, sb); err != nil {
-		t.Fatalf("standby: %v", err)
-	}
-	both := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", tgt.Port, sb.Port)
+	tgt := pgtest.OwnServer(t, "tgtfailover")
+	sb, both := pgtest.SyncStandby(t, tgt)
 	pool, err := pgxpool.New(ctx, both)
 	if err != nil {
 		t.Fatal(err)

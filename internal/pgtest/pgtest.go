@@ -588,3 +588,48 @@ func Standby(t testing.TB, i int) devenv.Server {
 	}
 	return sb
 }
+
+// OwnServer starts a server of the test's own (initdb, start), which it
+// may stop, kill or promote without disturbing the package's shared
+// servers; it is killed when the test ends.
+func OwnServer(t testing.TB, name string) devenv.Server {
+	t.Helper()
+	p := PG(t)
+	port, err := devenv.FreePort()
+	if err != nil {
+		t.Fatalf("pgtest: free port: %v", err)
+	}
+	s := devenv.Server{Name: name, Port: port, DataDir: filepath.Join(TempDir(t, "reshard-"+name+"-"), "data")}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := p.Init(ctx, s, devenv.ServerOptions{Fast: true}); err != nil {
+		t.Fatalf("pgtest: init %s: %v", name, err)
+	}
+	if err := p.Start(ctx, s); err != nil {
+		t.Fatalf("pgtest: start %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = p.Kill(context.Background(), s) })
+	return s
+}
+
+// SyncStandby starts a synchronous streaming standby of primary (a server
+// of the test's own: OwnServer), killed when the test ends, so that a
+// commit acknowledged on the primary survives its failover. It returns the
+// standby and a DSN of the database postgres that lists both servers and
+// follows whichever is the primary (target_session_attrs=read-write).
+func SyncStandby(t testing.TB, primary devenv.Server) (sb devenv.Server, both string) {
+	t.Helper()
+	p := PG(t)
+	port, err := devenv.FreePort()
+	if err != nil {
+		t.Fatalf("pgtest: free port: %v", err)
+	}
+	sb = devenv.Server{Name: primary.Name + "_standby", Port: port, DataDir: filepath.Join(TempDir(t, "reshard-"+primary.Name+"-standby-"), "data")}
+	t.Cleanup(func() { _ = p.Kill(context.Background(), sb) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := p.StartStandby(ctx, primary, sb); err != nil {
+		t.Fatalf("pgtest: standby of %s: %v", primary.Name, err)
+	}
+	return sb, fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=read-write", primary.Port, sb.Port)
+}
