@@ -204,12 +204,45 @@ type flow struct {
 	left     float64 // tokens still to place (pour)
 }
 
+// party is a shard whose share changes: a giver above its wanted share (or
+// leaving) or a taker below it.
+type party struct {
+	name    string
+	amount  float64 // excess (giver) or deficit (taker), in tokens
+	want    float64 // wanted share (taker), in tokens
+	leaving bool
+	flows   []int
+}
+
 // balancedTarget moves the excess of every shard above its wanted share to
 // the shards below theirs. Givers and takers are paired in name order
 // (the north-west corner of the transport table), which gives at most
 // givers+takers-1 pairs, so few (source, target) moves: adding 4 shards to 4
 // makes 4 pairs, one per source, and 16 to 64 makes 48, three per source.
 func (r *Ring) balancedTarget(t Target, final []Shard, scope map[string]bool, o Options) (*Ring, error) {
+	givers, takers, spec := r.parties(t, final, scope)
+	if len(givers) == 0 {
+		return r, nil // already at the target: nothing moves
+	}
+	if len(takers) == 0 { // only a leaving shard with a sliver of space
+		best := ""
+		for _, s := range final {
+			if scope[s.Name] && (best == "" || s.weight() > spec[best].weight()) {
+				best = s.Name
+			}
+		}
+		takers = append(takers, party{name: best, amount: 1, want: 1})
+	}
+	flows := pairFlows(givers, takers)
+	apportionPieces(givers, takers, flows, spec, o)
+	owner, extra := r.cutGivers(givers, takers, flows)
+	return r.withCuts(owner, extra)
+}
+
+// parties are the shards of scope above their wanted share (givers, and
+// every leaving shard) and below it (takers), each list in name order, and
+// the final shards by name.
+func (r *Ring) parties(t Target, final []Shard, scope map[string]bool) (givers, takers []party, spec map[string]Shard) {
 	share := r.shareByIndex()
 	var space, totalW float64
 	for j, name := range r.shards {
@@ -220,7 +253,7 @@ func (r *Ring) balancedTarget(t Target, final []Shard, scope map[string]bool, o 
 	if len(t.Among) == 0 {
 		space = 1 // the whole space, without the shares' rounding
 	}
-	spec := map[string]Shard{}
+	spec = map[string]Shard{}
 	for _, s := range final {
 		spec[s.Name] = s
 		if scope[s.Name] {
@@ -231,14 +264,6 @@ func (r *Ring) balancedTarget(t Target, final []Shard, scope map[string]bool, o 
 	for _, name := range t.Remove {
 		leaving[name] = true
 	}
-	type party struct {
-		name    string
-		amount  float64 // excess (giver) or deficit (taker), in tokens
-		want    float64 // wanted share (taker), in tokens
-		leaving bool
-		flows   []int
-	}
-	var givers, takers []party
 	names := slices.Clone(r.shards)
 	for _, s := range t.Add {
 		names = append(names, s.Name)
@@ -265,21 +290,14 @@ func (r *Ring) balancedTarget(t Target, final []Shard, scope map[string]bool, o 
 			takers = append(takers, party{name: name, amount: -d * twoTo64, want: want * twoTo64})
 		}
 	}
-	if len(givers) == 0 {
-		return r, nil // already at the target: nothing moves
-	}
-	if len(takers) == 0 { // only a leaving shard with a sliver of space
-		best := ""
-		for _, s := range final {
-			if scope[s.Name] && (best == "" || s.weight() > spec[best].weight()) {
-				best = s.Name
-			}
-		}
-		takers = append(takers, party{name: best, amount: 1, want: 1})
-	}
-	// North-west corner: pour givers into takers, both in name order. A
-	// sliver below shareEpsilon makes no pair (it stays where it is), except
-	// that a leaving shard always has one.
+	return givers, takers, spec
+}
+
+// pairFlows is the north-west corner: it pours givers into takers, both in
+// name order, and records each flow's index on its giver and taker. A
+// sliver below shareEpsilon makes no pair (it stays where it is), except
+// that a leaving shard always has one.
+func pairFlows(givers, takers []party) []flow {
 	tiny := shareEpsilon * twoTo64
 	var flows []flow
 	gi, ti := 0, 0
@@ -307,8 +325,13 @@ func (r *Ring) balancedTarget(t Target, final []Shard, scope map[string]bool, o 
 			}
 		}
 	}
-	// A taker's vnodes: its vnode count, scaled by how much of its share it
-	// receives, shared among its flows by amount.
+	return flows
+}
+
+// apportionPieces sets each flow's pieces: a taker's vnodes, its vnode
+// count scaled by how much of its share it receives, shared among its
+// flows by amount.
+func apportionPieces(givers, takers []party, flows []flow, spec map[string]Shard, o Options) {
 	for _, tk := range takers {
 		count := o.vnodes(spec[tk.name])
 		if tk.want > 0 && tk.amount < tk.want {
@@ -325,22 +348,27 @@ func (r *Ring) balancedTarget(t Target, final []Shard, scope map[string]bool, o 
 			flows[f].pieces = n[keys[i]]
 		}
 	}
+}
 
+// cutGivers places the flows in the givers' ranges: owner maps a vnode
+// index to its new owner (a leaving shard's ranges, given whole), extra are
+// the new tokens cut into the ranges, each owned by its taker.
+func (r *Ring) cutGivers(givers, takers []party, flows []flow) (owner map[int]string, extra []VNode) {
 	byShard := make([][]span, len(r.shards))
 	for _, sp := range r.spans() {
 		o := r.owners[sp.vnode]
 		sp.rank = bits.Reverse32(uint32(len(byShard[o])))
 		byShard[o] = append(byShard[o], sp)
 	}
-	owner := map[int]string{} // vnode index → new owner (leaving shards' tokens)
-	var extra []VNode
+	owner = map[int]string{}
+	add := func(v VNode) { extra = append(extra, v) }
 	// cut adds a token at each segment's end but the last, owned by the
 	// segment's taker; a segment with no room for its token joins the next.
 	cut := func(sp span, segs []segment, ends []float64) {
 		toks, ok := placeCuts(sp, ends)
 		for i, tok := range toks {
 			if ok[i] {
-				extra = append(extra, VNode{Token: tok, Shard: takers[segs[i].f.to].name})
+				add(VNode{Token: tok, Shard: takers[segs[i].f.to].name})
 			}
 		}
 	}
@@ -370,45 +398,56 @@ func (r *Ring) balancedTarget(t Target, final []Shard, scope map[string]bool, o 
 			}
 			continue
 		}
-		// A shard that stays gives the low part of its largest ranges, in
-		// proportion to their widths.
-		n := min(max(pieces, 1), len(sps))
-		selectLargest(sps, n)
-		sum := 0.0
-		for _, sp := range sps[:n] {
-			sum += sp.w()
-		}
-		for n < len(sps) && sum <= amount*(1+1e-9) { // the largest ranges alone cannot hold the excess
-			selectLargest(sps[n:], 1)
-			sum += sps[n].w()
-			n++
-		}
-		if len(fl) == 1 {
-			// One taker: one cut per range (an add-node's or a split's plan).
-			for _, sp := range sps[:n] {
-				if tok, ok := cutToken(sp, amount*sp.w()/sum); ok {
-					extra = append(extra, VNode{Token: tok, Shard: takers[fl[0].to].name})
-				}
-			}
-			continue
-		}
-		// Several takers: each range's piece is cut in about pieces/n parts
-		// that take turns among the takers, so each gets ranges all around.
-		per, more := pieces/n, pieces%n
-		for k, sp := range sps[:n] {
-			parts := max(1, per)
-			if k < more {
-				parts++
-			}
-			piece := amount * sp.w() / sum
-			sizes := make([]float64, parts)
-			for i := range sizes {
-				sizes[i] = piece / float64(parts)
-			}
-			segs := pour(fl, sizes)
-			cut(sp, segs, segmentEnds(segs))
-		}
+		giveLowParts(sps, fl, takers, pieces, amount, add, cut)
 	}
+	return owner, extra
+}
+
+// giveLowParts cuts a staying giver's share of its flows (fl: pieces
+// vnodes, amount tokens) from the low part of its largest ranges sps, in
+// proportion to their widths; add and cut record the new tokens.
+func giveLowParts(sps []span, fl []*flow, takers []party, pieces int, amount float64, add func(VNode), cut func(span, []segment, []float64)) {
+	n := min(max(pieces, 1), len(sps))
+	selectLargest(sps, n)
+	sum := 0.0
+	for _, sp := range sps[:n] {
+		sum += sp.w()
+	}
+	for n < len(sps) && sum <= amount*(1+1e-9) { // the largest ranges alone cannot hold the excess
+		selectLargest(sps[n:], 1)
+		sum += sps[n].w()
+		n++
+	}
+	if len(fl) == 1 {
+		// One taker: one cut per range (an add-node's or a split's plan).
+		for _, sp := range sps[:n] {
+			if tok, ok := cutToken(sp, amount*sp.w()/sum); ok {
+				add(VNode{Token: tok, Shard: takers[fl[0].to].name})
+			}
+		}
+		return
+	}
+	// Several takers: each range's piece is cut in about pieces/n parts
+	// that take turns among the takers, so each gets ranges all around.
+	per, more := pieces/n, pieces%n
+	for k, sp := range sps[:n] {
+		parts := max(1, per)
+		if k < more {
+			parts++
+		}
+		piece := amount * sp.w() / sum
+		sizes := make([]float64, parts)
+		for i := range sizes {
+			sizes[i] = piece / float64(parts)
+		}
+		segs := pour(fl, sizes)
+		cut(sp, segs, segmentEnds(segs))
+	}
+}
+
+// withCuts is r with the vnodes of owner reassigned and the extra tokens
+// added.
+func (r *Ring) withCuts(owner map[int]string, extra []VNode) (*Ring, error) {
 	if len(owner) == 0 && len(extra) > 0 && !slices.ContainsFunc(extra, func(v VNode) bool { return v.Shard != extra[0].Shard || r.HasShard(v.Shard) }) {
 		return r.adding(extra) // one new shard, nothing reassigned: a merge, not a sort
 	}
