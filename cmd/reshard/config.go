@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 	sdklog "go.temporal.io/sdk/log"
@@ -21,8 +19,6 @@ import (
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgsession"
-	"github.com/reshard/reshard/topology"
 )
 
 // PasswordEnvVar overrides every other password source of the config file.
@@ -130,79 +126,6 @@ func (c *clusterConfig) ShardNames() []string {
 	}
 	sort.Strings(names)
 	return names
-}
-
-// connConfig is a pool config for dsn with the password set in the struct,
-// never in a string.
-func (c *clusterConfig) connConfig(dsn string) (*pgxpool.Config, error) {
-	cfg, err := pgsession.ParsePoolConfig(dsn)
-	if err != nil {
-		return nil, errors.New("not a valid PostgreSQL connection string")
-	}
-	if c.password != "" {
-		cfg.ConnConfig.Password = c.password
-	}
-	cfg.MaxConns = 4
-	return cfg, nil
-}
-
-// connect opens and pings a pool; errors name the server as the user knows
-// it and show the DSN redacted.
-func (c *clusterConfig) connect(ctx context.Context, what, dsn string) (*pgxpool.Pool, error) {
-	cfg, err := c.connConfig(dsn)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("%s: %w", what, err)}
-	}
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		if err = p.Ping(ctx); err != nil {
-			p.Close()
-		}
-	}
-	if err != nil {
-		if authFailed(err) {
-			// The server said no to these credentials: the configuration is
-			// wrong, not the server down. Bad input, with the fix.
-			return nil, usageError{fmt.Errorf("connect to %s (%s): %w; the password or user is wrong: fix the DSN's user, or the password ($%s, password_env or password_file of %s)",
-				what, redactDSN(dsn), err, PasswordEnvVar, c.Path)}
-		}
-		return nil, fmt.Errorf("connect to %s (%s): %w", what, redactDSN(dsn), err)
-	}
-	return p, nil
-}
-
-// authFailed: the server refused the credentials (SQLSTATE class 28:
-// invalid authorization specification, e.g. 28P01 wrong password).
-func authFailed(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "28")
-}
-
-// withControl loads the configuration, connects to the control database
-// and runs f with both, within timeout.
-func withControl(cmd *cobra.Command, opts *globalOptions, cf *configFlags, timeout time.Duration,
-	f func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error) error {
-	cfg, err := cf.load(opts)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-	defer cancel()
-	store, pool, err := cfg.openStore(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	return f(ctx, cfg, store, pool)
-}
-
-// openStore connects to the control database.
-func (c *clusterConfig) openStore(ctx context.Context) (*topology.Store, *pgxpool.Pool, error) {
-	p, err := c.connect(ctx, "the control database", c.Control)
-	if err != nil {
-		return nil, nil, err
-	}
-	return topology.NewStore(p), p, nil
 }
 
 // dialTemporal connects to the Temporal frontend of the configuration.

@@ -56,6 +56,123 @@ func controlErr(err error) error {
 	return err
 }
 
+// connConfig is a pool config for dsn with the password set in the struct,
+// never in a string.
+func (c *clusterConfig) connConfig(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgsession.ParsePoolConfig(dsn)
+	if err != nil {
+		return nil, errors.New("not a valid PostgreSQL connection string")
+	}
+	if c.password != "" {
+		cfg.ConnConfig.Password = c.password
+	}
+	cfg.MaxConns = 4
+	return cfg, nil
+}
+
+// connect opens and pings a pool; errors name the server as the user knows
+// it and show the DSN redacted.
+func (c *clusterConfig) connect(ctx context.Context, what, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := c.connConfig(dsn)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("%s: %w", what, err)}
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		if err = p.Ping(ctx); err != nil {
+			p.Close()
+		}
+	}
+	if err != nil {
+		if authFailed(err) {
+			// The server said no to these credentials: the configuration is
+			// wrong, not the server down. Bad input, with the fix.
+			return nil, usageError{fmt.Errorf("connect to %s (%s): %w; the password or user is wrong: fix the DSN's user, or the password ($%s, password_env or password_file of %s)",
+				what, redactDSN(dsn), err, PasswordEnvVar, c.Path)}
+		}
+		return nil, fmt.Errorf("connect to %s (%s): %w", what, redactDSN(dsn), err)
+	}
+	return p, nil
+}
+
+// authFailed: the server refused the credentials (SQLSTATE class 28:
+// invalid authorization specification, e.g. 28P01 wrong password).
+func authFailed(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "28")
+}
+
+// openShardPools connects to the named shards with the configuration's DSNs.
+func (c *clusterConfig) openShardPools(ctx context.Context, names []string) (map[string]*pgxpool.Pool, func(), error) {
+	pools := map[string]*pgxpool.Pool{}
+	closeAll := func() {
+		for _, p := range pools {
+			p.Close()
+		}
+	}
+	for _, n := range names {
+		dsn, ok := c.Shards[n]
+		if !ok {
+			closeAll()
+			return nil, nil, usageError{fmt.Errorf("shard %s is not in the configuration %s: add it there (the topology names it)", n, c.Path)}
+		}
+		p, err := c.connect(ctx, "shard "+n, dsn)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		pools[n] = p
+	}
+	return pools, closeAll, nil
+}
+
+// topologyShard connects to a shard that topology v(ersion) names, with
+// the configuration's DSN (csvload.Options.Connect).
+func (c *clusterConfig) topologyShard(version int64) func(ctx context.Context, shard string) (*pgxpool.Pool, error) {
+	return func(ctx context.Context, shard string) (*pgxpool.Pool, error) {
+		dsn, ok := c.Shards[shard]
+		if !ok {
+			return nil, usageError{fmt.Errorf("topology v%d names shard %s, which is not in the configuration %s", version, shard, c.Path)}
+		}
+		return c.connect(ctx, "shard "+shard, dsn)
+	}
+}
+
+// controlDB is the control database's store and pool as a fence.Control.
+func controlDB(store *topology.Store, pool *pgxpool.Pool) fence.Control {
+	return fence.Control{Pool: pool, Store: store}
+}
+
+// clusterPools are the control database and every configured shard, open
+// for a command's whole run (reshard demo).
+type clusterPools struct {
+	fence.Control
+	Shards map[string]*pgxpool.Pool
+}
+
+// openCluster connects to the control database and every configured shard;
+// closeAll closes them.
+func (c *clusterConfig) openCluster(ctx context.Context) (cl clusterPools, closeAll func(), err error) {
+	store, ctl, err := c.openStore(ctx)
+	if err != nil {
+		return cl, nil, err
+	}
+	cl = clusterPools{Control: controlDB(store, ctl), Shards: map[string]*pgxpool.Pool{}}
+	closeAll = func() {
+		for _, p := range cl.Shards {
+			p.Close()
+		}
+		ctl.Close()
+	}
+	for _, name := range c.ShardNames() {
+		if cl.Shards[name], err = c.connect(ctx, "shard "+name, c.Shards[name]); err != nil {
+			closeAll()
+			return cl, nil, err
+		}
+	}
+	return cl, closeAll, nil
+}
+
 // smallControl is a store on a pool of at most n connections to the
 // control database, opened on first use (never pinged here): for the
 // worker's health checks and the actions' look at the worker registry.
@@ -155,13 +272,32 @@ func verifyConnect(ctx context.Context, side, dsn string) (*pgxpool.Pool, error)
 	return p, nil
 }
 
-// withControlDB is withControl for the commands that hand the control
-// database to domain packages: its store and pool as a fence.Control.
+// withControlDB loads the configuration, connects to the control database
+// and runs f with both (the control database as a fence.Control: its store
+// and pool, which the commands hand to domain packages), within timeout.
 func withControlDB(cmd *cobra.Command, opts *globalOptions, cf *configFlags, timeout time.Duration,
 	f func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error) error {
-	return withControl(cmd, opts, cf, timeout, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
-		return f(ctx, cfg, fence.Control{Pool: pool, Store: store})
-	})
+	cfg, err := cf.load(opts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	store, pool, err := cfg.openStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	return f(ctx, cfg, controlDB(store, pool))
+}
+
+// openStore connects to the control database.
+func (c *clusterConfig) openStore(ctx context.Context) (*topology.Store, *pgxpool.Pool, error) {
+	p, err := c.connect(ctx, "the control database", c.Control)
+	if err != nil {
+		return nil, nil, err
+	}
+	return topology.NewStore(p), p, nil
 }
 
 // lazyShards opens the configured shards' pools once each; a shard the

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -96,9 +95,7 @@ type demoRun struct {
 	start    time.Time
 	newShard string
 	cfg      *clusterConfig
-	store    *topology.Store
-	ctl      *pgxpool.Pool
-	pools    map[string]*pgxpool.Pool
+	cl       clusterPools // the control database and the shards
 	tc       client.Client
 	cleanups []func()
 
@@ -116,7 +113,7 @@ func (d *demoRun) onExit(f func()) { d.cleanups = append(d.cleanups, f) }
 func (d *demoRun) workerStopped() error { return fmt.Errorf("the worker stopped: %v", d.workerErr) }
 
 func runDemo(ctx context.Context, out io.Writer, opts *globalOptions, o demoOptions) error {
-	d := &demoRun{out: out, opts: opts, o: o, start: time.Now(), newShard: "shard" + strconv.Itoa(o.shards+1), pools: map[string]*pgxpool.Pool{}}
+	d := &demoRun{out: out, opts: opts, o: o, start: time.Now(), newShard: "shard" + strconv.Itoa(o.shards+1)}
 	defer func() {
 		for i := len(d.cleanups) - 1; i >= 0; i-- {
 			d.cleanups[i]()
@@ -177,28 +174,19 @@ func (d *demoRun) cluster(ctx context.Context) (topology.Topology, error) {
 		return topology.Topology{}, err
 	}
 	d.say("Temporal UI: %s/namespaces/%s/workflows", d.cfg.Temporal.UI, d.cfg.Temporal.Namespace)
-	if d.store, d.ctl, err = d.cfg.openStore(ctx); err != nil {
+	var closeAll func()
+	if d.cl, closeAll, err = d.cfg.openCluster(ctx); err != nil {
 		return topology.Topology{}, err
 	}
-	d.onExit(d.ctl.Close)
-	d.onExit(func() {
-		for _, p := range d.pools {
-			p.Close()
-		}
-	})
-	for _, name := range d.cfg.ShardNames() {
-		if d.pools[name], err = d.cfg.connect(ctx, "shard "+name, d.cfg.Shards[name]); err != nil {
-			return topology.Topology{}, err
-		}
-	}
+	d.onExit(closeAll)
 	var members []string
 	for i := 1; i <= d.o.shards; i++ {
 		members = append(members, "shard"+strconv.Itoa(i))
 	}
-	if err := topology.Migrate(ctx, d.ctl); err != nil {
+	if err := topology.Migrate(ctx, d.cl.Pool); err != nil {
 		return topology.Topology{}, fmt.Errorf("create the topology schema in the control DB: %w", err)
 	}
-	res, err := register.Init(ctx, d.store, d.ctl, d.cfg.openShardPools, register.InitOptions{Keyspace: topology.DefaultKeyspace, DSNs: d.cfg.Shards,
+	res, err := register.Init(ctx, d.cl.Store, d.cl.Pool, d.cfg.openShardPools, register.InitOptions{Keyspace: topology.DefaultKeyspace, DSNs: d.cfg.Shards,
 		Members: members, Ring: ring.Options{VNodes: 16, Tokens: ring.AllocBalanced}})
 	if err != nil {
 		return topology.Topology{}, registerErr(err)
@@ -213,12 +201,12 @@ func (d *demoRun) cluster(ctx context.Context) (topology.Topology, error) {
 
 // data creates the demo's tables and loads its users and orders.
 func (d *demoRun) data(ctx context.Context, topo topology.Topology) (int64, error) {
-	if err := demo.CreateSchema(ctx, d.pools); err != nil {
+	if err := demo.CreateSchema(ctx, d.cl.Shards); err != nil {
 		return 0, err
 	}
 	d.say("loading %d users, %d orders each, payloads of %d bytes (TOAST) for one user in ten", d.o.users, d.o.ordersPerUser, d.o.payloadBytes)
 	t0 := time.Now()
-	rows, err := demo.Load(ctx, d.pools, topo.Ring, demo.LoadOptions{Users: d.o.users, OrdersPerUser: d.o.ordersPerUser, PayloadBytes: d.o.payloadBytes, SkipIfNotEmpty: true})
+	rows, err := demo.Load(ctx, d.cl.Shards, topo.Ring, demo.LoadOptions{Users: d.o.users, OrdersPerUser: d.o.ordersPerUser, PayloadBytes: d.o.payloadBytes, SkipIfNotEmpty: true})
 	if err != nil {
 		return 0, err
 	}
@@ -233,7 +221,7 @@ func (d *demoRun) register(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	if _, err := registerKeyspace(ctx, d.cfg, d.store, d.ctl, topology.DefaultKeyspace, spec); err != nil {
+	if _, err := registerKeyspace(ctx, d.cfg, d.cl.Control, topology.DefaultKeyspace, spec); err != nil {
 		return err
 	}
 	d.say("keyspace %s: users and orders registered (every row checked on its owner) and every shard fenced where it owns nothing, in %s",
@@ -290,7 +278,7 @@ func (d *demoRun) worker(ctx context.Context) error {
 // writers starts the writers through the router, each write acknowledged
 // in the ledger.
 func (d *demoRun) writers(ctx context.Context) (*demo.Writers, error) {
-	w, err := demo.StartWriters(ctx, d.store, d.pools, demo.WritersOptions{Users: d.o.users, Keys: d.o.ledgerKeys, Workers: d.o.writers, Seed: uint64(d.start.UnixNano())})
+	w, err := demo.StartWriters(ctx, d.cl.Store, d.cl.Shards, demo.WritersOptions{Users: d.o.users, Keys: d.o.ledgerKeys, Workers: d.o.writers, Seed: uint64(d.start.UnixNano())})
 	if err != nil {
 		return nil, err
 	}
@@ -310,10 +298,10 @@ func (d *demoRun) addNode(ctx context.Context, topo topology.Topology) (*migrati
 	if err != nil {
 		return nil, usageError{err}
 	}
-	if req.Keyspace, req.Tables, _, err = migrationKeyspace(ctx, d.store, topology.DefaultKeyspace, req.Tables); err != nil {
+	if req.Keyspace, req.Tables, _, err = migrationKeyspace(ctx, d.cl.Store, topology.DefaultKeyspace, req.Tables); err != nil {
 		return nil, err
 	}
-	reg, err := plan.Registry(ctx, d.store)
+	reg, err := plan.Registry(ctx, d.cl.Store)
 	if err != nil {
 		return nil, controlErr(err)
 	}
@@ -371,7 +359,7 @@ func (d *demoRun) follow(ctx context.Context, p *migrationPlan) (demo.Summary, e
 // check stops the writers, then checks every acknowledged key and every
 // row's placement, and prints the summary.
 func (d *demoRun) check(ctx context.Context, w *demo.Writers, sum demo.Summary) error {
-	if err := w.Check(ctx, d.pools, &sum); err != nil {
+	if err := w.Check(ctx, d.cl.Shards, &sum); err != nil {
 		return err
 	}
 	sum.Print(d.out)

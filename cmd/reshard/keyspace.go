@@ -8,9 +8,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/tableset"
@@ -44,7 +44,8 @@ func newKeyspaceShowCmd(opts *globalOptions) *cobra.Command {
 		Example: `  reshard keyspace show --json`,
 		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withControl(cmd, opts, &cf, time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+			return withControlDB(cmd, opts, &cf, time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
+				store := ctl.Store
 				all, err := store.Keyspaces(ctx)
 				if err != nil {
 					return controlErr(err)
@@ -106,8 +107,9 @@ with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
 			if err != nil {
 				return usageError{err}
 			}
-			return withControl(cmd, opts, &cf, 10*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
-				if err := topology.Migrate(ctx, pool); err != nil {
+			return withControlDB(cmd, opts, &cf, 10*time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
+				store := ctl.Store
+				if err := topology.Migrate(ctx, ctl.Pool); err != nil {
 					return err
 				}
 				if name == "" { // the only keyspace, or the default one
@@ -116,7 +118,7 @@ with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
 						name = k.Name
 					}
 				}
-				k, err := registerKeyspace(ctx, cfg, store.In(name), pool, name, spec)
+				k, err := registerKeyspace(ctx, cfg, fence.Control{Pool: ctl.Pool, Store: store.In(name)}, name, spec)
 				if err != nil {
 					return err
 				}
@@ -131,39 +133,15 @@ with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
 	return cmd
 }
 
-// openShardPools connects to the named shards with the configuration's DSNs.
-func (c *clusterConfig) openShardPools(ctx context.Context, names []string) (map[string]*pgxpool.Pool, func(), error) {
-	pools := map[string]*pgxpool.Pool{}
-	closeAll := func() {
-		for _, p := range pools {
-			p.Close()
-		}
-	}
-	for _, n := range names {
-		dsn, ok := c.Shards[n]
-		if !ok {
-			closeAll()
-			return nil, nil, usageError{fmt.Errorf("shard %s is not in the configuration %s: add it there (the topology names it)", n, c.Path)}
-		}
-		p, err := c.connect(ctx, "shard "+n, dsn)
-		if err != nil {
-			closeAll()
-			return nil, nil, err
-		}
-		pools[n] = p
-	}
-	return pools, closeAll, nil
-}
-
 // keyspaceShards are the shards that hold or will hold a keyspace's rows
 // in t (register.Shards).
 func keyspaceShards(t topology.Topology) []string { return register.Shards(t) }
 
 // registerKeyspace checks spec on every shard of the keyspace's current
-// topology (store is In the keyspace), then registers it and fences every
-// shard (register.Tables).
-func registerKeyspace(ctx context.Context, cfg *clusterConfig, store *topology.Store, control *pgxpool.Pool, name string, spec tableset.Spec) (topology.Keyspace, error) {
-	k, err := register.Tables(ctx, store, control, cfg.openShardPools, name, spec)
+// topology (ctl's store is In the keyspace), then registers it and fences
+// every shard (register.Tables).
+func registerKeyspace(ctx context.Context, cfg *clusterConfig, ctl fence.Control, name string, spec tableset.Spec) (topology.Keyspace, error) {
+	k, err := register.Tables(ctx, ctl.Store, ctl.Pool, cfg.openShardPools, name, spec)
 	return k, registerErr(err)
 }
 

@@ -9,11 +9,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/csvload"
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/fence"
 )
 
 func newLoadCmd(opts *globalOptions) *cobra.Command {
@@ -68,7 +67,8 @@ parse; nothing loaded).`,
 			if batchRows < 1 {
 				return usageError{fmt.Errorf("--batch-rows %d: want 1 or more", batchRows)}
 			}
-			return withControl(cmd, opts, &cf, 24*time.Hour, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+			return withControlDB(cmd, opts, &cf, 24*time.Hour, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
+				store := ctl.Store
 				k, err := store.ResolveKeyspace(ctx, keyspace)
 				if err != nil {
 					return usageError{err}
@@ -91,13 +91,7 @@ parse; nothing loaded).`,
 					in = f
 				}
 				counts, err := csvload.Load(ctx, in, csvload.Options{Topology: cur, KeyType: k.KeyType, Table: ts, BatchRows: batchRows,
-					Connect: func(ctx context.Context, shard string) (*pgxpool.Pool, error) {
-						dsn, ok := cfg.Shards[shard]
-						if !ok {
-							return nil, usageError{fmt.Errorf("topology v%d names shard %s, which is not in the configuration %s", cur.Version, shard, cfg.Path)}
-						}
-						return cfg.connect(ctx, "shard "+shard, dsn)
-					}})
+					Connect: cfg.topologyShard(cur.Version)})
 				err = inputErr(err)
 				if asJSON {
 					if jerr := topoWriteJSON(cmd.OutOrStdout(), struct {

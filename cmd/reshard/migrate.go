@@ -393,7 +393,7 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				if err := topology.Migrate(ctx, pool); err != nil {
 					return controlErr(err)
 				}
-				if _, err := registerKeyspace(ctx, cfg, store, pool, req.Tables.Name, req.Tables); err != nil {
+				if _, err := registerKeyspace(ctx, cfg, controlDB(store, pool), req.Tables.Name, req.Tables); err != nil {
 					return err
 				}
 			}

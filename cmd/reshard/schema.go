@@ -8,13 +8,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/shardschema"
 	"github.com/reshard/reshard/tableset"
-	"github.com/reshard/reshard/topology"
 )
 
 func newSchemaCmd(opts *globalOptions) *cobra.Command {
@@ -58,7 +57,8 @@ definition on the target (nothing changed).`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target := args[0]
-			return withControl(cmd, opts, &cf, 30*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+			return withControlDB(cmd, opts, &cf, 30*time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
+				store := ctl.Store
 				k, err := store.ResolveKeyspace(ctx, keyspace)
 				if err != nil {
 					return usageError{err}
@@ -174,7 +174,8 @@ refused or bad input (nothing changed).`,
 			if err != nil {
 				return usageError{err}
 			}
-			return withControl(cmd, opts, &cf, budget*4+10*time.Minute, func(ctx context.Context, cfg *clusterConfig, store *topology.Store, pool *pgxpool.Pool) error {
+			return withControlDB(cmd, opts, &cf, budget*4+10*time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
+				store := ctl.Store
 				k, err := store.ResolveKeyspace(ctx, keyspace)
 				if err != nil {
 					return usageError{err}

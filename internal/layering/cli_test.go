@@ -20,13 +20,7 @@ const cliConnect = "connect.go"
 // cliSQLAllowed are the files of cmd/reshard that still hold SQL or import
 // pgx. The list may only shrink: a command parses flags, calls one domain
 // function, prints.
-var cliSQLAllowed = map[string]string{
-	"config.go":   "moved by h/archcli1",
-	"demo.go":     "moved by h/archcli1",
-	"keyspace.go": "moved by h/archcli1",
-	"load.go":     "moved by h/archcli1",
-	"schema.go":   "moved by h/archcli1",
-}
+var cliSQLAllowed = map[string]string{}
 
 // sqlStatement: a string literal that begins with an SQL statement's
 // keyword (upper case, as this module writes its SQL) and goes on.
