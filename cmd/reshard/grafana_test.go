@@ -12,6 +12,7 @@ import (
 
 	"github.com/reshard/reshard/activities"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/worker"
 )
 
 // descRecorder is a Registerer that keeps the collectors registered with it.
@@ -39,8 +40,8 @@ func registeredMetrics(t *testing.T) map[string][]string {
 	activities.NewMetrics(rec)
 	rec.MustRegister((&activities.Activities{}).ControlCollector())
 	router.NewMetrics(rec)
-	newPhaseMetricsHandler(rec)
-	rec.MustRegister(newMoveStateCollector(nil, nil))
+	worker.NewPhaseMetricsHandler(rec)
+	rec.MustRegister(worker.NewMoveStateCollector(nil, nil))
 	labels := map[string][]string{} // metric → variable labels
 	for _, c := range rec.cs {
 		ch := make(chan *prometheus.Desc, 16)

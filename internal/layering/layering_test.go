@@ -55,11 +55,11 @@ func TestDependencyRules(t *testing.T) {
 			}
 		}
 	}
-	// Domain packages know nothing of Temporal, the activities or the
-	// workflows.
+	// Domain packages know nothing of Temporal, the activities, the worker
+	// or the workflows.
 	for _, p := range domain {
 		for _, d := range deps(t, p) {
-			if strings.HasPrefix(d, "go.temporal.io/") || d == mod+"activities" || d == mod+"workflows" || strings.HasPrefix(d, mod+"cmd/") {
+			if strings.HasPrefix(d, "go.temporal.io/") || d == mod+"activities" || d == mod+"worker" || d == mod+"workflows" || strings.HasPrefix(d, mod+"cmd/") {
 				t.Errorf("domain package %s imports %s", p, d)
 			}
 		}

@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"time"
@@ -9,10 +9,10 @@ import (
 	"github.com/reshard/reshard/workflows"
 )
 
-// newPhaseMetricsHandler returns the SDK metrics handler of a worker: it turns
+// NewPhaseMetricsHandler returns the SDK metrics handler of a worker: it turns
 // the workflows' phase timers into the histogram
 // reshard_phase_duration_seconds{phase} and drops the SDK's own metrics.
-func newPhaseMetricsHandler(reg prometheus.Registerer) client.MetricsHandler {
+func NewPhaseMetricsHandler(reg prometheus.Registerer) client.MetricsHandler {
 	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "reshard_phase_duration_seconds",
 		Help:    "Time moves spent in each phase.",

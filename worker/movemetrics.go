@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/reshard/reshard/topology"
@@ -89,7 +90,9 @@ type moveStateCollector struct {
 	ok   bool
 }
 
-func newMoveStateCollector(tc client.Client, control *topology.Store) *moveStateCollector {
+// NewMoveStateCollector exports the move-state gauges, read from tc's
+// running migrations and control's topologies at scrape time.
+func NewMoveStateCollector(tc client.Client, control *topology.Store) *moveStateCollector {
 	return &moveStateCollector{tc: tc, control: control,
 		migrations: prometheus.NewDesc("reshard_migrations_running",
 			"Migration workflows running (Temporal's visibility store).", nil, nil),
@@ -154,15 +157,15 @@ func (c *moveStateCollector) reading() (moveFigures, bool) {
 }
 
 func (c *moveStateCollector) read(ctx context.Context) (moveFigures, error) {
-	rows, err := listMigrations(ctx, c.tc, fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow), 0)
+	ids, err := runningMigrations(ctx, c.tc)
 	if err != nil {
 		return moveFigures{}, err
 	}
 	var states []workflows.MigrationState
 	missing := 0
-	for _, r := range rows {
+	for _, id := range ids {
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		v, err := c.tc.QueryWorkflow(qctx, r.WorkflowID, "", workflows.QueryState)
+		v, err := c.tc.QueryWorkflow(qctx, id, "", workflows.QueryState)
 		var st workflows.MigrationState
 		if err == nil {
 			err = v.Get(&st)
@@ -175,11 +178,31 @@ func (c *moveStateCollector) read(ctx context.Context) (moveFigures, error) {
 		states = append(states, st)
 	}
 	f := figuresOf(states, time.Now())
-	f.Migrations, f.StatesMissing = len(rows), missing
+	f.Migrations, f.StatesMissing = len(ids), missing
 	n, err := c.control.MigratingRanges(ctx)
 	if err != nil {
 		return moveFigures{}, err
 	}
 	f.Migrating = n
 	return f, nil
+}
+
+// runningMigrations lists the workflow ids of the running migrations
+// (Temporal's visibility store).
+func runningMigrations(ctx context.Context, tc client.Client) ([]string, error) {
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow)
+	var ids []string
+	var token []byte
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 100})
+		if err != nil {
+			return nil, fmt.Errorf("list migrations: %w", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			ids = append(ids, e.GetExecution().GetWorkflowId())
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return ids, nil
+		}
+	}
 }
