@@ -52,6 +52,21 @@ func MovedFraction(moves []Move) float64 {
 	return w / twoTo64
 }
 
+// CompareSteps compares a plan's moves with the same change made one shard
+// at a time (steps, PlanSteps): seq is the fraction the steps move in all,
+// one the fraction the plan moves, and ratio one/seq (0 when the steps move
+// nothing).
+func CompareSteps(moves []Move, steps [][]Move) (seq, one, ratio float64) {
+	for _, st := range steps {
+		seq += MovedFraction(st)
+	}
+	one = MovedFraction(moves)
+	if seq > 0 {
+		ratio = one / seq
+	}
+	return seq, one, ratio
+}
+
 // Diff returns the ranges whose owner differs between old and new, in token
 // order, adjacent ranges with the same from and to merged. A range crossing
 // the wrap comes as two moves, (x, MaxToken] and [MinToken, y]. Every token

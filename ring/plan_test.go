@@ -525,3 +525,17 @@ func TestAddingChecks(t *testing.T) {
 		t.Fatalf("adding = %v", got.VNodes())
 	}
 }
+
+// CompareSteps: the steps' fractions add up; the ratio is the plan's over
+// theirs, 0 when the steps move nothing.
+func TestCompareSteps(t *testing.T) {
+	half := Move{Range: Range{Lo: MinToken, Hi: -1}, From: "a", To: "b"}
+	quarter := Move{Range: Range{Lo: -1, Hi: MaxToken / 2}, From: "a", To: "c"}
+	seq, one, ratio := CompareSteps([]Move{half}, [][]Move{{half}, {quarter}})
+	if math.Abs(seq-0.75) > 1e-9 || math.Abs(one-0.5) > 1e-9 || math.Abs(ratio-2.0/3) > 1e-9 {
+		t.Errorf("seq %v one %v ratio %v, want 0.75 0.5 0.667", seq, one, ratio)
+	}
+	if _, _, ratio := CompareSteps([]Move{half}, nil); ratio != 0 {
+		t.Errorf("no steps: ratio %v, want 0", ratio)
+	}
+}

@@ -280,3 +280,42 @@ func (s *Store) SyncShardStates(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ShardRow is a shard as a topology version shows it: its registration,
+// its state in that version, its vnodes and its share of the token space.
+type ShardRow struct {
+	Shard
+	VNodes int     `json:"vnodes"`
+	Space  float64 `json:"space"`
+}
+
+// ShardRows joins t's ring with the registry reg: every shard of the ring,
+// then registered shards the ring gives nothing (joining, or gone), each
+// with its state in t (StateIn), not today's.
+func ShardRows(t Topology, reg []Shard) []ShardRow {
+	vn := map[string]int{}
+	for _, v := range t.Ring.VNodes() {
+		vn[v.Shard]++
+	}
+	share := t.Ring.Share()
+	byName := map[string]Shard{}
+	for _, s := range reg {
+		byName[s.Name] = s
+	}
+	var out []ShardRow
+	for _, name := range t.Ring.Shards() {
+		s, ok := byName[name]
+		if !ok {
+			s = Shard{Name: name}
+		}
+		s.State = StateIn(t, name)
+		out = append(out, ShardRow{Shard: s, VNodes: vn[name], Space: share[name]})
+	}
+	for _, s := range reg {
+		if !t.Ring.HasShard(s.Name) {
+			s.State = StateIn(t, s.Name)
+			out = append(out, ShardRow{Shard: s})
+		}
+	}
+	return out
+}

@@ -2,18 +2,17 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topoview"
 )
 
 func newRingCmd(opts *globalOptions) *cobra.Command {
@@ -174,12 +173,6 @@ func parseWeights(flags []string) (map[string]float64, error) {
 	return out, nil
 }
 
-// ringPlanJSON is the --json output of reshard ring plan (the same for every
-// kind of change).
-type ringPlanJSON struct {
-	Moves []ring.Move `json:"moves"`
-}
-
 func newRingPlanCmd() *cobra.Command {
 	var (
 		rf                           ringFlags
@@ -245,7 +238,7 @@ one, then the weights), as a sequence of migrations would.`,
 			if err != nil {
 				return err
 			}
-			return printRingPlan(cmd.OutOrStdout(), moves, steps, o, asJSON)
+			return topoview.PrintRingPlan(cmd.OutOrStdout(), moves, steps, o, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -337,43 +330,6 @@ func (c ringChange) plan(old *ring.Ring, nshards int, o ring.Options) (moves []r
 	return moves, steps, nil
 }
 
-// printRingPlan prints the moves (and a rebalance's steps), or their JSON.
-func printRingPlan(out io.Writer, moves []ring.Move, steps [][]ring.Move, o ring.Options, asJSON bool) error {
-	if asJSON {
-		return json.NewEncoder(out).Encode(ringPlanJSON{Moves: moves})
-	}
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "FROM\tTO\tLO (excl)\tHI (incl)\tFRACTION\t")
-	for _, m := range moves {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.6f\t\n", m.From, m.To, m.Range.Lo, m.Range.Hi, m.Range.Width()/18446744073709551616.0)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(out, "%d moves, moved fraction %.4f of the token space (%s tokens, %d vnodes per shard)\n",
-		len(moves), ring.MovedFraction(moves), o.Tokens, o.VNodes)
-	if err != nil || len(steps) < 2 {
-		return err
-	}
-	return printSteps(out, moves, steps)
-}
-
-// printSteps compares one plan with the same change one shard at a time.
-func printSteps(out io.Writer, moves []ring.Move, steps [][]ring.Move) error {
-	var seq float64
-	for _, st := range steps {
-		seq += ring.MovedFraction(st)
-	}
-	one := ring.MovedFraction(moves)
-	ratio := 0.0
-	if seq > 0 {
-		ratio = one / seq
-	}
-	_, err := fmt.Fprintf(out, "one shard at a time: %d steps, moved fraction %.4f; one rebalance moves %.4f (%.0f%% of it)\n",
-		len(steps), seq, one, 100*ratio)
-	return err
-}
-
 func newRingSimulateCmd() *cobra.Command {
 	var (
 		shards, add, vnodes, keys int
@@ -411,21 +367,12 @@ the mean. "tokens" is vnodes per shard for the rings, the slot count for slots.`
 					algos = append(algos, a)
 				}
 			}
-			res, err := ring.Simulate(ring.SimOptions{Shards: shards, Add: add, VNodes: vnodes, Keys: keys, Algos: algos})
+			so := ring.SimOptions{Shards: shards, Add: add, VNodes: vnodes, Keys: keys, Algos: algos}
+			res, err := ring.Simulate(so)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return json.NewEncoder(out).Encode(res)
-			}
-			fmt.Fprintf(out, "%d shards + %d, %d keys, ideal moved fraction %.4f\n", shards, add, keys, float64(add)/float64(shards+add))
-			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ALGO\tTOKENS\tMOVED\tIDEAL\tMAX/MEAN")
-			for _, r := range res {
-				fmt.Fprintf(tw, "%s\t%d\t%.4f\t%.4f\t%.4f\n", r.Algo, r.Tokens, r.MovedFraction, r.IdealFraction, r.MaxOverMean)
-			}
-			return tw.Flush()
+			return topoview.PrintSimulation(cmd.OutOrStdout(), so, res, asJSON)
 		},
 	}
 	f := cmd.Flags()

@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +15,7 @@ import (
 	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
-	"github.com/reshard/reshard/workflows"
+	"github.com/reshard/reshard/topoview"
 )
 
 func newTopologyCmd(opts *globalOptions) *cobra.Command {
@@ -133,9 +130,9 @@ func newTopologyShowCmd(ctl controlFlags, keyspace *string) *cobra.Command {
 				return controlErr(err)
 			}
 			if asJSON {
-				return topoWriteJSON(cmd.OutOrStdout(), topologyJSON(t, shards))
+				return topoWriteJSON(cmd.OutOrStdout(), topoview.VersionOf(t, shards))
 			}
-			printTopology(cmd.OutOrStdout(), t, shards)
+			topoview.PrintTopology(cmd.OutOrStdout(), t, shards)
 			return nil
 		},
 	}
@@ -144,99 +141,11 @@ func newTopologyShowCmd(ctl controlFlags, keyspace *string) *cobra.Command {
 	return cmd
 }
 
-type shardJSON struct {
-	topology.Shard
-	VNodes int     `json:"vnodes"`
-	Space  float64 `json:"space"`
-}
+// topoNonNil is s, or [] for nil (topoview.NonNil).
+func topoNonNil[T any](s []T) []T { return topoview.NonNil(s) }
 
-func topologyJSON(t topology.Topology, shards []topology.Shard) any {
-	return struct {
-		Version     int64                 `json:"version"`
-		Reason      string                `json:"reason"`
-		MigrationID string                `json:"migration_id,omitempty"`
-		CreatedAt   time.Time             `json:"created_at"`
-		Shards      []shardJSON           `json:"shards"`
-		Ring        *ring.Ring            `json:"ring"`
-		Migrating   []topology.RangeState `json:"migrating"`
-	}{t.Version, t.Reason, t.MigrationID, t.CreatedAt, shardRows(t, shards), t.Ring, topoNonNil(t.Migrating())}
-}
-
-func topoNonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
-// shardRows joins the ring's shards with the registry: every shard of the
-// ring, then registered shards the ring gives nothing (joining, or gone),
-// each with its state in t (topology.StateIn), not today's.
-func shardRows(t topology.Topology, reg []topology.Shard) []shardJSON {
-	vn := map[string]int{}
-	for _, v := range t.Ring.VNodes() {
-		vn[v.Shard]++
-	}
-	share := t.Ring.Share()
-	byName := map[string]topology.Shard{}
-	for _, s := range reg {
-		byName[s.Name] = s
-	}
-	var out []shardJSON
-	for _, name := range t.Ring.Shards() {
-		s, ok := byName[name]
-		if !ok {
-			s = topology.Shard{Name: name}
-		}
-		s.State = topology.StateIn(t, name)
-		out = append(out, shardJSON{Shard: s, VNodes: vn[name], Space: share[name]})
-	}
-	for _, s := range reg {
-		if !t.Ring.HasShard(s.Name) {
-			s.State = topology.StateIn(t, s.Name)
-			out = append(out, shardJSON{Shard: s})
-		}
-	}
-	return out
-}
-
-func printTopology(out io.Writer, t topology.Topology, reg []topology.Shard) {
-	fmt.Fprintf(out, "version %d  %s  %s", t.Version, t.CreatedAt.Format(time.RFC3339), t.Reason)
-	if t.MigrationID != "" {
-		fmt.Fprintf(out, "  (migration %s)", t.MigrationID)
-	}
-	fmt.Fprintln(out)
-	fmt.Fprintln(out)
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "SHARD\tSTATE\tVNODES\tSPACE\tWEIGHT\tDOMAIN\tCONNECTION")
-	for _, s := range shardRows(t, reg) {
-		conn := "-"
-		if s.Conn.Host != "" {
-			conn = s.Conn.String()
-		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f%%\t%g\t%s\t%s\n", s.Name, s.State, s.VNodes, 100*s.Space, s.Weight, topoDash(s.FailureDomain), conn)
-	}
-	w.Flush()
-	m := t.Migrating()
-	if len(m) == 0 {
-		fmt.Fprintln(out, "\nno range is migrating")
-		return
-	}
-	fmt.Fprintf(out, "\n%d migrating range(s):\n", len(m))
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "RANGE\tFROM\tTO\tSERVED BY")
-	for _, r := range m {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.Range, r.From, r.To, r.Owner)
-	}
-	w.Flush()
-}
-
-func topoDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+// topoDash is s, or "-" for nothing (topoview.Dash).
+func topoDash(s string) string { return topoview.Dash(s) }
 
 func topoWriteJSON(out io.Writer, v any) error {
 	enc := json.NewEncoder(out)
@@ -271,12 +180,7 @@ func newTopologyHistoryCmd(ctl controlFlags, keyspace *string) *cobra.Command {
 			if asJSON {
 				return topoWriteJSON(cmd.OutOrStdout(), topoNonNil(h))
 			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "VERSION\tCREATED\tSHARDS\tVNODES\tMIGRATING\tMIGRATION\tREASON")
-			for _, e := range h {
-				fmt.Fprintf(w, "%d\t%s\t%d\t%d\t%d\t%s\t%s\n", e.Version, e.CreatedAt.Format(time.RFC3339), e.Shards, e.VNodes, e.Migrating, topoDash(e.MigrationID), e.Reason)
-			}
-			return w.Flush()
+			return topoview.PrintHistory(cmd.OutOrStdout(), h)
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 20, "versions to list (0: all)")
@@ -354,7 +258,7 @@ shard's connection.`,
 			if asJSON {
 				return topoWriteJSON(cmd.OutOrStdout(), rep)
 			}
-			printSkew(cmd.OutOrStdout(), rep)
+			topoview.PrintSkew(cmd.OutOrStdout(), rep)
 			return nil
 		},
 	}
@@ -434,43 +338,6 @@ func skewTablesOfKeyspace(ctx context.Context, store *topology.Store, keyspace, 
 	return nil
 }
 
-func printSkew(out io.Writer, rep *topology.SkewReport) {
-	fmt.Fprintf(out, "topology version %d, writes measured over %s\n\n", rep.Version, rep.Interval)
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "SHARD\tSPACE\tROWS\tBYTES\tWRITES/S\tFOREIGN ROWS\t")
-	for _, s := range rep.Shards {
-		fmt.Fprintf(w, "%s\t%.2f%%\t%.0f\t%s\t%.1f\t%.0f\t\n", s.Shard, 100*s.Space, s.Rows, workflows.HumanBytes(s.Bytes), s.WritesPerSec, s.ForeignRows)
-	}
-	w.Flush()
-	fmt.Fprintln(out)
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "FIGURE\tMAX/MEDIAN\tHOTTEST")
-	for _, f := range []struct {
-		name string
-		im   topology.Imbalance
-	}{{"rows", rep.Rows}, {"bytes", rep.Bytes}, {"writes", rep.Writes}} {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", f.name, topoRatio(f.im.Ratio), topoDash(f.im.Hottest))
-	}
-	w.Flush()
-	if len(rep.HotRanges) == 0 {
-		return
-	}
-	fmt.Fprintln(out, "\nhottest ranges (by rows):")
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "RANGE\tSHARD\tROWS\tOF ROWS\tOF SPACE")
-	for _, r := range rep.HotRanges {
-		fmt.Fprintf(w, "%s\t%s\t%.0f\t%.1f%%\t%.2f%%\n", r.Range, r.Shard, r.Rows, 100*r.RowShare, 100*r.SpaceShare)
-	}
-	w.Flush()
-}
-
-func topoRatio(r float64) string {
-	if math.IsInf(r, 1) {
-		return "inf (median 0)"
-	}
-	return fmt.Sprintf("%.2f", r)
-}
-
 // newRingShowCmd is "reshard ring show": the current ring from the control
 // database. It belongs under the ring command, which wires it.
 func newRingShowCmd(opts *globalOptions) *cobra.Command {
@@ -505,45 +372,13 @@ func newRingShowCmd(opts *globalOptions) *cobra.Command {
 			if asJSON {
 				return topoWriteJSON(out, t.Ring)
 			}
-			fmt.Fprintf(out, "topology version %d: %d shards, %d vnodes\n\n", t.Version, len(t.Ring.Shards()), t.Ring.Len())
-			share := t.Ring.Share()
 			// The registry's weights: what the last planned ring published
 			// set (topology.EndMigration) and every next plan reads.
 			reg, err := store.Shards(ctx)
 			if err != nil {
 				return controlErr(err)
 			}
-			weight := map[string]float64{}
-			for _, sh := range reg {
-				weight[sh.Name] = sh.Weight
-			}
-			w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "SHARD\tVNODES\tRANGES\tSPACE\tWEIGHT")
-			vn := map[string]int{}
-			for _, v := range t.Ring.VNodes() {
-				vn[v.Shard]++
-			}
-			for _, s := range t.Ring.Shards() {
-				wt := "-" // not registered
-				if v, ok := weight[s]; ok {
-					wt = strconv.FormatFloat(v, 'g', -1, 64)
-				}
-				fmt.Fprintf(w, "%s\t%d\t%d\t%.2f%%\t%s\n", s, vn[s], len(t.Ring.Ranges(s)), 100*share[s], wt)
-			}
-			w.Flush()
-			if ranges {
-				fmt.Fprintln(out, "\nranges (lo exclusive, hi inclusive):")
-				w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(w, "RANGE\tSHARD\tSTATE")
-				for _, st := range t.States() {
-					state := string(st.Status)
-					if st.Status == topology.Migrating {
-						state = fmt.Sprintf("migrating %s->%s", st.From, st.To)
-					}
-					fmt.Fprintf(w, "%s\t%s\t%s\n", st.Range, st.Owner, state)
-				}
-				w.Flush()
-			}
+			topoview.PrintRing(out, t, reg, ranges)
 			return nil
 		},
 	}

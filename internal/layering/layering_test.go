@@ -166,3 +166,42 @@ func TestDomainOrderSeesViolations(t *testing.T) {
 		t.Errorf("rollback's imports gave %v, want none", bad)
 	}
 }
+
+// views are the presentation packages: they turn what a command read (a
+// workflow's state, a topology, a plan) into text and JSON. They open no
+// connection and start nothing: no database driver, no Temporal client, no
+// activities, worker or CLI among their own imports.
+var views = []string{"statusview", "topoview"}
+
+// imports lists pkg's own imports (go list: test files left out).
+func imports(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, mod+pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -f .Imports %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// viewViolations are the imports of a view that open or run something.
+func viewViolations(pkg string, imps []string) []string {
+	var bad []string
+	for _, d := range imps {
+		if strings.HasPrefix(d, "github.com/jackc/") || d == "go.temporal.io/sdk/client" || d == mod+"activities" || d == mod+"worker" || strings.HasPrefix(d, mod+"cmd/") {
+			bad = append(bad, fmt.Sprintf("view %s imports %s: a view renders what its caller read", pkg, d))
+		}
+	}
+	return bad
+}
+
+func TestViewsOnlyRender(t *testing.T) {
+	for _, p := range views {
+		for _, b := range viewViolations(p, imports(t, p)) {
+			t.Error(b)
+		}
+	}
+	// The rule must be able to fail.
+	if bad := viewViolations("topoview", []string{"fmt", "github.com/jackc/pgx/v5/pgxpool", "go.temporal.io/sdk/client", mod + "topology"}); len(bad) != 2 {
+		t.Errorf("a view importing pgxpool and the Temporal client gave %v, want two violations", bad)
+	}
+}
