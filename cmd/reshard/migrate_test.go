@@ -563,16 +563,16 @@ func TestStatusView(t *testing.T) {
 // The terminal --watch view: one bar per move, texts from the last state.
 func TestBarView(t *testing.T) {
 	var buf bytes.Buffer
-	v := newBarView(&buf, "add-x")
+	v := statusview.NewBars(&buf, "add-x")
 	st := workflows.MigrationState{Phase: workflows.PhaseSnapshotCopy, Moves: []workflows.MoveState{
 		{Spec: workflows.MoveSpec{Source: "shard1", Target: "shard5", EstRows: 1000}, Phase: workflows.PhaseSnapshotCopy, RowsCopied: 100},
 		{Spec: workflows.MoveSpec{Source: "shard2", Target: "shard5", EstRows: 1200}, Phase: workflows.PhaseVerify, RowsCopied: 1000, CopyDone: true},
 	}}
-	v.update("add-x", st, time.Now())
+	v.Update("add-x", st, time.Now())
 	time.Sleep(300 * time.Millisecond)
 	st.Moves[0].RowsCopied = 500
-	v.update("add-x", st, time.Now())
-	v.stop()
+	v.Update("add-x", st, time.Now())
+	v.Stop()
 	out := buf.String()
 	// The percentage ends the bar's line, the rows open the figures' line
 	// under it (d914167).

@@ -1,4 +1,4 @@
-package main
+package statusview
 
 import (
 	"bytes"
@@ -29,10 +29,10 @@ func TestWatchBarsKeepTheirWidth(t *testing.T) {
 		},
 	}}
 	var out bytes.Buffer
-	v := newBarView(&out, "walk")
-	v.update("walk", st, now)
+	v := NewBars(&out, "walk")
+	v.Update("walk", st, now)
 	time.Sleep(500 * time.Millisecond) // two refreshes at 200 ms
-	v.stop()
+	v.Stop()
 	text := out.String()
 	bar := regexp.MustCompile(`\[[=>\- ]*\]`)
 	var lines []string
