@@ -18,6 +18,7 @@ import (
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/internal/pgerr"
+	"github.com/reshard/reshard/internal/promreg"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
@@ -72,7 +73,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 	}
 	m.failovers = newFailoverMetric()
-	reg.MustRegister(m.writePause, m.bytesRemaining, m.eta, m.cutovers, m.failovers.vec)
+	m.writePause = promreg.Register(reg, m.writePause)
+	m.bytesRemaining = promreg.Register(reg, m.bytesRemaining)
+	m.eta = promreg.Register(reg, m.eta)
+	m.cutovers = promreg.Register(reg, m.cutovers)
+	m.failovers.vec = promreg.Register(reg, m.failovers.vec)
 	return m
 }
 

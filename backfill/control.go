@@ -2,7 +2,6 @@ package backfill
 
 import (
 	"context"
-	"errors"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/reshard/reshard/internal/promreg"
 	"golang.org/x/time/rate"
 )
 
@@ -322,31 +322,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help: "The WAL a move's slot retains on its source shard over its budget (max_slot_wal_keep_size's headroom or the configured wal_budget_bytes), while the copy runs; over 0.8 the slot guard slows the copy. Absent without a budget."}, []string{"move", "shard"})
 	m.slotStatus = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_slot_wal_status",
 		Help: "1 for the wal_status of a move's slot on its source shard (reserved, extended, unreserved, lost), 0 for the others, while the copy runs."}, []string{"move", "shard", "status"})
-	m.slotBudgetRatio = register(reg, m.slotBudgetRatio)
-	m.slotStatus = register(reg, m.slotStatus)
-	m.rows = register(reg, m.rows)
-	m.adaptiveRate = register(reg, m.adaptiveRate)
-	m.adaptiveLimit = register(reg, m.adaptiveLimit)
-	m.bytes = register(reg, m.bytes)
-	m.chunks = register(reg, m.chunks)
-	m.throttled = register(reg, m.throttled)
+	m.slotBudgetRatio = promreg.Register(reg, m.slotBudgetRatio)
+	m.slotStatus = promreg.Register(reg, m.slotStatus)
+	m.rows = promreg.Register(reg, m.rows)
+	m.adaptiveRate = promreg.Register(reg, m.adaptiveRate)
+	m.adaptiveLimit = promreg.Register(reg, m.adaptiveLimit)
+	m.bytes = promreg.Register(reg, m.bytes)
+	m.chunks = promreg.Register(reg, m.chunks)
+	m.throttled = promreg.Register(reg, m.throttled)
 	return m
-}
-
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err) // a name clash with another kind of metric is a programming error
-	}
-	return c
 }
 
 func (m *Metrics) chunk(move, table string, rows, bytes int) {

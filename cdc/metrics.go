@@ -1,6 +1,9 @@
 package cdc
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/reshard/reshard/internal/promreg"
+)
 
 // Metrics are the stream's Prometheus metrics, labelled by move.
 type Metrics struct {
@@ -38,8 +41,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		positions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "reshard_cdc_position_lsn",
 			Help: "Stream positions as LSN numbers: received, applied, acked."}, []string{"move", "position"}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.changes, m.filtered, m.batches, m.peeks, m.flushes, m.lagBytes, m.lagSecs, m.retained, m.positions)
-	}
+	m.changes = promreg.Register(reg, m.changes)
+	m.filtered = promreg.Register(reg, m.filtered)
+	m.batches = promreg.Register(reg, m.batches)
+	m.peeks = promreg.Register(reg, m.peeks)
+	m.flushes = promreg.Register(reg, m.flushes)
+	m.lagBytes = promreg.Register(reg, m.lagBytes)
+	m.lagSecs = promreg.Register(reg, m.lagSecs)
+	m.retained = promreg.Register(reg, m.retained)
+	m.positions = promreg.Register(reg, m.positions)
 	return m
 }

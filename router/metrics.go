@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/reshard/reshard/internal/promreg"
 )
 
 // Metrics of a Router. A nil *Metrics records nothing. The labels carry
@@ -59,9 +60,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Topology versions offered to the router that were not newer than the one it holds (ignored).",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.requests, m.fenceRetries, m.fenceWaits, m.fencedOuts, m.fallbackReads, m.version, m.refreshes, m.stale)
-	}
+	m.requests = promreg.Register(reg, m.requests)
+	m.fenceRetries = promreg.Register(reg, m.fenceRetries)
+	m.fenceWaits = promreg.Register(reg, m.fenceWaits)
+	m.fencedOuts = promreg.Register(reg, m.fencedOuts)
+	m.fallbackReads = promreg.Register(reg, m.fallbackReads)
+	m.version = promreg.Register(reg, m.version)
+	m.refreshes = promreg.Register(reg, m.refreshes)
+	m.stale = promreg.Register(reg, m.stale)
 	return m
 }
 

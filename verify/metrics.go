@@ -1,6 +1,9 @@
 package verify
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/reshard/reshard/internal/promreg"
+)
 
 // Metrics counts what verify does. A nil *Metrics counts nothing.
 type Metrics struct {
@@ -25,7 +28,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Rows found differing, by kind: missing, extra, different.",
 		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.chunks, m.rows, m.mismatches)
+	m.chunks = promreg.Register(reg, m.chunks)
+	m.rows = promreg.Register(reg, m.rows)
+	m.mismatches = promreg.Register(reg, m.mismatches)
 	return m
 }
 

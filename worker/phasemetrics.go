@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/internal/promreg"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -18,8 +19,7 @@ func NewPhaseMetricsHandler(reg prometheus.Registerer) client.MetricsHandler {
 		Help:    "Time moves spent in each phase.",
 		Buckets: prometheus.ExponentialBuckets(0.1, 4, 12), // 0.1 s … ~4.9 days
 	}, []string{"phase"})
-	reg.MustRegister(h)
-	return promHandler{hist: h}
+	return promHandler{hist: promreg.Register(reg, h)}
 }
 
 type promHandler struct {

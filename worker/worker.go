@@ -24,6 +24,7 @@ import (
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgsession"
+	"github.com/reshard/reshard/internal/promreg"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -64,13 +65,14 @@ type Options struct {
 func Run(ctx context.Context, cfg Config, o Options) error {
 	log := o.Logger
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	promreg.Register(reg, collectors.NewGoCollector())
+	promreg.Register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	acts := activities.New(&activities.Resolver{Control: cfg.Control, Shards: cfg.Shards, Password: cfg.Password}, log, activities.NewMetrics(reg))
 	acts.SQLCatchUpBytes = o.SQLCatchUpBytes
 	acts.CapacityWALWindow = o.WALWindow
 	acts.SetBudgets(cfg.Capacity)
 	acts.SetStandbys(cfg.Standbys)
-	reg.MustRegister(acts.ControlCollector())
+	promreg.Register(reg, acts.ControlCollector())
 	defer acts.Close()
 
 	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -107,7 +109,7 @@ func Run(ctx context.Context, cfg Config, o Options) error {
 		return err
 	}
 	defer closeControl()
-	reg.MustRegister(NewMoveStateCollector(tc, control))
+	promreg.Register(reg, NewMoveStateCollector(tc, control))
 	srv, srvErr := serve(ln, endpoint(reg, &running, control, tc))
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
