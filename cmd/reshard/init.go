@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +13,7 @@ import (
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/topoview"
 )
 
 func newInitCmd(opts *globalOptions) *cobra.Command {
@@ -92,21 +91,12 @@ failure, 2 bad input.`,
 			t, published, ks := res.Topology, res.Published, res.Keyspace
 			out := cmd.OutOrStdout()
 			if asJSON {
-				return topoWriteJSON(out, struct {
-					Version    int64              `json:"version"`
-					Published  bool               `json:"published"`
-					Shards     map[string]float64 `json:"shards"`
-					VNodes     int                `json:"vnodes"`
-					NotInRing  []string           `json:"not_in_ring"`
-					Reason     string             `json:"reason"`
-					ControlDSN string             `json:"control"`
-					Keyspace   *topology.Keyspace `json:"keyspace,omitempty"`
-				}{t.Version, published, t.Ring.Share(), t.Ring.Len(), topoNonNil(notInRing(cfg, t)), t.Reason, redactDSN(cfg.Control), ks})
+				return topoWriteJSON(out, topoview.InitOf(t, published, cfg.ShardNames(), redactDSN(cfg.Control), ks))
 			}
-			printInit(out, cfg, t, published)
+			topoview.PrintInit(out, t, published, cfg.ShardNames(), redactDSN(cfg.Control))
 			if ks != nil {
 				fmt.Fprintln(out)
-				printKeyspace(out, *ks)
+				topoview.PrintKeyspace(out, *ks)
 			}
 			return nil
 		},
@@ -140,37 +130,4 @@ func initMembers(cfg *clusterConfig, shards []string) ([]string, error) {
 	}
 	slices.Sort(out)
 	return out, nil
-}
-
-func notInRing(cfg *clusterConfig, t topology.Topology) []string {
-	var out []string
-	for _, n := range cfg.ShardNames() {
-		if !t.Ring.HasShard(n) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
-func printInit(out io.Writer, cfg *clusterConfig, t topology.Topology, published bool) {
-	if published {
-		fmt.Fprintf(out, "published topology v%d (%s)\n", t.Version, t.Reason)
-	} else {
-		fmt.Fprintf(out, "topology exists: v%d (%s); nothing published (--shards, --vnodes, --tokens apply only to the first version)\n", t.Version, t.Reason)
-	}
-	fmt.Fprintf(out, "control database %s\n\n", redactDSN(cfg.Control))
-	share := t.Ring.Share()
-	vn := map[string]int{}
-	for _, v := range t.Ring.VNodes() {
-		vn[v.Shard]++
-	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "SHARD\tVNODES\tSPACE")
-	for _, s := range t.Ring.Shards() {
-		fmt.Fprintf(w, "%s\t%d\t%.2f%%\n", s, vn[s], 100*share[s])
-	}
-	w.Flush()
-	if rest := notInRing(cfg, t); len(rest) > 0 {
-		fmt.Fprintf(out, "\nconfigured but not in the ring: %s (bring one in with reshard add-node %s)\n", strings.Join(rest, ", "), rest[0])
-	}
 }

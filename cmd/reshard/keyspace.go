@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +13,7 @@ import (
 	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/topoview"
 )
 
 func newKeyspaceCmd(opts *globalOptions) *cobra.Command {
@@ -58,7 +57,7 @@ func newKeyspaceShowCmd(opts *globalOptions) *cobra.Command {
 					return nil
 				}
 				for _, k := range all {
-					printKeyspace(cmd.OutOrStdout(), k)
+					topoview.PrintKeyspace(cmd.OutOrStdout(), k)
 				}
 				return nil
 			})
@@ -68,16 +67,6 @@ func newKeyspaceShowCmd(opts *globalOptions) *cobra.Command {
 	cf.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
-}
-
-func printKeyspace(out io.Writer, k topology.Keyspace) {
-	fmt.Fprintf(out, "keyspace %s (key type %s), %d table(s)\n", k.Name, k.KeyType, len(k.Tables))
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "  TABLE\tKEY")
-	for _, t := range k.Tables {
-		fmt.Fprintf(w, "  %s.%s\t%s\n", t.Schema, t.Table, t.KeyColumn)
-	}
-	w.Flush()
 }
 
 func newKeyspaceAddTableCmd(opts *globalOptions) *cobra.Command {
@@ -122,7 +111,7 @@ with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
 				if err != nil {
 					return err
 				}
-				printKeyspace(cmd.OutOrStdout(), k)
+				topoview.PrintKeyspace(cmd.OutOrStdout(), k)
 				return nil
 			})
 		},
