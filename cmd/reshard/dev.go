@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -53,28 +51,12 @@ func newDevUpCmd(opts *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printCluster(cmd.OutOrStdout(), c)
+			c.Print(cmd.OutOrStdout())
 			return nil
 		},
 	}
 	cmd.Flags().IntVar(&shards, "shards", devenv.DefaultShards, "number of shard servers; an existing cluster keeps its count unless this is larger")
 	return cmd
-}
-
-func printCluster(out io.Writer, c *devenv.Cluster) {
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tDSN\tDATA DIR")
-	for _, n := range c.Nodes {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", n.Name, n.ClientDSN(devenv.Database), n.DataDir)
-	}
-	w.Flush()
-	fmt.Fprintln(out)
-	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "temporal\t%s (namespace %s)\n", c.Temporal.Address(), devenv.Namespace)
-	fmt.Fprintf(w, "temporal ui\t%s\n", c.Temporal.UIURL())
-	fmt.Fprintf(w, "worker config\t%s\n", c.ConfigPath())
-	fmt.Fprintf(w, "password\tin %s (reshard dev psql <name> uses it)\n", c.SecretPath())
-	w.Flush()
 }
 
 func newDevStatusCmd(opts *globalOptions) *cobra.Command {
@@ -89,40 +71,12 @@ func newDevStatusCmd(opts *globalOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			printStatus(cmd.OutOrStdout(), st)
+			st.Print(cmd.OutOrStdout())
 			if !st.Healthy() {
 				return errors.New("the local cluster is not fully up: reshard dev up restarts what is down")
 			}
 			return nil
 		},
-	}
-}
-
-func printStatus(out io.Writer, st *devenv.Status) {
-	fmt.Fprintf(out, "state dir %s\n\n", st.Cluster.StateDir)
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tROLE\tSTATE\tPID\tPORT\tWAL_LEVEL")
-	for _, n := range st.Nodes {
-		state, pid, lvl := "stopped", "-", "-"
-		if n.Running {
-			state, pid = "running", fmt.Sprint(n.Pid)
-			lvl = n.WalLevel
-			if n.Err != nil {
-				lvl = "error: " + n.Err.Error()
-			}
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.Role, state, pid, n.Port, lvl)
-	}
-	w.Flush()
-	t := st.Temporal
-	fmt.Fprintln(out)
-	switch {
-	case !t.Running:
-		fmt.Fprintf(out, "temporal  stopped (%s, ui %s)\n", t.Address(), t.UIURL())
-	case t.Err != nil:
-		fmt.Fprintf(out, "temporal  running pid %d at %s; ui %s not answering: %v\n", t.Pid, t.Address(), t.UIURL(), t.Err)
-	default:
-		fmt.Fprintf(out, "temporal  running pid %d at %s (namespace %s); ui %s answers HTTP %d\n", t.Pid, t.Address(), devenv.Namespace, t.UIURL(), t.UIStatus)
 	}
 }
 
