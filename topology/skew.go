@@ -361,3 +361,30 @@ func readTable(ctx context.Context, pool *pgxpool.Pool, t skewTable, thresholds 
 	}
 	return tf, nil
 }
+
+// SkewDefaults fills what o leaves out from keyspace's registration: its
+// tables when o names none, its key type unless keyTypeGiven. Tables named
+// in a cluster with no keyspace are read as bigint keys unless a key type
+// is given; with neither tables nor a keyspace, the error is ErrNoKeyspace.
+func (s *Store) SkewDefaults(ctx context.Context, keyspace string, o *SkewOptions, keyTypeGiven bool) error {
+	if len(o.Tables) > 0 && keyTypeGiven {
+		return nil
+	}
+	ks, err := s.ResolveKeyspace(ctx, keyspace)
+	if errors.Is(err, ErrNoKeyspace) && len(o.Tables) > 0 {
+		o.KeyType = ring.KeyInt // tables named without a keyspace: bigint unless given
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !keyTypeGiven {
+		o.KeyType = ks.KeyType
+	}
+	if len(o.Tables) == 0 {
+		for _, t := range ks.Tables {
+			o.Tables = append(o.Tables, SkewTable{Name: strings.TrimSuffix(TableKey(t), ":"+t.KeyColumn), KeyColumn: t.KeyColumn})
+		}
+	}
+	return nil
+}

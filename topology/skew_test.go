@@ -2,6 +2,7 @@ package topology
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
 )
 
 // Three shards with the same token space each. One holds a "celebrity" user
@@ -170,5 +172,32 @@ func TestSkewNamesHotShardsAndRange(t *testing.T) {
 	delete(shards, "s2")
 	if _, err := Skew(ctx, topo, pools(shards), SkewOptions{Tables: []SkewTable{{Name: "events", KeyColumn: "user_id"}}}); err == nil || !strings.Contains(err.Error(), "s2") {
 		t.Errorf("missing shard: %v", err)
+	}
+}
+
+// SkewDefaults: a keyspace's registered tables and key type fill what the
+// caller left out; tables named without any keyspace are bigint; neither
+// is ErrNoKeyspace.
+func TestSkewDefaults(t *testing.T) {
+	ctx := testCtx(t)
+	s, _ := newControl(t)
+	var o SkewOptions
+	if err := s.SkewDefaults(ctx, "", &o, false); !errors.Is(err, ErrNoKeyspace) {
+		t.Fatalf("no keyspace, no tables: %v, want ErrNoKeyspace", err)
+	}
+	o = SkewOptions{Tables: []SkewTable{{Name: "t", KeyColumn: "k"}}}
+	if err := s.SkewDefaults(ctx, "", &o, false); err != nil || o.KeyType != ring.KeyInt {
+		t.Fatalf("tables without a keyspace: key type %q, %v; want bigint", o.KeyType, err)
+	}
+	if _, err := s.RegisterTables(ctx, "billing", ring.KeyText, []tableset.TableSpec{{Schema: "app", Table: "invoices", KeyColumn: "customer"}}); err != nil {
+		t.Fatal(err)
+	}
+	o = SkewOptions{}
+	if err := s.SkewDefaults(ctx, "billing", &o, false); err != nil || o.KeyType != ring.KeyText || len(o.Tables) != 1 || o.Tables[0] != (SkewTable{Name: "app.invoices", KeyColumn: "customer"}) {
+		t.Fatalf("registered keyspace: %+v, %v; want its table app.invoices:customer and text keys", o, err)
+	}
+	o = SkewOptions{KeyType: ring.KeyUUID}
+	if err := s.SkewDefaults(ctx, "billing", &o, true); err != nil || o.KeyType != ring.KeyUUID || len(o.Tables) != 1 {
+		t.Fatalf("key type given: %+v, %v; want it kept and the tables filled", o, err)
 	}
 }

@@ -235,8 +235,11 @@ shard's connection.`,
 				return err
 			}
 			defer closeFn()
-			if err := skewTablesOfKeyspace(ctx, store, *keyspace, keyType, &sopts); err != nil {
-				return err
+			if err := store.SkewDefaults(ctx, *keyspace, &sopts, keyType != ""); err != nil {
+				if errors.Is(err, topology.ErrNoKeyspace) {
+					return usageError{fmt.Errorf("no tables to read: %v; or name them with --table [schema.]table:key", err)}
+				}
+				return usageError{controlErr(err)}
 			}
 			t, err := loadTopology(ctx, store, 0)
 			if err != nil {
@@ -307,35 +310,6 @@ func parseSkewInput(tables, shardDSNs []string, keyType string, interval time.Du
 		overrides[name] = dsn
 	}
 	return o, overrides, nil
-}
-
-// skewTablesOfKeyspace fills what --table and --key-type left out from the
-// keyspace's registration: its tables when none was named, its key type
-// when none was given. With neither registered nor named, bad input.
-func skewTablesOfKeyspace(ctx context.Context, store *topology.Store, keyspace, keyType string, o *topology.SkewOptions) error {
-	if len(o.Tables) > 0 && keyType != "" {
-		return nil
-	}
-	ks, err := store.ResolveKeyspace(ctx, keyspace)
-	if errors.Is(err, topology.ErrNoKeyspace) {
-		if len(o.Tables) == 0 {
-			return usageError{fmt.Errorf("no tables to read: %v; or name them with --table [schema.]table:key", err)}
-		}
-		o.KeyType = ring.KeyInt // --table without a keyspace: bigint unless --key-type
-		return nil
-	}
-	if err != nil {
-		return usageError{controlErr(err)}
-	}
-	if keyType == "" {
-		o.KeyType = ks.KeyType
-	}
-	if len(o.Tables) == 0 {
-		for _, t := range ks.Tables {
-			o.Tables = append(o.Tables, topology.SkewTable{Name: strings.TrimSuffix(topology.TableKey(t), ":"+t.KeyColumn), KeyColumn: t.KeyColumn})
-		}
-	}
-	return nil
 }
 
 // newRingShowCmd is "reshard ring show": the current ring from the control
