@@ -2,14 +2,13 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -157,7 +156,7 @@ func (c *moveStateCollector) reading() (moveFigures, bool) {
 }
 
 func (c *moveStateCollector) read(ctx context.Context) (moveFigures, error) {
-	ids, err := runningMigrations(ctx, c.tc)
+	ids, err := control.Running(ctx, c.tc)
 	if err != nil {
 		return moveFigures{}, err
 	}
@@ -185,24 +184,4 @@ func (c *moveStateCollector) read(ctx context.Context) (moveFigures, error) {
 	}
 	f.Migrating = n
 	return f, nil
-}
-
-// runningMigrations lists the workflow ids of the running migrations
-// (Temporal's visibility store).
-func runningMigrations(ctx context.Context, tc client.Client) ([]string, error) {
-	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow)
-	var ids []string
-	var token []byte
-	for {
-		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 100})
-		if err != nil {
-			return nil, fmt.Errorf("list migrations: %w", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			ids = append(ids, e.GetExecution().GetWorkflowId())
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return ids, nil
-		}
-	}
 }

@@ -135,7 +135,7 @@ type statusJSON struct {
 
 // newestRunning is the id of the most recently started running migration.
 func newestRunning(ctx context.Context, tc client.Client) (string, error) {
-	ms, err := listMigrations(ctx, tc, fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running'", workflows.MigrationWorkflow), 0)
+	ms, err := listMigrations(ctx, tc, control.RunningMigrations, 0)
 	if err != nil {
 		return "", err
 	}
