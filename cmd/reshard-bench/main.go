@@ -34,6 +34,9 @@ type section struct {
 	// ownServers: the section needs no shared env (it starts what it
 	// measures, or nothing); a run of such sections only starts no env.
 	ownServers bool
+	// optIn: the section runs only when -sections names it (it takes
+	// hours and tens of GB of disk).
+	optIn bool
 }
 
 // sections run in this order; add yours here.
@@ -51,6 +54,7 @@ var sections = []section{
 	{name: "capacity", about: "a whole-table copy throttled to last -capacity-copy under steady writes, its slot created first as the code does: the slot's peak retained WAL, the copy's time and the target's growth against the capacity model's predictions", run: runCapacity},
 	{name: "capstream", about: "the slot's peak retained WAL during a whole-table copy throttled to last -capstream-copy under steady writes, with the stream after the copy (before) and during it through the copy gate (after), against the lag budget (-capstream-lag-budget of WAL)", run: runCapStream},
 	{name: "standby", about: "the same 1/5 move's copy and verify read from the source's primary, then from its streaming standby (--read-from standby): the CPU the primary spends in each", run: runStandby},
+	{name: "large", about: "production size: a source of -large-gb of table data (rows of realistic width, a TOASTed note on 1 row in 20, two secondary indexes) gives a fifth of its token space to a new shard under writers through the router (one source's move when a fifth shard joins four): copy, verify and cleanup in GiB/h and per core, WAL per GiB moved, dead tuples and size after cleanup and VACUUM, write pauses, the capacity model at the start and at 10 % against the actual; then the copy through the copy gate against without (-large-gated). Not in the default run: name it", run: runLarge, ownServers: true, optIn: true},
 	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
 }
 
@@ -92,6 +96,16 @@ type config struct {
 	// capStreamCopy is how long section capstream's throttled copies last;
 	// capStreamLagBudget is the stream's lag budget, as time of WAL.
 	capStreamCopy, capStreamLagBudget time.Duration
+	// largeGB is section large's table data on the source (pg_table_size,
+	// 1e9 bytes a GB); largeWriters its router writers;
+	// largePauseRounds its small cutover round trips; largeWALWindow how
+	// long its capacity probe watches the WAL rate; largeGated whether it
+	// also measures the copy through the copy gate.
+	largeGB          float64
+	largeWriters     int
+	largePauseRounds int
+	largeWALWindow   time.Duration
+	largeGated       bool
 }
 
 func main() {
@@ -117,6 +131,11 @@ func main() {
 	flag.DurationVar(&cfg.capacityCopy, "capacity-copy", 150*time.Second, "how long section capacity's throttled copy lasts (its rows/s follows)")
 	flag.DurationVar(&cfg.capStreamCopy, "capstream-copy", 5*time.Minute, "how long each of section capstream's two throttled copies lasts")
 	flag.DurationVar(&cfg.capStreamLagBudget, "capstream-lag-budget", 30*time.Second, "section capstream's lag budget, as this much of the source's WAL")
+	flag.Float64Var(&cfg.largeGB, "large-gb", 20, "section large: GB (1e9 bytes) of table data on the source (pg_table_size); the run needs about 1.55× that plus 10 GB of free disk")
+	flag.IntVar(&cfg.largeWriters, "large-writers", 4, "section large: router writers (each an upsert every 5 ms at most)")
+	flag.IntVar(&cfg.largePauseRounds, "large-pause-rounds", 5, "section large: small cutover round trips (two write pauses each) on the loaded table")
+	flag.DurationVar(&cfg.largeWALWindow, "large-wal-window", 30*time.Second, "section large: how long the capacity probe watches the source's WAL rate")
+	flag.BoolVar(&cfg.largeGated, "large-gated", true, "section large: also copy a twentieth of the token space through the copy gate and without")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
 	flag.IntVar(&cfg.cutoverRounds, "cutover-rounds", 10, "round trips of section cutover (a cutover and its rollback each: two write pauses)")
 	flag.BoolVar(&cfg.fenceTax, "fence-tax", true, "section cutover also measures the fence trigger's cost on single-row updates (pgbench, the accelerated and the plpgsql fence, a no-op C trigger as the floor of any row trigger, and an A/A control: about 10 minutes)")
@@ -130,8 +149,8 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 || cfg.capStreamCopy <= 0 || cfg.capStreamLagBudget <= 0 {
-		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window, -cutover-rounds and -capacity-copy must be positive")
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 || cfg.capStreamCopy <= 0 || cfg.capStreamLagBudget <= 0 || cfg.largeGB <= 0 || cfg.largeWriters <= 0 || cfg.largePauseRounds < 0 || cfg.largeWALWindow <= 0 {
+		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window, -cutover-rounds, -capacity-copy, -capstream-*, -large-gb, -large-writers and -large-wal-window must be positive")
 		os.Exit(2)
 	}
 	for _, f := range strings.FieldsFunc(*rates, func(r rune) bool { return r == ',' }) {
@@ -169,7 +188,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	fmt.Fprintf(out, "load average before the servers started: %s\n", idle)
 	var e *env // the two shared servers, only when a section needs them
 	for _, s := range sections {
-		if s.ownServers || cfg.only != nil && !slices.Contains(cfg.only, s.name) {
+		if s.ownServers || !cfg.selected(s) {
 			continue
 		}
 		var err error
@@ -181,7 +200,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	r := &report{out: out, cfg: cfg, idleLoad: idle}
 	for _, s := range sections {
-		if cfg.only != nil && !slices.Contains(cfg.only, s.name) {
+		if !cfg.selected(s) {
 			continue
 		}
 		r.ran = append(r.ran, s.name)
@@ -206,6 +225,15 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintf(out, "wrote %s\n", cfg.out)
 	}
 	return nil
+}
+
+// selected says whether the run includes section s: every section but the
+// opt-in ones when -sections is not given, else the ones it names.
+func (cfg config) selected(s section) bool {
+	if cfg.only == nil {
+		return !s.optIn
+	}
+	return slices.Contains(cfg.only, s.name)
 }
 
 // sectionLoad is the load average around one section.
