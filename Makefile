@@ -56,6 +56,8 @@ demo: build tools
 # four add-nodes (section rebalance: 8 servers, Temporal, a worker; 600,000
 # users); their table, with the machine and the date, goes to docs/benchmarks.md.
 # One section alone: bash bench/run.sh -sections rebalance -out docs/benchmarks.md
+# Production size (opt-in, not in the run above: 20 GB of table data, about an
+# hour and 45 GB of free disk): bash bench/run.sh -sections large -out docs/benchmarks.md
 # (the other sections' rows are kept, with their own date).
 bench: tools
 	$(GO) test -run '^$$' -bench . -benchmem ./ring/...

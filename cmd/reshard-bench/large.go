@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -428,9 +429,16 @@ func (lr *largeRun) move(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := e.srcPool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+	for _, p := range []*pgxpool.Pool{e.srcPool, e.dstPool} {
+		if _, err := p.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+			return err
+		}
+	}
+	stopProfile, err := startProfile(e.cfg.largeProfile)
+	if err != nil {
 		return err
 	}
+	defer stopProfile()
 
 	// SNAPSHOT_COPY.
 	sample := sampleSlot(ctx, e.srcPool, names.Slot, nil)
@@ -476,7 +484,11 @@ func (lr *largeRun) move(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(r.out, "copied %d rows (%s of table data on the target) in %s\n", st.Rows, gib(moved), cp.took.Round(time.Second))
+	stopProfile()
 	if err := lr.topStatements(ctx, e.srcPool, "source, during the copy"); err != nil {
+		return err
+	}
+	if err := lr.topStatements(ctx, e.dstPool, "target, during the copy"); err != nil {
 		return err
 	}
 
@@ -706,6 +718,24 @@ func (w *largeWriters) check(ctx context.Context, r *report, pools map[string]*p
 		return fmt.Errorf("%d writes failed, last: %v", n, *w.st.LastErr.Load())
 	}
 	return nil
+}
+
+// startProfile writes a CPU profile of this process to path (none when
+// path is empty) until the returned stop.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { pprof.StopCPUProfile(); f.Close() }) }, nil
 }
 
 // diskFree is the free space of dir's file system, for the log.

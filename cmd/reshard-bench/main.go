@@ -106,6 +106,9 @@ type config struct {
 	largePauseRounds int
 	largeWALWindow   time.Duration
 	largeGated       bool
+	// largeProfile, when set, receives a CPU profile of this process
+	// during section large's copy.
+	largeProfile string
 }
 
 func main() {
@@ -136,6 +139,7 @@ func main() {
 	flag.IntVar(&cfg.largePauseRounds, "large-pause-rounds", 5, "section large: small cutover round trips (two write pauses each) on the loaded table")
 	flag.DurationVar(&cfg.largeWALWindow, "large-wal-window", 30*time.Second, "section large: how long the capacity probe watches the source's WAL rate")
 	flag.BoolVar(&cfg.largeGated, "large-gated", true, "section large: also copy a twentieth of the token space through the copy gate and without")
+	flag.StringVar(&cfg.largeProfile, "large-profile", "", "section large: write a CPU profile of this process during the copy to this file")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
 	flag.IntVar(&cfg.cutoverRounds, "cutover-rounds", 10, "round trips of section cutover (a cutover and its rollback each: two write pauses)")
 	flag.BoolVar(&cfg.fenceTax, "fence-tax", true, "section cutover also measures the fence trigger's cost on single-row updates (pgbench, the accelerated and the plpgsql fence, a no-op C trigger as the floor of any row trigger, and an A/A control: about 10 minutes)")
