@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -78,32 +81,15 @@ func runLarge(ctx context.Context, _ *env, r *report) error {
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "reshard-bench-large-")
+	lr := &largeRun{r: r}
+	e, err := lr.servers(ctx, pg, want)
+	if e != nil {
+		defer e.close() // kills both servers and removes dir (unless -keep)
+	}
 	if err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return err
-	}
-	e := &env{cfg: cfg, out: r.out, pg: pg, dir: dir}
-	defer e.close() // kills both servers and removes dir (unless -keep)
-	// Source: the table, its indexes and up to max_wal_size of WAL; target:
-	// a fifth of it; 10 GB to spare for the WAL the move retains and others.
-	need := want*13/10 + want/4 + 10e9
-	if free, err := freeBytes(dir); err != nil {
-		return err
-	} else if free < need {
-		return fmt.Errorf("section large: %s has %.1f GB free, and a run of -large-gb %.1f needs about %.1f GB: free space or lower -large-gb",
-			dir, float64(free)/1e9, cfg.largeGB, float64(need)/1e9)
-	}
-	if e.src, e.dst, err = largeServers(ctx, pg, dir); err != nil {
-		return err
-	}
-	fmt.Fprintf(r.out, "servers: source :%d, target :%d (%s); disk free %s\n", e.src.Port, e.dst.Port, dir, diskFree(dir))
-	lr := &largeRun{e: e, r: r}
-	if lr.rows, err = loadOrders(ctx, pg, e.src, want, func(f string, a ...any) { fmt.Fprintf(r.out, f+"\n", a...) }); err != nil {
-		return err
-	}
+	dir := e.dir
 	if e.srcPool, err = pgxpool.New(ctx, e.src.DSN("postgres", false)); err != nil {
 		return err
 	}
@@ -116,6 +102,11 @@ func runLarge(ctx context.Context, _ *env, r *report) error {
 	var idx int64
 	if err := e.srcPool.QueryRow(ctx, `SELECT pg_indexes_size('orders')`).Scan(&idx); err != nil {
 		return err
+	}
+	if cfg.largeReuse != "" {
+		if err := lr.reset(ctx); err != nil {
+			return err
+		}
 	}
 	r.add("large_table_data_gib", float64(e.tableBytes)/(1<<30), "GiB", fmt.Sprintf("orders on the source: %d rows, pg_table_size (heap and TOAST; 1 row in %d has a 3 KiB TOASTed note), indexes %s more (primary key and two secondary); disk free after the load %s",
 		lr.rows, largeToastEvery, gib(idx), diskFree(dir)))
@@ -156,6 +147,89 @@ func runLarge(ctx context.Context, _ *env, r *report) error {
 		return lr.gated(ctx)
 	}
 	return nil
+}
+
+// servers starts the servers and loads orders, or, with -large-reuse,
+// takes up the servers a killed run left in that directory.
+func (lr *largeRun) servers(ctx context.Context, pg *devenv.PG, want int64) (*env, error) {
+	cfg, r := lr.r.cfg, lr.r
+	if cfg.largeReuse != "" {
+		e := &env{cfg: cfg, out: r.out, pg: pg, dir: cfg.largeReuse}
+		lr.e = e
+		for _, s := range []*devenv.Server{&e.src, &e.dst} {
+			name := map[*devenv.Server]string{&e.src: "source", &e.dst: "target"}[s]
+			*s = devenv.Server{Name: name, DataDir: filepath.Join(cfg.largeReuse, name, "data")}
+			b, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
+			if err != nil {
+				return e, fmt.Errorf("-large-reuse: %s is not running: %w", name, err)
+			}
+			lines := strings.Split(string(b), "\n")
+			if len(lines) < 4 {
+				return e, fmt.Errorf("-large-reuse: %s: short postmaster.pid", name)
+			}
+			if s.Port, err = strconv.Atoi(strings.TrimSpace(lines[3])); err != nil {
+				return e, err
+			}
+		}
+		fmt.Fprintf(r.out, "servers (reused): source :%d, target :%d (%s); disk free %s\n", e.src.Port, e.dst.Port, e.dir, diskFree(e.dir))
+		return e, nil
+	}
+	dir, err := os.MkdirTemp("", "reshard-bench-large-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	e := &env{cfg: cfg, out: r.out, pg: pg, dir: dir}
+	lr.e = e
+	// Source: the table, its indexes and up to max_wal_size of WAL; target:
+	// a fifth of it; 10 GB to spare for the WAL the move retains and others.
+	need := want*13/10 + want/4 + 10e9
+	if free, err := freeBytes(dir); err != nil {
+		return e, err
+	} else if free < need {
+		return e, fmt.Errorf("section large: %s has %.1f GB free, and a run of -large-gb %.1f needs about %.1f GB: free space or lower -large-gb",
+			dir, float64(free)/1e9, cfg.largeGB, float64(need)/1e9)
+	}
+	if e.src, e.dst, err = largeServers(ctx, pg, dir); err != nil {
+		return e, err
+	}
+	fmt.Fprintf(r.out, "servers: source :%d, target :%d (%s); disk free %s\n", e.src.Port, e.dst.Port, dir, diskFree(dir))
+	if lr.rows, err = loadOrders(ctx, pg, e.src, want, func(f string, a ...any) { fmt.Fprintf(r.out, f+"\n", a...) }); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// reset undoes what a killed run left on reused servers: the control
+// database, the streams, reshard's schemas (the fences with them), the
+// target's rows.
+func (lr *largeRun) reset(ctx context.Context) error {
+	e := lr.e
+	for _, q := range []string{
+		`DROP DATABASE IF EXISTS reshard_ctl WITH (FORCE)`,
+		`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE 'reshard%'`,
+		`DO $$DECLARE p text; BEGIN FOR p IN SELECT pubname FROM pg_publication LOOP EXECUTE format('DROP PUBLICATION %I', p); END LOOP; END$$`,
+		`DROP SCHEMA IF EXISTS reshard CASCADE`,
+		`DROP EXTENSION IF EXISTS pg_stat_statements`,
+	} {
+		if _, err := e.srcPool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("reset the source: %s: %w", q, err)
+		}
+	}
+	for _, q := range []string{
+		`SELECT pg_replication_origin_drop(roname) FROM pg_replication_origin`,
+		`SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots`,
+		`DROP SCHEMA IF EXISTS reshard CASCADE`,
+		`DROP TABLE IF EXISTS orders`,
+		`DROP EXTENSION IF EXISTS pg_stat_statements`,
+	} {
+		if _, err := e.dstPool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("reset the target: %s: %w", q, err)
+		}
+	}
+	return e.srcPool.QueryRow(ctx, `SELECT max(id) FROM orders`).Scan(&lr.rows)
 }
 
 // control creates the control database on the source, registers both
