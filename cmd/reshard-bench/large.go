@@ -134,11 +134,13 @@ func runLarge(ctx context.Context, _ *env, r *report) error {
 	lr.writers = startLargeWriters(ctx, rt, lr.rows, cfg.largeWriters)
 	defer lr.writers.stop()
 	time.Sleep(3 * time.Second) // the writers are steady before anything is measured
-	if err := lr.pauses(ctx); err != nil {
-		return err
-	}
-	if err := lr.move(ctx); err != nil {
-		return err
+	if cfg.largeMove {
+		if err := lr.pauses(ctx); err != nil {
+			return err
+		}
+		if err := lr.move(ctx); err != nil {
+			return err
+		}
 	}
 	lr.writers.stop()
 	if err := lr.writers.check(ctx, lr.r, map[string]*pgxpool.Pool{"source": e.srcPool, "target": e.dstPool}, lr.owner); err != nil {
@@ -291,9 +293,10 @@ func (lr *largeRun) router(ctx context.Context) (*router.Router, func(), error) 
 	return rt, func() { stop(); <-done; closeAll() }, nil
 }
 
-// owner is who owns key k once the move has ended.
+// owner is who owns key k once the move has ended (the source, when
+// -large-move=false made none).
 func (lr *largeRun) owner(k int64) string {
-	if largeRange().Contains(ring.TokenInt64(k)) {
+	if lr.e.cfg.largeMove && largeRange().Contains(ring.TokenInt64(k)) {
 		return "target"
 	}
 	return "source"

@@ -112,6 +112,9 @@ type config struct {
 	// largeReuse is the directory of a killed run of section large whose
 	// servers still run: its load is taken up instead of made again.
 	largeReuse string
+	// largeMove: section large makes its move (false: only the gated
+	// copies, -large-gated).
+	largeMove bool
 }
 
 func main() {
@@ -143,6 +146,7 @@ func main() {
 	flag.DurationVar(&cfg.largeWALWindow, "large-wal-window", 30*time.Second, "section large: how long the capacity probe watches the source's WAL rate")
 	flag.BoolVar(&cfg.largeGated, "large-gated", true, "section large: also copy a twentieth of the token space through the copy gate and without")
 	flag.StringVar(&cfg.largeProfile, "large-profile", "", "section large: write a CPU profile of this process during the copy to this file")
+	flag.BoolVar(&cfg.largeMove, "large-move", true, "section large: make the fifth's move (false: load, then only the copies through the gate and without, -large-gated)")
 	flag.StringVar(&cfg.largeReuse, "large-reuse", "", "section large: take up the loaded servers a killed run left running in this directory (printed as servers: ...) instead of loading again; removed at the end like the run's own")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
 	flag.IntVar(&cfg.cutoverRounds, "cutover-rounds", 10, "round trips of section cutover (a cutover and its rollback each: two write pauses)")
