@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/backfill"
@@ -55,35 +56,7 @@ func TestMoveReadFromStandby(t *testing.T) {
 	req := &workflows.MigrationRequest{ID: "actsb", ReadFrom: workflows.ReadFromStandby}
 	ref := workflows.MoveRef{MigrationID: "actsb", Spec: workflows.MoveSpec{ID: moveID, Source: "src", Target: "dst", Ranges: ranges}, Tables: spec, Request: req}
 
-	var writes atomic.Int64
-	wctx, stopWriters := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			rnd := rand.New(rand.NewPCG(uint64(w), 3))
-			for wctx.Err() == nil {
-				id := rnd.Int64N(9600) + 1
-				var err error
-				switch rnd.IntN(4) {
-				case 0:
-					_, err = src.Pool.Exec(wctx, `DELETE FROM users WHERE id = $1`, id)
-				default:
-					_, err = src.Pool.Exec(wctx, `INSERT INTO users VALUES ($1, 'w', 1) ON CONFLICT (id) DO UPDATE SET n = users.n + 1, name = 'w'`, id)
-				}
-				if err == nil {
-					writes.Add(1)
-				}
-			}
-		})
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopWriters()
-			wg.Wait()
-			stopped = true
-		}
-	}
+	writes, stop := startUserWriters(ctx, src.Pool, 9600, 3, `INSERT INTO users VALUES ($1, 'w', 1) ON CONFLICT (id) DO UPDATE SET n = users.n + 1, name = 'w'`)
 	defer stop()
 
 	// PLAN refuses a standby entry that is no standby of src, or none,
@@ -187,4 +160,40 @@ func TestMoveReadFromStandby(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("after %d writes on the primary, the target holds exactly its %d moving rows", writes.Load(), dst.QueryInt64(t, `SELECT count(*) FROM users`))
+}
+
+// startUserWriters starts two writers on pool's users table (id bigint
+// PRIMARY KEY, name text, n int), each deleting (one write in four) or
+// upserting with upsert (its $1 the id) a random id in 1..maxID, from
+// its own seeded generator, until stop, which waits for them and may be
+// called again; writes counts the ones that succeeded.
+func startUserWriters(ctx context.Context, pool *pgxpool.Pool, maxID int64, seed uint64, upsert string) (writes *atomic.Int64, stop func()) {
+	writes = new(atomic.Int64)
+	wctx, stopWriters := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(w), seed))
+			for wctx.Err() == nil {
+				id := rnd.Int64N(maxID) + 1
+				var err error
+				switch rnd.IntN(4) {
+				case 0:
+					_, err = pool.Exec(wctx, `DELETE FROM users WHERE id = $1`, id)
+				default:
+					_, err = pool.Exec(wctx, upsert, id)
+				}
+				if err == nil {
+					writes.Add(1)
+				}
+			}
+		})
+	}
+	var once sync.Once
+	return writes, func() {
+		once.Do(func() {
+			stopWriters()
+			wg.Wait()
+		})
+	}
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,35 +71,7 @@ func TestMoveStreamsDuringCopy(t *testing.T) {
 		t.Fatalf("PLAN with integer keys: %v", err)
 	}
 
-	var writes atomic.Int64
-	wctx, stopWriters := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for w := range 2 {
-		wg.Go(func() {
-			rnd := rand.New(rand.NewPCG(uint64(w), 7))
-			for wctx.Err() == nil {
-				id := rnd.Int64N(24000) + 1
-				var err error
-				switch rnd.IntN(4) {
-				case 0:
-					_, err = src.Pool.Exec(wctx, `DELETE FROM users WHERE id = $1`, id)
-				default:
-					_, err = src.Pool.Exec(wctx, `INSERT INTO users VALUES ($1, 'w', 1) ON CONFLICT (id) DO UPDATE SET n = users.n + 1, name = 'w' || users.n`, id)
-				}
-				if err == nil {
-					writes.Add(1)
-				}
-			}
-		})
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopWriters()
-			wg.Wait()
-			stopped = true
-		}
-	}
+	writes, stop := startUserWriters(ctx, src.Pool, 24000, 7, `INSERT INTO users VALUES ($1, 'w', 1) ON CONFLICT (id) DO UPDATE SET n = users.n + 1, name = 'w' || users.n`)
 	defer stop()
 
 	names, err := cdc.NamesFor(moveID)
