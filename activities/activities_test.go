@@ -16,12 +16,20 @@ import (
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/workflows"
 )
 
+// TestClassify pins the class of every error type classify knows: a
+// non-retryable application error of a type the workflow acts on, a
+// retryable one, or the error passed on unchanged (Temporal retries it).
+// Any one case changing class fails it.
 func TestClassify(t *testing.T) {
+	const unchanged = "" // passed on as it came
+	wrong := temporal.NewNonRetryableApplicationError("cluster B", workflows.ErrTypeWrongCluster, nil)
+	rls := &pgconn.PgError{Code: "42501", Message: `new row violates row-level security policy for table "users"`}
 	cases := []struct {
 		name      string
 		err       error
@@ -29,36 +37,71 @@ func TestClassify(t *testing.T) {
 		typ       string
 	}{
 		{"bad input", badInput("shard %q unknown", "x"), false, workflows.ErrTypeBadInput},
+		{"not a standby of the source (cdc)", fmt.Errorf("recover: %w", &cdc.NotStandbyOfError{Source: "shard2"}), false, workflows.ErrTypeBadInput},
+		{"standby not in recovery (backfill)", fmt.Errorf("copy: %w", &backfill.NotStandbyError{Name: "shard2 standby"}), false, workflows.ErrTypeBadInput},
 		{"preflight problem", fmt.Errorf("preflight: %w", &tableset.Problem{Check: "table", Shard: "source shard1", Problem: "no table", Fix: "create it"}), false, workflows.ErrTypePreflight},
 		{"copy collision", fmt.Errorf("copy: %w", &backfill.CollisionError{Table: "users", Key: "id=1"}), false, workflows.ErrTypeCollision},
 		{"cdc collision", &cdc.CollisionError{Table: "public.users", Key: "id=1"}, false, workflows.ErrTypeCollision},
+		{"unique constraint", fmt.Errorf("apply: %w", pgerr.Unique(&pgconn.PgError{Code: "23505", ConstraintName: "users_email_key", TableName: "users"})), false, workflows.ErrTypeCollision},
 		{"trigger enabled after PLAN", fmt.Errorf("move m1: %w", &tableset.FiringError{Problems: []*tableset.Problem{{Check: tableset.CheckReplicaTriggers, Shard: "shard2", Problem: "trigger audit is ENABLE ALWAYS", Fix: "ENABLE TRIGGER audit"}}}), false, workflows.ErrTypeFiringTrigger},
 		{"schema change", &cdc.SchemaChangeError{Table: "public.users", OnlySource: []string{"x"}}, false, workflows.ErrTypeSchemaChange},
-		{"connection lost", &cdc.ConnError{Op: "receive", Err: io.ErrUnexpectedEOF}, true, "Retryable"},
-		{"serialization failure", &pgconn.PgError{Code: "40001"}, true, "Retryable"},
-		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true, "Retryable"},
+		{"source failed over", fmt.Errorf("stream: %w", &cdc.FailedOverError{Source: "shard2", SlotMissing: true}), false, workflows.ErrTypeFailedOver},
+		{"target replaced", &cdc.TargetReplacedError{Target: "shard5"}, false, workflows.ErrTypeFailedOver},
+		{"failed over (sentinel)", fmt.Errorf("x: %w", cdc.ErrFailedOver), false, workflows.ErrTypeFailedOver},
+		{"row security", fmt.Errorf("copy: %w", rls), false, workflows.ErrTypeBadInput},
+		{"privilege", &pgconn.PgError{Code: "42501", Message: "permission denied for table users"}, false, workflows.ErrTypeBadInput},
 		{"undefined column", fmt.Errorf("copy: %w", &pgconn.PgError{Code: "42703"}), false, workflows.ErrTypeBadInput},
-		{"copy met a schema change", fmt.Errorf("copy: %w", &backfill.SchemaMovedError{Err: &pgconn.PgError{Code: "42703"}}), true, "Retryable"},
-		{"a column on one side only", fmt.Errorf("copy: %w", &tableset.ColumnWaitError{Table: tableset.Table{Schema: "public", Name: "users"}, Columns: []tableset.Column{{Name: "x"}}}), true, "Retryable"},
+		{"invalid binary representation", &pgconn.PgError{Code: "22P03"}, false, workflows.ErrTypeBadInput},
+		{"not null violation", &pgconn.PgError{Code: "23502"}, false, workflows.ErrTypeBadInput},
 		{"unique violation", &pgconn.PgError{Code: "23505", ConstraintName: "users_pkey"}, false, workflows.ErrTypeBadInput},
+		{"connection lost", &cdc.ConnError{Op: "receive", Err: io.ErrUnexpectedEOF}, true, "Retryable"},
+		{"unexpected EOF", fmt.Errorf("copy: %w", io.ErrUnexpectedEOF), true, "Retryable"},
+		{"connection exception", &pgconn.PgError{Code: "08006"}, true, "Retryable"},
+		{"too many connections", &pgconn.PgError{Code: "53300"}, true, "Retryable"},
+		{"serialization failure", &pgconn.PgError{Code: "40001"}, true, "Retryable"},
+		{"deadlock", &pgconn.PgError{Code: "40P01"}, true, "Retryable"},
+		{"admin shutdown", &pgconn.PgError{Code: "57P01"}, true, "Retryable"},
+		{"crash shutdown", &pgconn.PgError{Code: "57P02"}, true, "Retryable"},
+		{"starting up", &pgconn.PgError{Code: "57P03"}, true, "Retryable"},
+		{"slot in use", &pgconn.PgError{Code: "55006"}, true, "Retryable"},
+		{"copy met a schema change", fmt.Errorf("copy: %w", &backfill.SchemaMovedError{Err: &pgconn.PgError{Code: "42703"}}), true, "Retryable"},
+		{"standby behind the slot", fmt.Errorf("copy: %w", &backfill.ReplayLag{Name: "shard2 standby"}), true, "Retryable"},
+		{"a column on one side only", fmt.Errorf("copy: %w", &tableset.ColumnWaitError{Table: tableset.Table{Schema: "public", Name: "users"}, Columns: []tableset.Column{{Name: "x"}}}), true, "Retryable"},
+		{"a column vanished under the stream", &cdc.ColumnVanishedError{Op: "apply", Err: &pgconn.PgError{Code: "42703"}}, true, "Retryable"},
 		{"concurrent CREATE IF NOT EXISTS", fmt.Errorf("create work tables: %w", &pgconn.PgError{Code: "23505", ConstraintName: "pg_type_typname_nsp_index"}), true, "Retryable"},
 		{"duplicate table", &pgconn.PgError{Code: "42P07"}, true, "Retryable"},
-		{"unknown", errors.New("something odd"), true, ""},
+		{"duplicate object", &pgconn.PgError{Code: "42710"}, true, "Retryable"},
+		{"input error of pgerr", pgerr.BadInput("no file %s", "x.csv"), true, unchanged},
+		{"deadline", fmt.Errorf("copy: %w", context.DeadlineExceeded), true, unchanged},
+		{"lock not available", &pgconn.PgError{Code: "55P03"}, true, unchanged},
+		{"unknown", errors.New("something odd"), true, unchanged},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := classify(c.err)
-			var appErr *temporal.ApplicationError
-			if !errors.As(got, &appErr) {
-				if !c.retryable || c.typ != "" {
-					t.Fatalf("classify(%v) = %T %v, want an application error of type %q", c.err, got, got, c.typ)
+			if c.typ == unchanged {
+				if got != c.err {
+					t.Fatalf("classify(%v) = %T %v, want it unchanged", c.err, got, got)
 				}
 				return
+			}
+			var appErr *temporal.ApplicationError
+			if !errors.As(got, &appErr) {
+				t.Fatalf("classify(%v) = %T %v, want an application error of type %q", c.err, got, got, c.typ)
 			}
 			if appErr.NonRetryable() == c.retryable || appErr.Type() != c.typ {
 				t.Fatalf("classify(%v): type %q non-retryable %v; want type %q retryable %v", c.err, appErr.Type(), appErr.NonRetryable(), c.typ, c.retryable)
 			}
+			if !strings.HasPrefix(appErr.Error(), c.err.Error()) {
+				t.Fatalf("classify(%v) says %q, not the error's own message", c.err, appErr.Error())
+			}
 		})
+	}
+	if got := classify(fmt.Errorf("copy: %w", rls)); !strings.Contains(got.Error(), "; fix: "+pgerr.RowSecurityFix) {
+		t.Fatalf("a row-security refusal must carry its fix: %v", got)
+	}
+	if got := classify(wrong); got != wrong {
+		t.Fatalf("an application error must pass unchanged: %v", got)
 	}
 	if classify(nil) != nil {
 		t.Fatal("classify(nil) != nil")
