@@ -362,3 +362,20 @@ func TestPauseSteps(t *testing.T) {
 		t.Errorf("pause steps %q", s)
 	}
 }
+
+// The workflows import no data-plane package, so pgerr spells their error
+// types again: the two spellings must be one.
+func TestStopKindsAreTheWorkflows(t *testing.T) {
+	for kind, typ := range map[string]string{
+		pgerr.StopBadInput:      workflows.ErrTypeBadInput,
+		pgerr.StopPreflight:     workflows.ErrTypePreflight,
+		pgerr.StopCollision:     workflows.ErrTypeCollision,
+		pgerr.StopSchemaChange:  workflows.ErrTypeSchemaChange,
+		pgerr.StopFailedOver:    workflows.ErrTypeFailedOver,
+		pgerr.StopFiringTrigger: workflows.ErrTypeFiringTrigger,
+	} {
+		if kind != typ {
+			t.Errorf("pgerr's stop %q is the workflows' %q", kind, typ)
+		}
+	}
+}

@@ -42,6 +42,9 @@ func (e *SchemaChangeError) Error() string {
 // Retryable: not until the schemas match again, which an operator does.
 func (e *SchemaChangeError) Retryable() bool { return false }
 
+// StopKind: the operator applies the DDL on the target.
+func (e *SchemaChangeError) StopKind() string { return pgerr.StopSchemaChange }
+
 // ConnError is a lost or refused connection: retry the stream, it resumes
 // from the target's replication origin.
 type ConnError struct {

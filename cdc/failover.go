@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgsession"
 )
 
@@ -70,8 +71,14 @@ func (e *FailedOverError) Error() string {
 		e.Source, strings.Join(why, ", "), e.Since)
 }
 
-// ErrFailedOver matches every *FailedOverError with errors.Is.
-var ErrFailedOver = errors.New("source failed over")
+// ErrFailedOver matches every *FailedOverError (and *TargetReplacedError)
+// with errors.Is.
+var ErrFailedOver error = failedOver{}
+
+type failedOver struct{}
+
+func (failedOver) Error() string    { return "source failed over" }
+func (failedOver) StopKind() string { return pgerr.StopFailedOver }
 
 // Is makes errors.Is(err, ErrFailedOver) true.
 func (e *FailedOverError) Is(target error) bool { return target == ErrFailedOver }
@@ -79,6 +86,10 @@ func (e *FailedOverError) Is(target error) bool { return target == ErrFailedOver
 // Retryable: the changes since the failover may be missing; a repair, not
 // a retry, follows.
 func (e *FailedOverError) Retryable() bool { return false }
+
+// StopKind: the move recovers (RecoverSource, Repair) or stops for the
+// operator, as the workflow decides.
+func (e *FailedOverError) StopKind() string { return pgerr.StopFailedOver }
 
 // checkSource compares the source with the identity the stream expects
 // (Options.SourceIdentity, else the one an earlier Run of this Stream saw)
@@ -239,6 +250,9 @@ func (e *NotStandbyOfError) Error() string {
 
 // Retryable: a configuration to fix, not a state that passes.
 func (e *NotStandbyOfError) Retryable() bool { return false }
+
+// StopKind: the configuration is the input to fix.
+func (e *NotStandbyOfError) StopKind() string { return pgerr.StopBadInput }
 
 // CheckStandby tells whether the server at standbyReplicationDSN is a
 // streaming standby of the source whose identity was recorded with the

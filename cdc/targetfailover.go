@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/reshard/reshard/internal/pgerr"
 )
 
 // The target side of a failover. The applier commits each batch with the
@@ -115,6 +116,9 @@ func (e *TargetReplacedError) Is(target error) bool { return target == ErrFailed
 // Retryable: another server answers as the target; a repair, not a retry,
 // follows.
 func (e *TargetReplacedError) Retryable() bool { return false }
+
+// StopKind: a failover of the target, as FailedOverError's of the source.
+func (e *TargetReplacedError) StopKind() string { return pgerr.StopFailedOver }
 
 // checkTarget compares the target the applier's session reached with the
 // identity the stream expects (Options.TargetIdentity, else the last one a

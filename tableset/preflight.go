@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/eta"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 )
 
@@ -42,6 +43,9 @@ type Problem struct {
 }
 
 func (p *Problem) Error() string { return p.Problem + ": " + p.Fix }
+
+// StopKind: nothing was changed; the fix is the operator's.
+func (p *Problem) StopKind() string { return pgerr.StopPreflight }
 
 // Warning is a risk worth reading that does not stop a move.
 type Warning struct {
@@ -534,6 +538,10 @@ func (e *FiringError) Error() string {
 	return "a trigger or rule fires for reshard's writes, enabled after the move was planned: " + strings.Join(parts, "; ") +
 		"; then resume the move"
 }
+
+// StopKind: the phase stopped before writing; the operator disables the
+// trigger and resumes.
+func (e *FiringError) StopKind() string { return pgerr.StopFiringTrigger }
 
 // CheckFiring is preflight's trigger check again, for the phases that write
 // rows on shard name (copy, catch-up, the reverse stream, before cutover):

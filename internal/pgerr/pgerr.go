@@ -132,6 +132,34 @@ func Retryable(err error) bool {
 	return ConnectionLost(err)
 }
 
+// The kinds of stop: why an error stops a move until someone acts, which
+// the workflow reads from the activity error's type (workflows.ErrType*
+// spells the same strings; activities' TestStopKindsAreTheWorkflows holds
+// them equal, as the workflows import no data-plane package).
+const (
+	StopBadInput      = "BadInput"        // input or configuration to fix
+	StopPreflight     = "PreflightFailed" // a PLAN check failed
+	StopCollision     = "Collision"       // a row of the target has the moving row's key
+	StopSchemaChange  = "SchemaChange"    // DDL on the source during the move
+	StopFailedOver    = "FailedOver"      // a side of the move is another server now
+	StopFiringTrigger = "FiringTrigger"   // a trigger fires for reshard's writes
+)
+
+// stopper is an error that names why it stops a move, as retrier says
+// whether a retry may succeed: the domain packages' error types answer it
+// themselves, so the activities' classification asks one predicate.
+type stopper interface{ StopKind() string }
+
+// StopKind is the kind of stop err names (the StopKind method of the first
+// error of its chain that has one), or "" when it names none.
+func StopKind(err error) string {
+	var s stopper
+	if errors.As(err, &s) {
+		return s.StopKind()
+	}
+	return ""
+}
+
 // InputError is what the caller asked for refused by what it names (a
 // file, a table, a definition): no retry changes the answer, and nothing
 // was changed. The CLI exits 2 on it.
@@ -222,6 +250,9 @@ type CollisionError struct {
 // Retryable: a collision stays until the operator changes a row.
 func (e *CollisionError) Retryable() bool { return false }
 
+// StopKind: the operator gives one of the two rows another key.
+func (e *CollisionError) StopKind() string { return StopCollision }
+
 func (e *CollisionError) Error() string {
 	whose := ""
 	if e.TargetShardKey != "" {
@@ -266,6 +297,9 @@ func (e *UniqueError) Unwrap() error { return e.Err }
 
 // Retryable: a unique violation stays until the operator changes a row.
 func (e *UniqueError) Retryable() bool { return false }
+
+// StopKind: a collision, as a CollisionError.
+func (e *UniqueError) StopKind() string { return StopCollision }
 
 // Unique returns err as a *UniqueError when it is a unique violation
 // (23505) on a constraint of a table outside the system catalogs, and err
