@@ -311,7 +311,7 @@ func copyError(err error, shard, table string, lines []int) error {
 			where = fmt.Sprintf("CSV line %d: ", lines[n-1])
 		}
 	}
-	if strings.HasPrefix(pe.Code, "22") || strings.HasPrefix(pe.Code, "23") { // data, integrity: the file's
+	if c := pgerr.Class(pe.Code); c == pgerr.ClassDataException || c == pgerr.ClassIntegrityViolation { // data, integrity: the file's
 		return badInput("%s%s refused by %s on shard %s (%s); nothing was loaded", where, pe.Message, table, shard, pe.Where)
 	}
 	return fmt.Errorf("%sCOPY into %s on shard %s: %w; nothing was loaded", where, table, shard, err)

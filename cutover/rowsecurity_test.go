@@ -11,6 +11,7 @@ import (
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/internal/movetest"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
@@ -145,18 +146,18 @@ func TestForcedRowSecurityRefusedWithoutBypass(t *testing.T) {
 	e.Begin(t)
 	_, err = backfill.Copy(ctx, e.Move.Source, e.Move.Target, backfill.Options{Move: e.Move.ID, Set: e.Set, Ranges: e.Move.Ranges, ChunkRows: 500})
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "42501" {
+	if !errors.As(err, &pe) || pe.Code != pgerr.CodeInsufficientPrivilege {
 		t.Fatalf("copy under a policy that hides every row: %v, want 42501 (query would be affected by row-level security policy)", err)
 	}
 	if got := superCount(t, e, "b"); got != 0 {
 		t.Fatalf("the refused copy moved %d tenant rows", got)
 	}
-	if _, err := verify.Run(ctx, e.Move.Source, e.Move.Target, verify.Options{Set: e.SrcSet, Ranges: e.Move.Ranges}); !errors.As(err, &pe) || pe.Code != "42501" {
+	if _, err := verify.Run(ctx, e.Move.Source, e.Move.Target, verify.Options{Set: e.SrcSet, Ranges: e.Move.Ranges}); !errors.As(err, &pe) || pe.Code != pgerr.CodeInsufficientPrivilege {
 		t.Fatalf("verify with %d rows hidden: %v, want 42501", moving, err)
 	}
 	// A cleanup of the source (CLEANUP deletes the moved rows there) under
 	// the policy would delete only the rows it sees: it fails, deleting none.
-	if _, err := backfill.DeleteRanges(ctx, e.Move.Source, e.SrcSet, e.Move.Ranges, 100, nil); !errors.As(err, &pe) || pe.Code != "42501" {
+	if _, err := backfill.DeleteRanges(ctx, e.Move.Source, e.SrcSet, e.Move.Ranges, 100, nil); !errors.As(err, &pe) || pe.Code != pgerr.CodeInsufficientPrivilege {
 		t.Fatalf("cleanup with %d rows hidden: %v, want 42501", moving, err)
 	}
 	if got := superCount(t, e, "a"); got != moving {

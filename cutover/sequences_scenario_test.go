@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/internal/movetest"
+	"github.com/reshard/reshard/internal/pgerr"
 )
 
 // identityItems makes items.id an identity column on both shards, each
@@ -67,7 +68,7 @@ func TestMoveThenInsertOnNewOwnerNeverCollides(t *testing.T) {
 	for _, k := range keys {
 		if err := insert(k); err != nil {
 			var pe *pgconn.PgError
-			if !errors.As(err, &pe) || pe.Code != "23505" {
+			if !errors.As(err, &pe) || pe.Code != pgerr.CodeUniqueViolation {
 				t.Fatalf("insert of an item of key %d after the move: %v", k, err)
 			}
 			failed++

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/topology"
 )
@@ -64,7 +65,7 @@ func (c *life) checkSequences(step string) {
 				return err
 			})
 			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+			if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation {
 				t.Fatalf("%s: an insert through the router for key %v collided on an identity column: %v (%s)", step, k, err, pgErr.Detail)
 			}
 			if err != nil {

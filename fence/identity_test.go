@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
@@ -186,7 +187,7 @@ func TestFenceRefusesNullKeys(t *testing.T) {
 			db.Exec(t, `INSERT INTO orders VALUES (3, $1, 'y') ON CONFLICT DO NOTHING`, keyWithToken(t, db, func(tok int64) bool { return tok <= 0 }))
 			_, err := db.Pool.Exec(ctx, q)
 			var pe *pgconn.PgError
-			if !errors.As(err, &pe) || pe.Code != "23502" || !strings.Contains(pe.Message, "user_id") {
+			if !errors.As(err, &pe) || pe.Code != pgerr.CodeNotNullViolation || !strings.Contains(pe.Message, "user_id") {
 				t.Fatalf("fence %v: %s: %v; want SQLSTATE 23502 naming user_id", fenced, q, err)
 			}
 		}
@@ -273,13 +274,13 @@ func TestReconcileUpgradesAnOlderInstall(t *testing.T) {
 CREATE TABLE reshard.fence (tbl regclass PRIMARY KEY, ranges int8multirange NOT NULL DEFAULT '{}', epoch bigint NOT NULL DEFAULT 0);
 CREATE FUNCTION reshard.refuse_truncate() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-	RAISE EXCEPTION 'reshard: TRUNCATE of %.% is refused while a move of its token ranges runs', TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = 'RST01';
+	RAISE EXCEPTION 'reshard: TRUNCATE of %.% is refused while a move of its token ranges runs', TG_TABLE_SCHEMA, TG_TABLE_NAME USING ERRCODE = '`+pgerr.CodeTruncateRefused+`';
 END $f$;
 INSERT INTO reshard.fence VALUES ('users', '{(0,)}', 5);
 CREATE FUNCTION reshard.fence_public_users() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
 	IF hashint8extended(new.id, 0) <@ '{(0,)}'::int8multirange OR hashint8extended(old.id, 0) <@ '{(0,)}'::int8multirange THEN
-		RAISE EXCEPTION 'fenced' USING ERRCODE = 'RSF01';
+		RAISE EXCEPTION 'fenced' USING ERRCODE = '`+pgerr.CodeFenced+`';
 	END IF;
 	IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;
 	RETURN NEW;

@@ -138,7 +138,7 @@ CREATE TABLE reshard_test_fence (on_ boolean);
 CREATE FUNCTION kv_fence() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
 	IF EXISTS (SELECT 1 FROM reshard_test_fence) THEN
-		RAISE EXCEPTION 'token range fenced on this shard (epoch 7)' USING ERRCODE = 'RSF01';
+		RAISE EXCEPTION 'token range fenced on this shard (epoch 7)' USING ERRCODE = '`+FenceSQLState+`';
 	END IF;
 	RETURN NEW;
 END $$;

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -183,7 +184,7 @@ func TestContractTokensMatchGo(t *testing.T) {
 	// An unknown keyspace is named in the error, with its SQLSTATE.
 	_, err := db.Pool.Exec(ctx, `SELECT reshard.token_of('nope', '1')`)
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "P0002" || !strings.Contains(pe.Message, "nope") {
+	if !errors.As(err, &pe) || pe.Code != pgerr.CodeNoDataFound || !strings.Contains(pe.Message, "nope") {
 		t.Fatalf("token_of of an unknown keyspace: %v", err)
 	}
 }
@@ -280,7 +281,7 @@ func TestContractOwnerAndTopology(t *testing.T) {
 	for _, q := range []string{`SELECT reshard.owner('nope', 0)`, `SELECT * FROM reshard.current_topology('nope')`, `SELECT reshard.settled('nope')`} {
 		_, err := db.Pool.Exec(ctx, q)
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "P0002" || !strings.Contains(pe.Message, "nope") {
+		if !errors.As(err, &pe) || pe.Code != pgerr.CodeNoDataFound || !strings.Contains(pe.Message, "nope") {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 )
 
@@ -69,7 +70,7 @@ func TestVersionsAreAppendOnly(t *testing.T) {
 	} {
 		_, err := db.Pool.Exec(ctx, sql)
 		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || (pgErr.Code != "23001" && pgErr.Code != "23505") {
+		if !errors.As(err, &pgErr) || (pgErr.Code != pgerr.CodeRestrictViolation && pgErr.Code != pgerr.CodeUniqueViolation) {
 			t.Errorf("%s: err %v, want it refused", sql, err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 // The SQLSTATEs reshard compares, by their PostgreSQL names (Appendix A of
 // the manual); no package writes one as a literal.
 const (
+	CodeRestrictViolation     = "23001" // restrict_violation
 	CodeNotNullViolation      = "23502" // not_null_violation
 	CodeUniqueViolation       = "23505" // unique_violation
 	CodeInvalidSchemaName     = "3F000" // invalid_schema_name
@@ -36,6 +37,7 @@ const (
 	CodeAdminShutdown         = "57P01" // admin_shutdown
 	CodeCrashShutdown         = "57P02" // crash_shutdown
 	CodeCannotConnectNow      = "57P03" // cannot_connect_now
+	CodeNoDataFound           = "P0002" // no_data_found (plpgsql's STRICT INTO)
 	// CodeFenced is reshard's own: a fence refused a write to a range the
 	// shard does not own (or not yet); a router refreshes its topology and
 	// retries on the owner (DESIGN.md §3).
@@ -44,6 +46,24 @@ const (
 	// TRUNCATE of a table a live move streams from or into.
 	CodeTruncateRefused = "RST01"
 )
+
+// The classes of SQLSTATEs (their first two characters) reshard compares.
+const (
+	ClassConnectionException   = "08" // connection_exception
+	ClassDataException         = "22" // data_exception
+	ClassIntegrityViolation    = "23" // integrity_constraint_violation
+	ClassInvalidAuthorization  = "28" // invalid_authorization_specification
+	ClassSyntaxOrAccess        = "42" // syntax_error_or_access_rule_violation
+	ClassInsufficientResources = "53" // insufficient_resources
+)
+
+// Class is code's class: its first two characters ("" for a shorter code).
+func Class(code string) string {
+	if len(code) < 2 {
+		return ""
+	}
+	return code[:2]
+}
 
 // Code is err's SQLSTATE; "" when err is no server error.
 func Code(err error) string {
@@ -62,7 +82,7 @@ func Code(err error) string {
 // ending).
 func RetryableSQLState(code string) bool {
 	switch {
-	case strings.HasPrefix(code, "08"), strings.HasPrefix(code, "53"),
+	case Class(code) == ClassConnectionException, Class(code) == ClassInsufficientResources,
 		code == CodeSerializationFailure, code == CodeDeadlockDetected,
 		code == CodeAdminShutdown, code == CodeCrashShutdown, code == CodeCannotConnectNow,
 		code == CodeObjectInUse:
@@ -84,7 +104,7 @@ func ConnectionLost(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch c := pgErr.Code; {
-		case strings.HasPrefix(c, "08"), c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow:
+		case Class(c) == ClassConnectionException, c == CodeAdminShutdown, c == CodeCrashShutdown, c == CodeCannotConnectNow:
 			return true
 		}
 		return false
@@ -178,11 +198,11 @@ func BadInput(format string, args ...any) error {
 // (syntax, undefined object, privilege): retrying them changes nothing.
 func FatalInput(err error) bool {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) < 2 {
+	if !errors.As(err, &pgErr) {
 		return false
 	}
-	switch pgErr.Code[:2] {
-	case "22", "23", "42":
+	switch Class(pgErr.Code) {
+	case ClassDataException, ClassIntegrityViolation, ClassSyntaxOrAccess:
 		return true
 	}
 	return false

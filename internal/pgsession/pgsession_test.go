@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/internal/pgtest"
 )
@@ -93,7 +94,7 @@ func TestPinnedOverDatabaseDefaults(t *testing.T) {
 	defer pinned.Close(ctx)
 	err = pinned.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n)
 	var pe *pgconn.PgError
-	if !(errors.As(err, &pe) && pe.Code == "42501") {
+	if !(errors.As(err, &pe) && pe.Code == pgerr.CodeInsufficientPrivilege) {
 		t.Fatalf("pinned session under FORCE: count %d, err %v; want 42501 (query would be affected by row-level security policy)", n, err)
 	}
 }
