@@ -20,7 +20,8 @@ var shardObjects = []string{"fence", "fence_accel", "refuse_truncate", "copy_che
 
 // TestFreshControlHasEveryObject: Migrate, the one entry point of the
 // control database's schema, leaves a fresh database with every reshard.*
-// table, view and function that any package's production code names (the
+// table, view and function that any package's production code, deploy's SQL
+// or the Python router names (the
 // cutover journal and attempts, the fence holds included), so no caller
 // needs a second call to prepare what it reads.
 func TestFreshControlHasEveryObject(t *testing.T) {
@@ -38,7 +39,10 @@ func TestFreshControlHasEveryObject(t *testing.T) {
 		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != ".." || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		// Go's production files, and the SQL and Python an operator or an
+		// application runs against the control database (deploy/, the
+		// Python router of examples/).
+		if d.IsDir() || strings.HasSuffix(path, "_test.go") || !slices.Contains([]string{".go", ".sql", ".py"}, filepath.Ext(path)) {
 			return nil
 		}
 		b, err := os.ReadFile(path)
