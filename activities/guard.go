@@ -28,8 +28,15 @@ import (
 // that both ran a migration of the same id before cluster ids are not told
 // apart; a request that carries its cluster id always is.
 
+// owned is an activity's input: it names its migration and the cluster
+// of its request (workflows' Owner methods), so an activity whose input
+// could not be checked does not compile.
+type owned interface {
+	Owner() (migration, cluster string)
+}
+
 // guarded runs fn only for an input of the worker's own cluster.
-func guarded[I, O any](a *Activities, fn func(context.Context, I) (O, error)) func(context.Context, I) (O, error) {
+func guarded[I owned, O any](a *Activities, fn func(context.Context, I) (O, error)) func(context.Context, I) (O, error) {
 	return func(ctx context.Context, in I) (O, error) {
 		if err := a.ownCluster(ctx, in); err != nil {
 			var zero O
@@ -40,7 +47,7 @@ func guarded[I, O any](a *Activities, fn func(context.Context, I) (O, error)) fu
 }
 
 // guardedErr is guarded for an activity that returns only an error.
-func guardedErr[I any](a *Activities, fn func(context.Context, I) error) func(context.Context, I) error {
+func guardedErr[I owned](a *Activities, fn func(context.Context, I) error) func(context.Context, I) error {
 	return func(ctx context.Context, in I) error {
 		if err := a.ownCluster(ctx, in); err != nil {
 			return err
@@ -49,48 +56,11 @@ func guardedErr[I any](a *Activities, fn func(context.Context, I) error) func(co
 	}
 }
 
-// migrationOf is the migration an activity input belongs to: its id and
-// the cluster its request names ("" when none).
-func migrationOf(in any) (id, cluster string, ok bool) {
-	ofRef := func(m workflows.MoveRef) (string, string, bool) {
-		if m.Request != nil {
-			return m.MigrationID, m.Request.Cluster, true
-		}
-		return m.MigrationID, "", true
-	}
-	switch v := in.(type) {
-	case workflows.MigrationRequest:
-		return v.ID, v.Cluster, true
-	case workflows.PublishInput:
-		return v.Request.ID, v.Request.Cluster, true
-	case workflows.MoveRef:
-		return ofRef(v)
-	case workflows.CopySliceInput:
-		return ofRef(v.Move)
-	case workflows.CDCInput:
-		return ofRef(v.Move)
-	case workflows.VerifyInput:
-		return ofRef(v.Move)
-	case workflows.CutoverInput:
-		return ofRef(v.Move)
-	case workflows.EndInput:
-		return ofRef(v.Move)
-	case workflows.RepairInput:
-		return ofRef(v.Move)
-	}
-	return "", "", false
-}
-
 // ownCluster returns nil when in belongs to the cluster of the worker's
 // control database, else the non-retryable ErrTypeWrongCluster naming both
 // clusters and the fix. It reads the control database only.
-func (a *Activities) ownCluster(ctx context.Context, in any) error {
-	id, cluster, ok := migrationOf(in)
-	if !ok {
-		return temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("activity input %T names no migration, so its cluster cannot be checked (a reshard bug); nothing was done", in),
-			workflows.ErrTypeBadInput, nil)
-	}
+func (a *Activities) ownCluster(ctx context.Context, in owned) error {
+	id, cluster := in.Owner()
 	store, err := a.store(ctx, "")
 	if err != nil {
 		return classify(err)

@@ -113,7 +113,7 @@ func TestActivityOfAnotherClusterIsRefused(t *testing.T) {
 	legacy.Cluster = ""
 	legacyRef := ref
 	legacyRef.Request = &legacy
-	for _, in := range []any{legacy, legacyRef, workflows.CopySliceInput{Move: workflows.MoveRef{MigrationID: migration, Spec: mv}}} {
+	for _, in := range []owned{legacy, legacyRef, workflows.CopySliceInput{Move: workflows.MoveRef{MigrationID: migration, Spec: mv}}} {
 		err := b.ownCluster(ctx, in)
 		var appErr *temporal.ApplicationError
 		if !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypeWrongCluster || !appErr.NonRetryable() ||
@@ -125,7 +125,7 @@ func TestActivityOfAnotherClusterIsRefused(t *testing.T) {
 		Moves: []ring.Move{{Range: envB.Move.Ranges[0], From: "a", To: "b"}}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, in := range []any{legacy, legacyRef, workflows.EndInput{Move: workflows.MoveRef{MigrationID: migration, Spec: mv}}} {
+	for _, in := range []owned{legacy, legacyRef, workflows.EndInput{Move: workflows.MoveRef{MigrationID: migration, Spec: mv}}} {
 		if err := b.ownCluster(ctx, in); err != nil {
 			t.Errorf("%T without a cluster id, its plan stored in B: %v; want it to run", in, err)
 		}

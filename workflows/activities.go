@@ -396,3 +396,29 @@ type RepairResult struct {
 	RowsCopied  int64 `json:"rows_copied"`
 	RowsDeleted int64 `json:"rows_deleted"`
 }
+
+// Owner is the migration an activity input belongs to and the cluster its
+// request names ("" for a request of a reshard from before cluster ids):
+// every activity's input has it, and the activities' cluster guard reads
+// it before touching anything.
+func (r MigrationRequest) Owner() (migration, cluster string) { return r.ID, r.Cluster }
+
+// Owner: the request's (MigrationRequest.Owner).
+func (in PublishInput) Owner() (migration, cluster string) { return in.Request.Owner() }
+
+// Owner: the migration's id, and the cluster of the request the ref
+// carries ("" without one).
+func (m MoveRef) Owner() (migration, cluster string) {
+	if m.Request == nil {
+		return m.MigrationID, ""
+	}
+	return m.MigrationID, m.Request.Cluster
+}
+
+// Owner of the phase inputs: their move's (MoveRef.Owner).
+func (in CopySliceInput) Owner() (migration, cluster string) { return in.Move.Owner() }
+func (in CDCInput) Owner() (migration, cluster string)       { return in.Move.Owner() }
+func (in VerifyInput) Owner() (migration, cluster string)    { return in.Move.Owner() }
+func (in CutoverInput) Owner() (migration, cluster string)   { return in.Move.Owner() }
+func (in EndInput) Owner() (migration, cluster string)       { return in.Move.Owner() }
+func (in RepairInput) Owner() (migration, cluster string)    { return in.Move.Owner() }
