@@ -85,6 +85,71 @@ func (c *cluster) rowsIn(name string, rs []ring.Range) int64 {
 		db.QueryInt64(c.t, `SELECT count(*) FROM orders WHERE `+ring.Predicate("hashint8extended(user_id, 0)", rs))
 }
 
+// copyTotals: the users and orders each planned move copies (its ranges'
+// rows on its source).
+func (c *cluster) copyTotals(st workflows.MigrationState) map[string]int64 {
+	total := map[string]int64{}
+	for _, m := range st.Moves {
+		total[m.Spec.ID] = c.rowsIn(m.Spec.Source, m.Spec.Ranges)
+	}
+	return total
+}
+
+// copyingAt polls the moves of st (their own state, which changes on every
+// copy slice) until one is in SNAPSHOT_COPY with a fraction of its rows
+// (total, copyTotals') copied in [lo, hi] and ok (nil: any); it returns
+// that move and the fraction. The test fails at the deadline, or at once
+// when every move went past hi while none was seen in the window.
+func (c *cluster) copyingAt(run client.WorkflowRun, st workflows.MigrationState, total map[string]int64, lo, hi float64, deadline time.Time, ok func(workflows.MoveState) bool) (workflows.MoveState, float64) {
+	c.t.Helper()
+	id := st.Request.ID
+	lastLog := time.Now()
+	for {
+		for _, m := range st.Moves {
+			ms, found := c.moveState(id, m.Spec.ID)
+			if !found || ms.Phase != workflows.PhaseSnapshotCopy || total[m.Spec.ID] == 0 {
+				continue
+			}
+			f := float64(ms.RowsCopied) / float64(total[m.Spec.ID])
+			if f >= lo && f <= hi && (ok == nil || ok(ms)) {
+				return ms, f
+			}
+			if f > hi && !slices.ContainsFunc(st.Moves, func(o workflows.MoveState) bool {
+				s, _ := c.moveState(id, o.Spec.ID)
+				return s.RowsCopied < int64(lo*float64(total[o.Spec.ID]))
+			}) {
+				c.t.Fatalf("every move went past %.0f%% of its copy between two polls (move %s at %.0f%%)", 100*hi, m.Spec.ID, 100*f)
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no move seen at %.0f–%.0f%% of its copy: %s\n%s", 100*lo, 100*hi, c.describe(run.GetID()), c.workerLogs())
+		}
+		if time.Since(lastLog) > 5*time.Second {
+			lastLog = time.Now()
+			var p []string
+			for _, m := range st.Moves {
+				ms, _ := c.moveState(id, m.Spec.ID)
+				p = append(p, fmt.Sprintf("%s %s %d/%d", m.Spec.ID, ms.Phase, ms.RowsCopied, total[m.Spec.ID]))
+			}
+			c.t.Logf("copy: %s", strings.Join(p, ", "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// endsDone waits for run to end, stops the writers, and checks that it
+// ended DONE (doneState) with every acknowledged write on its owner, once
+// (checkData).
+func (c *cluster) endsDone(run client.WorkflowRun, timeout time.Duration) workflows.MigrationState {
+	c.t.Helper()
+	st := c.wait(run, timeout)
+	c.stopWriters()
+	c.t.Logf("moves: %s", summary(st))
+	doneState(c.t, st)
+	c.checkData(st)
+	return st
+}
+
 // durable makes the server of a shard commit synchronously (test servers
 // run with synchronous_commit = off, and an immediate shutdown would then
 // lose commits PostgreSQL had acknowledged: the ledger would rightly call
@@ -215,45 +280,9 @@ func TestFaultWorkerCrashAt37PercentOfCopy(t *testing.T) {
 	run := c.start(req)
 	deadline := time.Now().Add(5 * time.Minute)
 	st := c.planned(run, deadline)
-	total := map[string]int64{}
-	for _, m := range st.Moves {
-		total[m.Spec.ID] = c.rowsIn(m.Spec.Source, m.Spec.Ranges)
-	}
-	var victim workflows.MoveSpec
-	var frac float64
-	lastLog := time.Now()
-	for victim.ID == "" {
-		for _, m := range st.Moves {
-			ms, ok := c.moveState(req.ID, m.Spec.ID)
-			if !ok || ms.Phase != workflows.PhaseSnapshotCopy {
-				continue
-			}
-			f := float64(ms.RowsCopied) / float64(total[m.Spec.ID])
-			if f >= 0.35 && f <= 0.40 {
-				victim, frac = m.Spec, f
-				break
-			}
-			if f > 0.40 && !slices.ContainsFunc(st.Moves, func(o workflows.MoveState) bool {
-				s, _ := c.moveState(req.ID, o.Spec.ID)
-				return s.RowsCopied < int64(0.35*float64(total[o.Spec.ID]))
-			}) {
-				t.Fatalf("every move went past 40%% of its copy between two polls (move %s at %.0f%%)", m.Spec.ID, 100*f)
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no move seen at 35–40%% of its copy: %s\n%s", c.describe(run.GetID()), c.workerLogs())
-		}
-		if time.Since(lastLog) > 5*time.Second {
-			lastLog = time.Now()
-			var p []string
-			for _, m := range st.Moves {
-				ms, _ := c.moveState(req.ID, m.Spec.ID)
-				p = append(p, fmt.Sprintf("%s %s %d/%d", m.Spec.ID, ms.Phase, ms.RowsCopied, total[m.Spec.ID]))
-			}
-			t.Logf("copy: %s", strings.Join(p, ", "))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	total := c.copyTotals(st)
+	ms, frac := c.copyingAt(run, st, total, 0.35, 0.40, deadline, nil)
+	victim := ms.Spec
 	c.killWorker()
 	onTarget := c.rowsIn(shard(5), victim.Ranges)
 	t.Logf("worker killed with move %s at %.1f%% of its copy (state); %d of %d rows on shard5", victim.ID, 100*frac, onTarget, total[victim.ID])
@@ -266,11 +295,7 @@ func TestFaultWorkerCrashAt37PercentOfCopy(t *testing.T) {
 	if ms, ok := c.moveState(req.ID, victim.ID); ok && ms.Phase == workflows.PhaseSnapshotCopy && ms.RowsCopied < onTarget/2 {
 		t.Errorf("move %s restarted its copy: %d rows copied after the restart, %d were on the target", victim.ID, ms.RowsCopied, onTarget)
 	}
-	st = c.wait(run, time.Until(deadline)+time.Minute)
-	c.stopWriters()
-	t.Logf("moves: %s", summary(st))
-	doneState(t, st)
-	c.checkData(st)
+	st = c.endsDone(run, time.Until(deadline)+time.Minute)
 }
 
 // TestFaultCDCFallsBehind stops the worker while the moves copy and writes
@@ -340,11 +365,7 @@ func TestFaultCDCFallsBehind(t *testing.T) {
 	if !sawHigh || !sawLow {
 		t.Errorf("the lag was not seen above the gate (%v) and then past it (%v)", sawHigh, sawLow)
 	}
-	st = c.wait(run, time.Until(deadline)+time.Minute)
-	c.stopWriters()
-	t.Logf("moves: %s", summary(st))
-	doneState(t, st)
-	c.checkData(st)
+	st = c.endsDone(run, time.Until(deadline)+time.Minute)
 	// The burst itself arrived: every moved user has its 20 increments.
 	for i := 1; i <= 5; i++ {
 		if n := c.dbs[shard(i)].QueryInt64(t, `SELECT count(*) FROM users WHERE id > 400 AND id < 1000000 AND balance <> 20`); n != 0 {
@@ -497,11 +518,7 @@ func TestFaultTargetDownBeforeCutover(t *testing.T) {
 		}
 	}
 	restart()
-	st := c.wait(run, time.Until(deadline)+2*time.Minute)
-	c.stopWriters()
-	t.Logf("moves: %s", summary(st))
-	doneState(t, st)
-	c.checkData(st)
+	c.endsDone(run, time.Until(deadline)+2*time.Minute)
 }
 
 // pendingFailures are the last failures of the moves' pending activities.

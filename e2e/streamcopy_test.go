@@ -26,49 +26,32 @@ import (
 // lost, duplicated or resurrected).
 func TestStreamDuringCopyWorkerKilled(t *testing.T) {
 	wall(t)
-	c := newCluster(t, 40_000)
-	c.startWorker()
-	c.startWriters()
-	req := c.request("sdc_kill")
-	req.StreamDuringCopy = true
-	req.Throttle = workflows.Throttle{RowsPerSec: 200}
-	req.ChunkRows = 50
-	run := c.start(req)
+	c, run := startStreamedCopy(t, 40_000, "sdc_kill")
 	deadline := time.Now().Add(6 * time.Minute)
 	st := c.planned(run, deadline)
-	total := map[string]int64{}
-	for _, m := range st.Moves {
-		total[m.Spec.ID] = c.rowsIn(m.Spec.Source, m.Spec.Ranges)
-	}
-	var victim workflows.MoveState
-	for victim.Spec.ID == "" {
-		for _, m := range st.Moves {
-			ms, ok := c.moveState(req.ID, m.Spec.ID)
-			if !ok || ms.Phase != workflows.PhaseSnapshotCopy || total[m.Spec.ID] == 0 {
-				continue
-			}
-			f := float64(ms.RowsCopied) / float64(total[m.Spec.ID])
-			if f >= 0.3 && f <= 0.6 && !ms.LagAt.IsZero() {
-				victim = ms
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no move seen at 30–60%% of its copy with its lag read: %s\n%s", c.describe(run.GetID()), c.workerLogs())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	total := c.copyTotals(st)
+	victim, _ := c.copyingAt(run, st, total, 0.3, 0.6, deadline, func(ms workflows.MoveState) bool { return !ms.LagAt.IsZero() })
 	if !victim.StreamDuringCopy || !strings.Contains(victim.PhaseText(), "stream running beside the copy") {
 		t.Fatalf("move %s in its copy: stream during copy %v, phase %q", victim.Spec.ID, victim.StreamDuringCopy, victim.PhaseText())
 	}
 	t.Logf("move %s at %d/%d rows: %s, lag %s at %s", victim.Spec.ID, victim.RowsCopied, total[victim.Spec.ID], victim.PhaseText(), victim.LagText(), victim.LagAt.Format(time.TimeOnly))
 	c.killWorker()
 	c.startWorker()
-	st = c.wait(run, time.Until(deadline)+time.Minute)
-	c.stopWriters()
-	t.Logf("moves: %s", summary(st))
-	doneState(t, st)
-	c.checkData(st)
+	c.endsDone(run, time.Until(deadline)+time.Minute)
+}
+
+// startStreamedCopy starts a cluster of users, its worker and its writers,
+// and add-node id with --stream-during-copy, copies throttled to 200 rows
+// a second in chunks of 50.
+func startStreamedCopy(t *testing.T, users int, id string) (*cluster, client.WorkflowRun) {
+	c := newCluster(t, users)
+	c.startWorker()
+	c.startWriters()
+	req := c.request(id)
+	req.StreamDuringCopy = true
+	req.Throttle = workflows.Throttle{RowsPerSec: 200}
+	req.ChunkRows = 50
+	return c, c.start(req)
 }
 
 // TestStreamDuringCopyRolledBack: a rollback asked while the moves copy
@@ -77,14 +60,7 @@ func TestStreamDuringCopyWorkerKilled(t *testing.T) {
 // old owner (checkRolledBack).
 func TestStreamDuringCopyRolledBack(t *testing.T) {
 	wall(t)
-	c := newCluster(t, 20_000)
-	c.startWorker()
-	c.startWriters()
-	req := c.request("sdc_rb")
-	req.StreamDuringCopy = true
-	req.Throttle = workflows.Throttle{RowsPerSec: 200}
-	req.ChunkRows = 50
-	run := c.start(req)
+	c, run := startStreamedCopy(t, 20_000, "sdc_rb")
 	deadline := time.Now().Add(4 * time.Minute)
 	c.waitFor(run, deadline, "a move copying beside its stream", func(st workflows.MigrationState) bool {
 		for _, m := range st.Moves {
