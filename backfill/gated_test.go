@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/cdctest"
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
@@ -64,24 +64,10 @@ func streamDuringCopy(t *testing.T, copyFor time.Duration) {
 		t.Fatal(err)
 	}
 	move := fmt.Sprintf("gated%d", rand.Uint32())
-	names, err := cdc.NamesFor(move)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cdc.CreatePublication(ctx, src.Pool, names.Publication, set, gatedRanges); err != nil {
-		t.Fatal(err)
-	}
+	names := cdctest.Publication(t, ctx, src, move, set, gatedRanges)
 	w := startGatedWriters(t, src, users)
 	time.Sleep(200 * time.Millisecond)
-	rc, err := pgconn.Connect(ctx, src.ReplicationDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
-	rc.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l0 := cdctest.Slot(t, ctx, src, names.Slot)
 	t.Cleanup(func() { cdc.DropSlot(context.Background(), src.Pool, names.Slot) })
 
 	streamOpts := cdc.Options{Move: move, SourceReplicationDSN: src.ReplicationDSN(), TargetDSN: dst.DSN, Slot: names.Slot,

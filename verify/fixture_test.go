@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/cdctest"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -38,22 +38,8 @@ func liveWriters(t *testing.T, ctx context.Context, src *pgtest.DB, writes *atom
 // and returns their names and the slot's consistent point.
 func slotOf(t *testing.T, ctx context.Context, src *pgtest.DB, move string, set tableset.Set, ranges []ring.Range) (cdc.Names, pglogrepl.LSN) {
 	t.Helper()
-	names, err := cdc.NamesFor(move)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cdc.CreatePublication(ctx, src.Pool, names.Publication, set, ranges); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := pgconn.Connect(ctx, src.ReplicationDSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
-	rc.Close(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	names := cdctest.Publication(t, ctx, src, move, set, ranges)
+	l0 := cdctest.Slot(t, ctx, src, names.Slot)
 	return names, l0
 }
 
