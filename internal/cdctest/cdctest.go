@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -33,11 +34,15 @@ func Publication(t testing.TB, ctx context.Context, src *pgtest.DB, move string,
 }
 
 // Slot creates the logical slot named slot on src over a replication
-// connection, as JOINING does, and returns its consistent point. pgtest
+// connection in reshard's session (pgsession), as JOINING does, and returns its consistent point. pgtest
 // drops it with the database.
 func Slot(t testing.TB, ctx context.Context, src *pgtest.DB, slot string) pglogrepl.LSN {
 	t.Helper()
-	rc, err := pgconn.Connect(ctx, src.ReplicationDSN())
+	cfg, err := pgsession.ParseConfig(src.ReplicationDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := pgconn.ConnectConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
