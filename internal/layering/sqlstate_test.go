@@ -1,7 +1,6 @@
 package layering
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -74,21 +73,7 @@ func TestSQLStatesAreNamedSeesLiterals(t *testing.T) {
 func sqlStateLiterals(t *testing.T, root string) []string {
 	t.Helper()
 	var found []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			if rel == "internal/pgerr" || rel == "internal/layering" || (strings.HasPrefix(d.Name(), ".") && rel != ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
+	goFiles(t, root, []string{"internal/pgerr", "internal/layering"}, true, func(rel, path string) error {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err
@@ -100,8 +85,5 @@ func sqlStateLiterals(t *testing.T, root string) []string {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return found
 }

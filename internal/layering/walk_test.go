@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,26 +16,7 @@ import (
 // with its slash-separated path relative to root.
 func eachGoFile(t *testing.T, root string, skip []string, fn func(rel string, fset *token.FileSet, f *ast.File)) {
 	t.Helper()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
-		if d.IsDir() {
-			for _, ex := range skip {
-				if rel == ex {
-					return filepath.SkipDir
-				}
-			}
-			if strings.HasPrefix(d.Name(), ".") && rel != "." {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	goFiles(t, root, skip, false, func(rel, path string) error {
 		fset := token.NewFileSet()
 		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 		if err != nil {
@@ -42,6 +24,30 @@ func eachGoFile(t *testing.T, root string, skip []string, fn func(rel string, fs
 		}
 		fn(rel, fset, f)
 		return nil
+	})
+}
+
+// goFiles calls fn with the slash-separated path relative to root and the
+// path of every Go file under root (test files too when tests), outside
+// the directories skip names (relative to root) and hidden ones.
+func goFiles(t *testing.T, root string, skip []string, tests bool, fn func(rel, path string) error) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if slices.Contains(skip, rel) || strings.HasPrefix(d.Name(), ".") && rel != "." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || !tests && strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		return fn(rel, path)
 	})
 	if err != nil {
 		t.Fatal(err)
