@@ -103,3 +103,79 @@ func TestValuesCompareByIdentity(t *testing.T) {
 		t.Errorf("different rows %v, want %v", ids, want)
 	}
 }
+
+// TestOneByteChangesAreFound: a change of one byte in a jsonb, in a text
+// stored out of line in TOAST, or in a numeric makes its row differ —
+// whatever hashes the row, the comparison is of the values byte for byte.
+func TestOneByteChangesAreFound(t *testing.T) {
+	ctx := context.Background()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	const ddl = `CREATE TABLE docs (id bigint PRIMARY KEY, amount numeric(12,2), attrs jsonb, note text)`
+	// One row in 10 has a 3 KiB note of md5 digits, which does not
+	// compress: it is stored out of line.
+	const fill = `INSERT INTO docs SELECT g, g / 100.0,
+			jsonb_build_object('sku', 'SKU-' || g, 'qty', g % 7, 'address', jsonb_build_object('street', md5(g::text), 'zip', lpad(g::text, 5, '0'))),
+			CASE WHEN g % 10 = 0 THEN (SELECT string_agg(md5(g || ':' || j), '') FROM generate_series(1, 96) j) ELSE 'note ' || g END
+		FROM generate_series(1, 3000) g`
+	for _, db := range []*pgtest.DB{src, dst} {
+		db.Exec(t, ddl)
+		db.Exec(t, fill)
+		db.Exec(t, "ANALYZE docs")
+	}
+	var (
+		toast  string
+		chunks int64
+	)
+	if err := dst.Pool.QueryRow(ctx, `SELECT reltoastrelid::regclass::text FROM pg_class WHERE oid = 'docs'::regclass`).Scan(&toast); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Pool.QueryRow(ctx, `SELECT count(DISTINCT chunk_id) FROM `+toast).Scan(&chunks); err != nil {
+		t.Fatal(err)
+	}
+	if chunks < 300 {
+		t.Fatalf("%d notes stored out of line in %s, want the 300 long ones", chunks, toast)
+	}
+	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "docs", Tables: []tableset.TableSpec{{Table: "docs", KeyColumn: "id"}}}, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	run := func() []Mismatch {
+		t.Helper()
+		rep, err := Run(ctx, src.Pool, dst.Pool, Options{Set: set, Ranges: all, ChunkRows: 1000, BisectRows: 16, MaxSampleKeys: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Tables[0].AllKeys()
+	}
+	if got := run(); len(got) != 0 {
+		t.Fatalf("an exact copy: %d mismatches, first %+v", len(got), got[0])
+	}
+	changes := map[int]string{
+		// one character of a string inside a nested object
+		101: `attrs = jsonb_set(attrs, '{address,street}', to_jsonb(overlay(attrs #>> '{address,street}' placing 'x' from 17 for 1)))`,
+		// one byte in the middle of a TOASTed note
+		1500: `note = overlay(note placing 'x' from 1501 for 1)`,
+		// one digit of a numeric
+		2222: `amount = amount + 0.01`,
+	}
+	for id, set := range changes {
+		tag, err := dst.Pool.Exec(ctx, "UPDATE docs SET "+set+" WHERE id = $1", id)
+		if err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("update of %d: %v, %d rows", id, err, tag.RowsAffected())
+		}
+	}
+	got := run()
+	var ids []string
+	for _, m := range got {
+		if m.Kind != Different {
+			t.Errorf("%v: kind %s, want %s", m.Key, m.Kind, Different)
+		}
+		ids = append(ids, m.Key[0])
+	}
+	slices.Sort(ids)
+	want := []string{"101", "1500", "2222"}
+	if !slices.Equal(ids, want) {
+		t.Errorf("different rows %v, want %v", ids, want)
+	}
+}
