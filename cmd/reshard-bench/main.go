@@ -54,6 +54,7 @@ var sections = []section{
 	{name: "capacity", about: "a whole-table copy throttled to last -capacity-copy under steady writes, its slot created first as the code does: the slot's peak retained WAL, the copy's time and the target's growth against the capacity model's predictions", run: runCapacity},
 	{name: "capstream", about: "the slot's peak retained WAL during a whole-table copy throttled to last -capstream-copy under steady writes, with the stream after the copy (before) and during it through the copy gate (after), against the lag budget (-capstream-lag-budget of WAL)", run: runCapStream},
 	{name: "standby", about: "the same 1/5 move's copy and verify read from the source's primary, then from its streaming standby (--read-from standby): the CPU the primary spends in each", run: runStandby},
+	{name: "verifycpu", about: "the CPU of section large's verify alone: a source of -verifycpu-gb of orders, a target holding the moving fifth, no writers; GiB verified per CPU-second (both servers and the bench), the wall-clock rate with the load average, one-side scans of candidate row hashes, and pglimits.sh's checksum scan in the same run. Not in the default run: name it", run: runVerifyCPU, ownServers: true, optIn: true},
 	{name: "large", about: "production size: a source of -large-gb of table data (rows of realistic width, a TOASTed note on 1 row in 20, two secondary indexes) gives a fifth of its token space to a new shard under writers through the router (one source's move when a fifth shard joins four): copy, verify and cleanup in GiB/h and per core, WAL per GiB moved, dead tuples and size after cleanup and VACUUM, write pauses, the capacity model at the start and at 10 % against the actual; then the copy through the copy gate against without (-large-gated). Not in the default run: name it", run: runLarge, ownServers: true, optIn: true},
 	{name: "rebalance", about: "4 → 8 shards on a real local cluster (devenv, Temporal, a worker, the reshard CLI): one rebalance against four add-nodes on the same data", run: runRebalance, ownServers: true},
 }
@@ -115,6 +116,8 @@ type config struct {
 	// largeMove: section large makes its move (false: only the gated
 	// copies, -large-gated).
 	largeMove bool
+	// verifyCPUGB is section verifycpu's table data on the source.
+	verifyCPUGB float64
 }
 
 func main() {
@@ -147,6 +150,7 @@ func main() {
 	flag.BoolVar(&cfg.largeGated, "large-gated", true, "section large: also copy a twentieth of the token space through the copy gate and without")
 	flag.StringVar(&cfg.largeProfile, "large-profile", "", "section large: write a CPU profile of this process during the copy to this file")
 	flag.BoolVar(&cfg.largeMove, "large-move", true, "section large: make the fifth's move (false: load, then only the copies through the gate and without, -large-gated)")
+	flag.Float64Var(&cfg.verifyCPUGB, "verifycpu-gb", 2, "section verifycpu: GB (1e9 bytes) of table data on the source (pg_table_size)")
 	flag.StringVar(&cfg.largeReuse, "large-reuse", "", "section large: take up the loaded servers a killed run left running in this directory (printed as servers: ...) instead of loading again; removed at the end like the run's own")
 	flag.IntVar(&cfg.rebalanceMaxParallel, "rebalance-max-parallel-moves", 0, "--max-parallel-moves of every migration of the rebalance section (0: no bound)")
 	flag.IntVar(&cfg.cutoverRounds, "cutover-rounds", 10, "round trips of section cutover (a cutover and its rollback each: two write pauses)")
@@ -161,8 +165,8 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 || cfg.capStreamCopy <= 0 || cfg.capStreamLagBudget <= 0 || cfg.largeGB <= 0 || cfg.largeWriters <= 0 || cfg.largePauseRounds < 0 || cfg.largeWALWindow <= 0 {
-		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window, -cutover-rounds, -capacity-copy, -capstream-*, -large-gb, -large-writers and -large-wal-window must be positive")
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 || cfg.capStreamCopy <= 0 || cfg.capStreamLagBudget <= 0 || cfg.largeGB <= 0 || cfg.verifyCPUGB <= 0 || cfg.largeWriters <= 0 || cfg.largePauseRounds < 0 || cfg.largeWALWindow <= 0 {
+		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window, -cutover-rounds, -capacity-copy, -capstream-*, -large-gb, -verifycpu-gb, -large-writers and -large-wal-window must be positive")
 		os.Exit(2)
 	}
 	for _, f := range strings.FieldsFunc(*rates, func(r rune) bool { return r == ',' }) {
