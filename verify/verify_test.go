@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reshard/reshard/internal/pgtest"
@@ -438,5 +440,68 @@ func TestNothingComparedDoesNotPass(t *testing.T) {
 	}
 	if rep.Rows+rep.ReusedRows > 0 && rep.Rows+rep.ReusedRows != 100 {
 		t.Fatalf("compared %d + %d reused rows of 100", rep.Rows, rep.ReusedRows)
+	}
+}
+
+// TestChunkReadsHaveNoParallelWorkers: verify's sessions plan a chunk's
+// checksum without parallel workers, whatever the server or the caller's
+// pool would allow — verify's own workers already keep the cores busy, and
+// a chunk's parallel workers spent as much CPU again as the chunk itself.
+func TestChunkReadsHaveNoParallelWorkers(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewDB(t, 0)
+	db.Exec(t, `CREATE TABLE wide (id bigint PRIMARY KEY, v text);
+		INSERT INTO wide SELECT g, md5(g::text) FROM generate_series(1, 20000) g; ANALYZE wide`)
+	// A pool that makes every scan parallel when it can.
+	cfg, err := pgxpool.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{"max_parallel_workers_per_gather": "4", "parallel_setup_cost": "0", "parallel_tuple_cost": "0",
+		"min_parallel_table_scan_size": "0", "min_parallel_index_scan_size": "0"} {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	set, err := tableset.Introspect(ctx, db.Pool, tableset.Spec{Name: "wide", Tables: []tableset.TableSpec{{Table: "wide", KeyColumn: "id"}}}, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := newTableSQL(set.Tables[0], []ring.Range{{Lo: ring.MinToken, Hi: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := func(tx pgx.Tx) string {
+		t.Helper()
+		sql, args := q.sums(nil, nil)
+		rows, err := tx.Query(ctx, "EXPLAIN "+sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	// The pool itself plans a parallel scan: the check below can fail.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if p := plan(tx); !strings.Contains(p, "Workers Planned") {
+		t.Fatalf("the caller's pool plans no parallel scan, so this test proves nothing:\n%s", p)
+	}
+	r, err := begin(ctx, pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	if p := plan(r.tx); strings.Contains(p, "Workers Planned") {
+		t.Errorf("verify's session plans a chunk with parallel workers:\n%s", p)
 	}
 }
