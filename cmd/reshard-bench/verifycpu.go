@@ -110,9 +110,9 @@ func runVerifyCPU(ctx context.Context, _ *env, r *report) error {
 		}
 		load += " to " + loadAvg()
 		cpu := best.cpuSeconds()
-		r.add(fmt.Sprintf("verifycpu_parallel%d_gib_per_cpu_s", par), movedGiB/cpu, "GiB/CPU-s",
-			fmt.Sprintf("verify.Run of the moving fifth (%d rows, %d chunks of 50,000, %d workers, both sides read), the better of 2 runs: %.1f CPU-s (source %.1f, target %.1f, bench %.1f), %.0f GiB per CPU-hour; no writers, no stream",
-				rep.Rows, len(rep.Tables[0].Chunks), par, cpu, best.srcCPU.Seconds(), best.dstCPU.Seconds(), best.ownCPU.Seconds(), movedGiB/cpu*3600))
+		r.add(fmt.Sprintf("verifycpu_parallel%d_gib_per_cpu_hour", par), movedGiB/cpu*3600, "GiB/CPU-h",
+			fmt.Sprintf("verify.Run of the moving fifth (%d rows, %d chunks of 50,000, %d workers, both sides read), the better of 2 runs: %.1f CPU-s (source %.1f, target %.1f, bench %.1f), %.4f GiB per CPU-second; no writers, no stream",
+				rep.Rows, len(rep.Tables[0].Chunks), par, cpu, best.srcCPU.Seconds(), best.dstCPU.Seconds(), best.ownCPU.Seconds(), movedGiB/cpu))
 		r.add(fmt.Sprintf("verifycpu_parallel%d_wall", par), movedGiB/best.took.Hours(), "GiB/h",
 			fmt.Sprintf("the same run in %s wall clock, %.1f GiB/h per core; load average %s (an upper bound under load)", best.took.Round(time.Millisecond), movedGiB/best.took.Hours()/cores(), load))
 	}
