@@ -30,5 +30,6 @@
 // chooses vnode tokens by weight, placement.go replicas across domains;
 // plan.go and rebalance.go turn a change into moves (PlanRebalance, which
 // add-node, split and remove-node call through PlanChange); overlay.go is the ring of a migration in progress;
-// simulate.go compares hashing algorithms.
+// simulate.go compares hashing algorithms; request.go reads the ring commands'
+// requests as an operator writes them (refusals are *InputError).
 package ring

@@ -19,6 +19,7 @@ import (
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgerr"
+	"github.com/reshard/reshard/ring"
 )
 
 // PasswordEnvVar overrides every other password source of the config file.
@@ -45,10 +46,10 @@ type clusterConfig struct {
 	password string
 }
 
-// inputErr makes a package's refusal of the input (*pgerr.InputError) a
-// usage error (exit 2); other errors pass unchanged.
+// inputErr makes a package's refusal of the input (*pgerr.InputError,
+// *ring.InputError) a usage error (exit 2); other errors pass unchanged.
 func inputErr(err error) error {
-	if errors.As(err, new(*pgerr.InputError)) {
+	if errors.As(err, new(*pgerr.InputError)) || errors.As(err, new(*ring.InputError)) {
 		return usageError{err}
 	}
 	return err
