@@ -3,30 +3,16 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topocheck"
-	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/topoview"
 )
-
-// keyspaceCheck is what topology check found in one keyspace.
-type keyspaceCheck struct {
-	Keyspace string            `json:"keyspace"`
-	Shards   []topocheck.Shard `json:"shards"`
-	// Ended: migrations whose workflow ended with moves not ended.
-	Ended []endedMigration `json:"ended_migrations,omitempty"`
-	// Leftovers: slots, publications and origins no live move uses.
-	Leftovers []leftover `json:"leftovers,omitempty"`
-	Notes     []string   `json:"notes,omitempty"`
-}
 
 func newTopologyCheckCmd(opts *globalOptions, keyspace *string) *cobra.Command {
 	var (
@@ -72,68 +58,24 @@ nothing left behind; 1 otherwise; 2 bad input.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withControlDB(cmd, opts, &cf, 10*time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
-				store := ctl.Store
-				all, err := checkedKeyspaces(ctx, ctl, *keyspace)
-				if err != nil {
-					return err
+				live := &control.Lives{Store: ctl.Store, Dial: func(ctx context.Context) (client.Client, error) { return cfg.dialTemporal(ctx, opts) }}
+				defer live.Close()
+				report, err := topocheck.Cluster(ctx, topocheck.ClusterOptions{Control: ctl, Keyspace: *keyspace, Shards: cfg.ShardNames(),
+					OpenShards: cfg.openShardPools, Live: live.Ask, Repair: repair})
+				if !asJSON {
+					for _, r := range report {
+						topoview.PrintCheck(cmd.OutOrStdout(), r)
+					}
 				}
-				out := cmd.OutOrStdout()
-				live := &liveness{cfg: cfg, opts: opts, store: store}
-				defer live.close()
-				left, leftNotes, err := leftovers(ctx, cfg, store, live)
 				if err != nil {
-					return err
-				}
-				bad, badMigrations, badObjects := 0, 0, 0
-				var report []keyspaceCheck
-				for i, k := range all {
-					ks := store.In(k.Name)
-					checks, err := checkShards(ctx, cfg, fence.Control{Pool: ctl.Pool, Store: ks}, k, repair)
-					if err != nil {
-						return err
-					}
-					for _, c := range checks {
-						if len(c.Strays) > 0 || len(c.Unplaced) > 0 || (c.Drifting() && len(c.Repaired) == 0) {
-							bad++
-						}
-					}
-					kc := keyspaceCheck{Keyspace: k.Name, Shards: checks, Leftovers: left[k.Name]}
-					if i == 0 { // objects no plan names belong to no keyspace
-						kc.Leftovers = append(kc.Leftovers, left[""]...)
-					}
-					if kc.Ended, kc.Notes, err = endedMigrations(ctx, ks, live); err != nil {
-						return err
-					}
-					if i == 0 {
-						kc.Notes = append(kc.Notes, leftNotes...)
-					}
-					badMigrations += len(kc.Ended)
-					badObjects += len(kc.Leftovers)
-					report = append(report, kc)
-					if !asJSON {
-						topoview.PrintChecks(out, k, checks)
-						printEnded(out, kc.Ended, kc.Notes, kc.Leftovers)
-					}
+					return checkErr(err)
 				}
 				if asJSON {
-					if err := topoWriteJSON(out, report); err != nil {
+					if err := topoWriteJSON(cmd.OutOrStdout(), report); err != nil {
 						return err
 					}
 				}
-				var problems []string
-				if bad > 0 {
-					problems = append(problems, fmt.Sprintf("%d shard(s) differ from the topology", bad))
-				}
-				if badMigrations > 0 {
-					problems = append(problems, fmt.Sprintf("%d migration(s) ended with work left", badMigrations))
-				}
-				if badObjects > 0 {
-					problems = append(problems, fmt.Sprintf("%d slot(s), publication(s) or origin(s) left behind", badObjects))
-				}
-				if len(problems) > 0 {
-					return errors.New(strings.Join(problems, "; "))
-				}
-				return nil
+				return topocheck.Problems(report)
 			})
 		},
 	}
@@ -144,43 +86,12 @@ nothing left behind; 1 otherwise; 2 bad input.`,
 	return cmd
 }
 
-// checkedKeyspaces is what topology check and check placement look at: every
-// registered keyspace, or the one named, with the control schema they read
-// ready (fence holds; schema step 6, reshard.moves, says which moves still run).
-func checkedKeyspaces(ctx context.Context, ctl fence.Control, name string) ([]topology.Keyspace, error) {
-	all, err := ctl.Store.Keyspaces(ctx)
-	if err != nil {
-		return nil, controlErr(err)
-	}
-	if len(all) == 0 {
-		return nil, usageError{topology.ErrNoKeyspace}
-	}
-	if name != "" {
-		k, err := ctl.Store.ResolveKeyspace(ctx, name)
-		if err != nil {
-			return nil, usageError{err}
-		}
-		all = []topology.Keyspace{k}
-	}
-	if err := topology.Migrate(ctx, ctl.Pool); err != nil {
-		return nil, controlErr(err)
-	}
-	return all, nil
-}
-
-// checkShards compares (and with repair reconciles) every shard of the
-// keyspace (ctl.Store is In it): topocheck.Shards, with the configuration's
-// shards.
-func checkShards(ctx context.Context, cfg *clusterConfig, ctl fence.Control, k topology.Keyspace, repair bool) ([]topocheck.Shard, error) {
-	checks, err := topocheck.Shards(ctx, topocheck.Options{Control: ctl, Keyspace: k, OpenShards: cfg.openShardPools, Repair: repair})
+// checkErr maps topocheck's errors: a refused input is a usage error, a
+// failed read of the control database is explained (controlErr).
+func checkErr(err error) error {
 	var ce *topocheck.ControlError
 	if errors.As(err, &ce) {
-		return nil, controlErr(ce.Err)
+		return controlErr(ce.Err)
 	}
-	return checks, err
-}
-
-// printUnplaced reports rows with a NULL shard key (topoview.PrintUnplaced).
-func printUnplaced(out io.Writer, shard string, rows []tableset.NullKeyRows) {
-	topoview.PrintUnplaced(out, shard, rows)
+	return inputErr(err)
 }

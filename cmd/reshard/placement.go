@@ -3,15 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/tableset"
-	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/topocheck"
+	"github.com/reshard/reshard/topoview"
 )
 
 func newCheckCmd(opts *globalOptions) *cobra.Command {
@@ -22,24 +20,6 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(newCheckPlacementCmd(opts))
 	return cmd
-}
-
-// placementReport is what check placement found in one keyspace.
-type placementReport struct {
-	Keyspace string `json:"keyspace"`
-	Version  int64  `json:"version"`
-	// RunningMoves: moves not ended yet, whose two shards may both hold
-	// their rows (not counted as misplaced).
-	RunningMoves int                `json:"running_moves"`
-	Shards       []placementOfShard `json:"shards"`
-}
-
-type placementOfShard struct {
-	Shard   string        `json:"shard"`
-	Skipped string        `json:"skipped,omitempty"`
-	Strays  []fence.Stray `json:"misplaced,omitempty"`
-	// Unplaced: rows with a NULL shard key, which no shard owns.
-	Unplaced []tableset.NullKeyRows `json:"unplaced,omitempty"`
 }
 
 func newCheckPlacementCmd(opts *globalOptions) *cobra.Command {
@@ -67,40 +47,14 @@ Exit codes: 0 every row on its owner, 1 misplaced or unplaced rows, 2 bad input.
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withControlDB(cmd, opts, &cf, 30*time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
-				all, err := checkedKeyspaces(ctx, ctl, keyspace)
-				if err != nil {
-					return err
+				report, misplaced, err := topocheck.Placements(ctx, ctl, keyspace, cfg.openShardPools)
+				if !asJSON {
+					for _, r := range report {
+						topoview.PrintPlacement(cmd.OutOrStdout(), r)
+					}
 				}
-				var report []placementReport
-				misplaced := int64(0)
-				for _, k := range all {
-					ks := ctl.Store.In(k.Name)
-					checks, err := checkShards(ctx, cfg, fence.Control{Pool: ctl.Pool, Store: ks}, k, false)
-					if err != nil {
-						return err
-					}
-					cur, err := ks.Current(ctx)
-					if err != nil {
-						return controlErr(err)
-					}
-					running, err := ks.RunningMoves(ctx)
-					if err != nil {
-						return controlErr(err)
-					}
-					r := placementReport{Keyspace: k.Name, Version: cur.Version, RunningMoves: len(running)}
-					for _, c := range checks {
-						r.Shards = append(r.Shards, placementOfShard{Shard: c.Shard, Skipped: c.Skipped, Strays: c.Strays, Unplaced: c.Unplaced})
-						for _, s := range c.Strays {
-							misplaced += s.Rows
-						}
-						for _, u := range c.Unplaced {
-							misplaced += u.Rows
-						}
-					}
-					report = append(report, r)
-					if !asJSON {
-						printPlacement(cmd.OutOrStdout(), k, r)
-					}
+				if err != nil {
+					return checkErr(err)
 				}
 				if asJSON {
 					if err := topoWriteJSON(cmd.OutOrStdout(), report); err != nil {
@@ -119,24 +73,4 @@ Exit codes: 0 every row on its owner, 1 misplaced or unplaced rows, 2 bad input.
 	cmd.Flags().StringVar(&keyspace, "keyspace", "", "only this keyspace (default: every keyspace)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
-}
-
-func printPlacement(out io.Writer, k topology.Keyspace, r placementReport) {
-	fmt.Fprintf(out, "keyspace %s (topology v%d), %d table(s)", k.Name, r.Version, len(k.Tables))
-	if r.RunningMoves > 0 {
-		fmt.Fprintf(out, "; %d move(s) not ended: their rows may be on both of their shards", r.RunningMoves)
-	}
-	fmt.Fprintln(out)
-	for _, s := range r.Shards {
-		switch {
-		case s.Skipped != "":
-			fmt.Fprintf(out, "%-10s skipped: %s\n", s.Shard, s.Skipped)
-		case len(s.Strays) == 0 && len(s.Unplaced) == 0:
-			fmt.Fprintf(out, "%-10s ok: every row on its owner\n", s.Shard)
-		}
-		for _, st := range s.Strays {
-			fmt.Fprintf(out, "%-10s misplaced: %d row(s) of %s (keys %s)\n", s.Shard, st.Rows, st.Table, strings.Join(st.Samples, ", "))
-		}
-		printUnplaced(out, s.Shard, s.Unplaced)
-	}
 }
