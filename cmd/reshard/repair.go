@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"text/tabwriter"
-	"time"
 
 	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
@@ -21,12 +18,7 @@ type repairOptions struct {
 }
 
 // repairedMove is one move's repair, as printed.
-type repairedMove struct {
-	Move   string               `json:"move"`
-	Source string               `json:"source"`
-	Target string               `json:"target"`
-	Report *verify.RepairReport `json:"report"`
-}
+type repairedMove = verify.RepairedMove
 
 // repairTarget resolves verify --repair's argument: a move id of a stored
 // plan (its migration and that move), or a migration id (every move).
@@ -124,25 +116,6 @@ func repairMove(ctx context.Context, cfg *clusterConfig, req workflows.Migration
 		return res, err
 	}
 	return res, nil
-}
-
-// printRepairs prints one line per table of each repaired move.
-func printRepairs(out io.Writer, rs []repairedMove) error {
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MOVE\tSOURCE → TARGET\tTABLE\tCHUNKS\tREPAIRED\tROWS COPIED\tROWS DELETED")
-	for _, r := range rs {
-		for _, t := range r.Report.Tables {
-			fmt.Fprintf(tw, "%s\t%s → %s\t%s\t%d\t%d\t%d\t%d\n", r.Move, r.Source, r.Target, t.Table, t.Chunks, t.Repaired, t.RowsCopied, t.RowsDeleted)
-		}
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	for _, r := range rs {
-		fmt.Fprintf(out, "move %s: %d of %d chunks differed and were rewritten, %d rows copied, %d deleted, in %s\n",
-			r.Move, r.Report.Repaired, r.Report.Chunks, r.Report.RowsCopied, r.Report.RowsDeleted, r.Report.Duration.Round(time.Millisecond))
-	}
-	return nil
 }
 
 var errRepairArgs = errors.New("--repair takes a migration or move id and no --source-dsn, --target-dsn, --table, --range or --run-id")

@@ -1,21 +1,13 @@
 package main
 
 import (
-	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
 )
-
-// errMismatch is returned after the report when rows differ: exit code 1.
-var errMismatch = errors.New("source and target differ")
 
 func newVerifyCmd(opts *globalOptions) *cobra.Command {
 	var (
@@ -106,10 +98,11 @@ input, 3 refused (the move may not be repaired now; the reason is printed).`,
 }
 
 // runVerify is verify's direct mode: the flags checked, both sides
-// connected, verify.Direct run, the report printed (vo holds the knobs).
+// connected, verify.Direct run, the report printed (vo holds the knobs);
+// rows that differ are an error after the report (exit code 1).
 func runVerify(cmd *cobra.Command, opts *globalOptions, srcDSN, dstDSN string, tables, ranges []string, asJSON bool, vo verify.Options) error {
 	srcDSN, dstDSN = flagOrEnv(srcDSN, "RESHARD_SOURCE_DSN"), flagOrEnv(dstDSN, "RESHARD_TARGET_DSN")
-	spec, rs, err := parseVerifyInput(srcDSN, dstDSN, tables, ranges)
+	spec, rs, err := verify.ParseDirect(srcDSN, dstDSN, tables, ranges)
 	if err != nil {
 		return usageError{err}
 	}
@@ -129,23 +122,10 @@ func runVerify(cmd *cobra.Command, opts *globalOptions, srcDSN, dstDSN string, t
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
-	if asJSON {
-		j, err := rep.JSON()
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(out, string(j))
-	} else if err := rep.Table(out); err != nil {
+	if err := rep.Print(cmd.OutOrStdout(), asJSON); err != nil {
 		return err
 	}
-	if rep.Problem != "" {
-		return fmt.Errorf("%w: %s", errMismatch, rep.Problem)
-	}
-	if !rep.OK() {
-		return fmt.Errorf("%w: %d rows", errMismatch, rep.Mismatches())
-	}
-	return nil
+	return rep.Verdict()
 }
 
 // chunkRowsIfSet: a repair uses the migration's verify chunk size unless
@@ -185,44 +165,9 @@ func runRepair(cmd *cobra.Command, opts *globalOptions, cf *configFlags, arg str
 			if jerr := topoWriteJSON(out, rs); jerr != nil {
 				return jerr
 			}
-		} else if perr := printRepairs(out, rs); perr != nil {
+		} else if perr := verify.PrintRepairs(out, rs); perr != nil {
 			return perr
 		}
 	}
 	return err
-}
-
-// parseVerifyInput checks the flags; every error is bad input.
-func parseVerifyInput(srcDSN, dstDSN string, tables, ranges []string) (tableset.Spec, []ring.Range, error) {
-	var spec tableset.Spec
-	if srcDSN == "" || dstDSN == "" {
-		return spec, nil, errors.New("both --source-dsn and --target-dsn are needed (or RESHARD_SOURCE_DSN and RESHARD_TARGET_DSN)")
-	}
-	if len(tables) == 0 {
-		return spec, nil, errors.New("name at least one --table table:key")
-	}
-	if len(ranges) == 0 {
-		return spec, nil, errors.New("name at least one --range lo:hi")
-	}
-	for _, t := range tables {
-		name, key, ok := strings.Cut(t, ":")
-		if !ok || name == "" || key == "" {
-			return spec, nil, fmt.Errorf("--table %q: want [schema.]table:key", t)
-		}
-		ts := tableset.TableSpec{Table: name, KeyColumn: key}
-		if s, n, ok := strings.Cut(name, "."); ok {
-			ts.Schema, ts.Table = s, n
-		}
-		spec.Tables = append(spec.Tables, ts)
-	}
-	spec.Name = spec.Tables[0].Table
-	var rs []ring.Range
-	for _, s := range ranges {
-		r, err := ring.ParseRange(s)
-		if err != nil {
-			return spec, nil, fmt.Errorf("--range: %w", err)
-		}
-		rs = append(rs, r)
-	}
-	return spec, rs, nil
 }
