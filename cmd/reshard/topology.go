@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/reshard/reshard/internal/pgsession"
-	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/topoview"
 )
@@ -190,12 +188,8 @@ func newTopologyHistoryCmd(ctl controlFlags, keyspace *string) *cobra.Command {
 
 func newTopologySkewCmd(ctl controlFlags, keyspace *string) *cobra.Command {
 	var (
-		tables    []string
-		shardDSNs []string
-		keyType   string
-		interval  time.Duration
-		top       int
-		asJSON    bool
+		req    topology.SkewRequest
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "skew",
@@ -220,11 +214,11 @@ shard's connection.`,
   reshard topology skew --table users:id --table orders:user_id --key-type bigint`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			sopts, overrides, err := parseSkewInput(tables, shardDSNs, keyType, interval, top)
+			sopts, overrides, err := req.Options()
 			if err != nil {
 				return usageError{err}
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute+interval)
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Minute+req.Interval)
 			defer cancel()
 			cfg, err := ctl.config()
 			if err != nil {
@@ -235,7 +229,7 @@ shard's connection.`,
 				return err
 			}
 			defer closeFn()
-			if err := store.SkewDefaults(ctx, *keyspace, &sopts, keyType != ""); err != nil {
+			if err := store.SkewDefaults(ctx, *keyspace, &sopts, req.KeyType != ""); err != nil {
 				if errors.Is(err, topology.ErrNoKeyspace) {
 					return usageError{fmt.Errorf("no tables to read: %v; or name them with --table [schema.]table:key", err)}
 				}
@@ -266,50 +260,13 @@ shard's connection.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&tables, "table", nil, "table and shard-key column, [schema.]table:key (repeatable; all share one key type; default: the keyspace's registered tables)")
-	f.StringArrayVar(&shardDSNs, "shard-dsn", nil, "connection of one shard, name=DSN, instead of its registered reference (repeatable)")
-	f.StringVar(&keyType, "key-type", "", "shard-key type: bigint, integer, smallint, text, varchar or uuid (default: the keyspace's)")
-	f.DurationVar(&interval, "interval", 5*time.Second, "time between the two write-counter readings")
-	f.IntVar(&top, "top", 5, "hottest ranges to list")
+	f.StringArrayVar(&req.Tables, "table", nil, "table and shard-key column, [schema.]table:key (repeatable; all share one key type; default: the keyspace's registered tables)")
+	f.StringArrayVar(&req.ShardDSNs, "shard-dsn", nil, "connection of one shard, name=DSN, instead of its registered reference (repeatable)")
+	f.StringVar(&req.KeyType, "key-type", "", "shard-key type: bigint, integer, smallint, text, varchar or uuid (default: the keyspace's)")
+	f.DurationVar(&req.Interval, "interval", 5*time.Second, "time between the two write-counter readings")
+	f.IntVar(&req.Top, "top", 5, "hottest ranges to list")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
-}
-
-// parseSkewInput checks the skew flags; every error is bad input.
-func parseSkewInput(tables, shardDSNs []string, keyType string, interval time.Duration, top int) (topology.SkewOptions, map[string]string, error) {
-	var o topology.SkewOptions
-	for _, t := range tables {
-		name, key, ok := strings.Cut(t, ":")
-		if !ok || name == "" || key == "" {
-			return o, nil, fmt.Errorf("--table %q: want [schema.]table:key", t)
-		}
-		o.Tables = append(o.Tables, topology.SkewTable{Name: name, KeyColumn: key})
-	}
-	if keyType != "" {
-		kt, err := ring.ParseKeyType(keyType)
-		if err != nil {
-			return o, nil, fmt.Errorf("--key-type: %w", err)
-		}
-		o.KeyType = kt
-	}
-	if interval < 100*time.Millisecond {
-		return o, nil, fmt.Errorf("--interval %s: too short to measure writes; use 1s or more", interval)
-	}
-	o.Interval = interval
-	if top < 1 {
-		return o, nil, fmt.Errorf("--top %d: want 1 or more", top)
-	}
-	o.Top = top
-	overrides := map[string]string{}
-	for i, s := range shardDSNs {
-		name, dsn, ok := strings.Cut(s, "=")
-		if !ok || name == "" || dsn == "" {
-			// Not echoed: a malformed value may hold a password anywhere.
-			return o, nil, fmt.Errorf("--shard-dsn number %d: want name=DSN, e.g. --shard-dsn shard1=postgres://app@db1:5432/app", i+1)
-		}
-		overrides[name] = dsn
-	}
-	return o, overrides, nil
 }
 
 // newRingShowCmd is "reshard ring show": the current ring from the control

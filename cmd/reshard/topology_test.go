@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestRedactDSN(t *testing.T) {
@@ -67,16 +66,6 @@ func TestSkewPoolTakesTheConfigPassword(t *testing.T) {
 	}
 	if p, _ = skewPoolConfig("shard1", "postgres://reshard@127.0.0.1:5433/app", nil); p.ConnConfig.Password != "" {
 		t.Errorf("no configuration: password %q", p.ConnConfig.Password)
-	}
-}
-
-func TestParseSkewInput(t *testing.T) {
-	o, over, err := parseSkewInput([]string{"public.orders:user_id", "users:id"}, []string{"s1=host=h1 dbname=d"}, "int", 2*time.Second, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(o.Tables) != 2 || o.Tables[0].Name != "public.orders" || o.Tables[0].KeyColumn != "user_id" || o.KeyType != "bigint" || o.Top != 3 || over["s1"] != "host=h1 dbname=d" {
-		t.Fatalf("%+v %v", o, over)
 	}
 }
 
