@@ -12,5 +12,6 @@
 //
 // Layout: sync.go compares and creates; dump.go runs pg_dump and strips
 // its script of what the target must not get; apply.go serves schema apply
-// (tableset.ApplyDDL applies).
+// (tableset.ApplyDDL applies); report.go resolves a sync's keyspace and
+// source, reads apply's script and renders both commands' results.
 package shardschema

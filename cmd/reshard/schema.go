@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -58,19 +56,9 @@ definition on the target (nothing changed).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target := args[0]
 			return withControlDB(cmd, opts, &cf, 30*time.Minute, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
-				store := ctl.Store
-				k, err := store.ResolveKeyspace(ctx, keyspace)
+				k, from, err := shardschema.Resolve(ctx, ctl.Store, keyspace, from, target)
 				if err != nil {
-					return usageError{err}
-				}
-				if from == "" {
-					cur, err := store.In(k.Name).Current(ctx)
-					if err != nil {
-						return controlErr(err)
-					}
-					if from = shardschema.Source(cur, target); from == "" {
-						return usageError{fmt.Errorf("keyspace %s has no shard but %s to copy the schema from: pass --from", k.Name, target)}
-					}
+					return registerErr(err)
 				}
 				for _, s := range []string{from, target} {
 					if _, ok := cfg.Shards[s]; !ok {
@@ -94,26 +82,7 @@ definition on the target (nothing changed).`,
 				if err != nil {
 					return inputErr(err)
 				}
-				out := cmd.OutOrStdout()
-				if asJSON {
-					return topoWriteJSON(out, struct {
-						Keyspace string              `json:"keyspace"`
-						From     string              `json:"from"`
-						Target   string              `json:"target"`
-						DryRun   bool                `json:"dry_run"`
-						Tables   []shardschema.Table `json:"tables"`
-					}{k.Name, from, target, dryRun, plan})
-				}
-				verb := map[bool]string{true: "would create", false: "created"}[dryRun]
-				for _, p := range plan {
-					switch p.Action {
-					case "create":
-						fmt.Fprintf(out, "%s %s on %s (from %s), token index %s\n", verb, p.Table, target, from, p.TokenIndex)
-					default:
-						fmt.Fprintf(out, "%s on %s matches %s; token index %s\n", p.Table, target, from, p.TokenIndex)
-					}
-				}
-				return nil
+				return shardschema.SyncReport{Keyspace: k.Name, From: from, Target: target, DryRun: dryRun, Tables: plan}.Print(cmd.OutOrStdout(), asJSON)
 			})
 		},
 	}
@@ -170,7 +139,7 @@ refused or bad input (nothing changed).`,
   reshard schema apply --keyspace default --file migrations/0042.sql --json`,
 		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			script, err := schemaScript(args, file)
+			script, err := shardschema.Script(args, file, os.Stdin)
 			if err != nil {
 				return usageError{err}
 			}
@@ -202,25 +171,8 @@ refused or bad input (nothing changed).`,
 					return inputErr(err)
 				}
 				res, applyErr := tableset.ApplyDDL(ctx, stmts, shards, tableset.DDLOptions{LockTimeout: lockTimeout, Budget: budget})
-				out := cmd.OutOrStdout()
-				if asJSON {
-					if err := topoWriteJSON(out, struct {
-						Keyspace string               `json:"keyspace"`
-						Results  []tableset.DDLResult `json:"results"`
-					}{k.Name, res}); err != nil {
-						return err
-					}
-				} else {
-					for _, r := range res {
-						line := fmt.Sprintf("%s: %s: %s", r.Shard, r.What, r.Outcome)
-						if r.Attempts > 1 {
-							line += fmt.Sprintf(" (%d attempts)", r.Attempts)
-						}
-						if r.Reason != "" {
-							line += ": " + r.Reason
-						}
-						fmt.Fprintln(out, line)
-					}
+				if err := shardschema.PrintApply(cmd.OutOrStdout(), k.Name, res, asJSON); err != nil {
+					return err
 				}
 				if applyErr != nil {
 					return fmt.Errorf("schema apply stopped: %w; the shards before it have the change: fix the cause and run the same command again", applyErr)
@@ -237,24 +189,4 @@ refused or bad input (nothing changed).`,
 	cmd.Flags().DurationVar(&budget, "budget", time.Minute, "how long a shard keeps retrying a statement whose lock it cannot get")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
-}
-
-// schemaScript is the statements of schema apply: the argument or the file.
-func schemaScript(args []string, file string) (string, error) {
-	switch {
-	case len(args) == 1 && file != "":
-		return "", errors.New("give the statements as the argument or with --file, not both")
-	case len(args) == 1:
-		return args[0], nil
-	case file == "-":
-		b, err := io.ReadAll(os.Stdin)
-		return string(b), err
-	case file != "":
-		b, err := os.ReadFile(file)
-		if err != nil {
-			return "", fmt.Errorf("read --file: %w", err)
-		}
-		return string(b), nil
-	}
-	return "", errors.New(`give the statements: reshard schema apply "ALTER TABLE ..." or --file <f>`)
 }
