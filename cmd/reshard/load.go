@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -68,18 +66,9 @@ parse; nothing loaded).`,
 				return usageError{fmt.Errorf("--batch-rows %d: want 1 or more", batchRows)}
 			}
 			return withControlDB(cmd, opts, &cf, 24*time.Hour, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
-				store := ctl.Store
-				k, err := store.ResolveKeyspace(ctx, keyspace)
+				lo, qualified, err := csvload.Prepare(ctx, ctl.Store, keyspace, table, batchRows)
 				if err != nil {
-					return usageError{err}
-				}
-				ts, qualified, err := csvload.Table(k, table)
-				if err != nil {
-					return usageError{err}
-				}
-				cur, err := store.In(k.Name).Current(ctx)
-				if err != nil {
-					return controlErr(err)
+					return registerErr(err)
 				}
 				in := cmd.InOrStdin()
 				if file != "-" {
@@ -90,20 +79,15 @@ parse; nothing loaded).`,
 					defer f.Close()
 					in = f
 				}
-				counts, err := csvload.Load(ctx, in, csvload.Options{Topology: cur, KeyType: k.KeyType, Table: ts, BatchRows: batchRows,
-					Connect: cfg.topologyShard(cur.Version)})
+				lo.Connect = cfg.topologyShard(lo.Topology.Version)
+				counts, err := csvload.Load(ctx, in, lo)
 				err = inputErr(err)
-				if asJSON {
-					if jerr := topoWriteJSON(cmd.OutOrStdout(), struct {
-						Table   string           `json:"table"`
-						Version int64            `json:"topology_version"`
-						Rows    map[string]int64 `json:"rows_by_shard"`
-						Error   string           `json:"error,omitempty"`
-					}{qualified, cur.Version, counts, errText(err)}); jerr != nil {
-						return jerr
-					}
-				} else {
-					printLoad(cmd.OutOrStdout(), qualified, cur.Version, counts)
+				res := csvload.Result{Table: qualified, Version: lo.Topology.Version, Rows: counts}
+				if err != nil {
+					res.Error = err.Error()
+				}
+				if perr := res.Print(cmd.OutOrStdout(), asJSON); perr != nil {
+					return perr
 				}
 				return err
 			})
@@ -118,25 +102,4 @@ parse; nothing loaded).`,
 	f.IntVar(&batchRows, "batch-rows", 10_000, "rows per COPY and shard")
 	f.BoolVar(&asJSON, "json", false, "print as JSON")
 	return cmd
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
-
-func printLoad(out io.Writer, table string, version int64, counts map[string]int64) {
-	names := make([]string, 0, len(counts))
-	var total int64
-	for n, c := range counts {
-		names = append(names, n)
-		total += c
-	}
-	sort.Strings(names)
-	fmt.Fprintf(out, "loaded %d rows of %s by topology v%d:\n", total, table, version)
-	for _, n := range names {
-		fmt.Fprintf(out, "  %s\t%d\n", n, counts[n])
-	}
 }
