@@ -5,18 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/reshard/reshard/capacity"
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
@@ -129,44 +127,18 @@ func (c *clusterConfig) ShardNames() []string {
 	return names
 }
 
-// dialTemporal connects to the Temporal frontend of the configuration.
+// dialTemporal connects to the Temporal frontend of the configuration
+// (control.Dial).
 func (c *clusterConfig) dialTemporal(ctx context.Context, opts *globalOptions) (client.Client, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	var logger sdklog.Logger
-	if opts.logger != nil {
-		logger = sdklog.NewStructuredLogger(opts.logger)
-	}
-	tc, err := client.DialContext(ctx, client.Options{HostPort: c.Temporal.Address, Namespace: c.Temporal.Namespace, Logger: logger})
-	if err != nil {
-		return nil, fmt.Errorf("connect to Temporal at %s (namespace %s): %w; is it running? (reshard dev status)", c.Temporal.Address, c.Temporal.Namespace, err)
-	}
-	return tc, nil
+	return control.Dial(ctx, c.Temporal.Address, c.Temporal.Namespace, opts.logger)
 }
 
-// uiLink is the Temporal UI page of a workflow ("" without a UI address):
-// with its run id, the User Metadata tab, where its summary and current
-// details (the progress) are; without, the workflow's page (the UI opens
-// its History).
+// uiLink is the Temporal UI page of a workflow (control.UILink).
 func (c *clusterConfig) uiLink(workflowID, runID string) string {
-	if c.Temporal.UI == "" {
-		return ""
-	}
-	page := c.Temporal.UI + "/namespaces/" + url.PathEscape(c.Temporal.Namespace) + "/workflows/" + url.PathEscape(workflowID)
-	if runID != "" {
-		page += "/" + url.PathEscape(runID) + "/user-metadata"
-	}
-	return page
+	return control.UILink(c.Temporal.UI, c.Temporal.Namespace, workflowID, runID)
 }
 
-// runIDOf is the run id of a workflow's newest run ("" when Temporal
-// cannot say: the link then opens the workflow's page).
+// runIDOf is the run id of a workflow's newest run (control.RunID).
 func runIDOf(ctx context.Context, tc client.Client, workflowID string) string {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	d, err := tc.DescribeWorkflowExecution(ctx, workflowID, "")
-	if err != nil {
-		return ""
-	}
-	return d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	return control.RunID(ctx, tc, workflowID)
 }
