@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,7 +57,7 @@ failure, 2 bad input.`,
 			if err != nil {
 				return err
 			}
-			members, err := initMembers(cfg, shards)
+			members, err := register.Members(cfg.Shards, cfg.Path, shards)
 			if err != nil {
 				return usageError{err}
 			}
@@ -110,24 +108,4 @@ failure, 2 bad input.`,
 	cmd.Flags().StringVar(&keyspace, "keyspace", topology.DefaultKeyspace, "the keyspace: its first ring (topology v1) and the tables --table registers in it")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
-}
-
-// initMembers checks --shards against the configuration.
-func initMembers(cfg *clusterConfig, shards []string) ([]string, error) {
-	if len(shards) == 0 {
-		return cfg.ShardNames(), nil
-	}
-	var out []string
-	for _, s := range shards {
-		s = strings.TrimSpace(s)
-		if _, ok := cfg.Shards[s]; !ok {
-			return nil, fmt.Errorf("--shards %s: not in the configuration %s (shards: %s)", s, cfg.Path, strings.Join(cfg.ShardNames(), ", "))
-		}
-		if slices.Contains(out, s) {
-			return nil, fmt.Errorf("--shards lists %s twice", s)
-		}
-		out = append(out, s)
-	}
-	slices.Sort(out)
-	return out, nil
 }

@@ -122,10 +122,6 @@ with. Exit codes: 0 ok, 1 failure, 2 bad input (nothing changed).`,
 	return cmd
 }
 
-// keyspaceShards are the shards that hold or will hold a keyspace's rows
-// in t (register.Shards).
-func keyspaceShards(t topology.Topology) []string { return register.Shards(t) }
-
 // registerKeyspace checks spec on every shard of the keyspace's current
 // topology (ctl's store is In the keyspace), then registers it and fences
 // every shard (register.Tables).
