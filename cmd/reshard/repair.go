@@ -48,18 +48,7 @@ func repairTarget(ctx context.Context, cfg *clusterConfig, arg string) (migratio
 // before anything is written; with a single move named, or none of the
 // migration's allowed, that is an error and nothing is changed.
 func repairMoves(ctx context.Context, cfg *clusterConfig, st workflows.MigrationState, move string, o repairOptions) ([]repairedMove, error) {
-	var chosen []workflows.MoveState
-	var refusals []string
-	for _, m := range st.Moves {
-		if move != "" && m.Spec.ID != move {
-			continue
-		}
-		if why := m.RepairRefusal(); why != "" {
-			refusals = append(refusals, why)
-			continue
-		}
-		chosen = append(chosen, m)
-	}
+	chosen, refusals := st.Repairable(move)
 	if move != "" && len(chosen)+len(refusals) == 0 {
 		return nil, usageError{fmt.Errorf("migration %s has no move %s", st.Request.ID, move)}
 	}
