@@ -4,8 +4,9 @@
 // store, sends the operator Updates (pause, resume, throttle, approve,
 // rollback, complete, reverify) and maps the workflow's refusals to
 // *Rejected, asks whether a worker polls the task queue and whether a
-// migration's workflows still run, and asks Temporal about requests it
-// holds unanswered.
+// migration's workflows still run (Lives: once per migration, for topology
+// check), and asks Temporal about requests it holds unanswered. It dials
+// Temporal (Dial) and links a workflow's page in the UI (UILink).
 //
 // It is not a domain package: it imports Temporal's client, the workflows'
 // contract (names, ids, search attributes) and the topology store (the
