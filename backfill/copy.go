@@ -567,7 +567,9 @@ func (c *copier) readChunk(ctx context.Context, u unit, order Order, pos positio
 	}); err != nil {
 		return chunk{}, fmt.Errorf("copy chunk %s of %s: read from source: %w", u.rng, u.table, err)
 	}
-	data, err := splitChunk(bytes.Clone(buf.Bytes()), nCols, nExtra)
+	// splitChunk writes the rows into a slice of its own: buf is read
+	// from again at the next chunk while the writer may still hold this one.
+	data, err := splitChunk(buf.Bytes(), nCols, nExtra)
 	if err != nil {
 		return chunk{}, fmt.Errorf("copy chunk %s of %s: %w", u.rng, u.table, err)
 	}
@@ -588,6 +590,7 @@ func (c *copier) readChunk(ctx context.Context, u unit, order Order, pos positio
 	for i, v := range e {
 		ch.pos.pk[i] = string(v)
 	}
+	ch.extras = nil // they point into buf
 	return ch, nil
 }
 

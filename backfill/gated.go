@@ -85,7 +85,7 @@ func (c *copier) readGated(ctx context.Context, u unit, pos position, n int, buf
 	}); err != nil {
 		return fail("read from source", err)
 	}
-	data, err := splitChunk(bytes.Clone(buf.Bytes()), nCols, nExtra)
+	data, err := splitChunk(buf.Bytes(), nCols, nExtra) // rows in a slice of their own
 	if err != nil {
 		return fail("split", err)
 	}
@@ -102,6 +102,7 @@ func (c *copier) readGated(ctx context.Context, u unit, pos position, n int, buf
 			ch.pos.pk[i] = string(v)
 		}
 	}
+	ch.extras = nil // they point into buf
 	return ch, nil
 }
 

@@ -43,6 +43,12 @@ func TestSplitChunk(t *testing.T) {
 	if c.rows != 2 || !bytes.Equal(c.data, want) || len(c.extras) != 1 || string(c.extras[0]) != "8" {
 		t.Fatalf("rows %d extras %q data %q", c.rows, c.extras, c.data)
 	}
+	// The reader reads the next chunk into the same buffer while the
+	// writer sends this one: the rows are in a slice of their own.
+	clear(in)
+	if !bytes.Equal(c.data, want) {
+		t.Fatalf("the chunk's rows changed with the buffer they were read from: %q", c.data)
+	}
 	if c, err := splitChunk(copyStream(), 2, 1); err != nil || c.rows != 0 || c.extras != nil {
 		t.Fatalf("empty stream: %+v %v", c, err)
 	}
