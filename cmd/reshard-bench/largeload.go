@@ -130,7 +130,12 @@ func loadOrders(ctx context.Context, pg *devenv.PG, src devenv.Server, bytes int
 	if _, err := tx.Exec(ctx, `CREATE TABLE tmpl (LIKE orders)`); err != nil {
 		return 0, err
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO tmpl `+ordersRows(1, largeTemplateRows, "::jsonb")); err != nil {
+	// In id order: the join with blobs hands rows out by g % 1000, and a
+	// template in that order put ids 1000 apart side by side on a page, so
+	// that a scan in primary-key order fetched another heap page for every
+	// row (twice the source's CPU of the copy, against the same table
+	// CLUSTERed: 12.0-16.4 s against 5.9 s for 0.556 GiB moved).
+	if _, err := tx.Exec(ctx, `INSERT INTO tmpl `+ordersRows(1, largeTemplateRows, "::jsonb")+` ORDER BY 1`); err != nil {
 		return 0, fmt.Errorf("generate the template rows: %w", err)
 	}
 	var perRow float64
