@@ -451,20 +451,27 @@ func (e *env) targetUpsertCeiling(ctx context.Context, n int) (float64, error) {
 
 // cdcJoin creates a stream's publication and slot on the source (JOINING).
 func (e *env) cdcJoin(ctx context.Context, move string, set tableset.Set, ranges []ring.Range) (cdc.Names, error) {
+	names, _, err := e.cdcJoinAt(ctx, move, set, ranges)
+	return names, err
+}
+
+// cdcJoinAt is cdcJoin, with the slot's consistent point: where a stream
+// of the copy that follows starts.
+func (e *env) cdcJoinAt(ctx context.Context, move string, set tableset.Set, ranges []ring.Range) (cdc.Names, pglogrepl.LSN, error) {
 	names, err := cdc.NamesFor(move)
 	if err != nil {
-		return names, err
+		return names, 0, err
 	}
 	if err := cdc.CreatePublication(ctx, e.srcPool, names.Publication, set, ranges); err != nil {
-		return names, err
+		return names, 0, err
 	}
 	rc, err := pgconn.Connect(ctx, e.src.DSN("postgres", false)+"&replication=database")
 	if err != nil {
-		return names, err
+		return names, 0, err
 	}
 	defer rc.Close(context.WithoutCancel(ctx))
-	_, _, err = cdc.CreateSlot(ctx, rc, names.Slot)
-	return names, err
+	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
+	return names, l0, err
 }
 
 // cdcLeave drops a stream's slot and publication on the source and its

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
@@ -504,24 +504,12 @@ func (lr *largeRun) move(ctx context.Context) error {
 	if err := cleanup.ReconcileBoth(ctx, m, fc); err != nil {
 		return err
 	}
-	names, err := cdc.NamesFor(m.ID)
+	names, l0, err := e.cdcJoinAt(ctx, m.ID, m.Set, m.Ranges)
 	if err != nil {
-		return err
-	}
-	if err := cdc.CreatePublication(ctx, m.Source, names.Publication, m.Set, m.Ranges); err != nil {
 		return err
 	}
 	srcRepl := e.src.DSN("postgres", false) + "&replication=database"
 	dstRepl := e.dst.DSN("postgres", false) + "&replication=database"
-	rc, err := pgconn.Connect(ctx, srcRepl)
-	if err != nil {
-		return err
-	}
-	l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
-	rc.Close(ctx)
-	if err != nil {
-		return err
-	}
 	for _, p := range []*pgxpool.Pool{e.srcPool, e.dstPool} {
 		if _, err := p.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
 			return err
@@ -971,19 +959,8 @@ func (lr *largeRun) gated(ctx context.Context) error {
 			streamed = make(chan error, 1)
 		)
 		if gated {
-			if names, err = cdc.NamesFor(move); err != nil {
-				return res, err
-			}
-			if err := cdc.CreatePublication(ctx, e.srcPool, names.Publication, set, ranges); err != nil {
-				return res, err
-			}
-			rc, err := pgconn.Connect(ctx, e.src.DSN("postgres", false)+"&replication=database")
-			if err != nil {
-				return res, err
-			}
-			l0, _, err := cdc.CreateSlot(ctx, rc, names.Slot)
-			rc.Close(ctx)
-			if err != nil {
+			var l0 pglogrepl.LSN
+			if names, l0, err = e.cdcJoinAt(ctx, move, set, ranges); err != nil {
 				return res, err
 			}
 			defer func() {
