@@ -3,7 +3,9 @@
 // cannot fit (DESIGN.md §7, "Capacity is predicted, not discovered").
 //
 // Invariant: the probe changes nothing. It reads the source's WAL position
-// twice (the WAL rate over a window), the settings that bound a slot's
+// and pg_stat_wal over a window (the WAL rate, without the burst of
+// full-page images a checkpoint causes: WALReading.SteadyRate), the
+// settings that bound a slot's
 // retention, table and index sizes from pg_class, and times one chunk
 // copied from the source into a temporary table on the target inside a
 // transaction that is rolled back, and one verify-style checksum of the
@@ -18,5 +20,6 @@
 //
 // Layout: model.go is pure (the prediction and the refusals from probes and
 // budgets: table-tested); probe.go runs the probes (real PostgreSQL);
-// assess.go is the one entry the CLI's plan and the worker's PLAN call.
+// wal.go is the WAL rate's rule (pure); assess.go is the one entry the
+// CLI's plan and the worker's PLAN call.
 package capacity

@@ -21,10 +21,13 @@ type Budget struct {
 // ShardProbe is what the probe read from one shard.
 type ShardProbe struct {
 	Shard string `json:"shard"`
-	// WALBytesPerSec is the shard's WAL rate over WALWindow
-	// (pg_current_wal_lsn() at both ends).
+	// WALBytesPerSec is the shard's steady WAL rate, the one the model
+	// uses: WAL.SteadyRate(), the full-page images after a checkpoint
+	// spread over its cycle.
 	WALBytesPerSec float64       `json:"wal_bytes_per_sec"`
 	WALWindow      time.Duration `json:"wal_window"`
+	// WAL is what the probe read over the window.
+	WAL WALReading `json:"wal"`
 	// MaxSlotWALKeep is max_slot_wal_keep_size in bytes, -1 when unlimited:
 	// a slot that retains more is invalidated (wal_status lost).
 	MaxSlotWALKeep int64 `json:"max_slot_wal_keep_size"`

@@ -20,18 +20,35 @@ import (
 // DefaultWALWindow is how long the probe watches a source's WAL position.
 const DefaultWALWindow = 2 * time.Second
 
+// walSample is pg_stat_wal's counters and the WAL position at one moment.
+type walSample struct {
+	at                  time.Time
+	lsn                 int64 // pg_current_wal_lsn() − '0/0'
+	records, fpi, bytes int64
+}
+
+func readWAL(ctx context.Context, pool *pgxpool.Pool) (walSample, error) {
+	s := walSample{at: time.Now()}
+	err := pool.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0')::bigint, wal_records, wal_fpi, wal_bytes::bigint FROM pg_stat_wal`).Scan(&s.lsn, &s.records, &s.fpi, &s.bytes)
+	return s, err
+}
+
 // ProbeShard reads what bounds a slot on the shard and its WAL rate over
-// window (DefaultWALWindow when zero). It changes nothing.
+// window (DefaultWALWindow when zero): pg_stat_wal's records, full-page
+// images and bytes in sub-windows of about a second, and the last
+// checkpoint's start (pg_control_checkpoint()), for the rule of
+// SteadyWALRate. It changes nothing.
 func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window time.Duration) (ShardProbe, error) {
 	if window <= 0 {
 		window = DefaultWALWindow
 	}
 	p := ShardProbe{Shard: name, WALWindow: window}
-	var keepMB, maxWALMB int64
+	var keepMB, maxWALMB, timeoutS int64
 	if err := pool.QueryRow(ctx, `SELECT
 		(SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'),
-		(SELECT setting::bigint FROM pg_settings WHERE name = 'max_wal_size')`).Scan(&keepMB, &maxWALMB); err != nil {
-		return p, fmt.Errorf("probe %s: read max_slot_wal_keep_size and max_wal_size: %w", name, err)
+		(SELECT setting::bigint FROM pg_settings WHERE name = 'max_wal_size'),
+		(SELECT setting::bigint FROM pg_settings WHERE name = 'checkpoint_timeout')`).Scan(&keepMB, &maxWALMB, &timeoutS); err != nil {
+		return p, fmt.Errorf("probe %s: read max_slot_wal_keep_size, max_wal_size and checkpoint_timeout: %w", name, err)
 	}
 	p.MaxSlotWALKeep, p.MaxWALSize = -1, maxWALMB<<20 // both in MB
 	if keepMB >= 0 {
@@ -47,21 +64,41 @@ func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window tim
 	}
 	slices.Sort(rtts)
 	p.RTT = rtts[len(rtts)/2]
-	var lsn0, lsn1 string
-	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn0); err != nil {
-		return p, fmt.Errorf("probe %s: read the WAL position: %w", name, err)
+	// Sub-windows of about a second: a backend flushes its WAL counters to
+	// pg_stat_wal at most once a second (PGSTAT_MIN_INTERVAL).
+	n := min(max(int(window/time.Second), 2), 30)
+	samples := make([]walSample, 0, n+1)
+	s, err := readWAL(ctx, pool)
+	if err != nil {
+		return p, fmt.Errorf("probe %s: read the WAL position and pg_stat_wal: %w", name, err)
 	}
-	start := time.Now()
-	select {
-	case <-ctx.Done():
-		return p, ctx.Err()
-	case <-time.After(window):
+	samples = append(samples, s)
+	for i := 1; i <= n; i++ {
+		select {
+		case <-ctx.Done():
+			return p, ctx.Err()
+		case <-time.After(time.Until(samples[0].at.Add(window * time.Duration(i) / time.Duration(n)))):
+		}
+		s, err := readWAL(ctx, pool)
+		if err != nil {
+			return p, fmt.Errorf("probe %s: read the WAL position and pg_stat_wal: %w", name, err)
+		}
+		samples = append(samples, s)
 	}
-	var delta int64
-	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, lsn0).Scan(&lsn1, &delta); err != nil {
-		return p, fmt.Errorf("probe %s: read the WAL position: %w", name, err)
+	first, last := samples[0], samples[len(samples)-1]
+	r := WALReading{Window: last.at.Sub(first.at), Bytes: last.lsn - first.lsn, StatBytes: last.bytes - first.bytes,
+		Records: last.records - first.records, FPI: last.fpi - first.fpi, CheckpointTimeout: time.Duration(timeoutS) * time.Second,
+		MaxWALSize: p.MaxWALSize, SinceCheckpoint: -1}
+	for i := 1; i < len(samples); i++ {
+		a, b := samples[i-1], samples[i]
+		r.Parts = append(r.Parts, WALPart{Records: b.records - a.records, FPI: b.fpi - a.fpi, Bytes: b.bytes - a.bytes})
 	}
-	p.WALBytesPerSec = float64(delta) / time.Since(start).Seconds()
+	var since float64
+	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - checkpoint_time)::float8 FROM pg_control_checkpoint()`).Scan(&since); err == nil {
+		r.SinceCheckpoint = time.Duration(since * float64(time.Second))
+	}
+	p.WAL = r
+	p.WALBytesPerSec = r.SteadyRate()
 	return p, nil
 }
 

@@ -193,20 +193,23 @@ func TestAssessRefusesWhatOverflowsTheTargetsDisk(t *testing.T) {
 }
 
 // setKeep sets max_slot_wal_keep_size on db's server until the test ends.
-func setKeep(t *testing.T, db *pgtest.DB, v string) {
+func setKeep(t *testing.T, db *pgtest.DB, v string) { setConf(t, db, "max_slot_wal_keep_size", v) }
+
+// setConf sets a reloadable setting on db's server until the test ends.
+func setConf(t *testing.T, db *pgtest.DB, name, v string) {
 	t.Helper()
-	db.Exec(t, `ALTER SYSTEM SET max_slot_wal_keep_size = '`+v+`'`)
+	db.Exec(t, `ALTER SYSTEM SET `+name+` = '`+v+`'`)
 	db.Exec(t, `SELECT pg_reload_conf()`)
 	t.Cleanup(func() {
-		db.Exec(t, `ALTER SYSTEM RESET max_slot_wal_keep_size`)
+		db.Exec(t, `ALTER SYSTEM RESET `+name)
 		db.Exec(t, `SELECT pg_reload_conf()`)
 	})
 	for range 50 { // the reload reaches the backends a moment later
 		var got string
-		if err := db.Pool.QueryRow(context.Background(), `SELECT current_setting('max_slot_wal_keep_size')`).Scan(&got); err == nil && got == v {
+		if err := db.Pool.QueryRow(context.Background(), `SELECT current_setting($1)`, name).Scan(&got); err == nil && got == v {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("max_slot_wal_keep_size did not become %s", v)
+	t.Fatalf("%s did not become %s", name, v)
 }

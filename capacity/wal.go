@@ -1,0 +1,118 @@
+package capacity
+
+import (
+	"math"
+	"time"
+)
+
+// WALReading is what the probe read of a shard's WAL over its window.
+type WALReading struct {
+	Window time.Duration `json:"window"`
+	// Bytes is the WAL written over the window (pg_current_wal_lsn() at
+	// both ends): the rate the probe took before it told the images apart.
+	Bytes int64 `json:"bytes"`
+	// Records, FPI and StatBytes are pg_stat_wal's wal_records, wal_fpi
+	// and wal_bytes over the window; Parts the same by sub-window.
+	Records   int64     `json:"records"`
+	FPI       int64     `json:"fpi"`
+	StatBytes int64     `json:"stat_bytes"`
+	Parts     []WALPart `json:"parts,omitempty"`
+	// SinceCheckpoint is the time from the last checkpoint's start
+	// (pg_control_checkpoint().checkpoint_time) to the window's end; -1:
+	// not read.
+	SinceCheckpoint   time.Duration `json:"since_checkpoint"`
+	CheckpointTimeout time.Duration `json:"checkpoint_timeout"`
+	MaxWALSize        int64         `json:"max_wal_size"`
+}
+
+// WALPart is pg_stat_wal's counters over one sub-window.
+type WALPart struct {
+	Records int64 `json:"records"`
+	FPI     int64 `json:"fpi"`
+	Bytes   int64 `json:"bytes"`
+}
+
+// RawRate is the WAL position's rate over the window: what the probe took
+// for the source's WAL rate before it told the full-page images apart.
+func (r WALReading) RawRate() float64 { return rate(r.Bytes, r.Window) }
+
+// FPIBytes is the estimated size of one full-page image in the window: a
+// least-squares fit of each sub-window's bytes to its records and images
+// (bytes = b·records + f·images) when the share of images varies enough
+// between sub-windows to tell them apart (it does after a checkpoint, as
+// the pages touched for the first time run out), else a whole page
+// (BLCKSZ; an image leaves out its page's free space, so it is at most
+// that).
+func (r WALReading) FPIBytes() float64 {
+	var srr, srf, sff, srb, sfb float64
+	for _, p := range r.Parts {
+		R, F, B := float64(p.Records), float64(p.FPI), float64(p.Bytes)
+		srr += R * R
+		srf += R * F
+		sff += F * F
+		srb += R * B
+		sfb += F * B
+	}
+	det := srr*sff - srf*srf
+	if sff == 0 || det <= 0.05*srr*sff { // no images, or the same share in every part
+		return pageSize
+	}
+	f := (srr*sfb - srf*srb) / det
+	b := (sff*srb - srf*sfb) / det
+	if b < 0 || f < 512 || f > pageSize+512 {
+		return pageSize
+	}
+	return f
+}
+
+// FPIShare is the share of the window's WAL bytes that were full-page
+// images (0 to 1).
+func (r WALReading) FPIShare() float64 {
+	if r.FPI <= 0 || r.StatBytes <= 0 {
+		return 0
+	}
+	return min(float64(r.FPI)*r.FPIBytes()/float64(r.StatBytes), 1)
+}
+
+// SteadyRate is the WAL rate the model uses: the source's rate over a
+// checkpoint cycle, not the burst of full-page images that follows a
+// checkpoint. The first change to a page after a checkpoint writes the
+// whole page, so just after one (a restart's, or the one the probe's
+// window happens to follow) the WAL rate can be many times the rate of
+// the records alone: under load, a 30-s window after a restart saw
+// 5.6 MiB/s where the copy that followed saw 0.44 (cmd/reshard-bench
+// -sections large at 20 GB). The rule:
+//
+//   - the records' own rate (the window's WAL without its images:
+//     pg_stat_wal's wal_fpi × FPIBytes) is taken as it is;
+//   - the images come fastest just after a checkpoint and slow as the
+//     pages touched run out, so the window's images are taken as if they
+//     had come no faster from the checkpoint's start to the window's end
+//     (SinceCheckpoint) and not at all after, spread over the checkpoint
+//     cycle (checkpoint_timeout, or less when max_wal_size fills first):
+//     the image rate × min(SinceCheckpoint / cycle, 1).
+//
+// A window long after the checkpoint keeps its images (the factor is 1),
+// and one just after it keeps the share of the cycle it saw. Without the
+// checkpoint's time (SinceCheckpoint < 0) the images are kept whole.
+func (r WALReading) SteadyRate() float64 {
+	raw := r.RawRate()
+	if raw == 0 {
+		return 0
+	}
+	share := r.FPIShare()
+	if share == 0 || r.SinceCheckpoint < 0 {
+		return raw
+	}
+	images := raw * share
+	records := raw - images
+	cycle := r.CheckpointTimeout.Seconds()
+	if r.MaxWALSize > 0 && records > 0 {
+		cycle = min(cycle, float64(r.MaxWALSize)/records)
+	}
+	if cycle <= 0 {
+		return raw
+	}
+	factor := math.Min(r.SinceCheckpoint.Seconds()/cycle, 1)
+	return records + images*factor
+}

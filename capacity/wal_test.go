@@ -1,0 +1,115 @@
+package capacity
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reshard/reshard/internal/pgtest"
+)
+
+func TestSteadyWALRateSpreadsTheImagesOverTheCycle(t *testing.T) {
+	// 10 s of 1 MiB/s of records and 4,000 images of 8 KiB (parts that
+	// tell them apart), 30 s after a checkpoint of a 300-s cycle.
+	parts := []WALPart{{Records: 1000, FPI: 3000, Bytes: 1000*1000 + 3000*8000}, {Records: 1000, FPI: 800, Bytes: 1000*1000 + 800*8000},
+		{Records: 1000, FPI: 200, Bytes: 1000*1000 + 200*8000}, {Records: 1000, Bytes: 1000 * 1000}}
+	r := WALReading{Window: 10 * time.Second, Bytes: 4000*1000 + 4000*8000, Records: 4000, FPI: 4000, StatBytes: 4000*1000 + 4000*8000,
+		Parts: parts, SinceCheckpoint: 30 * time.Second, CheckpointTimeout: 300 * time.Second, MaxWALSize: 1 << 30}
+	if f := r.FPIBytes(); f < 7999 || f > 8001 {
+		t.Errorf("image size %.0f, want 8000 (the fit)", f)
+	}
+	for _, tc := range []struct {
+		name  string
+		since time.Duration
+		want  float64 // B/s
+	}{
+		{"just after a checkpoint: a tenth of the cycle's images", 30 * time.Second, 400_000 + 3_200_000*0.1},
+		{"a whole cycle after: the images as they come", 400 * time.Second, 3_600_000},
+		{"the checkpoint's time not read: the images kept", -1, 3_600_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := r
+			r.SinceCheckpoint = tc.since
+			if got := r.SteadyRate(); got < tc.want*0.999 || got > tc.want*1.001 {
+				t.Errorf("steady rate %.0f B/s, want %.0f (raw %.0f)", got, tc.want, r.RawRate())
+			}
+		})
+	}
+	// The same share of images in every part: their size is not told
+	// apart, a whole page is taken.
+	same := r
+	same.Parts = []WALPart{{Records: 1000, FPI: 1000, Bytes: 9_000_000}, {Records: 1000, FPI: 1000, Bytes: 9_000_000}}
+	if f := same.FPIBytes(); f != pageSize {
+		t.Errorf("image size %.0f with the same share in every part, want a page (%d)", f, pageSize)
+	}
+	// max_wal_size fills before checkpoint_timeout: a shorter cycle.
+	short := r
+	short.MaxWALSize = 12_000_000 // 30 s of the records' 400 kB/s
+	if got, want := short.SteadyRate(), 400_000+3_200_000.0; got < want*0.999 || got > want*1.001 {
+		t.Errorf("steady rate %.0f B/s with a 30-s cycle, want %.0f", got, want)
+	}
+}
+
+// TestProbeWALRateSkipsTheCheckpointsImages makes a checkpoint under a
+// steady writer that touches ~1,250 pages at random, then probes: the
+// window sees the burst of full-page images the checkpoint causes (the
+// rate of the WAL position, the old rule, is several times the steady
+// one), and the rate the model uses must be the steady one, measured over
+// a window once the burst is over.
+func TestProbeWALRateSkipsTheCheckpointsImages(t *testing.T) {
+	db := pgtest.NewDB(t, 0)
+	setConf(t, db, "full_page_writes", "on")
+	db.Exec(t, `CREATE TABLE burst (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, pad text) WITH (fillfactor = 50);
+		INSERT INTO burst (id, pad) SELECT g, repeat('x', 200) FROM generate_series(1, 20000) g`)
+	db.Exec(t, `VACUUM ANALYZE burst`)
+	pages := db.QueryInt64(t, `SELECT relpages FROM pg_class WHERE relname = 'burst'`)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // 2,000 HOT updates a second, at random over the table
+		defer wg.Done()
+		rnd := rand.New(rand.NewPCG(34, 2))
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		ids := make([]int32, 100)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for i := range ids {
+				ids[i] = 1 + rnd.Int32N(20000)
+			}
+			if _, err := db.Pool.Exec(ctx, `UPDATE burst SET n = n + 1 WHERE id = ANY($1)`, ids); err != nil && ctx.Err() == nil {
+				t.Errorf("update: %v", err)
+				return
+			}
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(time.Second)
+	db.Exec(t, `CHECKPOINT`)
+	p, err := ProbeShard(context.Background(), "src", db.Pool, 4*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The burst is over once every page was touched since the checkpoint
+	// (2,000 updates a second over ~1,250 pages: 99 % after 3 s).
+	l0, t0 := lsn(t, db), time.Now()
+	time.Sleep(2 * time.Second)
+	steady := float64(db.QueryInt64(t, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint`, l0)) / time.Since(t0).Seconds()
+	w := p.WAL
+	t.Logf("%d pages; window %s: %s of WAL (%s/s), %d records, %d images of %.0f B (%.0f %% of the bytes), %s after the checkpoint; steady rate %s/s; the model's %s/s",
+		pages, w.Window.Round(time.Millisecond), HumanBytes(w.Bytes), HumanBytes(int64(w.RawRate())), w.Records, w.FPI, w.FPIBytes(), 100*w.FPIShare(),
+		w.SinceCheckpoint.Round(time.Millisecond), HumanBytes(int64(steady)), HumanBytes(int64(p.WALBytesPerSec)))
+	if w.RawRate() < 2*steady {
+		t.Fatalf("the window saw %s/s against %s/s steady: no burst of images to skip (is full_page_writes on?)", HumanBytes(int64(w.RawRate())), HumanBytes(int64(steady)))
+	}
+	if p.WALBytesPerSec < steady*0.65 || p.WALBytesPerSec > steady*1.35 {
+		t.Errorf("the model's WAL rate %s/s, want the steady %s/s within 35 %% (the window's raw rate %s/s)",
+			HumanBytes(int64(p.WALBytesPerSec)), HumanBytes(int64(steady)), HumanBytes(int64(w.RawRate())))
+	}
+}
