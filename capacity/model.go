@@ -49,15 +49,36 @@ type MoveProbe struct {
 	SampleRows  int64         `json:"sample_rows"`
 	SampleBytes int64         `json:"sample_bytes"`
 	CopyTime    time.Duration `json:"copy_time"`
+	// CopyChunks chunks (CopyWireBytes of binary COPY) were read in
+	// CopyOrder ("pk" or "token"), as the copy reads them.
+	CopyChunks    int64  `json:"copy_chunks,omitempty"`
+	CopyOrder     string `json:"copy_order,omitempty"`
+	CopyWireBytes int64  `json:"copy_wire_bytes,omitempty"`
 	// VerifyRows rows (VerifyBytes) were checksummed on the source the way
-	// verify does, in VerifyTime.
-	VerifyRows  int64         `json:"verify_rows"`
-	VerifyBytes int64         `json:"verify_bytes"`
-	VerifyTime  time.Duration `json:"verify_time"`
+	// verify does, by VerifyWorkers at once, in VerifyTime.
+	VerifyRows    int64         `json:"verify_rows"`
+	VerifyBytes   int64         `json:"verify_bytes"`
+	VerifyTime    time.Duration `json:"verify_time"`
+	VerifyWorkers int           `json:"verify_workers,omitempty"`
+	// Load is what else ran while the probe measured.
+	Load ProbeLoad `json:"load"`
 	// FenceTime is one CREATE OR REPLACE FUNCTION of a fence-sized plpgsql
 	// function on each side (rolled back): the work of a fence step per
 	// table.
 	FenceTime time.Duration `json:"fence_time"`
+}
+
+// ProbeLoad is what else ran while a move's probe measured: the rates it
+// took are the rates under that load.
+type ProbeLoad struct {
+	// SourceActive and TargetActive are the other sessions running a
+	// statement on each server (pg_stat_activity, the mean of samples a
+	// second apart).
+	SourceActive float64 `json:"source_active"`
+	TargetActive float64 `json:"target_active"`
+	// HostLoad is the highest 1-minute load average of the host the probe
+	// ran on (0: not read): the servers' own when they share it.
+	HostLoad float64 `json:"host_load,omitempty"`
 }
 
 // CopyRate is the sampled copy's rate in table bytes/s (0: not measured).
@@ -414,8 +435,14 @@ func basis(m Move, share int) string {
 	if p.SampleRows == 0 {
 		return "no rows to sample: durations not calibrated"
 	}
-	s := fmt.Sprintf("%d rows of %s copied to a temporary table in %s (%s/s), checksummed in %s (%s/s)", p.SampleRows, p.Table,
-		p.CopyTime.Round(time.Millisecond), HumanBytes(int64(p.CopyRate())), p.VerifyTime.Round(time.Millisecond), HumanBytes(int64(p.VerifyRate())))
+	s := fmt.Sprintf("%d rows of %s copied as the copy does (%d chunks by %s, written into a table rolled back) in %s (%s/s), %d checksummed as the verify does (%d workers) in %s (%s/s)",
+		p.SampleRows, p.Table, p.CopyChunks, p.CopyOrder, p.CopyTime.Round(time.Millisecond), HumanBytes(int64(p.CopyRate())),
+		p.VerifyRows, p.VerifyWorkers, p.VerifyTime.Round(time.Millisecond), HumanBytes(int64(p.VerifyRate())))
+	l := p.Load
+	s += fmt.Sprintf("; meanwhile %.1f other active sessions on %s and %.1f on %s", l.SourceActive, m.Source, l.TargetActive, m.Target)
+	if l.HostLoad > 0 {
+		s += fmt.Sprintf(", load average %.1f on the prober's host", l.HostLoad)
+	}
 	if share > 1 {
 		s += fmt.Sprintf("; the rate shared by %d moves at once", share)
 	}

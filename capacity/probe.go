@@ -2,16 +2,16 @@ package capacity
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
@@ -114,67 +114,61 @@ func TableSizes(ctx context.Context, pool *pgxpool.Pool, t tableset.Table) (tabl
 
 // ProbeOptions size the move's samples.
 type ProbeOptions struct {
-	ChunkRows  int // the copy's chunk (default 5000)
-	VerifyRows int // the verify's chunk (default 50000)
+	ChunkRows      int // the copy's chunk (0: backfill's default)
+	VerifyRows     int // the verify's chunk (0: verify's default)
+	VerifyParallel int // the verify's workers (0: verify's default)
+	// The copy's probe runs until it has copied MinBytes (default 32 MiB)
+	// in at least MinTime (default 3 s), or for MaxTime (default 15 s), and
+	// the verify's until MinTime and a chunk per worker, or MaxTime: long
+	// enough that a chunk's fixed costs and the first cold pages weigh
+	// little (a 5,000-row sample ran at a third of the copy's rate), short
+	// enough that PLAN, which probes its moves one after the other, takes
+	// at most half a minute a move.
+	MinBytes         int64
+	MinTime, MaxTime time.Duration
 }
 
-// probeTable is the temporary table the sample chunk is copied into.
-const probeTable = "reshard_capacity_probe"
+func (o ProbeOptions) withDefaults() ProbeOptions {
+	if o.MinBytes <= 0 {
+		o.MinBytes = 32 << 20
+	}
+	if o.MinTime <= 0 {
+		o.MinTime = 3 * time.Second
+	}
+	if o.MaxTime <= 0 {
+		o.MaxTime = 15 * time.Second
+	}
+	return o
+}
 
-// pagingSettings are the copy's own (backfill): its chunks read by index.
-const pagingSettings = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL max_parallel_workers_per_gather = 0"
-
-// ProbeMove times one chunk of t's rows in ranges (the first by primary
-// key, as the copy reads them; the table's first rows when the ranges hold
-// too few) copied from src into a temporary table shaped like t on dst, in
-// a transaction rolled back, and one verify checksum of a verify chunk on
-// src. bytesPerRow converts rows into the estimates' bytes. It changes
-// nothing on either side.
+// ProbeMove times the copy's and the verify's own work on t's rows in
+// ranges: backfill.Probe (the copy's chunks, in its order and statement,
+// written into a table like t on dst in a transaction rolled back) and
+// verify.ProbeSource (the verify's chunk checksums on src, with its
+// workers). bytesPerRow converts rows into the estimates' bytes. It
+// records what else ran on both servers meanwhile. It changes nothing on
+// either side.
 func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ranges []ring.Range, bytesPerRow float64, o ProbeOptions) (MoveProbe, error) {
-	if o.ChunkRows <= 0 {
-		o.ChunkRows = 5000
-	}
-	if o.VerifyRows <= 0 {
-		o.VerifyRows = 50_000
-	}
+	o = o.withDefaults()
 	p := MoveProbe{Table: t.String()}
 	if len(t.PK) == 0 {
 		return p, fmt.Errorf("probe %s: it has no primary key", t)
 	}
-	var cols []string
-	for _, c := range t.WritableColumns() {
-		cols = append(cols, pgx.Identifier{c.Name}.Sanitize())
-	}
-	var pk []string
-	for _, c := range t.PK {
-		pk = append(pk, pgx.Identifier{"t", c}.Sanitize())
-	}
-	pred := ring.ScanPredicate(t.TokenSQL("t"), ring.Normalize(ranges))
-	var inRanges int64
-	if err := src.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %s AS t WHERE %s LIMIT %d) s`, t.Quoted(), pred, o.ChunkRows)).Scan(&inRanges); err != nil {
+	load := startLoad(ctx, src, dst)
+	cp, err := backfill.Probe(ctx, src, dst, t, backfill.ProbeOptions{Ranges: ranges, ChunkRows: o.ChunkRows, MinBytes: o.MinBytes, MinTime: o.MinTime, MaxTime: o.MaxTime})
+	if err != nil {
 		return p, fmt.Errorf("probe %s: %w", t, err)
 	}
-	if inRanges < int64(o.ChunkRows)/10 {
-		pred = "true" // a sparse range says little of the rate: the table's first rows
-	}
-	from := fmt.Sprintf(`FROM %s AS t WHERE %s ORDER BY %s`, t.Quoted(), pred, strings.Join(pk, ", "))
-	var err error
-	p.SampleRows, p.CopyTime, err = copySample(ctx, src, dst, t, fmt.Sprintf(`SELECT %s %s LIMIT %d`, strings.Join(cols, ", "), from, o.ChunkRows), cols)
-	if err != nil {
-		return p, err
-	}
+	p.SampleRows, p.CopyTime, p.CopyChunks, p.CopyOrder, p.CopyWireBytes = cp.Rows, cp.Elapsed, cp.Chunks, string(cp.Order), cp.Bytes
 	p.SampleBytes = int64(float64(p.SampleRows) * bytesPerRow)
 
-	start := time.Now()
-	err = readOnly(ctx, src, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, fmt.Sprintf(`SELECT count(*), coalesce(bit_xor(h), 0), coalesce(sum(h), 0)::text FROM (SELECT %s AS h %s LIMIT %d) s`,
-			verify.RowHash(t, "t"), from, o.VerifyRows)).Scan(&p.VerifyRows, new(int64), new(string))
-	})
+	vp, err := verify.ProbeSource(ctx, src, t, ranges, verify.ProbeOptions{ChunkRows: o.VerifyRows, Parallel: o.VerifyParallel, MinTime: o.MinTime, MaxTime: o.MaxTime})
 	if err != nil {
-		return p, fmt.Errorf("probe %s: checksum a verify chunk: %w", t, err)
+		return p, fmt.Errorf("probe %s: %w", t, err)
 	}
-	p.VerifyTime = time.Since(start)
+	p.VerifyRows, p.VerifyTime, p.VerifyWorkers = vp.Rows, vp.Elapsed, vp.Workers
 	p.VerifyBytes = int64(float64(p.VerifyRows) * bytesPerRow)
+	p.Load = load()
 
 	for _, pool := range []*pgxpool.Pool{src, dst} {
 		d, err := fenceSample(ctx, pool)
@@ -186,54 +180,63 @@ func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ra
 	return p, nil
 }
 
-// readOnly runs f in a read-only transaction with the copy's paging settings.
-func readOnly(ctx context.Context, pool *pgxpool.Pool, f func(pgx.Tx) error) error {
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL application_name = 'reshard capacity'; "+pagingSettings); err != nil {
-		return err
-	}
-	return f(tx)
+// activeSQL counts the servers' sessions running a statement, this one
+// and the probe's own left out (the copy probe's application_name is the
+// copy's).
+const activeSQL = `SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND backend_type = 'client backend'
+	AND pid <> pg_backend_pid() AND application_name NOT LIKE 'reshard%'`
+
+// startLoad samples what else runs on src and dst every second until the
+// returned function is called, which returns what it saw: the other
+// sessions running a statement on each (the mean over the samples), and
+// the load average of the host the probe runs on (which shares the
+// servers' CPUs when they run on it too, as in tests and the bench).
+func startLoad(ctx context.Context, src, dst *pgxpool.Pool) func() ProbeLoad {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan ProbeLoad, 1)
+	go func() {
+		var l ProbeLoad
+		var n, sSum, dSum int64
+		var la float64
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			var s, d int64
+			if src.QueryRow(ctx, activeSQL).Scan(&s) == nil && dst.QueryRow(ctx, activeSQL).Scan(&d) == nil {
+				n++
+				sSum += s
+				dSum += d
+				if v, ok := loadAverage(); ok {
+					la = max(la, v)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				if n > 0 {
+					l.SourceActive, l.TargetActive = float64(sSum)/float64(n), float64(dSum)/float64(n)
+				}
+				l.HostLoad = la
+				done <- l
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() ProbeLoad { cancel(); return <-done }
 }
 
-// copySample streams sel from src as binary COPY into a temporary table
-// like t on dst and rolls it back: the copy's work, with the same rows,
-// without its WAL on the target.
-func copySample(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, sel string, cols []string) (int64, time.Duration, error) {
-	dtx, err := dst.Begin(ctx)
+// loadAverage is the host's 1-minute load average (/proc/loadavg).
+func loadAverage() (float64, bool) {
+	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
-		return 0, 0, fmt.Errorf("probe %s: %w", t, err)
+		return 0, false
 	}
-	defer func() { _ = dtx.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := dtx.Exec(ctx, fmt.Sprintf(`CREATE TEMP TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING INDEXES) ON COMMIT DROP`,
-		probeTable, t.Quoted())); err != nil {
-		return 0, 0, fmt.Errorf("probe %s: create a temporary table like it on the target: %w", t, err)
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
 	}
-	pr, pw := io.Pipe()
-	start := time.Now()
-	read := make(chan error, 1)
-	go func() {
-		err := readOnly(ctx, src, func(tx pgx.Tx) error {
-			_, err := tx.Conn().PgConn().CopyTo(ctx, pw, "COPY ("+sel+") TO STDOUT (FORMAT binary)")
-			return err
-		})
-		pw.CloseWithError(err)
-		read <- err
-	}()
-	tag, werr := dtx.Conn().PgConn().CopyFrom(ctx, pr, fmt.Sprintf("COPY %s (%s) FROM STDIN (FORMAT binary)", probeTable, strings.Join(cols, ", ")))
-	pr.CloseWithError(errors.New("the target stopped reading"))
-	rerr := <-read
-	elapsed := time.Since(start)
-	if rerr != nil {
-		return 0, 0, fmt.Errorf("probe %s: read a chunk on the source: %w", t, rerr)
-	}
-	if werr != nil {
-		return 0, 0, fmt.Errorf("probe %s: write a chunk on the target: %w", t, werr)
-	}
-	return tag.RowsAffected(), elapsed, nil
+	v, err := strconv.ParseFloat(f[0], 64)
+	return v, err == nil
 }
 
 // fenceSample times replacing a plpgsql trigger function the size of a

@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -121,14 +122,25 @@ func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 	if m.TargetGrowth < size*4/10+idx*4/10 || m.TargetGrowth > size*6/10+idx*6/10 {
 		t.Errorf("target growth %d: want about half of the table (%d) and its indexes (%d)", m.TargetGrowth, size, idx)
 	}
-	if m.Copy <= 0 || m.Verify <= 0 || m.WritePause <= 0 || m.SlotWAL <= 0 || m.CatchUp <= 0 || !strings.Contains(m.Basis, "5000 rows of public.users") {
+	if m.Copy <= 0 || m.Verify <= 0 || m.WritePause <= 0 || m.SlotWAL <= 0 || m.CatchUp <= 0 || !strings.Contains(m.Basis, "rows of public.users copied as the copy does") {
 		t.Errorf("prediction not calibrated: %+v", m)
 	}
 	if n := dst.QueryInt64(t, `SELECT count(*) FROM users`); n != 0 {
 		t.Errorf("the probe left %d rows on the target", n)
 	}
-	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_class WHERE relname = 'reshard_capacity_probe'`); n != 0 {
-		t.Errorf("the probe left its temporary table on the target")
+	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_class WHERE relname LIKE 'capacity_probe%'`); n != 0 {
+		t.Errorf("the probe left its table on the target")
+	}
+	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_namespace WHERE nspname = 'reshard'`); n != 0 {
+		t.Errorf("the probe left the schema reshard on the target")
+	}
+	// The users of the lower half (about 10,000 rows, 2.5 MB) are fewer
+	// than the probe's 32 MiB: it copied them all, by primary key (half
+	// the token space) in chunks of the copy's 5,000 rows (the last one short), and checksummed
+	// them with the verify's two workers.
+	if want := src.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) < 0`); !strings.Contains(m.Basis, fmt.Sprintf("%d rows of public.users copied as the copy does (%d chunks by pk", want, want/5000+1)) ||
+		!strings.Contains(m.Basis, "(2 workers)") || !strings.Contains(m.Basis, "other active sessions on src") {
+		t.Errorf("basis %q: want the %d rows of the range copied in chunks of 5,000 by pk (the last one short), checksummed by 2 workers, and the load seen", m.Basis, want)
 	}
 }
 

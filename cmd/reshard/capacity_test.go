@@ -41,7 +41,7 @@ func TestPlanRefusesWhatCannotFit(t *testing.T) {
 	c.withCapacity(t, "  shard3:\n    disk_bytes: 1073741824\n")
 	out, code = c.run(t, "plan", "add-node", "shard3", "--table", "users:id", "--table", "orders:user_id", "--wal-window", "200ms")
 	if code != 0 || !strings.Contains(out, "capacity (predicted from a probe of the servers") || !strings.Contains(out, "SLOT WAL") ||
-		!strings.Contains(out, "copied to a temporary table in") {
+		!strings.Contains(out, "copied as the copy does") {
 		t.Fatalf("plan onto a target with the disk: exit %d\n%s", code, out)
 	}
 	t.Log(out)

@@ -104,7 +104,7 @@ var domainOrder = map[string]int{
 	"shardschema":       3,               // a keyspace's tables made alike across shards (schema sync, apply)
 	"keyspace/register": 4,               // tables registered after checks on every shard, then fenced
 	"csvload":           4,               // reshard load: rows routed by token (router's fence error)
-	"capacity":          4,               // PLAN's cost model (it measures with verify's checksum)
+	"capacity":          4,               // PLAN's cost model (it measures with backfill's copy and verify's checksum)
 	"cutover":           4,               // the step sequence, journal, dry run
 	"join":              5, "cleanup": 5, // JOINING; CLEANUP and the end of a move
 	"plan":      5, // PLAN: the plan, its preflight, its cost (capacity), its cutover's dry run
