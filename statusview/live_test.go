@@ -347,6 +347,20 @@ func TestStatusSetsPhasesAgainstTheirPrediction(t *testing.T) {
 	if want := "copy 3m12s of predicted 3m40s, catch-up 4s of predicted 2s, verify predicted 10s; slot WAL predicted 120.0 MiB"; got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)
 	}
+	// A running copy, past a tenth of its estimate, is predicted again
+	// from its own rate: 30,000 of 100,000 rows in the 60 s to its last
+	// report, 200 s in all.
+	c := m
+	c.Spec.EstRows, c.RowsCopied, c.Phase = 100_000, 30_000, workflows.PhaseSnapshotCopy
+	c.Timings = []workflows.PhaseTiming{{Phase: workflows.PhaseSnapshotCopy, Start: start}}
+	c.UpdatedAt = start.Add(60 * time.Second)
+	if got, want := PredictedText(c, start.Add(65*time.Second)), "copy 1m5s of predicted 3m40s (3m20s at its own rate), catch-up predicted 2s"; !strings.HasPrefix(got, want) {
+		t.Errorf("a running copy:\ngot  %q\nwant %q…", got, want)
+	}
+	c.RowsCopied = 9_000 // under a tenth: the probe's prediction only
+	if got, want := PredictedText(c, start.Add(65*time.Second)), "copy 1m5s of predicted 3m40s, catch-up"; !strings.HasPrefix(got, want) {
+		t.Errorf("a copy under a tenth:\ngot  %q\nwant %q…", got, want)
+	}
 	m.Spec.Predicted = nil
 	if got := PredictedText(m, start); got != "" {
 		t.Fatalf("a move without a prediction: %q", got)

@@ -76,11 +76,32 @@ func PredictedText(m workflows.MoveState, now time.Time) string {
 		switch {
 		case !ok:
 			parts = append(parts, fmt.Sprintf("%s predicted %s", ph.name, want))
+		case ph.phase == workflows.PhaseSnapshotCopy && m.Phase == ph.phase && !m.CopyDone:
+			parts = append(parts, fmt.Sprintf("%s %s of predicted %s", ph.name, roundAbout(took), want)+ownRate(m, took, now))
 		default:
 			parts = append(parts, fmt.Sprintf("%s %s of predicted %s", ph.name, roundAbout(took), want))
 		}
 	}
 	return strings.Join(parts, ", ") + fmt.Sprintf("; slot WAL predicted %s", workflows.HumanBytes(p.SlotWALBytes))
+}
+
+// ownRate is a running copy's length predicted again from its own rate
+// (the rows it copied over the time it took, up to its last report), once
+// a tenth of the estimate is copied: " (4m10s at its own rate)". The
+// probe's prediction was made before the copy; this one sees what the
+// copy meets.
+func ownRate(m workflows.MoveState, took time.Duration, now time.Time) string {
+	if m.Spec.EstRows <= 0 || m.RowsCopied*10 < m.Spec.EstRows {
+		return ""
+	}
+	if !m.UpdatedAt.IsZero() && m.UpdatedAt.Before(now) {
+		took -= now.Sub(m.UpdatedAt) // the rows are those of the last report
+	}
+	if took <= 0 {
+		return ""
+	}
+	total := time.Duration(float64(took) * float64(m.Spec.EstRows) / float64(m.RowsCopied))
+	return fmt.Sprintf(" (%s at its own rate)", roundAbout(total))
 }
 
 // phaseTook is the time the move spent in phase (so far, while in it),
