@@ -94,6 +94,22 @@ func rate(bytes int64, d time.Duration) float64 {
 	return float64(bytes) / d.Seconds()
 }
 
+// Measured is m with its copy's own rate for the probe's: rows copied in
+// elapsed, as the copy reports them (backfill.Progress), in the
+// estimate's bytes (Bytes/Rows a row). Predict then gives the move's
+// figures again, at a tenth of its copy say, from what the copy met
+// rather than from a sample taken before it.
+func (m Move) Measured(rows int64, elapsed time.Duration) Move {
+	if rows <= 0 || elapsed <= 0 || m.Rows <= 0 {
+		return m
+	}
+	m.Probe.SampleRows = rows
+	m.Probe.SampleBytes = int64(float64(rows) * float64(m.Bytes) / float64(m.Rows))
+	m.Probe.CopyTime = elapsed
+	m.Probe.CopyChunks, m.Probe.CopyOrder = 0, "the move's own copy"
+	return m
+}
+
 // Move is one move as the model sees it: the plan's estimates and the probe.
 type Move struct {
 	ID     string `json:"id"`

@@ -194,3 +194,23 @@ func TestCleanupWALCountsThePagesTouched(t *testing.T) {
 		t.Errorf("nothing moves: %d", got)
 	}
 }
+
+func TestMeasuredPredictsFromTheCopysOwnRate(t *testing.T) {
+	shards := map[string]ShardProbe{"a": {Shard: "a", WALBytesPerSec: mib, MaxSlotWALKeep: -1}, "b": {Shard: "b", MaxSlotWALKeep: -1}}
+	// The probe said 1 MiB/s; the copy did a tenth (100,000 of 1,000,000
+	// rows, 60 MiB of 600) in 12 s: 5 MiB/s, 120 s in all.
+	m := Move{ID: "m", Source: "a", Target: "b", Rows: 1_000_000, Bytes: 600 * mib, SetBytes: 3000 * mib, Probe: probeAt(mib, 60*mib)}
+	if got := Predict([]Move{m}, shards, nil, Options{}).Moves[0].Copy.Duration(); got != 600*time.Second {
+		t.Fatalf("at the start: copy %s, want 10m0s", got)
+	}
+	p := Predict([]Move{m.Measured(100_000, 12*time.Second)}, shards, nil, Options{}).Moves[0]
+	if got := p.Copy.Duration(); got != 120*time.Second {
+		t.Errorf("at a tenth: copy %s, want 2m0s (the copy's own 5 MiB/s)", got)
+	}
+	if p.SlotWAL != 120*mib || p.Verify.Duration() != 10*time.Second {
+		t.Errorf("at a tenth: slot WAL %s (want 120 MiB), verify %s (want the probe's 10s)", HumanBytes(p.SlotWAL), p.Verify.Duration())
+	}
+	if same := m.Measured(0, time.Second); same.Probe != m.Probe {
+		t.Errorf("nothing copied yet changed the probe: %+v", same.Probe)
+	}
+}

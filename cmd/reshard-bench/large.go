@@ -691,9 +691,7 @@ func (lr *largeRun) move(ctx context.Context) error {
 	// and the source's WAL over that tenth for the probe's window.
 	var atTenth capacity.MovePrediction
 	if ten != nil && ten.at > 0 {
-		c := cm
-		c.Probe.SampleBytes = int64(float64(ten.rows) * float64(cm.Bytes) / float64(cm.Rows))
-		c.Probe.CopyTime = ten.at
+		c := cm.Measured(ten.rows, ten.at)
 		sh := maps2(shards)
 		sp := sh["source"]
 		sp.WALBytesPerSec = float64(ten.srcWAL) / ten.at.Seconds()
