@@ -19,8 +19,8 @@ import (
 type ProbeOptions struct {
 	ChunkRows int // 0: DefaultChunkRows
 	Parallel  int // workers, as Options.Parallel (0: 2)
-	// No chunk starts once MinTime has passed and at least one chunk per
-	// worker was checksummed, or once MaxTime has passed.
+	// After a chunk a worker, no chunk starts once MinTime has passed and
+	// those were checksummed, or once MaxTime has passed.
 	MinTime, MaxTime time.Duration
 }
 
@@ -57,12 +57,17 @@ func ProbeSource(ctx context.Context, src *pgxpool.Pool, t tableset.Table, range
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(o.Parallel)
-	for _, c := range chunks {
-		el := time.Since(start)
-		mu.Lock()
-		enough := st.Chunks >= int64(o.Parallel) && el >= o.MinTime || o.MaxTime > 0 && el >= o.MaxTime
-		mu.Unlock()
-		if enough || gctx.Err() != nil {
+	for i, c := range chunks {
+		if i >= o.Parallel { // a chunk a worker, whatever the bounds
+			el := time.Since(start)
+			mu.Lock()
+			enough := st.Chunks >= int64(o.Parallel) && el >= o.MinTime || o.MaxTime > 0 && el >= o.MaxTime
+			mu.Unlock()
+			if enough {
+				break
+			}
+		}
+		if gctx.Err() != nil {
 			break
 		}
 		g.Go(func() error {
