@@ -5,10 +5,11 @@
 // Invariant: the probe changes nothing. It reads the source's WAL position
 // and pg_stat_wal over a window (the WAL rate, without the burst of
 // full-page images a checkpoint causes: WALReading.SteadyRate), the
-// settings that bound a slot's
-// retention, table and index sizes from pg_class, and times one chunk
-// copied from the source into a temporary table on the target inside a
-// transaction that is rolled back, and one verify-style checksum of the
+// settings that bound a slot's retention, table and index sizes from
+// pg_class, and times the copy's own chunks (backfill.Probe: written into
+// a table like the moving one on the target, in a transaction rolled back;
+// the target writes their WAL and keeps nothing) and the verify's own
+// chunk checksums with its workers (verify.ProbeSource) on the
 // source's rows. The model then follows what the code does today: a move's
 // slot is created before its copy and its stream starts after it, so the
 // slot retains the source's WAL of the whole copy. With Options.
