@@ -335,6 +335,11 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 			held = min(copyS, StreamRetention.Seconds())
 		}
 		p.SlotWAL = int64(src.WALBytesPerSec * held)
+		if src.WAL.Window > 0 && held > 0 {
+			// The WAL of the copy's own time: a burst of images that is
+			// still coming weighs on a short copy more than on the cycle.
+			p.SlotWAL = int64(src.WAL.Over(time.Duration(held * float64(time.Second))))
+		}
 		// Catch-up applies the moving ranges' share of that WAL while the
 		// source keeps writing: W/(apply − incoming).
 		frac := 1.0

@@ -74,45 +74,101 @@ func (r WALReading) FPIShare() float64 {
 	return min(float64(r.FPI)*r.FPIBytes()/float64(r.StatBytes), 1)
 }
 
-// SteadyRate is the WAL rate the model uses: the source's rate over a
-// checkpoint cycle, not the burst of full-page images that follows a
-// checkpoint. The first change to a page after a checkpoint writes the
-// whole page, so just after one (a restart's, or the one the probe's
-// window happens to follow) the WAL rate can be many times the rate of
-// the records alone: under load, a 30-s window after a restart saw
-// 5.6 MiB/s where the copy that followed saw 0.44 (cmd/reshard-bench
-// -sections large at 20 GB). The rule:
-//
-//   - the records' own rate (the window's WAL without its images:
-//     pg_stat_wal's wal_fpi × FPIBytes) is taken as it is;
-//   - the images come fastest just after a checkpoint and slow as the
-//     pages touched run out, so the window's images are taken as if they
-//     had come no faster from the checkpoint's start to the window's end
-//     (SinceCheckpoint) and not at all after, spread over the checkpoint
-//     cycle (checkpoint_timeout, or less when max_wal_size fills first):
-//     the image rate × min(SinceCheckpoint / cycle, 1).
-//
-// A window long after the checkpoint keeps its images (the factor is 1),
-// and one just after it keeps the share of the cycle it saw. Without the
-// checkpoint's time (SinceCheckpoint < 0) the images are kept whole.
-func (r WALReading) SteadyRate() float64 {
+// images is the window's full-page images as the model follows them:
+// their rate over the window and at its end (in bytes/s), how fast they
+// die away (tau: the e-folding time of their rate, fitted from the
+// window's halves; +Inf when they do not slow), the checkpoint cycle and
+// where in it the window ends. ok is false when there are none to follow
+// (no images, or the checkpoint's time not read): then the WAL comes at
+// the window's own rate.
+func (r WALReading) images() (records, rate, end, tau, cycle, since float64, ok bool) {
 	raw := r.RawRate()
-	if raw == 0 {
-		return 0
-	}
 	share := r.FPIShare()
-	if share == 0 || r.SinceCheckpoint < 0 {
-		return raw
+	if raw == 0 || share == 0 || r.SinceCheckpoint < 0 {
+		return raw, 0, 0, 0, 0, 0, false
 	}
-	images := raw * share
-	records := raw - images
-	cycle := r.CheckpointTimeout.Seconds()
+	rate = raw * share
+	records = raw - rate
+	cycle = r.CheckpointTimeout.Seconds()
 	if r.MaxWALSize > 0 && records > 0 {
 		cycle = min(cycle, float64(r.MaxWALSize)/records)
 	}
 	if cycle <= 0 {
-		return raw
+		return raw, 0, 0, 0, 0, 0, false
 	}
-	factor := math.Min(r.SinceCheckpoint.Seconds()/cycle, 1)
-	return records + images*factor
+	since = min(r.SinceCheckpoint.Seconds(), cycle)
+	end, tau = rate, math.Inf(1)
+	var f1, f2 int64
+	for i, p := range r.Parts {
+		if i < len(r.Parts)/2 {
+			f1 += p.FPI
+		} else if len(r.Parts)%2 == 0 || i > len(r.Parts)/2 {
+			f2 += p.FPI
+		}
+	}
+	if len(r.Parts) >= 2 && f1 > 0 && f2 < f1 {
+		half := r.Window.Seconds() / 2
+		tau = half / math.Log(float64(f1)/math.Max(float64(f2), 0.5))
+		end = rate * 2 * float64(f2) / float64(f1+f2)
+	}
+	return records, rate, end, tau, cycle, since, true
+}
+
+// after is the images' bytes over the next d seconds from the window's
+// end, their rate end dying away with tau.
+func after(end, tau, d float64) float64 {
+	if math.IsInf(tau, 1) {
+		return end * d
+	}
+	return end * tau * (1 - math.Exp(-d/tau))
+}
+
+// SteadyRate is the WAL rate the model uses for the source's writes: its
+// rate over a checkpoint cycle, not the burst of full-page images that
+// follows a checkpoint. The first change to a page after a checkpoint
+// writes the whole page, so just after one (a restart's, or the one the
+// probe's window happens to follow) the WAL rate can be many times the
+// rate of the records alone: under load, a 30-s window after a restart
+// saw 5.6 MiB/s where the copy that followed saw 0.44 (cmd/reshard-bench
+// -sections large at 20 GB). The rule:
+//
+//   - the records' own rate (the window's WAL without its images:
+//     pg_stat_wal's wal_fpi × FPIBytes) is taken as it is;
+//   - the images of a cycle (checkpoint_timeout, or less when
+//     max_wal_size fills first) are those from the checkpoint's start to
+//     the window's end, as if they had come no faster before the window
+//     than in it, and those of the rest of the cycle, their rate at the
+//     window's end dying away as it did from the window's first half to
+//     its second (not at all when it did not slow: the pages being
+//     touched for the first time are not running out);
+//   - the rate is the records' plus the cycle's images over the cycle.
+//
+// A burst that dies within the window counts for the share of the cycle
+// it took; images that keep coming count whole. Without the checkpoint's
+// time (SinceCheckpoint < 0) the window's rate is taken as it is.
+func (r WALReading) SteadyRate() float64 {
+	records, rate, end, tau, cycle, since, ok := r.images()
+	if !ok {
+		return records
+	}
+	images := rate*since + after(end, tau, cycle-since)
+	return records + images/cycle
+}
+
+// Over is the WAL the source writes in the d from the window's end (a
+// copy's, which its slot retains): the records at their rate, the images
+// of the rest of the cycle as they die away (SteadyRate), and past the
+// cycle's end the cycles' average. 0 when nothing was read.
+func (r WALReading) Over(d time.Duration) float64 {
+	s := d.Seconds()
+	records, _, end, tau, cycle, since, ok := r.images()
+	if !ok {
+		return records * s
+	}
+	rest := cycle - since
+	wal := records*s + after(end, tau, min(s, rest))
+	if s > rest {
+		wal += (s - rest) * (r.SteadyRate() - records)
+	}
+	return wal
 }
