@@ -491,10 +491,16 @@ func (lr *largeRun) move(ctx context.Context) error {
 	}
 	atStart := capacity.Predict([]capacity.Move{cm}, shards, nil, capacity.Options{})
 	pm := atStart.Moves[0]
-	fmt.Fprintf(r.out, "predicted at the start: %d rows, %s; copy %s (%s/s), catch-up %s, verify %s, cleanup %s; slot WAL %s (source WAL %s/s); %s\n",
+	w := shards["source"].WAL
+	fmt.Fprintf(r.out, "predicted at the start: %d rows, %s; copy %s (%s/s), catch-up %s, verify %s, cleanup %s; slot WAL %s (source WAL %s/s; its window %s/s, %.0f %% full-page images, %s after a checkpoint); %s\n",
 		cm.Rows, gib(cm.Bytes), pm.Copy.Duration().Round(time.Second), capacity.HumanBytes(int64(pm.CopyBytesPerSec)), pm.CatchUp.Duration().Round(time.Second),
 		pm.Verify.Duration().Round(time.Second), pm.Cleanup.Duration().Round(time.Second), capacity.HumanBytes(pm.SlotWAL),
-		capacity.HumanBytes(int64(shards["source"].WALBytesPerSec)), pm.Basis)
+		capacity.HumanBytes(int64(shards["source"].WALBytesPerSec)), capacity.HumanBytes(int64(w.RawRate())), 100*w.FPIShare(), w.SinceCheckpoint.Round(time.Second), pm.Basis)
+	var fpi []int64
+	for _, p := range w.Parts {
+		fpi = append(fpi, p.FPI)
+	}
+	fmt.Fprintf(r.out, "the source's full-page images a second over the WAL window: %v\n", fpi)
 
 	// JOINING: the fences' guards, the publication, the slot.
 	if _, err := topology.Begin(next, m.Ranges, m.From, m.To, "begin large").Publish(ctx, lr.store); err != nil {
