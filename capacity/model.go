@@ -334,12 +334,9 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 		if o.StreamDuringCopy && copyS > 0 {
 			held = min(copyS, StreamRetention.Seconds())
 		}
+		// The source's rate over a checkpoint cycle (SteadyRate): where
+		// in its cycle the copy will start, PLAN cannot know.
 		p.SlotWAL = int64(src.WALBytesPerSec * held)
-		if src.WAL.Window > 0 && held > 0 {
-			// The WAL of the copy's own time: a burst of images that is
-			// still coming weighs on a short copy more than on the cycle.
-			p.SlotWAL = int64(src.WAL.Over(time.Duration(held * float64(time.Second))))
-		}
 		// Catch-up applies the moving ranges' share of that WAL while the
 		// source keeps writing: W/(apply − incoming).
 		frac := 1.0

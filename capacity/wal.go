@@ -154,21 +154,3 @@ func (r WALReading) SteadyRate() float64 {
 	images := rate*since + after(end, tau, cycle-since)
 	return records + images/cycle
 }
-
-// Over is the WAL the source writes in the d from the window's end (a
-// copy's, which its slot retains): the records at their rate, the images
-// of the rest of the cycle as they die away (SteadyRate), and past the
-// cycle's end the cycles' average. 0 when nothing was read.
-func (r WALReading) Over(d time.Duration) float64 {
-	s := d.Seconds()
-	records, _, end, tau, cycle, since, ok := r.images()
-	if !ok {
-		return records * s
-	}
-	rest := cycle - since
-	wal := records*s + after(end, tau, min(s, rest))
-	if s > rest {
-		wal += (s - rest) * (r.SteadyRate() - records)
-	}
-	return wal
-}

@@ -41,21 +41,14 @@ func TestSteadyWALRateSpreadsTheImagesOverTheCycle(t *testing.T) {
 			}
 		})
 	}
-	// A copy of 10 s from the window's end: the records and the tail.
-	if got, want := r.Over(10*time.Second), 4_000_000+320_000*5/math.Log(19)*(1-math.Exp(-10*math.Log(19)/5)); math.Abs(got-want) > want*0.001 {
-		t.Errorf("WAL over 10 s %.0f B, want %.0f", got, want)
-	}
 	// Images that do not slow (the same count in every part, records
 	// varying): the pages touched for the first time are not running out,
-	// so they come as they came, over the cycle and over a copy.
+	// so they come as they came over the cycle.
 	even := r
 	even.Parts = []WALPart{{Records: 500, FPI: 1000, Bytes: 500*1000 + 1000*8000}, {Records: 1500, FPI: 1000, Bytes: 1500*1000 + 1000*8000},
 		{Records: 500, FPI: 1000, Bytes: 500*1000 + 1000*8000}, {Records: 1500, FPI: 1000, Bytes: 1500*1000 + 1000*8000}}
 	if got := even.SteadyRate(); math.Abs(got-3_600_000) > 3_600 {
 		t.Errorf("steady rate %.0f B/s of images that do not slow, want the window's 3600000", got)
-	}
-	if got := even.Over(20 * time.Second); math.Abs(got-72_000_000) > 72_000 {
-		t.Errorf("WAL over 20 s %.0f B of images that do not slow, want 72000000", got)
 	}
 	// The same share of images in every part: their size is not told
 	// apart, a whole page is taken.
