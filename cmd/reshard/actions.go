@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/reshard/reshard/control"
+	"github.com/reshard/reshard/request"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -128,10 +129,8 @@ func newActionCmds(opts *globalOptions) []*cobra.Command {
 
 func newThrottleCmd(opts *globalOptions) *cobra.Command {
 	var (
-		f           actionFlags
-		rows, bytes float64
-		chunk       int
-		adaptive    adaptiveFlags
+		f actionFlags
+		t request.Throttle
 	)
 	cmd := &cobra.Command{
 		Use:   "throttle <id> [--rows-per-sec N] [--bytes-per-sec N] [--copy-chunk-rows N] [--max-source-latency-increase P] [--max-replica-lag D] ...",
@@ -144,54 +143,28 @@ func newThrottleCmd(opts *globalOptions) *cobra.Command {
 			"Copy slices take a change at their next start (at most --copy-slice later); a verify or cleanup running takes it at its next start.\n\n" + actionExitCodes,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := throttleUpdate(cmd.Flags(), rows, bytes, chunk, &adaptive)
+			u, err := throttleUpdate(cmd.Flags(), t)
 			if err != nil {
 				return usageError{err}
 			}
-			return sendAction(cmd, opts, f, "throttle", workflows.UpdateThrottle, args[0], []any{t})
+			return sendAction(cmd, opts, f, "throttle", workflows.UpdateThrottle, args[0], []any{u})
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	f.register(cmd)
-	cmd.Flags().Float64Var(&rows, "rows-per-sec", 0, "rows per second per move (0: unlimited)")
-	cmd.Flags().Float64Var(&bytes, "bytes-per-sec", 0, "bytes per second per move (0: unlimited)")
-	cmd.Flags().IntVar(&chunk, "copy-chunk-rows", 0, "rows per copy chunk from the next chunk on (0: the migration's --copy-chunk-rows)")
-	adaptive.register(cmd.Flags())
+	cmd.Flags().Float64Var(&t.RowsPerSec, "rows-per-sec", 0, "rows per second per move (0: unlimited)")
+	cmd.Flags().Float64Var(&t.BytesPerSec, "bytes-per-sec", 0, "bytes per second per move (0: unlimited)")
+	cmd.Flags().IntVar(&t.ChunkRows, "copy-chunk-rows", 0, "rows per copy chunk from the next chunk on (0: the migration's --copy-chunk-rows)")
+	registerAdaptive(cmd.Flags(), &t.Adaptive)
 	return cmd
 }
 
-// throttleUpdate is the throttle update the flags ask for: the rates given
-// (the others 0: unlimited), the adaptive limits given (as a whole) or
-// none (kept); adaptive limits alone keep the rates.
-func throttleUpdate(fl *pflag.FlagSet, rows, bytes float64, chunk int, adaptive *adaptiveFlags) (workflows.Throttle, error) {
-	rowsSet, bytesSet, chunkSet := fl.Changed("rows-per-sec"), fl.Changed("bytes-per-sec"), fl.Changed("copy-chunk-rows")
-	t := workflows.Throttle{KeepRates: true}
-	if rowsSet || bytesSet || chunkSet || !adaptive.changed(fl) {
-		var err error
-		if t, err = throttleArg(rowsSet, bytesSet, chunkSet, rows, bytes, chunk); err != nil {
-			return t, err
-		}
-	}
-	if adaptive.changed(fl) {
-		t.Adaptive = adaptive.value()
-		if t.Adaptive == nil {
-			t.Adaptive = &workflows.AdaptiveThrottle{} // all 0: off
-		}
-		if err := t.Adaptive.Validate(); err != nil {
-			return t, err
-		}
-	}
-	return t, nil
-}
-
-func throttleArg(rowsSet, bytesSet, chunkSet bool, rows, bytes float64, chunk int) (workflows.Throttle, error) {
-	if !rowsSet && !bytesSet && !chunkSet {
-		return workflows.Throttle{}, errors.New("give --rows-per-sec, --bytes-per-sec, --copy-chunk-rows and/or adaptive limits (--max-source-latency-increase, --max-replica-lag, ...) (0: unlimited)")
-	}
-	if rows < 0 || bytes < 0 || chunk < 0 {
-		return workflows.Throttle{}, errors.New("--rows-per-sec, --bytes-per-sec and --copy-chunk-rows: want 0 or more")
-	}
-	return workflows.Throttle{RowsPerSec: rows, BytesPerSec: bytes, ChunkRows: chunk}, nil
+// throttleUpdate is the throttle update of reshard throttle's flags
+// (request.ThrottleUpdate), marking which were given.
+func throttleUpdate(fl *pflag.FlagSet, t request.Throttle) (workflows.Throttle, error) {
+	t.RowsSet, t.BytesSet, t.ChunkSet = fl.Changed("rows-per-sec"), fl.Changed("bytes-per-sec"), fl.Changed("copy-chunk-rows")
+	t.AdaptiveSet = adaptiveChanged(fl)
+	return request.ThrottleUpdate(t)
 }
 
 func freshRequestID() string {

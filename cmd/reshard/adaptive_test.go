@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/reshard/reshard/request"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -31,20 +32,16 @@ func TestThrottleUpdate(t *testing.T) {
 		{[]string{}, workflows.Throttle{}, "give --rows-per-sec"},
 		{[]string{"--max-source-latency-increase", "-3"}, workflows.Throttle{}, "--max-source-latency-increase -3"},
 	} {
-		var (
-			rows, bytes float64
-			chunk       int
-			ad          adaptiveFlags
-		)
+		var th request.Throttle
 		fl := pflag.NewFlagSet("throttle", pflag.ContinueOnError)
-		fl.Float64Var(&rows, "rows-per-sec", 0, "")
-		fl.Float64Var(&bytes, "bytes-per-sec", 0, "")
-		fl.IntVar(&chunk, "copy-chunk-rows", 0, "")
-		ad.register(fl)
+		fl.Float64Var(&th.RowsPerSec, "rows-per-sec", 0, "")
+		fl.Float64Var(&th.BytesPerSec, "bytes-per-sec", 0, "")
+		fl.IntVar(&th.ChunkRows, "copy-chunk-rows", 0, "")
+		registerAdaptive(fl, &th.Adaptive)
 		if err := fl.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		got, err := throttleUpdate(fl, rows, bytes, chunk, &ad)
+		got, err := throttleUpdate(fl, th)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%v: error %v, want %q", tc.args, err, tc.err)

@@ -22,6 +22,7 @@ import (
 	"github.com/reshard/reshard/internal/demo"
 	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/plan"
+	"github.com/reshard/reshard/request"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/topology"
@@ -289,12 +290,10 @@ func (d *demoRun) writers(ctx context.Context) (*demo.Writers, error) {
 
 // addNode plans and starts the migration that adds the spare shard.
 func (d *demoRun) addNode(ctx context.Context, topo topology.Topology) (*migrationPlan, error) {
-	var mf migrationFlags // no --table: a migration moves the keyspace's tables
-	mf.vnodes, mf.tokens, mf.grace, mf.cutoverBudget, mf.maxLagBytes = workflows.DefaultVNodes, workflows.DefaultTokens, d.o.grace, workflows.DefaultCutoverBudget, workflows.DefaultMaxLagBytes
-	mf.chunkRows, mf.verifyChunkRows = workflows.DefaultCopyChunkRows, workflows.DefaultVerifyChunkRows
-	mf.rowsPerSec = d.o.rowsPerSec
-	mf.onVerifyFail = string(workflows.VerifyFailWait)
-	req, err := buildRequest(workflows.KindAddNode, []string{d.newShard}, mf)
+	// No --table: a migration moves the keyspace's tables.
+	req, err := request.Build(workflows.KindAddNode, []string{d.newShard}, request.Options{VNodes: workflows.DefaultVNodes, Tokens: workflows.DefaultTokens,
+		Grace: d.o.grace, CutoverBudget: workflows.DefaultCutoverBudget, MaxLagBytes: workflows.DefaultMaxLagBytes, ChunkRows: workflows.DefaultCopyChunkRows,
+		VerifyChunkRows: workflows.DefaultVerifyChunkRows, RowsPerSec: d.o.rowsPerSec, OnVerifyFail: string(workflows.VerifyFailWait)})
 	if err != nil {
 		return nil, usageError{err}
 	}

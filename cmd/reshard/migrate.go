@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"regexp"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,249 +13,74 @@ import (
 	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/planview"
+	"github.com/reshard/reshard/request"
 	"github.com/reshard/reshard/ring"
-	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
 
-// migrationFlags are the flags of split, add-node, remove-node, move and
-// their plan (dry-run) forms.
+// migrationFlags are the flags of split, add-node, remove-node, move,
+// rebalance and their plan (dry-run) forms: the request's options
+// (request.Options) and the command's own.
 type migrationFlags struct {
-	tables          []string
-	tableSet        string
-	keyspace        string
-	vnodes          int
-	tokens          string
-	rowsPerSec      float64
-	bytesPerSec     float64
-	chunkRows       int
-	verifyChunkRows int
-	maxParallel     int // moves at once (0: no bound)
-	maxPerShard     int // moves a shard takes part in at once (0: no bound)
-	requireApproval bool
-	onVerifyFail    string
-	readFrom        string
-	streamDuring    bool // --stream-during-copy
-	grace           time.Duration
-	cutoverBudget   time.Duration
-	maxLagBytes     int64
-	adaptive        adaptiveFlags
-	walWindow       time.Duration // the capacity probe's WAL window
-	id              string
-	into            string   // split
-	rng             string   // move
-	to              string   // move
-	add, remove     string   // rebalance: comma-separated shards
-	weights         []string // rebalance: shard=weight
-	asJSON          bool
+	request.Options
+	keyspace  string
+	walWindow time.Duration // the capacity probe's WAL window
+	asJSON    bool
 }
 
 func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRun bool) {
 	fl := cmd.Flags()
-	fl.StringArrayVar(&f.tables, "table", nil, "[schema.]table:key (repeatable): leave out to move the keyspace's tables; when given, must name every one of them")
-	fl.StringVar(&f.tableSet, "table-set", "", "deprecated, ignored: the keyspace names the tables")
+	fl.StringArrayVar(&f.Tables, "table", nil, "[schema.]table:key (repeatable): leave out to move the keyspace's tables; when given, must name every one of them")
+	fl.StringVar(&f.TableSet, "table-set", "", "deprecated, ignored: the keyspace names the tables")
 	fl.StringVar(&f.keyspace, "keyspace", "", "the keyspace whose ring changes (default: the cluster's only keyspace)")
-	fl.IntVar(&f.vnodes, "vnodes", workflows.DefaultVNodes, "vnodes of the new shard")
-	fl.StringVar(&f.tokens, "tokens", workflows.DefaultTokens, "token allocation of new vnodes: balanced or hash")
-	fl.Float64Var(&f.rowsPerSec, "rows-per-sec", 0, "copy throttle per move, rows per second (0: unlimited)")
-	fl.Float64Var(&f.bytesPerSec, "bytes-per-sec", 0, "copy throttle per move, bytes per second (0: unlimited)")
-	fl.IntVar(&f.chunkRows, "copy-chunk-rows", workflows.DefaultCopyChunkRows, "rows per copy chunk (at most one second of the throttle)")
-	fl.IntVar(&f.chunkRows, "chunk-rows", workflows.DefaultCopyChunkRows, "rows per copy chunk")
+	fl.IntVar(&f.VNodes, "vnodes", workflows.DefaultVNodes, "vnodes of the new shard")
+	fl.StringVar(&f.Tokens, "tokens", workflows.DefaultTokens, "token allocation of new vnodes: balanced or hash")
+	fl.Float64Var(&f.RowsPerSec, "rows-per-sec", 0, "copy throttle per move, rows per second (0: unlimited)")
+	fl.Float64Var(&f.BytesPerSec, "bytes-per-sec", 0, "copy throttle per move, bytes per second (0: unlimited)")
+	fl.IntVar(&f.ChunkRows, "copy-chunk-rows", workflows.DefaultCopyChunkRows, "rows per copy chunk (at most one second of the throttle)")
+	fl.IntVar(&f.ChunkRows, "chunk-rows", workflows.DefaultCopyChunkRows, "rows per copy chunk")
 	_ = fl.MarkDeprecated("chunk-rows", "use --copy-chunk-rows")
-	fl.IntVar(&f.verifyChunkRows, "verify-chunk-rows", workflows.DefaultVerifyChunkRows, "moving rows per verify chunk")
-	fl.IntVar(&f.maxParallel, "max-parallel-moves", 0, "moves running at once; the others queue (0: no bound)")
-	fl.IntVar(&f.maxPerShard, "max-moves-per-shard", 0, "moves a shard takes part in at once, as source or target (0: no bound)")
-	fl.BoolVar(&f.requireApproval, "require-approval", false, "wait for reshard approve before each cutover")
-	fl.StringVar(&f.readFrom, "read-from", string(workflows.ReadFromPrimary), "where the copy and verify read the source's rows: primary, or standby (each source shard's standby: in reshard.yaml; the slot stays on the primary)")
-	fl.BoolVar(&f.streamDuring, "stream-during-copy", false, "start each move's stream with its copy, behind the copy gate, so that the source's slot retains about the stream's lag of WAL instead of the whole copy's (integer and uuid primary keys only; not with --read-from standby)")
-	fl.StringVar(&f.onVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
-	fl.DurationVar(&f.grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
-	fl.DurationVar(&f.cutoverBudget, "cutover-budget", workflows.DefaultCutoverBudget, "write-pause budget of a cutover; over it the cutover aborts and retries")
-	fl.Int64Var(&f.maxLagBytes, "max-lag-bytes", workflows.DefaultMaxLagBytes, "CDC catch-up gate: a move verifies (and then cuts over) once its CDC lag is at most this many bytes")
-	f.adaptive.register(fl)
+	fl.IntVar(&f.VerifyChunkRows, "verify-chunk-rows", workflows.DefaultVerifyChunkRows, "moving rows per verify chunk")
+	fl.IntVar(&f.MaxParallel, "max-parallel-moves", 0, "moves running at once; the others queue (0: no bound)")
+	fl.IntVar(&f.MaxPerShard, "max-moves-per-shard", 0, "moves a shard takes part in at once, as source or target (0: no bound)")
+	fl.BoolVar(&f.RequireApproval, "require-approval", false, "wait for reshard approve before each cutover")
+	fl.StringVar(&f.ReadFrom, "read-from", string(workflows.ReadFromPrimary), "where the copy and verify read the source's rows: primary, or standby (each source shard's standby: in reshard.yaml; the slot stays on the primary)")
+	fl.BoolVar(&f.StreamDuringCopy, "stream-during-copy", false, "start each move's stream with its copy, behind the copy gate, so that the source's slot retains about the stream's lag of WAL instead of the whole copy's (integer and uuid primary keys only; not with --read-from standby)")
+	fl.StringVar(&f.OnVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
+	fl.DurationVar(&f.Grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
+	fl.DurationVar(&f.CutoverBudget, "cutover-budget", workflows.DefaultCutoverBudget, "write-pause budget of a cutover; over it the cutover aborts and retries")
+	fl.Int64Var(&f.MaxLagBytes, "max-lag-bytes", workflows.DefaultMaxLagBytes, "CDC catch-up gate: a move verifies (and then cuts over) once its CDC lag is at most this many bytes")
+	registerAdaptive(fl, &f.Adaptive)
 	fl.DurationVar(&f.walWindow, "wal-window", capacity.DefaultWALWindow, "how long the capacity probe watches each shard's WAL rate before predicting the WAL a move's slot retains")
 	if !dryRun {
-		fl.StringVar(&f.id, "id", "", "migration id: lower-case letters, digits, '-' (default: generated)")
+		fl.StringVar(&f.ID, "id", "", "migration id: lower-case letters, digits, '-' (default: generated)")
 	}
 	switch kind {
 	case workflows.KindSplit:
-		fl.StringVar(&f.into, "into", "", "the new shard that takes half of the split shard's ranges (required)")
+		fl.StringVar(&f.Into, "into", "", "the new shard that takes half of the split shard's ranges (required)")
 	case workflows.KindMove:
-		fl.StringVar(&f.rng, "range", "", "token range to move, lo:hi or (lo,hi] as status and ring show print it (lo exclusive, hi inclusive; required)")
-		fl.StringVar(&f.to, "to", "", "shard receiving the range (required)")
+		fl.StringVar(&f.Range, "range", "", "token range to move, lo:hi or (lo,hi] as status and ring show print it (lo exclusive, hi inclusive; required)")
+		fl.StringVar(&f.To, "to", "", "shard receiving the range (required)")
 	case workflows.KindRebalance:
-		fl.StringVar(&f.add, "add", "", "shards to add, comma-separated (each in the configuration)")
-		fl.StringVar(&f.remove, "remove", "", "shards to remove, comma-separated")
-		fl.StringArrayVar(&f.weights, "weight", nil, "shard=weight (repeatable or comma-separated): the weight of a shard that stays or is added")
+		fl.StringVar(&f.Add, "add", "", "shards to add, comma-separated (each in the configuration)")
+		fl.StringVar(&f.Remove, "remove", "", "shards to remove, comma-separated")
+		fl.StringArrayVar(&f.Weights, "weight", nil, "shard=weight (repeatable or comma-separated): the weight of a shard that stays or is added")
 	}
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 }
 
-var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,39}$`)
+// idPattern is a migration id (request.IDPattern).
+var idPattern = request.IDPattern
 
-// buildRequest turns the arguments and flags into a MigrationRequest. It
-// checks only what needs no database; every error is bad input.
+// buildRequest turns the arguments and flags into a MigrationRequest
+// (request.Build); every error is bad input.
 func buildRequest(kind workflows.Kind, args []string, f migrationFlags) (workflows.MigrationRequest, error) {
-	req := workflows.MigrationRequest{Kind: kind, ID: f.id}
-	switch kind {
-	case workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode:
-		if len(args) != 1 {
-			return req, fmt.Errorf("%s takes one shard name, e.g. reshard %s shard5", kind, kind)
-		}
-		req.Shard = args[0]
-		if !validName(req.Shard) {
-			return req, fmt.Errorf("shard name %q: use letters, digits, '-' and '_' (at most 63)", req.Shard)
-		}
-	case workflows.KindMove:
-		if len(args) != 0 {
-			return req, errors.New("move takes no arguments: reshard move --range lo:hi --to shard")
-		}
-	case workflows.KindRebalance:
-		if len(args) != 0 {
-			return req, errors.New("rebalance takes no arguments: name the shards with --add, --remove and --weight shard=w")
-		}
-		var err error
-		if req.Add, err = splitNames("--add", f.add); err != nil {
-			return req, err
-		}
-		if req.Remove, err = splitNames("--remove", f.remove); err != nil {
-			return req, err
-		}
-		if req.Weights, err = parseWeights(f.weights); err != nil {
-			return req, err
-		}
-		if len(req.Weights) == 0 {
-			req.Weights = nil
-		}
-		if len(req.Add)+len(req.Remove)+len(req.Weights) == 0 {
-			return req, errors.New("rebalance needs --add shards, --remove shards or --weight shard=w (any of them together)")
-		}
-		for _, name := range slices.Concat(req.Add, req.Remove) {
-			if !validName(name) {
-				return req, fmt.Errorf("shard name %q: use letters, digits, '-' and '_' (at most 63)", name)
-			}
-		}
-	}
-	switch kind {
-	case workflows.KindSplit:
-		if f.into == "" {
-			return req, fmt.Errorf("split %s needs --into <new shard>: the shard that takes half of %s's ranges", req.Shard, req.Shard)
-		}
-		if f.into == req.Shard {
-			return req, fmt.Errorf("--into %s: a shard cannot be split into itself; name the new shard", f.into)
-		}
-		if !validName(f.into) {
-			return req, fmt.Errorf("--into %q: use letters, digits, '-' and '_' (at most 63)", f.into)
-		}
-		req.Into = f.into
-	case workflows.KindMove:
-		if f.rng == "" || f.to == "" {
-			return req, errors.New("move needs --range lo:hi and --to <shard>")
-		}
-		r, err := ring.ParseRange(f.rng)
-		if err != nil {
-			return req, fmt.Errorf("--range: %w", err)
-		}
-		if !validName(f.to) {
-			return req, fmt.Errorf("--to %q: use letters, digits, '-' and '_' (at most 63)", f.to)
-		}
-		req.Range, req.To = &r, f.to
-	}
-	if len(f.tables) > 0 { // else the keyspace's tables (resolveTables)
-		spec, err := parseTableSpec(f.tables, f.tableSet)
-		if err != nil {
-			return req, err
-		}
-		req.Tables = spec
-	}
-	// Zero is no value for these flags (in a request it means the default).
-	for _, z := range []struct {
-		flag string
-		v    int
-	}{{"--vnodes", f.vnodes}, {"--copy-chunk-rows", f.chunkRows}, {"--verify-chunk-rows", f.verifyChunkRows}} {
-		if z.v < 1 {
-			return req, fmt.Errorf("%s %d: want 1 or more", z.flag, z.v)
-		}
-	}
-	alloc, err := ring.ParseAllocation(f.tokens)
-	if err != nil {
-		return req, fmt.Errorf("--tokens: %w", err)
-	}
-	req.VNodes, req.Tokens = f.vnodes, string(alloc)
-	req.Throttle = workflows.Throttle{RowsPerSec: f.rowsPerSec, BytesPerSec: f.bytesPerSec, Adaptive: f.adaptive.value()}
-	req.ChunkRows, req.VerifyChunkRows = f.chunkRows, f.verifyChunkRows
-	req.MaxParallelMoves, req.MaxMovesPerShard = f.maxParallel, f.maxPerShard
-	req.RequireApproval = f.requireApproval
-	req.OnVerifyFail = workflows.OnVerifyFail(f.onVerifyFail)
-	req.ReadFrom = workflows.ReadFrom(f.readFrom)
-	req.StreamDuringCopy = f.streamDuring
-	req.GracePeriod = new(f.grace)
-	req.CutoverBudget = f.cutoverBudget
-	if f.cutoverBudget == 0 {
-		return req, errors.New("--cutover-budget 0s: want 100ms or more")
-	}
-	req.MaxLagBytes = f.maxLagBytes
-	// The one validation of a migration's settings (the workflow's too).
-	if err := req.Validate(); err != nil {
-		return req, err
-	}
-	if req.ID == "" {
-		req.ID = newMigrationID(kind)
-	} else if !idPattern.MatchString(req.ID) {
-		return req, fmt.Errorf("--id %q: want lower-case letters, digits and '-', starting with a letter or digit, at most 40", req.ID)
-	} else if migrationIDArg(req.ID) != req.ID {
-		return req, fmt.Errorf("--id %q: an id may not start with %q, the prefix of workflow ids (commands take either form): drop it", req.ID, workflows.MigrationWorkflowID(""))
-	}
-	return req, nil
+	return request.Build(kind, args, f.Options)
 }
 
-// parseTableSpec reads --table [schema.]table:key flags.
-func parseTableSpec(tables []string, name string) (tableset.Spec, error) {
-	var spec tableset.Spec
-	if len(tables) == 0 {
-		return spec, errors.New("name the tables that move together: --table users:id --table orders:user_id ([schema.]table:key)")
-	}
-	seen := map[string]bool{}
-	for _, t := range tables {
-		tbl, key, ok := strings.Cut(t, ":")
-		if !ok || tbl == "" || key == "" || strings.Contains(key, ":") {
-			return spec, fmt.Errorf("--table %q: want [schema.]table:key, e.g. --table public.orders:user_id", t)
-		}
-		ts := tableset.TableSpec{Schema: "public", Table: tbl, KeyColumn: key}
-		if s, n, ok := strings.Cut(tbl, "."); ok {
-			if s == "" || n == "" || strings.Contains(n, ".") {
-				return spec, fmt.Errorf("--table %q: want [schema.]table:key", t)
-			}
-			ts.Schema, ts.Table = s, n
-		}
-		q := ts.Schema + "." + ts.Table
-		if seen[q] {
-			return spec, fmt.Errorf("--table %s is given twice", q)
-		}
-		seen[q] = true
-		spec.Tables = append(spec.Tables, ts)
-	}
-	spec.Name = name
-	if spec.Name == "" {
-		spec.Name = spec.Tables[0].Table
-	}
-	return spec, nil
-}
-
-const idAlphabet = "abcdefghijkmnpqrstuvwxyz23456789" // no 0/o, 1/l
-
-// newMigrationID is short, lower-case and says what it is: "add-k3f9xq".
-func newMigrationID(kind workflows.Kind) string {
-	prefix := map[workflows.Kind]string{workflows.KindAddNode: "add", workflows.KindSplit: "split",
-		workflows.KindRemoveNode: "remove", workflows.KindMove: "move", workflows.KindRebalance: "rebalance"}[kind]
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	for i := range b {
-		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
-	}
-	return prefix + "-" + string(b)
-}
+// parseTableSpec reads --table [schema.]table:key flags (request.Tables).
+var parseTableSpec = request.Tables
 
 // movePair is one Move workflow's ranges (planview.Pair); migrationPlan
 // the plan of a request and its pairs (planview.Plan).

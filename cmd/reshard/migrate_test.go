@@ -15,64 +15,21 @@ import (
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/planview"
+	"github.com/reshard/reshard/request"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/statusview"
-	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
 
 func defaultMigrationFlags() migrationFlags {
-	return migrationFlags{tables: []string{"users:id", "app.orders:user_id"}, vnodes: 16, tokens: "balanced", chunkRows: 5000, verifyChunkRows: 50000,
-		onVerifyFail: "wait", grace: workflows.DefaultGracePeriod, cutoverBudget: 2 * time.Second, maxLagBytes: 16 << 20}
+	return migrationFlags{Options: defaultOptions()}
 }
 
-func TestBuildRequest(t *testing.T) {
-	f := defaultMigrationFlags()
-	f.id = "split-1"
-	f.into = "shard5"
-	f.rowsPerSec, f.bytesPerSec = 1000, 1<<20
-	f.requireApproval = true
-	f.onVerifyFail = "rollback"
-	req, err := buildRequest(workflows.KindSplit, []string{"shard1"}, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := workflows.MigrationRequest{ID: "split-1", Kind: workflows.KindSplit, Shard: "shard1", Into: "shard5",
-		Tables: tableset.Spec{Name: "users", Tables: []tableset.TableSpec{
-			{Schema: "public", Table: "users", KeyColumn: "id"}, {Schema: "app", Table: "orders", KeyColumn: "user_id"}}},
-		VNodes: 16, Tokens: "balanced", Throttle: workflows.Throttle{RowsPerSec: 1000, BytesPerSec: 1 << 20}, ChunkRows: 5000,
-		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20, VerifyChunkRows: 50000}
-	if req.GracePeriod == nil || *req.GracePeriod != workflows.DefaultGracePeriod {
-		t.Errorf("grace period %v, want %s", req.GracePeriod, workflows.DefaultGracePeriod)
-	}
-	req.GracePeriod = nil
-	if fmt.Sprintf("%+v", req) != fmt.Sprintf("%+v", want) {
-		t.Errorf("request\n got %+v\nwant %+v", req, want)
-	}
-
-	f = defaultMigrationFlags()
-	f.streamDuring = true
-	if req, err := buildRequest(workflows.KindAddNode, []string{"shard5"}, f); err != nil || !req.StreamDuringCopy {
-		t.Errorf("--stream-during-copy: request %+v, %v; want StreamDuringCopy", req, err)
-	}
-
-	f = defaultMigrationFlags()
-	f.rng, f.to = "-100:200", "shard2"
-	req, err = buildRequest(workflows.KindMove, nil, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if req.Range == nil || *req.Range != (ring.Range{Lo: -100, Hi: 200}) || req.To != "shard2" {
-		t.Errorf("move request: range %v to %q", req.Range, req.To)
-	}
-	if !strings.HasPrefix(req.ID, "move-") || !idPattern.MatchString(req.ID) || len(req.ID) != len("move-")+6 {
-		t.Errorf("generated id %q: want move-<6 lower-case chars>", req.ID)
-	}
-	other, _ := buildRequest(workflows.KindMove, nil, f)
-	if other.ID == req.ID {
-		t.Errorf("two generated ids are equal: %s", req.ID)
-	}
+// defaultOptions are the flags' defaults, two tables named.
+func defaultOptions() request.Options {
+	return request.Options{Tables: []string{"users:id", "app.orders:user_id"}, VNodes: 16, Tokens: "balanced", ChunkRows: 5000, VerifyChunkRows: 50000,
+		OnVerifyFail: "wait", Grace: workflows.DefaultGracePeriod, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20}
 }
 
 // --grace defaults to the workflow's default, and --grace 0s reaches the
@@ -109,52 +66,6 @@ func TestGraceFlag(t *testing.T) {
 		}
 		if !strings.Contains(string(b), tc.json) {
 			t.Errorf("%v: request %s, want it to carry %s", tc.args, b, tc.json)
-		}
-	}
-}
-
-func TestBuildRequestBadInput(t *testing.T) {
-	for _, tc := range []struct {
-		kind workflows.Kind
-		args []string
-		edit func(*migrationFlags)
-		want string
-	}{
-		{workflows.KindAddNode, nil, nil, "takes one shard name"},
-		{workflows.KindAddNode, []string{"a", "b"}, nil, "takes one shard name"},
-		{workflows.KindAddNode, []string{"bad name"}, nil, "shard name"},
-		{workflows.KindSplit, []string{"shard1"}, nil, "needs --into"},
-		{workflows.KindSplit, []string{"shard1"}, func(f *migrationFlags) { f.into = "shard1" }, "into itself"},
-		{workflows.KindMove, []string{"x"}, nil, "takes no arguments"},
-		{workflows.KindMove, nil, func(f *migrationFlags) { f.to = "shard2" }, "needs --range"},
-		{workflows.KindMove, nil, func(f *migrationFlags) { f.rng, f.to = "5:1", "shard2" }, "lower bound must be below"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tables = []string{"users"} }, "want [schema.]table:key"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tables = []string{"users:id", "public.users:id"} }, "given twice"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tables = []string{".users:id"} }, "want [schema.]table:key"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.vnodes = 0 }, "--vnodes"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.tokens = "random" }, "--tokens"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.rowsPerSec = -1 }, "--rows-per-sec"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.chunkRows = 0 }, "--copy-chunk-rows"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.verifyChunkRows = -1 }, "--verify-chunk-rows"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.onVerifyFail = "ignore" }, "--on-verify-fail"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.grace = -time.Second }, "--grace"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.cutoverBudget = time.Millisecond }, "--cutover-budget"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.id = "Upper" }, "--id"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.id = "-x" }, "--id"},
-		{workflows.KindRebalance, nil, nil, "rebalance needs --add"},
-		{workflows.KindRebalance, []string{"s5"}, func(f *migrationFlags) { f.add = "s6" }, "takes no arguments"},
-		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.add = "s5,s6,s5" }, "s5 is listed twice"},
-		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.remove = "bad name" }, "shard name"},
-		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.weights = []string{"s1=-2"} }, "--weight"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *migrationFlags) { f.streamDuring, f.readFrom = true, "standby" }, "--stream-during-copy with --read-from standby"},
-	} {
-		f := defaultMigrationFlags()
-		if tc.edit != nil {
-			tc.edit(&f)
-		}
-		_, err := buildRequest(tc.kind, tc.args, f)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s %v: error %v, want one mentioning %q", tc.kind, tc.args, err, tc.want)
 		}
 	}
 }
@@ -281,26 +192,6 @@ func TestValidateConfig(t *testing.T) {
 	w.PasswordEnv, w.PasswordFile = "", ""
 	if c, err := validateConfig("f.yaml", w); err != nil || c.password != "" {
 		t.Errorf("no password source: %v, password %q", err, c.password)
-	}
-}
-
-func TestBuildRequestRebalance(t *testing.T) {
-	f := defaultMigrationFlags()
-	f.add, f.remove, f.weights = "shard5, shard6", "shard1", []string{"shard2=2", "shard5=3"}
-	req, err := buildRequest(workflows.KindRebalance, nil, f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fmt.Sprint(req.Add, req.Remove, req.Weights) != "[shard5 shard6] [shard1] map[shard2:2 shard5:3]" || !strings.HasPrefix(req.ID, "rebalance-") {
-		t.Errorf("rebalance request %q: add %v remove %v weights %v", req.ID, req.Add, req.Remove, req.Weights)
-	}
-	b, err := json.Marshal(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back workflows.MigrationRequest
-	if err := json.Unmarshal(b, &back); err != nil || fmt.Sprint(back.Add, back.Remove, back.Weights) != fmt.Sprint(req.Add, req.Remove, req.Weights) {
-		t.Errorf("round trip %s: %v", b, err)
 	}
 }
 

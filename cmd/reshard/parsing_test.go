@@ -9,7 +9,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/reshard/reshard/internal/pgtest"
-	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -86,19 +85,6 @@ func splitWords(s string) ([]string, error) {
 	return words, nil
 }
 
-// --range of move takes a range as status and ring show print it.
-func TestMoveRangeAsPrinted(t *testing.T) {
-	want := ring.Range{Lo: -4611686018427387904, Hi: 0}
-	for _, in := range []string{"-4611686018427387904:0", want.String()} {
-		f := migrationFlags{rng: in, to: "shard3", vnodes: 16, tokens: "balanced", chunkRows: 1000, verifyChunkRows: 1000,
-			onVerifyFail: string(workflows.VerifyFailWait), cutoverBudget: workflows.DefaultCutoverBudget}
-		req, err := buildRequest(workflows.KindMove, nil, f)
-		if err != nil || req.Range == nil || *req.Range != want {
-			t.Errorf("move --range %s: %v, %+v", in, err, req.Range)
-		}
-	}
-}
-
 // approve's refusals name approve, not the Update it sends.
 func TestApproveRejectionNamesTheVerb(t *testing.T) {
 	// The reason as the Migration workflow's validator words it.
@@ -132,10 +118,5 @@ func TestWorkflowIDsAccepted(t *testing.T) {
 		if code != 1 || !strings.Contains(out, "pause "+id+": no reshard worker polls") {
 			t.Errorf("pause %s: exit %d\n%s", arg, code, out)
 		}
-	}
-	f := migrationFlags{id: "reshard-x", vnodes: 16, tokens: "balanced", chunkRows: 1000, verifyChunkRows: 1000,
-		onVerifyFail: string(workflows.VerifyFailWait), cutoverBudget: workflows.DefaultCutoverBudget}
-	if _, err := buildRequest(workflows.KindAddNode, []string{"shard5"}, f); err == nil || !strings.Contains(err.Error(), "may not start with \"reshard-\"") {
-		t.Errorf("--id reshard-x: %v", err)
 	}
 }

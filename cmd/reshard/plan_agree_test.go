@@ -71,14 +71,14 @@ func TestDryRunIsTheStoredPlan(t *testing.T) {
 		edit func(*migrationFlags)
 	}{
 		{workflows.KindAddNode, []string{"shard3"}, nil},
-		{workflows.KindSplit, []string{"shard2"}, func(f *migrationFlags) { f.into = "shard3" }},
+		{workflows.KindSplit, []string{"shard2"}, func(f *migrationFlags) { f.Into = "shard3" }},
 		{workflows.KindRemoveNode, []string{"shard1"}, nil},
-		{workflows.KindMove, nil, func(f *migrationFlags) { f.rng, f.to = fmt.Sprintf("%d:%d", rg.Lo, rg.Hi), "shard2" }},
-		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.add, f.weights = "shard3,shard4", []string{"shard1=2"} }},
+		{workflows.KindMove, nil, func(f *migrationFlags) { f.Range, f.To = fmt.Sprintf("%d:%d", rg.Lo, rg.Hi), "shard2" }},
+		{workflows.KindRebalance, nil, func(f *migrationFlags) { f.Add, f.Weights = "shard3,shard4", []string{"shard1=2"} }},
 	} {
 		t.Run(string(tc.kind), func(t *testing.T) {
 			f := defaultMigrationFlags()
-			f.tables = []string{"users:id", "orders:user_id"}
+			f.Tables = []string{"users:id", "orders:user_id"}
 			if tc.edit != nil {
 				tc.edit(&f)
 			}
@@ -87,11 +87,11 @@ func TestDryRunIsTheStoredPlan(t *testing.T) {
 			args = append(args, tables...)
 			switch tc.kind {
 			case workflows.KindSplit:
-				args = append(args, "--into", f.into)
+				args = append(args, "--into", f.Into)
 			case workflows.KindMove:
-				args = append(args, "--range", f.rng, "--to", f.to)
+				args = append(args, "--range", f.Range, "--to", f.To)
 			case workflows.KindRebalance:
-				args = append(args, "--add", f.add, "--weight", f.weights[0])
+				args = append(args, "--add", f.Add, "--weight", f.Weights[0])
 			}
 			out, code := c.run(t, append(args, "--json")...)
 			var dry planReport
@@ -100,7 +100,7 @@ func TestDryRunIsTheStoredPlan(t *testing.T) {
 			}
 
 			// The worker's PLAN of the same request, as the CLI builds it.
-			f.id = fmt.Sprintf("agree-%d", i)
+			f.ID = fmt.Sprintf("agree-%d", i)
 			req, err := buildRequest(tc.kind, tc.args, f)
 			if err != nil {
 				t.Fatal(err)
