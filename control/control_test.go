@@ -57,6 +57,16 @@ func TestRejection(t *testing.T) {
 
 // A call the frontend ends first is "no answer", however the SDK hands the
 // error over.
+// approve's refusals name approve, not the Update it sends.
+func TestRejectionNamesTheVerb(t *testing.T) {
+	// The reason as the Migration workflow's validator words it.
+	rej := &Rejected{workflows.UpdateApprove + " is accepted when a move has passed VERIFY or waits in CUTOVER; move m1 is in SNAPSHOT_COPY"}
+	got := rej.as("approve", workflows.UpdateApprove).Error()
+	if strings.Contains(got, "approve-cutover") || !strings.HasPrefix(got, "rejected: approve is accepted when") {
+		t.Errorf("approve's refusal: %q", got)
+	}
+}
+
 func TestAbandoned(t *testing.T) {
 	for _, err := range []error{
 		serviceerror.NewCanceled("stream terminated by RST_STREAM with error code: CANCEL"),
@@ -129,6 +139,29 @@ func TestControlPlane(t *testing.T) {
 		t.Errorf("MigrationRuns of a running migration: %+v, %v", l, err)
 	}
 
+	if newest, err := NewestRunning(ctx, tc); err != nil || newest != id {
+		t.Errorf("NewestRunning: %q, %v; want %s", newest, err, id)
+	}
+	if err := NoWorkerToAsk(ctx, tc, wfID, "start one"); err == nil || !strings.HasSuffix(err.Error(), "(workflow status: running): start one") {
+		t.Errorf("NoWorkerToAsk of a running migration: %v", err)
+	}
+	nm := (*NoMigration)(nil)
+	if err := NoWorkerToAsk(ctx, tc, workflows.MigrationWorkflowID("no-such"), "start one"); !errors.As(err, &nm) || nm.ID != "no-such" {
+		t.Errorf("NoWorkerToAsk of an unknown migration: %v, want *NoMigration", err)
+	}
+	if _, err := State(ctx, tc, workflows.MigrationWorkflowID("no-such"), 5*time.Second); !errors.As(err, &nm) ||
+		err.Error() != "no migration no-such (workflow reshard-no-such not found); reshard list shows them" {
+		t.Errorf("State of an unknown migration: %v, want *NoMigration", err)
+	}
+	if _, err := State(ctx, tc, wfID, time.Second); err == nil || !strings.Contains(err.Error(), "no worker answered the state query of "+wfID+" within 1s (workflow status: running)") {
+		t.Errorf("State with no worker: %v", err)
+	}
+	pause := Action{Verb: "pause", Update: workflows.UpdatePause, ID: id, RequestID: "r0", Timeout: time.Second, NoWorker: "no worker polls: start one"}
+	noRecord := func(context.Context, topology.Request) error { t.Error("recorded a request never sent"); return nil }
+	if _, err := Act(ctx, tc, pause, nil, noRecord); err == nil || err.Error() != "pause "+id+": no worker polls: start one; nothing was sent" {
+		t.Errorf("Act with no worker: %v", err)
+	}
+
 	uid := UpdateID("pause", id, "r1")
 	uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err = Update(uctx, tc, wfID, workflows.UpdatePause, uid, nil)
@@ -163,6 +196,14 @@ func TestControlPlane(t *testing.T) {
 	}
 	if run, err := Describe(ctx, tc, workflows.MigrationWorkflowID("no-such"), 5*time.Second); err != nil || run.Found {
 		t.Errorf("Describe of an unknown workflow: %+v, %v", run, err)
+	}
+	ended := (*Ended)(nil)
+	if _, err := Act(ctx, tc, pause, nil, noRecord); !errors.As(err, &ended) || !strings.Contains(err.Error(), "has ended (terminated); nothing to pause. It may have left work behind") {
+		t.Errorf("Act on a terminated migration: %v, want *Ended", err)
+	}
+	pause.ID = "no-such"
+	if _, err := Act(ctx, tc, pause, nil, noRecord); !errors.As(err, &nm) || !strings.Contains(err.Error(), "reshard recover no-such brings") {
+		t.Errorf("Act on an unknown migration: %v, want *NoMigration naming recover", err)
 	}
 	if _, err := Update(ctx, tc, workflows.MigrationWorkflowID("no-such"), workflows.UpdatePause, uid, nil); err == nil {
 		t.Error("an Update to an unknown workflow succeeded")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -137,4 +138,27 @@ func MigrationRuns(ctx context.Context, tc client.Client, id string, moves []str
 		}
 	}
 	return l, nil
+}
+
+// WorkersKnow refuses shards no running worker's configuration names: a
+// migration's workflow would start and fail at once, telling the operator
+// to add the shard to a file that may already have it (the worker had not
+// reloaded it). Workers report the shards they know in store's
+// reshard.workers and reload their file every poll. With no worker
+// reporting (none runs, or the reports cannot be read), it passes.
+func WorkersKnow(ctx context.Context, store *topology.Store, shards []string, poll time.Duration) error {
+	ws, err := store.Workers(ctx, workflows.TaskQueue)
+	if err != nil || len(ws) == 0 {
+		return nil
+	}
+	missing := topology.UnknownToWorkers(ws, shards)
+	if len(missing) == 0 {
+		return nil
+	}
+	var known []string
+	for _, w := range ws {
+		known = append(known, fmt.Sprintf("%s knows %s", w.Identity, strings.Join(w.Shards, ",")))
+	}
+	return fmt.Errorf("no running worker knows shard(s) %s (%s): add them to the configuration file the workers read; a worker reloads it within %s of a change (or on SIGHUP): retry in a few seconds; nothing was started",
+		strings.Join(missing, ", "), strings.Join(known, "; "), poll)
 }

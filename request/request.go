@@ -307,3 +307,19 @@ func ThrottleUpdate(t Throttle) (workflows.Throttle, error) {
 	}
 	return u, nil
 }
+
+// NewShards are the shards a request sends ranges to by name, and the
+// argument or flag that names them: each must be in the configuration.
+func NewShards(req workflows.MigrationRequest) (flag string, names []string) {
+	switch req.Kind {
+	case workflows.KindAddNode:
+		return "add-node", []string{req.Shard}
+	case workflows.KindSplit:
+		return "--into", []string{req.Into}
+	case workflows.KindMove:
+		return "--to", []string{req.To}
+	case workflows.KindRebalance:
+		return "--add", req.Add
+	}
+	return "", nil
+}

@@ -186,3 +186,21 @@ func TestThrottleUpdate(t *testing.T) {
 		}
 	}
 }
+
+func TestNewShards(t *testing.T) {
+	rg := ring.Range{Lo: 1, Hi: 2}
+	for _, tc := range []struct {
+		req  workflows.MigrationRequest
+		want string
+	}{
+		{workflows.MigrationRequest{Kind: workflows.KindAddNode, Shard: "s5"}, "add-node [s5]"},
+		{workflows.MigrationRequest{Kind: workflows.KindSplit, Shard: "s1", Into: "s6"}, "--into [s6]"},
+		{workflows.MigrationRequest{Kind: workflows.KindMove, Range: &rg, To: "s2"}, "--to [s2]"},
+		{workflows.MigrationRequest{Kind: workflows.KindRebalance, Add: []string{"s7", "s8"}, Remove: []string{"s1"}}, "--add [s7 s8]"},
+		{workflows.MigrationRequest{Kind: workflows.KindRemoveNode, Shard: "s1"}, " []"},
+	} {
+		if flag, names := NewShards(tc.req); fmt.Sprint(flag, " ", names) != tc.want {
+			t.Errorf("%s: %s %v, want %s", tc.req.Kind, flag, names, tc.want)
+		}
+	}
+}

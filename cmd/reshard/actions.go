@@ -6,16 +6,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/request"
+	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
@@ -66,14 +65,19 @@ func (e pendingError) Error() string { return e.msg }
 func (pendingError) ExitCode() int { return 4 }
 
 // workerRuns says whether a worker runs now (control.WorkerRuns), asking
-// the workers' reports in the control database too when it answers within
-// 2s. Without the control database (the actions need only Temporal),
-// Temporal's answer stands.
+// the workers' reports in the control database too (workerReports).
 func workerRuns(ctx context.Context, tc client.Client, cfg *clusterConfig) (bool, error) {
+	return control.WorkerRuns(ctx, tc, workerReports(cfg))
+}
+
+// workerReports are the workers' reports in the control database, when it
+// answers within 2s. Without the control database (the actions need only
+// Temporal), nil: Temporal's answer stands.
+func workerReports(cfg *clusterConfig) control.Workers {
 	if cfg == nil || cfg.Control == "" {
-		return control.WorkerRuns(ctx, tc, nil)
+		return nil
 	}
-	return control.WorkerRuns(ctx, tc, func(ctx context.Context) ([]topology.Worker, error) {
+	return func(ctx context.Context) ([]topology.Worker, error) {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		store, closeStore, err := cfg.smallControl(rctx, 1)
@@ -82,7 +86,7 @@ func workerRuns(ctx context.Context, tc client.Client, cfg *clusterConfig) (bool
 		}
 		defer closeStore()
 		return store.Workers(rctx, workflows.TaskQueue)
-	})
+	}
 }
 
 // noWorker says that no worker polls and how to start one.
@@ -173,7 +177,7 @@ func freshRequestID() string {
 	return hex.EncodeToString(b)
 }
 
-// sendAction sends one Update and waits for its outcome.
+// sendAction sends one Update and waits for its outcome (control.Act).
 func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, update, id string, args []any) error {
 	id = migrationIDArg(id)
 	if !idPattern.MatchString(id) {
@@ -196,101 +200,45 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 		return err
 	}
 	defer tc.Close()
-	wfID := workflows.MigrationWorkflowID(id)
-	// Temporal holds an Update until a worker runs the workflow, however
-	// long that takes: sent with no worker, it would be applied at some
-	// later moment nobody chose. Refuse instead, sending nothing.
-	polls, err := workerRuns(ctx, tc, cfg)
+	a := control.Action{Verb: verb, Update: update, ID: id, RequestID: reqID, Args: args, Timeout: f.timeout, NoWorker: noWorker(cfg)}
+	res, err := control.Act(ctx, tc, a, workerReports(cfg), func(ctx context.Context, r topology.Request) error { return recordPending(ctx, cfg, r) })
 	if err != nil {
-		return err
+		return actionErr(err)
 	}
-	if !polls {
-		if err := workflowGone(ctx, tc, id, wfID, verb); err != nil {
-			return err
-		}
-		return fmt.Errorf("%s %s: %s; nothing was sent", verb, id, noWorker(cfg))
+	if res == nil {
+		res = "done"
 	}
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
-	defer cancel()
-	uid := control.UpdateID(verb, id, reqID)
-	res, err := control.Update(ctx, tc, wfID, update, uid, args)
-	if err == nil {
-		if res == nil {
-			res = "done"
-		}
-		if f.asJSON {
-			return topoWriteJSON(cmd.OutOrStdout(), struct {
-				Verb      string   `json:"verb"`
-				ID        string   `json:"id"`
-				RequestID string   `json:"request_id"`
-				UpdateID  string   `json:"update_id"`
-				Result    any      `json:"result"`
-				NextSteps []string `json:"next_steps"`
-			}{verb, id, reqID, uid, res, actionNextSteps(verb, id)})
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %v\n", verb, id, res)
-		printNextSteps(cmd.OutOrStdout(), actionNextSteps(verb, id))
-		return nil
+	if f.asJSON {
+		return topoWriteJSON(cmd.OutOrStdout(), struct {
+			Verb      string   `json:"verb"`
+			ID        string   `json:"id"`
+			RequestID string   `json:"request_id"`
+			UpdateID  string   `json:"update_id"`
+			Result    any      `json:"result"`
+			NextSteps []string `json:"next_steps"`
+		}{verb, id, reqID, control.UpdateID(verb, id, reqID), res, statusview.ActionNextSteps(verb, id)})
 	}
-	var rej *control.Rejected
-	if errors.As(err, &rej) {
-		return rejectedAs(rejectedError{rej.Reason}, verb, update)
-	}
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		if err := workflowGone(cmd.Context(), tc, id, wfID, verb); err != nil {
-			return err
-		}
-		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", id, wfID)}
-	}
-	// The service may give up on the update just before our own deadline
-	// fires: that is the same "no answer".
-	if ctx.Err() != nil || control.Unanswered(err) && cmd.Context().Err() == nil {
-		listed := "reshard status " + id + " lists it while it waits"
-		if rerr := recordPending(cmd.Context(), cfg, topology.Request{UpdateID: uid, MigrationID: id, Verb: verb, RequestID: reqID}); rerr != nil {
-			listed = "reshard status cannot list it (" + rerr.Error() + ")"
-		}
-		return pendingError{fmt.Sprintf("%s %s: pending, not applied yet: the request was sent and Temporal holds it, but no worker answered within %s. "+
-			"It is applied (or rejected by the workflow's checks) when a worker runs the workflow; check that reshard worker runs on task queue %q; "+
-			"%s. A retry with --request-id %s is the same request, applied at most once",
-			verb, id, f.timeout, workflows.TaskQueue, listed, reqID)}
-	}
-	return fmt.Errorf("%s %s: %w (retry with --request-id %s)", verb, id, err, reqID)
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %v\n", verb, id, res)
+	statusview.PrintNextSteps(cmd.OutOrStdout(), statusview.ActionNextSteps(verb, id))
+	return nil
 }
 
-// workflowGone is the error for a migration whose workflow does not exist
-// or has ended (nil while it runs or when Temporal cannot tell).
-func workflowGone(ctx context.Context, tc client.Client, id, wfID, verb string) error {
-	run, err := control.Describe(ctx, tc, wfID, 10*time.Second)
+// actionErr gives control's refusals their exit codes: an unknown
+// migration is bad input (2), a refusal or an ended migration rejected
+// (3), a request Temporal holds pending (4).
+func actionErr(err error) error {
+	var (
+		rej  *control.Rejected
+		end  *control.Ended
+		held *control.Held
+	)
 	switch {
-	case err != nil:
-		return nil
-	case !run.Found:
-		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them. If the control database knows it (its history is lost), reshard recover %s brings the cluster back to a clean state", id, wfID, id)}
-	case run.Running:
-		return nil
+	case errors.As(err, &rej):
+		return rejectedError{rej.Reason}
+	case errors.As(err, &end):
+		return rejectedError{end.Reason}
+	case errors.As(err, &held):
+		return pendingError{held.Msg}
 	}
-	// A final phase names how it ended: a rolled-back migration is "failed"
-	// to Temporal. A terminated one keeps the phase it was in.
-	ended, phase := run.Status, workflows.Phase(run.Phase)
-	if phase.Terminal() {
-		ended = run.Phase
-	}
-	msg := fmt.Sprintf("migration %s has ended (%s); nothing to %s", id, ended, verb)
-	if phase != workflows.PhaseDone && phase != workflows.PhaseRolledBack {
-		// Terminated, reset, failed: it may have left ranges migrating,
-		// slots, copies and guards behind.
-		msg += fmt.Sprintf(". It may have left work behind (reshard topology check says): reshard recover %s brings the cluster back to a clean state", id)
-	}
-	return rejectedError{msg}
-}
-
-// rejectedAs names the verb the operator typed where the workflow's reason
-// names its Update ("approve-cutover is accepted when ..." is the reason
-// approve gives).
-func rejectedAs(rej rejectedError, verb, update string) rejectedError {
-	if update != verb {
-		rej.reason = strings.ReplaceAll(rej.reason, update, verb)
-	}
-	return rej
+	return noMigrationIsBadInput(err)
 }

@@ -18,6 +18,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/demo"
 	"github.com/reshard/reshard/keyspace/register"
@@ -345,7 +346,7 @@ func (d *demoRun) follow(ctx context.Context, p *migrationPlan) (demo.Summary, e
 				sum.State = s
 			}
 			if desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-				return sum, fmt.Errorf("migration %s ended %s (%s): see %s", p.Request.ID, statusText(desc.WorkflowExecutionInfo.Status), sum.State.Error, d.cfg.uiLink(wfID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()))
+				return sum, fmt.Errorf("migration %s ended %s (%s): see %s", p.Request.ID, control.StatusText(desc.WorkflowExecutionInfo.Status), sum.State.Error, d.cfg.uiLink(wfID, desc.GetWorkflowExecutionInfo().GetExecution().GetRunId()))
 			}
 			return sum, nil
 		}

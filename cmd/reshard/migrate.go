@@ -105,30 +105,14 @@ func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, re
 		}
 		return nil, err
 	}
-	var named []string // the shards the request sends ranges to by name
-	switch req.Kind {
-	case workflows.KindAddNode:
-		named = []string{req.Shard}
-	case workflows.KindSplit:
-		named = []string{req.Into}
-	case workflows.KindMove:
-		named = []string{req.To}
-	case workflows.KindRebalance:
-		named = req.Add
-	}
+	flag, named := request.NewShards(req)
 	for _, name := range named {
 		if _, ok := cfg.Shards[name]; !ok {
 			return nil, usageError{fmt.Errorf("%s %s is not in the configuration %s (shards: %s): add it there first (locally: %s)",
-				flagOf(req.Kind), name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), devUpHint(name, len(cfg.Shards)))}
+				flag, name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), devUpHint(name, len(cfg.Shards)))}
 		}
 	}
 	return planview.New(req, pl), nil
-}
-
-// flagOf names the argument or flag that names a new shard of kind.
-func flagOf(kind workflows.Kind) string {
-	return map[workflows.Kind]string{workflows.KindAddNode: "add-node", workflows.KindSplit: "--into",
-		workflows.KindMove: "--to", workflows.KindRebalance: "--add"}[kind]
 }
 
 // newMigrationCmd is split, add-node, remove-node or move; with dryRun, the
@@ -244,30 +228,17 @@ Exit codes: 0 started, 1 failure, 2 bad input or refused (nothing started).`
 }
 
 // checkWorkersKnow refuses a migration whose shards no running worker's
-// configuration names: its workflow would start and fail at once, telling
-// the operator to add the shard to a file that may already have it (the
-// worker had not reloaded it). Workers report the shards they know in
-// reshard.workers and reload their file within seconds of a change. With
-// no worker reporting (none runs: startMigration warns), it passes.
+// configuration names (control.WorkersKnow): bad input, nothing started.
+// With no worker reporting (none runs: startMigration warns), it passes.
 func checkWorkersKnow(ctx context.Context, store *topology.Store, p *migrationPlan) error {
-	ws, err := store.Workers(ctx, workflows.TaskQueue)
-	if err != nil || len(ws) == 0 {
-		return nil
-	}
 	var want []string
 	for _, pr := range p.Pairs {
 		want = append(want, pr.Source, pr.Target)
 	}
-	missing := topology.UnknownToWorkers(ws, want)
-	if len(missing) == 0 {
-		return nil
+	if err := control.WorkersKnow(ctx, store, want, configPoll); err != nil {
+		return usageError{err}
 	}
-	var known []string
-	for _, w := range ws {
-		known = append(known, fmt.Sprintf("%s knows %s", w.Identity, strings.Join(w.Shards, ",")))
-	}
-	return usageError{fmt.Errorf("no running worker knows shard(s) %s (%s): add them to the configuration file the workers read; a worker reloads it within %s of a change (or on SIGHUP): retry in a few seconds; nothing was started",
-		strings.Join(missing, ", "), strings.Join(known, "; "), configPoll)}
+	return nil
 }
 
 // startMigration starts the workflow of a checked plan.
@@ -304,26 +275,7 @@ func startMigration(ctx context.Context, cmd *cobra.Command, opts *globalOptions
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
-	link := cfg.uiLink(wfID, runID)
-	if asJSON {
-		return topoWriteJSON(out, struct {
-			ID         string  `json:"id"`
-			WorkflowID string  `json:"workflow_id"`
-			RunID      string  `json:"run_id"`
-			UI         string  `json:"ui,omitempty"`
-			Summary    string  `json:"summary"`
-			Moves      int     `json:"moves"`
-			Moved      float64 `json:"moved_fraction"`
-		}{req.ID, wfID, runID, link, p.Summary(), len(p.Pairs), p.Moved})
-	}
-	fmt.Fprintf(out, "started migration %s: %s\n", req.ID, p.Summary())
-	fmt.Fprintf(out, "workflow  %s\n", wfID)
-	if link != "" {
-		fmt.Fprintf(out, "ui        %s\n", link)
-	}
-	fmt.Fprintf(out, "follow    reshard status %s --watch\n", req.ID)
-	return nil
+	return planview.Started{Plan: p, RunID: runID, UI: cfg.uiLink(wfID, runID)}.Write(cmd.OutOrStdout(), asJSON)
 }
 
 // clusterID is the id of the configuration's cluster (its control

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"io"
 	"strings"
 
 	"github.com/reshard/reshard/statusview"
@@ -13,24 +11,6 @@ import (
 // nextSteps are the commands an operator would run next on a migration
 // (statusview.NextSteps).
 var nextSteps = statusview.NextSteps
-
-// actionNextSteps follow an accepted action: what it leaves to do.
-func actionNextSteps(verb, id string) []string {
-	switch verb {
-	case "pause":
-		return []string{"reshard resume " + id, "reshard status " + id}
-	case "throttle":
-		return []string{"reshard status " + id}
-	}
-	return []string{"reshard status " + id + " --watch"}
-}
-
-// printNextSteps is the human form of next_steps: one line.
-func printNextSteps(out io.Writer, steps []string) {
-	if len(steps) > 0 {
-		fmt.Fprintf(out, "next: %s\n", strings.Join(steps, "  |  "))
-	}
-}
 
 // startCommand is the command that starts the migration a plan describes:
 // the same verb, arguments and flags without plan and --json.

@@ -53,14 +53,6 @@ func TestNextSteps(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), `"next_steps":[]`) {
 		t.Errorf("status --json: %s %v", b, err)
 	}
-	var out strings.Builder
-	printNextSteps(&out, []string{"reshard approve m4", "reshard rollback m4"})
-	if out.String() != "next: reshard approve m4  |  reshard rollback m4\n" {
-		t.Errorf("human next steps %q", out.String())
-	}
-	if got := strings.Join(actionNextSteps("rollback", "m4"), ","); got != "reshard status m4 --watch" {
-		t.Errorf("after rollback: %q", got)
-	}
 }
 
 // TestPlanNextStepIsTheStart: plan's next step is the command that starts

@@ -85,16 +85,6 @@ func splitWords(s string) ([]string, error) {
 	return words, nil
 }
 
-// approve's refusals name approve, not the Update it sends.
-func TestApproveRejectionNamesTheVerb(t *testing.T) {
-	// The reason as the Migration workflow's validator words it.
-	rej := rejectedError{workflows.UpdateApprove + " is accepted when a move has passed VERIFY or waits in CUTOVER; move m1 is in SNAPSHOT_COPY"}
-	got := rejectedAs(rej, "approve", workflows.UpdateApprove).Error()
-	if strings.Contains(got, "approve-cutover") || !strings.HasPrefix(got, "rejected: approve is accepted when") {
-		t.Errorf("approve's refusal: %q", got)
-	}
-}
-
 // status and the operator actions take the workflow id (reshard-<id>, as
 // the UI and status print it) as well as the migration id; main looked for
 // workflow reshard-reshard-<id> and said there is no such migration.

@@ -11,6 +11,7 @@ import (
 	"github.com/reshard/reshard/activities"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/planview"
+	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -56,7 +57,7 @@ func runPlan(ctx context.Context, cmd *cobra.Command, args []string, cfg *cluste
 		}
 	} else {
 		planview.Write(out, rep)
-		printNextSteps(out, rep.NextSteps)
+		statusview.PrintNextSteps(out, rep.NextSteps)
 	}
 	if rep.Problems > 0 {
 		return usageError{fmt.Errorf("%d preflight problem(s): fix these, nothing was changed", rep.Problems)}

@@ -5,16 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
-	"golang.org/x/term"
 
 	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/statusview"
@@ -60,7 +55,7 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 			var id string
 			if len(args) == 1 {
 				id = migrationIDArg(args[0]) // a workflow id (reshard-<id>) too
-			} else if id, err = newestRunning(ctx, tc); err != nil {
+			} else if id, err = control.NewestRunning(ctx, tc); err != nil {
 				return err
 			}
 			wfID := workflows.MigrationWorkflowID(id)
@@ -71,7 +66,7 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 				// first whether a worker runs.
 				var st workflows.MigrationState
 				if runs, werr := workerRuns(ctx, tc, cfg); werr == nil && !runs {
-					err = noWorkerToAsk(ctx, tc, cfg, wfID)
+					err = noMigrationIsBadInput(control.NoWorkerToAsk(ctx, tc, wfID, noWorker(cfg)))
 				} else {
 					st, err = queryState(ctx, tc, wfID, timeout)
 				}
@@ -89,14 +84,14 @@ migration ended FAILED or ROLLED_BACK), 2 bad input (unknown id).`,
 				} else {
 					statusview.Print(out, id, link, st, time.Now())
 					printPending(out, pending, time.Now())
-					printNextSteps(out, nextSteps(id, st))
+					statusview.PrintNextSteps(out, nextSteps(id, st))
 					if perr != nil {
 						fmt.Fprintf(out, "pending requests: not read (%v)\n", perr)
 					}
 				}
 				return endedBadly(id, st)
 			}
-			return watchStatus(ctx, out, tc, id, link, interval, timeout, asJSON)
+			return watchStatus(ctx, out, tc, id, interval, timeout, asJSON)
 		},
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
@@ -133,64 +128,24 @@ type statusJSON struct {
 	NextSteps []string `json:"next_steps"`
 }
 
-// newestRunning is the id of the most recently started running migration.
-func newestRunning(ctx context.Context, tc client.Client) (string, error) {
-	ms, err := listMigrations(ctx, tc, control.RunningMigrations, 0)
-	if err != nil {
-		return "", err
-	}
-	if len(ms) == 0 {
-		return "", errors.New("no migration is running; give an id (reshard list shows recent ones)")
-	}
-	return ms[0].ID, nil
-}
-
-// queryState asks the workflow for its MigrationState. A workflow that does
-// not exist is bad input; one nobody answers for is explained.
+// queryState asks the workflow for its MigrationState (control.State)
+// and adds the live figures of its running activities (addRetries).
 func queryState(ctx context.Context, tc client.Client, wfID string, timeout time.Duration) (workflows.MigrationState, error) {
-	var st workflows.MigrationState
-	qctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	v, err := tc.QueryWorkflow(qctx, wfID, "", workflows.QueryState)
-	if err == nil {
-		err = v.Get(&st)
-		if err != nil {
-			return st, fmt.Errorf("decode the state of %s: %w", wfID, err)
-		}
-		addRetries(qctx, tc, wfID, &st, time.Now())
-		return st, nil
+	st, err := control.State(ctx, tc, wfID, timeout)
+	if err != nil {
+		return st, noMigrationIsBadInput(err)
 	}
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return st, usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", migrationIDOf(wfID), wfID)}
-	}
-	// The query's own deadline, or the frontend giving up on it first (a
-	// stream reset: codes.Canceled or DeadlineExceeded), with the caller's
-	// context alive: no worker answered.
-	if ctx.Err() == nil && (qctx.Err() != nil || control.Abandoned(err)) {
-		status := "unknown"
-		if d, derr := tc.DescribeWorkflowExecution(ctx, wfID, ""); derr == nil {
-			status = statusText(d.GetWorkflowExecutionInfo().GetStatus())
-		}
-		return st, fmt.Errorf("no worker answered the state query of %s within %s (workflow status: %s): is reshard worker running on task queue %q?",
-			wfID, timeout, status, workflows.TaskQueue)
-	}
-	return st, fmt.Errorf("query the state of %s: %w", wfID, err)
+	addRetries(ctx, tc, wfID, &st, time.Now())
+	return st, nil
 }
 
-// noWorkerToAsk is status's answer when no worker runs: the migration does
-// not exist (bad input), or no one can answer its state query now.
-func noWorkerToAsk(ctx context.Context, tc client.Client, cfg *clusterConfig, wfID string) error {
-	d, err := tc.DescribeWorkflowExecution(ctx, wfID, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return usageError{fmt.Errorf("no migration %s (workflow %s not found); reshard list shows them", migrationIDOf(wfID), wfID)}
+// noMigrationIsBadInput: a migration Temporal does not know is bad input.
+func noMigrationIsBadInput(err error) error {
+	var nm *control.NoMigration
+	if errors.As(err, &nm) {
+		return usageError{err}
 	}
-	status := "unknown"
-	if err == nil {
-		status = statusText(d.GetWorkflowExecutionInfo().GetStatus())
-	}
-	return fmt.Errorf("no worker can answer the state query of %s (workflow status: %s): %s", wfID, status, noWorker(cfg))
+	return err
 }
 
 // addRetries fills the live figures of a running migration and of its
@@ -199,43 +154,17 @@ func noWorkerToAsk(ctx context.Context, tc client.Client, cfg *clusterConfig, wf
 // is a hint, the state is what counts.
 func addRetries(ctx context.Context, tc client.Client, wfID string, st *workflows.MigrationState, now time.Time) {
 	statusview.AddLive(st, wfID, statusview.Sources{
-		Pending: func(id string) []*workflowpb.PendingActivityInfo {
-			d, err := tc.DescribeWorkflowExecution(ctx, id, "")
-			if err != nil {
-				return nil
-			}
-			return d.GetPendingActivities()
-		},
-		MoveState: func(id string) (workflows.MoveState, bool) {
-			var own workflows.MoveState
-			v, err := tc.QueryWorkflow(ctx, id, "", workflows.QueryState)
-			return own, err == nil && v.Get(&own) == nil
-		},
+		Pending:   func(id string) []*workflowpb.PendingActivityInfo { return control.PendingActivities(ctx, tc, id) },
+		MoveState: func(id string) (workflows.MoveState, bool) { return control.MoveState(ctx, tc, id) },
 	}, now)
-}
-
-func statusText(s enumspb.WorkflowExecutionStatus) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "WORKFLOW_EXECUTION_STATUS_"))
 }
 
 // watchStatus polls the state every interval until the migration reaches a
 // terminal phase or its workflow closes.
-func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link string, interval, timeout time.Duration, asJSON bool) error {
+func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id string, interval, timeout time.Duration, asJSON bool) error {
 	wfID := workflows.MigrationWorkflowID(id)
-	f, isFile := out.(*os.File)
-	tty := isFile && term.IsTerminal(int(f.Fd())) && !asJSON
-	if tty {
-		// A pseudo-terminal without a size (script(1) without a terminal
-		// behind it) renders no bars: write lines there too.
-		w, _, err := term.GetSize(int(f.Fd()))
-		tty = err == nil && w > 0
-	}
-	var bars *statusview.Bars
-	if tty {
-		bars = statusview.NewBars(out, id)
-		defer bars.Stop()
-	}
-	last := map[string]string{}
+	w := statusview.NewWatch(out, id, !asJSON && statusview.Terminal(out))
+	defer w.Stop()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -243,30 +172,14 @@ func watchStatus(ctx context.Context, out io.Writer, tc client.Client, id, link 
 		if err != nil {
 			return err
 		}
-		now := time.Now()
-		switch {
-		case asJSON:
-			if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, Time: now, State: st, NextSteps: nextSteps(id, st)}); err != nil {
+		if asJSON {
+			if err := topoWriteJSON(out, statusJSON{ID: id, WorkflowID: wfID, Time: time.Now(), State: st, NextSteps: nextSteps(id, st)}); err != nil {
 				return err
 			}
-		case tty:
-			bars.Update(id, st, now)
-		default:
-			statusview.PrintChanges(out, st, last, now)
-			if next := strings.Join(nextSteps(id, st), "  |  "); next != last["next"] && !st.Phase.Terminal() {
-				last["next"] = next
-				fmt.Fprintf(out, "%s next: %s\n", now.Format("15:04:05"), next)
-			}
+		} else {
+			w.Show(st, time.Now())
 		}
 		if st.Phase.Terminal() {
-			if bars != nil {
-				bars.Stop()
-				bars = nil
-			}
-			if !asJSON {
-				fmt.Fprintf(out, "migration %s ended: %s\n", id, st.Phase)
-				printNextSteps(out, nextSteps(id, st))
-			}
 			return endedBadly(id, st)
 		}
 		select {

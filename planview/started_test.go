@@ -1,0 +1,39 @@
+package planview
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/reshard/reshard/plan"
+	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
+)
+
+// What a migration verb prints once it started the workflow.
+func TestStartedWrite(t *testing.T) {
+	r, err := ring.Build([]ring.Shard{{Name: "shard1"}, {Name: "shard2"}}, ring.Options{VNodes: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Plan{Request: workflows.MigrationRequest{ID: "add-x", Kind: workflows.KindAddNode, Shard: "shard3"},
+		Plan: plan.Plan{From: topology.Topology{Version: 2, Ring: r}, Moved: 0.25}, Pairs: []Pair{{Source: "shard1", Target: "shard3"}}}
+	var out strings.Builder
+	if err := (Started{Plan: p, RunID: "run1", UI: "http://ui/x"}).Write(&out, false); err != nil {
+		t.Fatal(err)
+	}
+	want := "started migration add-x: " + p.Summary() + "\nworkflow  reshard-add-x\nui        http://ui/x\nfollow    reshard status add-x --watch\n"
+	if out.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
+	}
+	out.Reset()
+	if err := (Started{Plan: p, RunID: "run1"}).Write(&out, true); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &got); err != nil || got["workflow_id"] != "reshard-add-x" || got["run_id"] != "run1" ||
+		got["moves"] != 1.0 || got["moved_fraction"] != 0.25 || got["ui"] != nil || !strings.HasPrefix(out.String(), "{\n  \"id\": \"add-x\",") {
+		t.Errorf("JSON %s: %v", out.String(), err)
+	}
+}
