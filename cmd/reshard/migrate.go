@@ -115,6 +115,32 @@ func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, re
 	return planview.New(req, pl), nil
 }
 
+// planRequest plans req on the current topology of its keyspace (keyspace,
+// or the cluster's only one: migrationKeyspace, which also gives req its
+// tables and says whether the cluster's keyspaces are yet to register),
+// returning the plan and the store scoped to the keyspace.
+func planRequest(ctx context.Context, cfg *clusterConfig, store *topology.Store, keyspace string, req workflows.MigrationRequest) (*migrationPlan, *topology.Store, bool, error) {
+	var register bool
+	var err error
+	if req.Keyspace, req.Tables, register, err = migrationKeyspace(ctx, store, keyspace, req.Tables); err != nil {
+		return nil, nil, false, err
+	}
+	store = store.In(req.Keyspace)
+	t, err := store.Current(ctx)
+	if errors.Is(err, topology.ErrNoTopology) {
+		return nil, nil, false, usageError{fmt.Errorf("keyspace %s has no topology yet: run reshard init --keyspace %s first", req.Keyspace, req.Keyspace)}
+	}
+	if err != nil {
+		return nil, nil, false, controlErr(err)
+	}
+	reg, err := plan.Registry(ctx, store)
+	if err != nil {
+		return nil, nil, false, controlErr(err)
+	}
+	p, err := planMigration(cfg, t, reg, req)
+	return p, store, register, err
+}
+
 // newMigrationCmd is split, add-node, remove-node or move; with dryRun, the
 // same verb under reshard plan.
 func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cobra.Command {
@@ -159,23 +185,7 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				return err
 			}
 			defer pool.Close()
-			var register bool
-			if req.Keyspace, req.Tables, register, err = migrationKeyspace(ctx, store, f.keyspace, req.Tables); err != nil {
-				return err
-			}
-			store = store.In(req.Keyspace)
-			t, err := store.Current(ctx)
-			if err != nil {
-				if errors.Is(err, topology.ErrNoTopology) {
-					return usageError{fmt.Errorf("keyspace %s has no topology yet: run reshard init --keyspace %s first", req.Keyspace, req.Keyspace)}
-				}
-				return controlErr(err)
-			}
-			reg, err := plan.Registry(ctx, store)
-			if err != nil {
-				return controlErr(err)
-			}
-			p, err := planMigration(cfg, t, reg, req)
+			p, store, register, err := planRequest(ctx, cfg, store, f.keyspace, req)
 			if err != nil {
 				return err
 			}
@@ -199,7 +209,7 @@ func newMigrationCmd(opts *globalOptions, kind workflows.Kind, dryRun bool) *cob
 				if err := topology.Migrate(ctx, pool); err != nil {
 					return controlErr(err)
 				}
-				if _, err := registerKeyspace(ctx, cfg, controlDB(store, pool), req.Tables.Name, req.Tables); err != nil {
+				if _, err := registerKeyspace(ctx, cfg, controlDB(store, pool), p.Request.Tables.Name, p.Request.Tables); err != nil {
 					return err
 				}
 			}

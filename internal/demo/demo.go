@@ -1,7 +1,9 @@
 // Package demo holds what `reshard demo` and the end-to-end suites share: the
 // sample schema (users + orders sharded by user id, TOASTed payloads), a
 // loader that puts every key on its owner only, and a row-for-row placement
-// check of a whole cluster against a topology.
+// check of a whole cluster against a topology. Run is the demo itself
+// (cluster, data, worker, writers, add-node, follow, check); the command
+// gives it the CLI's configuration and steps (Env).
 package demo
 
 import (
