@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 )
 
 // Print lists the cluster for reshard dev up: each server's DSN and data
@@ -52,5 +53,28 @@ func (st *Status) Print(out io.Writer) {
 		fmt.Fprintf(out, "temporal  running pid %d at %s; ui %s not answering: %v\n", t.Pid, t.Address(), t.UIURL(), t.Err)
 	default:
 		fmt.Fprintf(out, "temporal  running pid %d at %s (namespace %s); ui %s answers HTTP %d\n", t.Pid, t.Address(), Namespace, t.UIURL(), t.UIStatus)
+	}
+}
+
+// PrintStandby says where shard's primary and synchronous standby run,
+// for reshard dev standby.
+func (c *Cluster) PrintStandby(out io.Writer, shard string) {
+	for _, n := range c.Shards() {
+		if n.Name == shard && n.Standby != nil {
+			fmt.Fprintf(out, "%s: primary on port %d, synchronous standby on port %d\n%s DSN: %s\n",
+				n.Name, n.Port, n.Standby.Port, n.Name, n.ClientDSN(Database))
+		}
+	}
+}
+
+// Print says what reshard dev failover did (kind: failover or
+// switchover).
+func (r FailoverResult) Print(out io.Writer, kind string) {
+	fmt.Fprintf(out, "%s of %s: port %d promoted in %s (timeline %d); old primary on port %d ",
+		kind, r.Shard, r.NewPort, r.PromoteTook.Round(time.Millisecond), r.Timeline, r.OldPort)
+	if r.StandbyRebuilt {
+		fmt.Fprintln(out, "rebuilt as the synchronous standby")
+	} else {
+		fmt.Fprintf(out, "left stopped (reshard dev standby %s rebuilds it)\n", r.Shard)
 	}
 }

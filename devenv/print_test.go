@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // reshard dev status: a running server shows its pid and wal_level (or
@@ -56,5 +57,18 @@ func TestClusterPrint(t *testing.T) {
 	}
 	if strings.Contains(out, "s3cret") {
 		t.Errorf("the password is printed:\n%s", out)
+	}
+}
+
+func TestFailoverResultPrint(t *testing.T) {
+	var b strings.Builder
+	r := FailoverResult{Shard: "shard2", OldPort: 5001, NewPort: 5002, Timeline: 3, PromoteTook: 1234567 * time.Microsecond, StandbyRebuilt: true}
+	r.Print(&b, "failover")
+	r.StandbyRebuilt = false
+	r.Print(&b, "switchover")
+	want := "failover of shard2: port 5002 promoted in 1.235s (timeline 3); old primary on port 5001 rebuilt as the synchronous standby\n" +
+		"switchover of shard2: port 5002 promoted in 1.235s (timeline 3); old primary on port 5001 left stopped (reshard dev standby shard2 rebuilds it)\n"
+	if b.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", b.String(), want)
 	}
 }

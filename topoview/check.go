@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topocheck"
 	"github.com/reshard/reshard/topology"
@@ -80,5 +81,20 @@ func PrintUnplaced(out io.Writer, shard string, rows []tableset.NullKeyRows) {
 	for _, u := range rows {
 		fmt.Fprintf(out, "%-10s not placed: %d row(s) of %s with a NULL shard key, owned by no shard (primary keys %s): give them a key or delete them, then ALTER TABLE ... ALTER COLUMN ... SET NOT NULL\n",
 			shard, u.Rows, u.Table, strings.Join(u.Samples, ", "))
+	}
+}
+
+// Recovery prints what reshard recover did: a line per move, then the
+// migration's end (or that nothing was left).
+func Recovery(out io.Writer, rec rollback.Recovery) {
+	for _, m := range rec.Moves {
+		fmt.Fprintf(out, "move %s (%s → %s): %s\n", m.Move, m.From, m.To, m.Action)
+	}
+	switch {
+	case rec.Version > 0:
+		fmt.Fprintf(out, "migration %s: ended, topology v%d of keyspace %s has no range of it migrating; its slots, publications, origins, holds and guards are gone\n",
+			rec.MigrationID, rec.Version, rec.Keyspace)
+	default:
+		fmt.Fprintf(out, "migration %s: nothing left to recover (%s)\n", rec.MigrationID, rec.Note)
 	}
 }

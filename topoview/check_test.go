@@ -6,6 +6,7 @@ import (
 
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topocheck"
 	"github.com/reshard/reshard/topology"
@@ -32,4 +33,19 @@ func TestPrintChecks(t *testing.T) {
 	var b bytes.Buffer
 	PrintChecks(&b, k, checks)
 	golden(t, "check.golden", b.String())
+}
+
+func TestRecoveryPrinted(t *testing.T) {
+	var out bytes.Buffer
+	Recovery(&out, rollback.Recovery{MigrationID: "add-x", Keyspace: "default", Version: 7,
+		Moves: []rollback.MoveRecovery{{Move: "m1", From: "shard1", To: "shard5", Action: "rolled back"}}})
+	want := "move m1 (shard1 → shard5): rolled back\nmigration add-x: ended, topology v7 of keyspace default has no range of it migrating; its slots, publications, origins, holds and guards are gone\n"
+	if out.String() != want {
+		t.Errorf("printed %q, want %q", out.String(), want)
+	}
+	out.Reset()
+	Recovery(&out, rollback.Recovery{MigrationID: "add-x", Note: "no topology version names it"})
+	if out.String() != "migration add-x: nothing left to recover (no topology version names it)\n" {
+		t.Errorf("nothing to do: %q", out.String())
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -10,9 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reshard/reshard/control"
 	"github.com/spf13/cobra"
-
-	"github.com/reshard/reshard/workflows"
 )
 
 // addCompletions wires dynamic shell completion (reshard completion
@@ -85,11 +83,11 @@ func completeMigrations(cmd *cobra.Command, opts *globalOptions, running bool) [
 		return nil
 	}
 	defer tc.Close()
-	query := fmt.Sprintf("WorkflowType = '%s'", workflows.MigrationWorkflow)
+	query := control.AllMigrations
 	if running {
-		query += " AND ExecutionStatus = 'Running'"
+		query = control.RunningMigrations
 	}
-	rows, err := listMigrations(ctx, tc, query, 50)
+	rows, err := control.List(ctx, tc, query, 50)
 	if err != nil {
 		return nil
 	}

@@ -25,12 +25,7 @@ func newDevStandbyCmd(opts *globalOptions) *cobra.Command {
 			if err != nil {
 				return devUsage(err)
 			}
-			for _, n := range c.Shards() {
-				if n.Name == args[0] && n.Standby != nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s: primary on port %d, synchronous standby on port %d\n%s DSN: %s\n",
-						n.Name, n.Port, n.Standby.Port, n.Name, n.ClientDSN(devenv.Database))
-				}
-			}
+			c.PrintStandby(cmd.OutOrStdout(), args[0])
 			return nil
 		},
 	}
@@ -57,13 +52,7 @@ func newDevFailoverCmd(opts *globalOptions) *cobra.Command {
 			if o.Switchover {
 				kind = "switchover"
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s of %s: port %d promoted in %s (timeline %d); old primary on port %d ",
-				kind, r.Shard, r.NewPort, r.PromoteTook.Round(time.Millisecond), r.Timeline, r.OldPort)
-			if r.StandbyRebuilt {
-				fmt.Fprintln(cmd.OutOrStdout(), "rebuilt as the synchronous standby")
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "left stopped (reshard dev standby %s rebuilds it)\n", r.Shard)
-			}
+			r.Print(cmd.OutOrStdout(), kind)
 			return nil
 		},
 	}

@@ -10,12 +10,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// migrationRow is one migration as the visibility store knows it.
-type migrationRow = control.Migration
-
-// listMigrations runs a visibility query (control.List).
-var listMigrations = control.List
-
 func newListCmd(opts *globalOptions) *cobra.Command {
 	var (
 		cf     configFlags
@@ -44,7 +38,7 @@ start and close time, and what each one does. Needs no worker.`,
 				return err
 			}
 			defer tc.Close()
-			rows, err := listMigrations(ctx, tc, control.AllMigrations, limit)
+			rows, err := control.List(ctx, tc, control.AllMigrations, limit)
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/reshard/reshard/control"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/topology"
@@ -238,7 +239,7 @@ func TestStartMigration(t *testing.T) {
 		t.Errorf("overlapping migration: exit %d\n%s", code, out)
 	}
 	out, code = c.run(t, "list", "--json")
-	var rows []migrationRow
+	var rows []control.Migration
 	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || rows[0].ID != "add-one" ||
 		rows[0].Status != "running" || rows[0].Phase != "PLAN" || !strings.HasPrefix(rows[0].Summary, "add-node shard3") {
 		t.Errorf("list: exit %d\n%s", code, out)

@@ -12,9 +12,6 @@ import (
 	"github.com/reshard/reshard/topology"
 )
 
-// pendingRequest is a request Temporal holds unanswered (control.Pending).
-type pendingRequest = control.Pending
-
 // recordPending remembers a request left pending in the control database,
 // for status. It is best effort: the request itself is in Temporal, and a
 // control database that cannot be reached only means status cannot list it.
@@ -31,7 +28,7 @@ func recordPending(ctx context.Context, cfg *clusterConfig, r topology.Request) 
 
 // pendingRequests are the requests recorded for a migration that Temporal
 // still holds unanswered (or has lost): control.PendingOf.
-func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, id, wfID string) ([]pendingRequest, error) {
+func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, id, wfID string) ([]control.Pending, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	store, pool, err := cfg.openStore(ctx)
@@ -47,7 +44,7 @@ func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, 
 }
 
 // printPending writes one line per pending request.
-func printPending(out io.Writer, ps []pendingRequest, now time.Time) {
+func printPending(out io.Writer, ps []control.Pending, now time.Time) {
 	for _, p := range ps {
 		ago := now.Sub(p.SentAt).Round(time.Second)
 		if p.Lost {

@@ -12,6 +12,7 @@ import (
 	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/topoview"
 )
 
 func newRecoverCmd(opts *globalOptions) *cobra.Command {
@@ -62,39 +63,24 @@ migration still runs.`,
 				return usageError{errors.New("--rows-per-sec and --batch-rows: want 0 or more (0: unlimited, the default batch)")}
 			}
 			return withControlDB(cmd, opts, &cf, 24*time.Hour, func(ctx context.Context, cfg *clusterConfig, ctl fence.Control) error {
-				store := ctl.Store
-				if err := topology.Migrate(ctx, ctl.Pool); err != nil {
-					return controlErr(err)
-				}
-				start, err := store.FindMigration(ctx, id)
-				notStarted := errors.Is(err, topology.ErrNotStarted)
-				if err != nil && !notStarted {
-					return controlErr(err)
-				}
-				plan, err := store.LoadPlan(ctx, id)
+				tgt, err := rollback.FindTarget(ctx, ctl.Store, ctl.Pool, id, func(plan topology.Plan) error {
+					if skipTemporal {
+						return nil
+					}
+					return noWorkflowRuns(ctx, cfg, opts, id, plan, temporalCheck)
+				})
 				if errors.Is(err, topology.ErrNoPlan) {
 					return usageError{fmt.Errorf("no migration %s in the control database (no plan stored); reshard list shows the migrations", id)}
 				}
 				if err != nil {
 					return controlErr(err)
 				}
-				if !skipTemporal {
-					if err := noWorkflowRuns(ctx, cfg, opts, id, plan, temporalCheck); err != nil {
-						return err
-					}
-				}
-				var tables topology.Keyspace
-				if !notStarted {
-					if tables, err = store.ResolveKeyspace(ctx, start.Keyspace); err != nil {
-						return fmt.Errorf("migration %s: the tables of keyspace %s: %w", id, start.Keyspace, err)
-					}
-				}
 				shards := newLazyShards(cfg, func(name string) error {
 					return usageError{fmt.Errorf("shard %s is not in the configuration %s: add it there (the migration's plan names it)", name, cfg.Path)}
 				})
 				defer shards.close()
-				rec, err := rollback.Recover(ctx, id, rollback.RecoverOptions{Store: store, Control: ctl.Pool, Shards: shards.open,
-					Tables: tables.Spec(), RowsPerSec: rowsPerSec, BatchRows: batchRows, Logger: opts.logger})
+				rec, err := rollback.Recover(ctx, id, rollback.RecoverOptions{Store: ctl.Store, Control: ctl.Pool, Shards: shards.open,
+					Tables: tgt.Tables, RowsPerSec: rowsPerSec, BatchRows: batchRows, Logger: opts.logger})
 				if err != nil {
 					if errors.Is(err, rollback.ErrRecoverRunning) {
 						return rejectedError{err.Error()}
@@ -104,7 +90,7 @@ migration still runs.`,
 				if asJSON {
 					return topoWriteJSON(cmd.OutOrStdout(), rec)
 				}
-				printRecovery(cmd, rec)
+				topoview.Recovery(cmd.OutOrStdout(), rec)
 				return nil
 			})
 		},
@@ -117,20 +103,6 @@ migration still runs.`,
 		"do not ask Temporal whether a workflow of the migration runs: only when Temporal and its histories are gone for good and no worker runs")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print what was done as JSON")
 	return cmd
-}
-
-func printRecovery(cmd *cobra.Command, rec rollback.Recovery) {
-	out := cmd.OutOrStdout()
-	for _, m := range rec.Moves {
-		fmt.Fprintf(out, "move %s (%s → %s): %s\n", m.Move, m.From, m.To, m.Action)
-	}
-	switch {
-	case rec.Version > 0:
-		fmt.Fprintf(out, "migration %s: ended, topology v%d of keyspace %s has no range of it migrating; its slots, publications, origins, holds and guards are gone\n",
-			rec.MigrationID, rec.Version, rec.Keyspace)
-	default:
-		fmt.Fprintf(out, "migration %s: nothing left to recover (%s)\n", rec.MigrationID, rec.Note)
-	}
 }
 
 // noWorkflowRuns asks Temporal about the migration's workflow and its

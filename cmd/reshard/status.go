@@ -123,7 +123,7 @@ type statusJSON struct {
 	Time       time.Time                `json:"time,omitzero"`
 	State      workflows.MigrationState `json:"state"`
 	// Pending: operator requests sent that no worker has answered yet.
-	Pending []pendingRequest `json:"pending,omitempty"`
+	Pending []control.Pending `json:"pending,omitempty"`
 	// NextSteps are the commands an operator would run next (nextSteps).
 	NextSteps []string `json:"next_steps"`
 }
