@@ -25,6 +25,9 @@ import (
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
 func TestUpdateID(t *testing.T) {
+	if NewRequestID() == NewRequestID() {
+		t.Error("fresh request ids repeat")
+	}
 	a := UpdateID("pause", "m1", "r1")
 	if a != UpdateID("pause", "m1", "r1") {
 		t.Error("update id is not deterministic")

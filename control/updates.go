@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -22,6 +23,13 @@ import (
 type Rejected struct{ Reason string }
 
 func (e *Rejected) Error() string { return "rejected: " + e.Reason }
+
+// NewRequestID is a fresh idempotency key, for an action sent without one.
+func NewRequestID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
 
 // UpdateID is deterministic in (verb, migration, request id): a retried
 // call with the same request id is the same Update, applied at most once.

@@ -163,3 +163,18 @@ func WorkersKnow(ctx context.Context, store *topology.Store, shards []string, po
 	return fmt.Errorf("no running worker knows shard(s) %s (%s): add them to the configuration file the workers read; a worker reloads it within %s of a change (or on SIGHUP): retry in a few seconds; nothing was started",
 		strings.Join(missing, ", "), strings.Join(known, "; "), poll)
 }
+
+// Reports reads the workers' reports of the task queue from a store open
+// opens (and closes after), within 2s: a later answer counts as none.
+func Reports(open func(context.Context) (*topology.Store, func(), error)) Workers {
+	return func(ctx context.Context) ([]topology.Worker, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		store, closeStore, err := open(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer closeStore()
+		return store.Workers(ctx, workflows.TaskQueue)
+	}
+}

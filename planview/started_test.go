@@ -37,3 +37,17 @@ func TestStartedWrite(t *testing.T) {
 		t.Errorf("JSON %s: %v", out.String(), err)
 	}
 }
+
+func TestNextStepsAndQuoting(t *testing.T) {
+	if got := NextSteps("reshard split shard1 --into shard5", 0); len(got) != 1 || got[0] != "reshard split shard1 --into shard5" {
+		t.Errorf("clean plan: %q", got)
+	}
+	if got := NextSteps("reshard split shard1 --into shard5", 2); len(got) != 1 || got[0] != "reshard plan split shard1 --into shard5" {
+		t.Errorf("with problems: %q", got)
+	}
+	for in, want := range map[string]string{"users:id": "users:id", "": "''", "SELECT 1": "'SELECT 1'", "it's": `'it'\''s'`, "(1,2]": "'(1,2]'"} {
+		if got := ShellQuote(in); got != want {
+			t.Errorf("ShellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -87,3 +87,16 @@ func ActionNextSteps(verb, id string) []string {
 	}
 	return []string{"reshard status " + id + " --watch"}
 }
+
+// PrintPending writes the line of an operator request Temporal holds
+// unanswered (lost: no longer held, so never applied), sent at sentAt.
+func PrintPending(out io.Writer, verb, requestID string, sentAt time.Time, lost bool, now time.Time) {
+	ago := now.Sub(sentAt).Round(time.Second)
+	if lost {
+		fmt.Fprintf(out, "lost request: %s sent %s (%s ago, --request-id %s) is no longer held by Temporal (its server restarted or the workflow ended before a worker took it): it was NOT applied; send it again if it is still wanted\n",
+			verb, sentAt.Local().Format(time.TimeOnly), ago, requestID)
+		return
+	}
+	fmt.Fprintf(out, "pending request: %s sent %s (%s ago, --request-id %s), not applied yet: Temporal holds it until a worker runs the workflow\n",
+		verb, sentAt.Local().Format(time.TimeOnly), ago, requestID)
+}

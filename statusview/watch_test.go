@@ -42,3 +42,15 @@ func TestWatchLines(t *testing.T) {
 		t.Errorf("a done migration has no next steps:\n%s", got)
 	}
 }
+
+func TestPendingPrinted(t *testing.T) {
+	var out strings.Builder
+	sent := time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local)
+	PrintPending(&out, "pause", "p1", sent, false, sent.Add(90*time.Second))
+	PrintPending(&out, "approve", "a1", sent, true, sent.Add(time.Second))
+	want := "pending request: pause sent 03:04:05 (1m30s ago, --request-id p1), not applied yet: Temporal holds it until a worker runs the workflow\n" +
+		"lost request: approve sent 03:04:05 (1s ago, --request-id a1) is no longer held by Temporal (its server restarted or the workflow ended before a worker took it): it was NOT applied; send it again if it is still wanted\n"
+	if out.String() != want {
+		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
+	}
+}

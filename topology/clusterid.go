@@ -27,3 +27,16 @@ func (s *Store) HasPlan(ctx context.Context, id string) (bool, error) {
 	}
 	return ok, nil
 }
+
+// EnsureClusterID is the cluster's id, made first by the schema's next
+// step on a control database from before cluster ids (as a worker's first
+// activity would).
+func (s *Store) EnsureClusterID(ctx context.Context) (string, error) {
+	if id, err := s.ClusterID(ctx); err == nil {
+		return id, nil
+	}
+	if err := s.Migrate(ctx); err != nil {
+		return "", err
+	}
+	return s.ClusterID(ctx)
+}

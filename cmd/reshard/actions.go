@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -70,23 +68,14 @@ func workerRuns(ctx context.Context, tc client.Client, cfg *clusterConfig) (bool
 	return control.WorkerRuns(ctx, tc, workerReports(cfg))
 }
 
-// workerReports are the workers' reports in the control database, when it
-// answers within 2s. Without the control database (the actions need only
-// Temporal), nil: Temporal's answer stands.
+// workerReports are the workers' reports in the control database
+// (control.Reports: within 2s). Without the control database (the actions
+// need only Temporal), nil: Temporal's answer stands.
 func workerReports(cfg *clusterConfig) control.Workers {
 	if cfg == nil || cfg.Control == "" {
 		return nil
 	}
-	return func(ctx context.Context) ([]topology.Worker, error) {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		store, closeStore, err := cfg.smallControl(rctx, 1)
-		if err != nil {
-			return nil, err
-		}
-		defer closeStore()
-		return store.Workers(rctx, workflows.TaskQueue)
-	}
+	return control.Reports(func(ctx context.Context) (*topology.Store, func(), error) { return cfg.smallControl(ctx, 1) })
 }
 
 // noWorker says that no worker polls and how to start one.
@@ -171,12 +160,6 @@ func throttleUpdate(fl *pflag.FlagSet, t request.Throttle) (workflows.Throttle, 
 	return request.ThrottleUpdate(t)
 }
 
-func freshRequestID() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // sendAction sends one Update and waits for its outcome (control.Act).
 func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, update, id string, args []any) error {
 	id = migrationIDArg(id)
@@ -192,7 +175,7 @@ func sendAction(cmd *cobra.Command, opts *globalOptions, f actionFlags, verb, up
 	}
 	reqID := f.requestID
 	if reqID == "" {
-		reqID = freshRequestID()
+		reqID = control.NewRequestID()
 	}
 	ctx := cmd.Context()
 	tc, err := cfg.dialTemporal(ctx, opts)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/control"
+	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/plan"
 	"github.com/reshard/reshard/planview"
 	"github.com/reshard/reshard/request"
@@ -109,7 +110,7 @@ func planMigration(cfg *clusterConfig, t topology.Topology, reg []ring.Shard, re
 	for _, name := range named {
 		if _, ok := cfg.Shards[name]; !ok {
 			return nil, usageError{fmt.Errorf("%s %s is not in the configuration %s (shards: %s): add it there first (locally: %s)",
-				flag, name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), devUpHint(name, len(cfg.Shards)))}
+				flag, name, cfg.Path, strings.Join(cfg.ShardNames(), ", "), devenv.UpHint(name, len(cfg.Shards)))}
 		}
 	}
 	return planview.New(req, pl), nil
@@ -298,19 +299,8 @@ func clusterID(ctx context.Context, cfg *clusterConfig) (string, error) {
 		return "", err
 	}
 	defer closeStore()
-	if id, err := store.ClusterID(ctx); err == nil {
-		return id, nil
-	}
-	// A control database from before cluster ids: its schema's next step
-	// makes one (as the worker's first activity would).
-	if err := store.Migrate(ctx); err != nil {
-		return "", controlErr(err)
-	}
-	id, err := store.ClusterID(ctx)
-	if err != nil {
-		return "", controlErr(err)
-	}
-	return id, nil
+	id, err := store.EnsureClusterID(ctx)
+	return id, controlErr(err)
 }
 
 // migrationIDArg is the migration id of an argument that is either a

@@ -367,9 +367,6 @@ func TestPlanMigrationChecks(t *testing.T) {
 }
 
 func TestRequestIDAndExitCodes(t *testing.T) {
-	if freshRequestID() == freshRequestID() {
-		t.Error("fresh request ids repeat")
-	}
 	for _, tc := range []struct {
 		err  error
 		code int

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 
+	"github.com/reshard/reshard/planview"
 	"github.com/reshard/reshard/statusview"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -31,21 +32,11 @@ func startCommand(cmd *cobra.Command, args []string) string {
 		}
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
 			for _, v := range sv.GetSlice() {
-				parts = append(parts, "--"+f.Name, shellQuote(v))
+				parts = append(parts, "--"+f.Name, planview.ShellQuote(v))
 			}
 			return
 		}
-		parts = append(parts, "--"+f.Name, shellQuote(f.Value.String()))
+		parts = append(parts, "--"+f.Name, planview.ShellQuote(f.Value.String()))
 	})
 	return strings.Join(parts, " ")
-}
-
-// shellQuote quotes s for a POSIX shell when it needs it.
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,@%+", r))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reshard/reshard/planview"
 	"github.com/reshard/reshard/workflows"
 )
 
@@ -64,12 +65,12 @@ func TestPlanNextStepIsTheStart(t *testing.T) {
 	if err := cmd.ParseFlags([]string{"--into", "shard5", "--table", "users:id", "--table", "orders:user_id", "--json", "--rows-per-sec", "500"}); err != nil {
 		t.Fatal(err)
 	}
-	got := planNextSteps(cmd, []string{"shard1"}, 0)
+	got := planview.NextSteps(startCommand(cmd, []string{"shard1"}), 0)
 	want := "reshard split shard1 --into shard5 --rows-per-sec 500 --table users:id --table orders:user_id"
 	if len(got) != 1 || got[0] != want {
 		t.Errorf("plan next step %q\nwant %q", got, want)
 	}
-	if got := planNextSteps(cmd, []string{"shard1"}, 2); got[0] != "reshard plan"+strings.TrimPrefix(want, "reshard") {
+	if got := planview.NextSteps(startCommand(cmd, []string{"shard1"}), 2); got[0] != "reshard plan"+strings.TrimPrefix(want, "reshard") {
 		t.Errorf("with problems: %q", got)
 	}
 }

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"time"
 
 	"go.temporal.io/sdk/client"
 
 	"github.com/reshard/reshard/control"
+	"github.com/reshard/reshard/statusview"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -46,13 +46,6 @@ func pendingRequests(ctx context.Context, cfg *clusterConfig, tc client.Client, 
 // printPending writes one line per pending request.
 func printPending(out io.Writer, ps []control.Pending, now time.Time) {
 	for _, p := range ps {
-		ago := now.Sub(p.SentAt).Round(time.Second)
-		if p.Lost {
-			fmt.Fprintf(out, "lost request: %s sent %s (%s ago, --request-id %s) is no longer held by Temporal (its server restarted or the workflow ended before a worker took it): it was NOT applied; send it again if it is still wanted\n",
-				p.Verb, p.SentAt.Local().Format(time.TimeOnly), ago, p.RequestID)
-			continue
-		}
-		fmt.Fprintf(out, "pending request: %s sent %s (%s ago, --request-id %s), not applied yet: Temporal holds it until a worker runs the workflow\n",
-			p.Verb, p.SentAt.Local().Format(time.TimeOnly), ago, p.RequestID)
+		statusview.PrintPending(out, p.Verb, p.RequestID, p.SentAt, p.Lost, now)
 	}
 }

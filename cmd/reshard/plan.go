@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,7 +48,7 @@ func runPlan(ctx context.Context, cmd *cobra.Command, args []string, cfg *cluste
 	if err != nil {
 		return err
 	}
-	rep.NextSteps = planNextSteps(cmd, args, rep.Problems)
+	rep.NextSteps = planview.NextSteps(startCommand(cmd, args), rep.Problems)
 	out := cmd.OutOrStdout()
 	if asJSON {
 		if err := topoWriteJSON(out, rep); err != nil {
@@ -63,16 +62,6 @@ func runPlan(ctx context.Context, cmd *cobra.Command, args []string, cfg *cluste
 		return usageError{fmt.Errorf("%d preflight problem(s): fix these, nothing was changed", rep.Problems)}
 	}
 	return nil
-}
-
-// planNextSteps: the command that starts the planned migration, or, with
-// problems, the plan again once they are fixed.
-func planNextSteps(cmd *cobra.Command, args []string, problems int) []string {
-	start := startCommand(cmd, args)
-	if problems > 0 {
-		return []string{"reshard plan" + strings.TrimPrefix(start, "reshard")}
-	}
-	return []string{start}
 }
 
 // preflightPlan runs the PLAN checks of the plan (plan.Checks, as the
