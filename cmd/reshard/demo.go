@@ -77,13 +77,12 @@ type demoEnv struct {
 	cfg  *clusterConfig
 }
 
-func (e *demoEnv) Load(path string) (err error) {
-	e.cfg, err = (&configFlags{path: path}).load(e.opts)
-	return err
+func (e *demoEnv) Load(path string) (c demo.Config, err error) {
+	if e.cfg, err = (&configFlags{path: path}).load(e.opts); err != nil {
+		return c, err
+	}
+	return demo.Config{UI: e.cfg.Temporal.UI, Namespace: e.cfg.Temporal.Namespace, Listen: e.cfg.Listen}, nil
 }
-
-func (e *demoEnv) Temporal() (string, string) { return e.cfg.Temporal.UI, e.cfg.Temporal.Namespace }
-func (e *demoEnv) Listen() string             { return e.cfg.Listen }
 
 func (e *demoEnv) Open(ctx context.Context) (demo.Cluster, func(), error) {
 	cl, closeAll, err := e.cfg.openCluster(ctx)

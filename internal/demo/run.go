@@ -49,16 +49,16 @@ type Cluster struct {
 	Shards map[string]*pgxpool.Pool
 }
 
+// Config is what the demo reads of the configuration: the Temporal UI's
+// address and namespace, the worker's endpoint ("" for none).
+type Config struct{ UI, Namespace, Listen string }
+
 // Env is what the demo takes from the CLI: the configuration dev up wrote
 // (Load), opened, registered, planned, started and followed as every
 // command does it, with the CLI's errors and exit codes.
 type Env interface {
 	// Load reads the configuration at path.
-	Load(path string) error
-	// Temporal is the Temporal UI's address and the namespace.
-	Temporal() (ui, namespace string)
-	// Listen is the worker's endpoint of the configuration ("" for none).
-	Listen() string
+	Load(path string) (Config, error)
 	Open(ctx context.Context) (Cluster, func(), error)
 	// Init publishes the first topology of keyspace over members.
 	Init(ctx context.Context, cl Cluster, keyspace string, members []string) (topology.Topology, error)
@@ -83,6 +83,7 @@ type Env interface {
 type run struct {
 	out      io.Writer
 	env      Env
+	cfg      Config
 	o        Options
 	start    time.Time
 	newShard string
@@ -164,11 +165,10 @@ func (d *run) cluster(ctx context.Context) (topology.Topology, error) {
 			}
 		})
 	}
-	if err := d.env.Load(cl.ConfigPath()); err != nil {
+	if d.cfg, err = d.env.Load(cl.ConfigPath()); err != nil {
 		return topology.Topology{}, err
 	}
-	ui, ns := d.env.Temporal()
-	d.say("Temporal UI: %s/namespaces/%s/workflows", ui, ns)
+	d.say("Temporal UI: %s/namespaces/%s/workflows", d.cfg.UI, d.cfg.Namespace)
 	var closeAll func()
 	if d.cl, closeAll, err = d.env.Open(ctx); err != nil {
 		return topology.Topology{}, err
@@ -233,7 +233,7 @@ func (d *run) register(ctx context.Context) error {
 func (d *run) worker(ctx context.Context) error {
 	wctx, stopWorker := context.WithCancel(ctx)
 	if d.o.Listen == "" {
-		d.o.Listen = cmp.Or(d.env.Listen(), "127.0.0.1:9464")
+		d.o.Listen = cmp.Or(d.cfg.Listen, "127.0.0.1:9464")
 	}
 	d.workerExited = make(chan struct{})
 	go func() {
@@ -358,8 +358,7 @@ func (d *run) check(ctx context.Context, w *Writers, sum Summary) error {
 	}
 	sum.Print(d.out)
 	if d.o.Keep {
-		ui, _ := d.env.Temporal()
-		fmt.Fprintf(d.out, "\nThe cluster and Temporal keep running (--keep): UI %s; reshard dev status --state-dir %[2]s, reshard dev psql %[3]s --state-dir %[2]s; stop with reshard dev down --state-dir %[2]s.\n", ui, d.o.StateDir, d.newShard)
+		fmt.Fprintf(d.out, "\nThe cluster and Temporal keep running (--keep): UI %s; reshard dev status --state-dir %[2]s, reshard dev psql %[3]s --state-dir %[2]s; stop with reshard dev down --state-dir %[2]s.\n", d.cfg.UI, d.o.StateDir, d.newShard)
 	}
 	if len(sum.Mismatches) > 0 || !sum.Placement.OK() {
 		return fmt.Errorf("the demo found %d acknowledged writes not on their owner and %d misplaced rows", len(sum.Mismatches), SumValues(sum.Placement.Misplaced))
