@@ -4,10 +4,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -154,13 +152,13 @@ func shards(req *workflows.MigrationRequest, args []string, o Options) error {
 // rebalance reads a rebalance's wanted end state.
 func rebalance(req *workflows.MigrationRequest, o Options) error {
 	var err error
-	if req.Add, err = Names("--add", o.Add); err != nil {
+	if req.Add, err = ring.ParseNames("--add", o.Add); err != nil {
 		return err
 	}
-	if req.Remove, err = Names("--remove", o.Remove); err != nil {
+	if req.Remove, err = ring.ParseNames("--remove", o.Remove); err != nil {
 		return err
 	}
-	if req.Weights, err = Weights(o.Weights); err != nil {
+	if req.Weights, err = ring.ParseWeights(o.Weights); err != nil {
 		return err
 	}
 	if len(req.Weights) == 0 {
@@ -209,44 +207,6 @@ func Tables(tables []string, name string) (keyspace.Spec, error) {
 		spec.Name = spec.Tables[0].Table
 	}
 	return spec, nil
-}
-
-// Names reads a comma-separated list of shard names; each once.
-func Names(flag, v string) ([]string, error) {
-	var out []string
-	for _, name := range strings.Split(v, ",") {
-		if name = strings.TrimSpace(name); name == "" {
-			continue
-		}
-		if slices.Contains(out, name) {
-			return nil, fmt.Errorf("%s: %s is listed twice; give each shard once", flag, name)
-		}
-		out = append(out, name)
-	}
-	return out, nil
-}
-
-// Weights reads --weight name=w flags (repeatable, or comma-separated).
-func Weights(flags []string) (map[string]float64, error) {
-	out := map[string]float64{}
-	for _, f := range flags {
-		for _, kv := range strings.Split(f, ",") {
-			if kv = strings.TrimSpace(kv); kv == "" {
-				continue
-			}
-			name, v, ok := strings.Cut(kv, "=")
-			w, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			name = strings.TrimSpace(name)
-			if !ok || name == "" || err != nil || !(w > 0) || math.IsInf(w, 0) {
-				return nil, fmt.Errorf("--weight %q: want shard=weight with a positive weight, e.g. --weight a=2", kv)
-			}
-			if _, dup := out[name]; dup {
-				return nil, fmt.Errorf("--weight: %s is given twice; give each shard's weight once", name)
-			}
-			out[name] = w
-		}
-	}
-	return out, nil
 }
 
 // IDPattern is a migration id: what NewID makes, and what --id accepts.
