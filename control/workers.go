@@ -70,7 +70,6 @@ type Run struct {
 	// Status is how it stands (running, completed, failed, terminated ...)
 	// and Phase its ReshardPhase search attribute ("" for none).
 	Status, Phase string
-	RunID         string
 }
 
 // Describe asks Temporal about workflow wfID's latest run, within timeout.
@@ -89,7 +88,7 @@ func Describe(ctx context.Context, tc client.Client, wfID string, timeout time.D
 	info := d.GetWorkflowExecutionInfo()
 	st := info.GetStatus()
 	return Run{Found: true, Running: st == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, Status: StatusText(st),
-		Phase: PayloadString(info.GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()]), RunID: info.GetExecution().GetRunId()}, nil
+		Phase: PayloadString(info.GetSearchAttributes().GetIndexedFields()[workflows.SAPhase.GetName()])}, nil
 }
 
 // Liveness is what Temporal says of a migration's workflows: its Migration

@@ -335,19 +335,9 @@ func (d *run) follow(ctx context.Context, p *planview.Plan) (Summary, error) {
 			return sum, nil
 		}
 		if time.Now().After(deadline) {
-			return sum, fmt.Errorf("migration %s did not end within --timeout %s: see %s", p.Request.ID, d.o.Timeout, d.env.UILink(wfID, runIDOf(ctx, d.tc, wfID)))
+			return sum, fmt.Errorf("migration %s did not end within --timeout %s: see %s", p.Request.ID, d.o.Timeout, d.env.UILink(wfID, control.RunID(ctx, d.tc, wfID)))
 		}
 	}
-}
-
-// runIDOf is the run id of a workflow's newest run ("" when Temporal
-// cannot say: the link then opens the workflow's page).
-func runIDOf(ctx context.Context, tc client.Client, workflowID string) string {
-	run, err := control.Describe(ctx, tc, workflowID, 5*time.Second)
-	if err != nil {
-		return ""
-	}
-	return run.RunID
 }
 
 // check stops the writers, then checks every acknowledged key and every
