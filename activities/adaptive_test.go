@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/backfill"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/workflows"
 )
 

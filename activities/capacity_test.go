@@ -13,9 +13,9 @@ import (
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/cdc"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )

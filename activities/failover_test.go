@@ -16,11 +16,11 @@ import (
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
 )

@@ -13,10 +13,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/cdc"
-	"github.com/reshard/reshard/internal/movetest"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/testkit/movetest"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )

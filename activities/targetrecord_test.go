@@ -10,9 +10,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/reshard/reshard/backfill"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/workflows"
 )
 

@@ -19,10 +19,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/internal/promtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

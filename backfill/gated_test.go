@@ -16,11 +16,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/reshard/reshard/cdc"
-	"github.com/reshard/reshard/internal/cdctest"
 	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/cdctest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // The copy beside its stream (StreamDuringCopy, cdc.Options.CopyGate)

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // TestCopyFollowsSchemaChanges: the copy takes the columns both sides have,

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/internal/promtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // TestPGSignals reads every signal from real servers: the probe, active

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // userTypes are types whose binary form carries the OIDs of the types in

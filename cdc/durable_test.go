@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // The applier commits synchronously whatever the target's default: what it

@@ -13,8 +13,8 @@ import (
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // sourceEnv is an env whose source is the database postgres of server s.

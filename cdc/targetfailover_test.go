@@ -15,8 +15,8 @@ import (
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // appliedLogSQL records, on the target, every row the applier writes to

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // TestValuesArriveUnchanged: a source and a target whose defaults differ

@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // logSeen is a slog handler that reports, once, a record with message msg.

@@ -17,7 +17,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )

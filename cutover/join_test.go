@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/testkit/movetest"
 )
 
 // JOINING (package join) is tested here, beside the cutover's scenarios on

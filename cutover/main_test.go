@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -10,10 +10,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reshard/reshard/backfill"
-	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/movetest"
 	"github.com/reshard/reshard/verify"
 )
 

@@ -12,10 +12,10 @@ import (
 	"github.com/reshard/reshard/cleanup"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/internal/ledger"
-	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/testkit/ledger"
+	"github.com/reshard/reshard/testkit/movetest"
 )
 
 // TestFullMoveUnderWritesLosesNothing: slot → copy → CDC → cutover → GRACE →

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/internal/pgerr"
+	"github.com/reshard/reshard/testkit/movetest"
 )
 
 // identityItems makes items.id an identity column on both shards, each

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // TestCutoverAdvancesTheNewOwnersSequences: users.id is an identity column

@@ -3,8 +3,8 @@ package cutover_test
 import (
 	"testing"
 
-	"github.com/reshard/reshard/internal/movetest"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/movetest"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/verify"
 )
 

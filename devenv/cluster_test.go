@@ -19,7 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // requireBinaries skips outside CI and fails with CI=true when PostgreSQL or

@@ -18,7 +18,7 @@ import (
 
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/internal/docblocks"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // TestDocs runs every ```sh block of README.md and docs/operations.md, as

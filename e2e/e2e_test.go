@@ -30,11 +30,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/ledger"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/ledger"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )

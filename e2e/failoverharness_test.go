@@ -30,9 +30,9 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/workflows"
 )
 

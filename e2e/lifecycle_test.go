@@ -17,11 +17,11 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/internal/promtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )

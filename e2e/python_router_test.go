@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reshard/reshard/internal/ledger"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/ledger"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // The second-language router (examples/python, written from

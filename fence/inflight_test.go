@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // updateV is the one UPDATE the sessions of these tests run: pgx prepares it

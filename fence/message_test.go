@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // The fence error speaks as the CLI and docs/contract.md do: a range is

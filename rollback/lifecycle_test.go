@@ -11,10 +11,10 @@ import (
 	"github.com/reshard/reshard/cleanup"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/testkit/movetest"
 	"github.com/reshard/reshard/topology"
 )
 

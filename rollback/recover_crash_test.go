@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/cutover"
-	"github.com/reshard/reshard/internal/movetest"
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/testkit/movetest"
 	"github.com/reshard/reshard/topology"
 )
 

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/backfill"
-	"github.com/reshard/reshard/internal/movetest"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/rollback"
+	"github.com/reshard/reshard/testkit/movetest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reshard/reshard/internal/movetest"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/rollback"
+	"github.com/reshard/reshard/testkit/movetest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // oddShards gives shard a and shard b database defaults unlike

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/internal/pgerr"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // Parse reads the keyspace's tables on the first shard and refuses, as an

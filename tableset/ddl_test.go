@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 var ddlTables = []Table{

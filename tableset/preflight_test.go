@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 const preflightDDL = `

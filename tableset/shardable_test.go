@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // A nullable key, a key under a nondeterministic collation and a partitioned

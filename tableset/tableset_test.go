@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // MissingTypes names each user-defined type the target lacks (an enum with

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // EnsureClusterID makes the id on a control database without the schema

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // Three shards with the same token space each. One holds a "celebrity" user

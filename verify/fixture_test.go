@@ -11,10 +11,10 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/reshard/reshard/cdc"
-	"github.com/reshard/reshard/internal/cdctest"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/cdctest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // The world of the tests that verify under live writes: writers on the

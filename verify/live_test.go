@@ -12,9 +12,9 @@ import (
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 const liveSchema = `CREATE TABLE users (id bigint PRIMARY KEY, email text NOT NULL, balance bigint NOT NULL DEFAULT 0,

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // TestProbeSourceChecksumsTheRangesChunks: ProbeSource checksums the

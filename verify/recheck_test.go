@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/backfill"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // The scenario (#31): a verify passed, then a cutover attempt was

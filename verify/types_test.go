@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // TestValuesCompareByIdentity: the row hash hashes a column directly only

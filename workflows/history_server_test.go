@@ -12,7 +12,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // historyBound is the most events any one history of a migration may hold:

@@ -28,11 +28,11 @@ import (
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/ledger"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/verify"
 )

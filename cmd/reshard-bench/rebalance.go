@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/demo"
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/demo"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )

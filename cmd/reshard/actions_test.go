@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/control"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/workflows"
 )
 

@@ -12,7 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // docker-compose.yml's setup (deploy/compose-setup.sh), run against real

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/sdk/client"
 
+	"github.com/reshard/reshard/demo"
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/internal/demo"
 	"github.com/reshard/reshard/keyspace/register"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"

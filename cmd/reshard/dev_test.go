@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // run executes the CLI in-process and returns its output and exit code.

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // rowsOf renders every row of query on dbs, NULL apart from any string, sorted.

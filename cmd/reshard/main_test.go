@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // The servers (PostgreSQL, the Temporal dev server) the tests start are

@@ -14,8 +14,8 @@ import (
 
 	"github.com/reshard/reshard/activities"
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/reshard/reshard/devenv"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )

@@ -12,9 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reshard/reshard/cdc"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/workflows"
 )
 

@@ -14,7 +14,7 @@ import (
 // sessions: the development environment's setup, the tools beside the CLI,
 // and the test helpers (which give the code under test its DSNs, which it
 // pins itself).
-var sessionExempt = []string{"devenv", "cmd/reshard-bench", "cmd/reshard-uishot", "internal/pgtest", "internal/movetest", "internal/pgsession", "e2e", "examples"}
+var sessionExempt = []string{"devenv", "cmd/reshard-bench", "cmd/reshard-uishot", "testkit/pgtest", "testkit/movetest", "internal/pgsession", "e2e", "examples"}
 
 // configMakers are the pgx functions that make a connection configuration
 // from a connection string (or connect with one): only internal/pgsession

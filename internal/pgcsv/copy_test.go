@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/internal/pgsession"
-	"github.com/reshard/reshard/internal/pgtest"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -20,12 +20,12 @@ import (
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/fence"
-	"github.com/reshard/reshard/internal/ledger"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/ledger"
+	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/reshard/reshard/internal/ledger"
 	"github.com/reshard/reshard/router"
+	"github.com/reshard/reshard/testkit/ledger"
 	"github.com/reshard/reshard/topology"
 )
 

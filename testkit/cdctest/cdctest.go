@@ -9,9 +9,9 @@ import (
 
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/internal/pgsession"
-	"github.com/reshard/reshard/internal/pgtest"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
+	"github.com/reshard/reshard/testkit/pgtest"
 )
 
 // Publication creates move's publication of set's ranges on src and

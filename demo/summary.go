@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/reshard/reshard/internal/ledger"
+	"github.com/reshard/reshard/testkit/ledger"
 	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
