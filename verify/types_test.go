@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/testkit/pgtest"
@@ -16,7 +18,6 @@ import (
 // every type compares equal — enums included, whose OIDs differ between the
 // servers — and a change that the type's equality ignores is still found.
 func TestValuesCompareByIdentity(t *testing.T) {
-	ctx := context.Background()
 	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
 	// The target gets an extra enum type first, so its mood labels have
 	// other OIDs than the source's.
@@ -39,19 +40,7 @@ func TestValuesCompareByIdentity(t *testing.T) {
 	src.Exec(t, fill)
 	dst.Exec(t, fill)
 	src.Exec(t, "ANALYZE")
-	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "things", Tables: []tableset.TableSpec{{Table: "things", KeyColumn: "id"}}}, "source")
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
-	run := func() []Mismatch {
-		t.Helper()
-		rep, err := Run(ctx, src.Pool, dst.Pool, Options{Set: set, Ranges: all, ChunkRows: 500, BisectRows: 16, MaxSampleKeys: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep.Tables[0].AllKeys()
-	}
+	run := func() []Mismatch { return wholeTableMismatches(t, src.Pool, dst.Pool, "things", 500) }
 	if got := run(); len(got) != 0 {
 		t.Fatalf("an exact copy of every type: %d mismatches, first %+v", len(got), got[0])
 	}
@@ -135,19 +124,7 @@ func TestOneByteChangesAreFound(t *testing.T) {
 	if chunks < 300 {
 		t.Fatalf("%d notes stored out of line in %s, want the 300 long ones", chunks, toast)
 	}
-	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "docs", Tables: []tableset.TableSpec{{Table: "docs", KeyColumn: "id"}}}, "source")
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
-	run := func() []Mismatch {
-		t.Helper()
-		rep, err := Run(ctx, src.Pool, dst.Pool, Options{Set: set, Ranges: all, ChunkRows: 1000, BisectRows: 16, MaxSampleKeys: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep.Tables[0].AllKeys()
-	}
+	run := func() []Mismatch { return wholeTableMismatches(t, src.Pool, dst.Pool, "docs", 1000) }
 	if got := run(); len(got) != 0 {
 		t.Fatalf("an exact copy: %d mismatches, first %+v", len(got), got[0])
 	}
@@ -178,4 +155,21 @@ func TestOneByteChangesAreFound(t *testing.T) {
 	if !slices.Equal(ids, want) {
 		t.Errorf("different rows %v, want %v", ids, want)
 	}
+}
+
+// wholeTableMismatches verifies table (keyed by id) over the whole token
+// space, in chunks of chunkRows, and returns the keys found different.
+func wholeTableMismatches(t *testing.T, src, dst *pgxpool.Pool, table string, chunkRows int) []Mismatch {
+	t.Helper()
+	ctx := context.Background()
+	set, err := tableset.Introspect(ctx, src, tableset.Spec{Name: table, Tables: []tableset.TableSpec{{Table: table, KeyColumn: "id"}}}, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	rep, err := Run(ctx, src, dst, Options{Set: set, Ranges: all, ChunkRows: chunkRows, BisectRows: 16, MaxSampleKeys: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep.Tables[0].AllKeys()
 }
