@@ -344,6 +344,13 @@ type pendingOp struct {
 	// TOAST columns (ColUnchanged in row), which only sets the columns
 	// sent (partial.go).
 	partial bool
+	// fetched: values of row were read from the source's current row of
+	// the key (runner.fetch), not carried from an image the stream sent.
+	// Right for this key, whose later changes the stream replays over them,
+	// but the row there may be a later one than the change's (the key
+	// moved on and was taken again): never an image to carry over a key
+	// change, where nothing later would mend them.
+	fetched bool
 }
 
 // pendingTable collects a table's full-row operations until they are flushed
@@ -430,16 +437,16 @@ func (tg *target) add(p *tablePlan, op *pendingOp) {
 
 // pendingRow is the full row pending for pk in the open batch, if any (the
 // image that unchanged TOAST columns of a later change of the key carry
-// over).
-func (tg *target) pendingRow(p *tablePlan, pk []string) []Col {
+// over), and whether its values were read from the source (pendingOp.fetched).
+func (tg *target) pendingRow(p *tablePlan, pk []string) ([]Col, bool) {
 	pt := tg.pending[p]
 	if pt == nil {
-		return nil
+		return nil, false
 	}
 	if op := pt.ops[pkMapKey(pk)]; op != nil && (op.upsert || op.partial) {
-		return op.row
+		return op.row, op.fetched
 	}
-	return nil
+	return nil, false
 }
 
 // flush sends every pending operation into the open target transaction;
@@ -646,11 +653,16 @@ func (tg *target) collision(ctx context.Context, p *tablePlan, pkArgs [][]byte) 
 }
 
 // partial applies an UPDATE (or a row-filter INSERT) that left unchanged
-// TOAST columns out: only the sent columns are set, on the row with primary
-// key oldPK. If that row is not on the target (the key just entered the
-// ranges, or the copy has not reached it), the unsent values are read from
-// the source and the whole row upserted; later changes in the stream correct
-// anything newer than this point, so the result still converges.
+// TOAST columns out: only the sent columns are set, on the target's row of
+// the new primary key (and a changed key's old row is dropped). If that row
+// is not on the target (the key just entered the ranges, or the copy has
+// not reached it), the unsent values are read from the source's row of the
+// new key and the whole row upserted; later changes of that key in the
+// stream correct anything newer than this point, so the result converges.
+// A changed key's old row on the target is never moved to the new key: it
+// may be a later row of the old key than the one the change moved (the
+// copy read the old key after it was taken again), whose values nothing
+// would mend under the new key.
 func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row []Col) error {
 	if err := tg.flushTable(ctx, p); err != nil {
 		return err
@@ -665,42 +677,33 @@ func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row
 	if !ok {
 		return fmt.Errorf("apply update of %s: primary key not sent", p.t)
 	}
-	// When the key changed and the new key's row is already ours (a later
-	// copy or an earlier replay put it there), update that row and drop the
-	// old one; otherwise move the old row.
-	tries := [][]string{oldPK}
-	if pkMapKey(oldPK) != pkMapKey(newPK) {
-		tries = [][]string{newPK, oldPK}
+	moved := pkMapKey(oldPK) != pkMapKey(newPK)
+	args := make([]any, 0, len(p.pk)+len(row))
+	for _, v := range newPK {
+		args = append(args, v)
 	}
-	sql := p.partialUpdateSQL(row)
-	for n, pk := range tries {
-		args := make([]any, 0, len(p.pk)+len(row))
-		for _, v := range pk {
-			args = append(args, v)
+	for _, c := range row {
+		switch c.Kind {
+		case ColText:
+			args = append(args, string(c.Data))
+		case ColNull:
+			args = append(args, nil)
 		}
-		for _, c := range row {
-			switch c.Kind {
-			case ColText:
-				args = append(args, string(c.Data))
-			case ColNull:
-				args = append(args, nil)
-			}
+	}
+	tag, err := tg.tx.Exec(ctx, p.partialUpdateSQL(row), args...)
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation && p.onPrimaryKey(pgErr.Detail) {
+			return &CollisionError{Table: p.t.String(), Key: p.describeKey(newPK), Detail: pgErr.Detail}
 		}
-		tag, err := tg.tx.Exec(ctx, sql, args...)
-		if err != nil {
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeUniqueViolation && p.onPrimaryKey(pgErr.Detail) {
-				return &CollisionError{Table: p.t.String(), Key: p.describeKey(newPK), Detail: pgErr.Detail}
-			}
-			return wrapOp("apply update of "+p.t.String()+" (unchanged TOAST columns kept)", err)
-		}
-		if tag.RowsAffected() == 1 {
-			tg.written++
-			if len(tries) == 2 && n == 0 {
-				tg.add(p, &pendingOp{pk: oldPK})
-			}
-			return nil
-		}
+		return wrapOp("apply update of "+p.t.String()+" (unchanged TOAST columns kept)", err)
+	}
+	if moved {
+		tg.add(p, &pendingOp{pk: oldPK})
+	}
+	if tag.RowsAffected() == 1 {
+		tg.written++
+		return nil
 	}
 	cur, found, err := tg.fetch(ctx, p, newPK)
 	if err != nil {
@@ -709,7 +712,7 @@ func (tg *target) partial(ctx context.Context, p *tablePlan, oldPK []string, row
 	if !found {
 		return nil // gone on the source since: a later change in the stream deletes or moves it
 	}
-	tg.add(p, &pendingOp{pk: newPK, row: fillUnchanged(row, cur), upsert: true})
+	tg.add(p, &pendingOp{pk: newPK, row: fillUnchanged(row, cur), upsert: true, fetched: true})
 	return nil
 }
 

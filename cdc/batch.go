@@ -89,12 +89,14 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 			}
 			return nil
 		}
+		fetched := false
 		if hasUnchanged(newRow) {
 			// Unchanged TOAST values carried over from the key's image
-			// pending in this batch; those it lacks too stay as the target
-			// has them: only the sent columns are set.
-			if prev := r.tg.pendingRow(p, oldPK); prev != nil {
-				newRow = fillUnchanged(newRow, prev)
+			// pending in this batch (across a key change only an image the
+			// stream sent: pendingOp.fetched); those it lacks too stay as
+			// the target has them: only the sent columns are set.
+			if prev, pf := r.tg.pendingRow(p, oldPK); prev != nil && (samePK || !pf) {
+				newRow, fetched = fillUnchanged(newRow, prev), pf
 			}
 			if hasUnchanged(newRow) {
 				if !samePK || c.Kind != Update {
@@ -107,7 +109,7 @@ func (r *runner) apply(ctx context.Context, c *Change) error {
 		if !samePK {
 			r.tg.add(p, &pendingOp{pk: oldPK})
 		}
-		r.tg.add(p, &pendingOp{pk: newPK, row: newRow, upsert: true, update: c.Kind == Update && samePK && (oldIn || !oldKnown)})
+		r.tg.add(p, &pendingOp{pk: newPK, row: newRow, upsert: true, update: c.Kind == Update && samePK && (oldIn || !oldKnown), fetched: fetched})
 	case oldKnown && !oldIn && c.Kind != Insert:
 		r.s.mFiltered.Inc() // never was in the ranges
 	case c.Kind == Insert:

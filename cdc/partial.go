@@ -112,7 +112,7 @@ func (tg *target) flushPartials(ctx context.Context, p *tablePlan, pt *pendingTa
 				delete(pt.ops, k)
 				continue
 			}
-			pt.ops[k] = &pendingOp{pk: op.pk, row: fillUnchanged(op.row, cur), upsert: true}
+			pt.ops[k] = &pendingOp{pk: op.pk, row: fillUnchanged(op.row, cur), upsert: true, fetched: true}
 		}
 	}
 	n := len(pt.order)
