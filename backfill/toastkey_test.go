@@ -24,6 +24,17 @@ import (
 // not the one the change moved) to the new key: the payload would be that
 // row's NULL, and no later change of the new key mends it.
 func TestKeyOrderCopyThenStreamKeepsToastOfAKeyMovedBack(t *testing.T) {
+	keyMovedBack(t, false)
+}
+
+// The same beside the copy gate (StreamDuringCopy, cdc.Options.CopyGate),
+// with the stream behind the copy: the gate applies a change of a key the
+// copy has passed over the copy's newer image, here the old key's later row.
+func TestGatedCopyThenStreamKeepsToastOfAKeyMovedBack(t *testing.T) {
+	keyMovedBack(t, true)
+}
+
+func keyMovedBack(t *testing.T, gated bool) {
 	ctx := context.Background()
 	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
 	src.Exec(t, gatedDDL)
@@ -46,7 +57,7 @@ func TestKeyOrderCopyThenStreamKeepsToastOfAKeyMovedBack(t *testing.T) {
 	t.Cleanup(func() { cdc.DropSlot(context.Background(), src.Pool, names.Slot) })
 
 	wrote := false
-	opts := Options{Move: move, Set: set, Ranges: gatedRanges, ChunkRows: 20, Order: OrderPK, Parallel: 1,
+	opts := Options{Move: move, Set: set, Ranges: gatedRanges, ChunkRows: 20, Order: OrderPK, Parallel: 1, StreamDuringCopy: gated,
 		Progress: func(p Progress) {
 			if wrote {
 				return
@@ -69,9 +80,13 @@ func TestKeyOrderCopyThenStreamKeepsToastOfAKeyMovedBack(t *testing.T) {
 		t.Fatalf("the copy did not read the interleaving the test builds (new key %d on the target: %d)", newID, onTarget)
 	}
 
-	s := superviseGated(t, cdc.Options{Move: move, SourceReplicationDSN: src.ReplicationDSN(), TargetDSN: dst.DSN, Slot: names.Slot,
+	so := cdc.Options{Move: move, SourceReplicationDSN: src.ReplicationDSN(), TargetDSN: dst.DSN, Slot: names.Slot,
 		Publication: names.Publication, Origin: names.Origin, StartLSN: l0, Set: set, Ranges: gatedRanges,
-		BatchDelay: 20 * time.Millisecond, StatusInterval: 200 * time.Millisecond})
+		BatchDelay: 20 * time.Millisecond, StatusInterval: 200 * time.Millisecond}
+	if gated {
+		so.CopyGate = move
+	}
+	s := superviseGated(t, so)
 	payload := fmt.Sprintf("drain-%d", rand.Int64())
 	src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', $1::text)", payload)
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
