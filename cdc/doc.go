@@ -28,7 +28,9 @@
 //
 // Within a batch only the last image of each primary key is written (a
 // delete wins over earlier writes; unchanged TOAST values are taken from the
-// key's earlier image in the batch, else left as the target has them).
+// key's earlier image in the batch, else left as the target has them; across
+// a key change only from an image the stream sent, else from the new key's
+// row, on the target or read from the source: see target.partial).
 // A flush of StageMinRows operations or more is staged: one binary COPY into
 // a temporary table of the transaction, then one statement per kind; smaller
 // ones go as text[] parameters.
