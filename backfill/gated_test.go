@@ -119,20 +119,34 @@ func streamDuringCopy(t *testing.T, copyFor time.Duration) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	w.finish(t)
-	payload := fmt.Sprintf("drain-%d", rand.Int64())
-	src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', $1::text)", payload)
-	dctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if _, err := s2.s.DrainToMarker(dctx, payload); err != nil {
-		t.Fatal(err)
-	}
-	s2.stop()
+	drainAndStop(t, src, s2)
 	g := s2.s.GateStats()
 	t.Logf("copy resumed: %d rows in %s; WAL written during it %d KiB, slot's peak retained %d KiB; gate skipped %d, held %d; writers made %d writes",
 		st2.Rows, st2.Elapsed.Round(time.Millisecond), (copyEnd-copyStart)/1024, peak.Load()/1024, g.Skipped, g.Held, w.n.Load())
 	if killed.Skipped+g.Skipped == 0 {
 		t.Error("the gate skipped no change: the writers never wrote ahead of the copy, the test proves little")
 	}
+	sameInRanges(t, src, dst, set)
+}
+
+// drainAndStop writes a marker on the source, waits until the stream has
+// applied everything before it, and stops the stream.
+func drainAndStop(t *testing.T, src *pgtest.DB, s gatedStream) {
+	t.Helper()
+	payload := fmt.Sprintf("drain-%d", rand.Int64())
+	src.Exec(t, "SELECT pg_logical_emit_message(true, 'reshard', $1::text)", payload)
+	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.s.DrainToMarker(dctx, payload); err != nil {
+		t.Fatal(err)
+	}
+	s.stop()
+}
+
+// sameInRanges fails the test unless every table of set holds the same rows
+// (key and md5 of the row) in gatedRanges on both servers.
+func sameInRanges(t *testing.T, src, dst *pgtest.DB, set tableset.Set) {
+	t.Helper()
 	for _, tb := range set.Tables {
 		want, got := gatedRows(t, src, tb), gatedRows(t, dst, tb)
 		if a, b := diffSorted(want, got); len(a)+len(b) > 0 {
