@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
+
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -46,15 +48,7 @@ func keyMovedBack(t *testing.T, gated bool) {
 	newID := src.QueryInt64(t, `SELECT min(id) FROM gusers WHERE `+pred)
 	oldID := src.QueryInt64(t, `SELECT max(id) FROM gusers WHERE `+pred)
 	src.Exec(t, fmt.Sprintf(`DELETE FROM gusers WHERE id = %d`, newID))
-	spec := tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}
-	set, err := tableset.Introspect(ctx, dst.Pool, spec, "target")
-	if err != nil {
-		t.Fatal(err)
-	}
-	move := fmt.Sprintf("toastkey%d", rand.Uint32())
-	names := cdctest.Publication(t, ctx, src, move, set, gatedRanges)
-	l0 := cdctest.Slot(t, ctx, src, names.Slot)
-	t.Cleanup(func() { cdc.DropSlot(context.Background(), src.Pool, names.Slot) })
+	set, move, names, l0 := toastkeyMove(t, src, dst)
 
 	wrote := false
 	opts := Options{Move: move, Set: set, Ranges: gatedRanges, ChunkRows: 20, Order: OrderPK, Parallel: 1, StreamDuringCopy: gated,
@@ -113,15 +107,7 @@ func TestStreamCarriesToastOverTwoKeyChangesInOneBatch(t *testing.T) {
 	}
 	a := src.QueryInt64(t, `SELECT max(id) FROM gusers WHERE `+pred)
 	b, c := ids[0], ids[1]
-	spec := tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}
-	set, err := tableset.Introspect(ctx, dst.Pool, spec, "target")
-	if err != nil {
-		t.Fatal(err)
-	}
-	move := fmt.Sprintf("toastkey%d", rand.Uint32())
-	names := cdctest.Publication(t, ctx, src, move, set, gatedRanges)
-	l0 := cdctest.Slot(t, ctx, src, names.Slot)
-	t.Cleanup(func() { cdc.DropSlot(context.Background(), src.Pool, names.Slot) })
+	set, move, names, l0 := toastkeyMove(t, src, dst)
 	if _, err := Copy(ctx, src.Pool, dst.Pool, Options{Move: move, Set: set, Ranges: gatedRanges, Order: OrderPK}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,4 +124,22 @@ func TestStreamCarriesToastOverTwoKeyChangesInOneBatch(t *testing.T) {
 	if n := dst.QueryInt64(t, fmt.Sprintf(`SELECT count(*) FROM gusers WHERE id = %d AND payload IS NULL`, c)); n != 0 {
 		t.Errorf("key %d (moved from %d by way of %d, payload unchanged) has a NULL payload on the target; the source's is 2560 bytes", c, a, b)
 	}
+}
+
+// toastkeyMove introspects gusers on the target and makes the move's
+// publication and slot on the source (dropped at the test's end): what a
+// move's JOINING leaves for the copy and the stream.
+func toastkeyMove(t *testing.T, src, dst *pgtest.DB) (tableset.Set, string, cdc.Names, pglogrepl.LSN) {
+	t.Helper()
+	ctx := context.Background()
+	spec := tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}
+	set, err := tableset.Introspect(ctx, dst.Pool, spec, "target")
+	if err != nil {
+		t.Fatal(err)
+	}
+	move := fmt.Sprintf("toastkey%d", rand.Uint32())
+	names := cdctest.Publication(t, ctx, src, move, set, gatedRanges)
+	l0 := cdctest.Slot(t, ctx, src, names.Slot)
+	t.Cleanup(func() { cdc.DropSlot(context.Background(), src.Pool, names.Slot) })
+	return set, move, names, l0
 }

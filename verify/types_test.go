@@ -74,15 +74,7 @@ func TestValuesCompareByIdentity(t *testing.T) {
 	for id, set := range changes {
 		dst.Exec(t, "UPDATE things SET "+set+" WHERE id = $1", id)
 	}
-	got := run()
-	var ids []string
-	for _, m := range got {
-		if m.Kind != Different {
-			t.Errorf("%v: kind %s, want %s", m.Key, m.Kind, Different)
-		}
-		ids = append(ids, m.Key[0])
-	}
-	slices.Sort(ids)
+	ids := differentKeys(t, run())
 	var want []string
 	for id := range changes {
 		want = append(want, strconv.Itoa(id))
@@ -142,15 +134,7 @@ func TestOneByteChangesAreFound(t *testing.T) {
 			t.Fatalf("update of %d: %v, %d rows", id, err, tag.RowsAffected())
 		}
 	}
-	got := run()
-	var ids []string
-	for _, m := range got {
-		if m.Kind != Different {
-			t.Errorf("%v: kind %s, want %s", m.Key, m.Kind, Different)
-		}
-		ids = append(ids, m.Key[0])
-	}
-	slices.Sort(ids)
+	ids := differentKeys(t, run())
 	want := []string{"101", "1500", "2222"}
 	if !slices.Equal(ids, want) {
 		t.Errorf("different rows %v, want %v", ids, want)
@@ -172,4 +156,19 @@ func wholeTableMismatches(t *testing.T, src, dst *pgxpool.Pool, table string, ch
 		t.Fatal(err)
 	}
 	return rep.Tables[0].AllKeys()
+}
+
+// differentKeys returns the sorted keys of got, each of which must be a row
+// found different (not missing or extra).
+func differentKeys(t *testing.T, got []Mismatch) []string {
+	t.Helper()
+	var ids []string
+	for _, m := range got {
+		if m.Kind != Different {
+			t.Errorf("%v: kind %s, want %s", m.Key, m.Kind, Different)
+		}
+		ids = append(ids, m.Key[0])
+	}
+	slices.Sort(ids)
+	return ids
 }
