@@ -925,6 +925,14 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 		}
 		sum.Passed = false
 		m.state.Verify = &sum
+		// A reverify can come as soon as the parent sees the wait: the
+		// flag is cleared before that, not after the stream has stopped,
+		// or a reverify received while it stops would be lost and the
+		// move would wait forever.
+		keepAsked := workflow.GetVersion(ctx, versionReverifyKept, workflow.DefaultVersion, 1) >= 1
+		if keepAsked {
+			m.verify = false
+		}
 		if m.in.Request.OnVerifyFail != VerifyFailRollback {
 			m.state.Waiting = WaitVerdict
 		}
@@ -939,7 +947,9 @@ func (m *moveRun) verifyPhase(ctx workflow.Context) error {
 		if workflow.GetVersion(ctx, versionVerdictStopsStream, workflow.DefaultVersion, 1) >= 1 {
 			m.stopCDC(ctx)
 		}
-		m.verify = false
+		if !keepAsked {
+			m.verify = false
+		}
 		if err := workflow.Await(ctx, func() bool { return m.rollbackAsked || m.verify }); err != nil {
 			return err
 		}
@@ -980,6 +990,10 @@ func (m *moveRun) failedOverAwaitingApproval(err error) bool {
 // failed verify waits for its verdict; before it the stream ran on, and a
 // repair of the target would have raced it.
 const versionVerdictStopsStream = "verdict-stops-stream"
+
+// versionReverifyKept: a reverify received while the stream stops for the
+// verdict is kept (the flag is cleared before the wait is shown).
+const versionReverifyKept = "reverify-kept"
 
 func (m *moveRun) cutover(ctx workflow.Context) error {
 	if m.in.Request.RequireApproval && !m.approved {
