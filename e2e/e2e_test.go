@@ -562,12 +562,19 @@ func (c *cluster) checkPlacement(cur topology.Topology) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	failOnMismatches(t, mm, "acknowledged writes missing or wrong")
+}
+
+// failOnMismatches fails the test when the ledger found mismatches, naming
+// how many and the first ten; what says what they are.
+func failOnMismatches(t *testing.T, mm []ledger.Mismatch, what string) {
+	t.Helper()
 	if len(mm) > 0 {
 		var s []string
 		for _, m := range mm[:min(len(mm), 10)] {
 			s = append(s, m.String())
 		}
-		t.Fatalf("%d acknowledged writes missing or wrong: %s", len(mm), strings.Join(s, "; "))
+		t.Fatalf("%d %s: %s", len(mm), what, strings.Join(s, "; "))
 	}
 }
 

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -73,13 +72,7 @@ func TestPythonRouterThroughAddNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(mm) > 0 {
-		var s []string
-		for _, m := range mm[:min(len(mm), 10)] {
-			s = append(s, m.String())
-		}
-		t.Fatalf("%d writes the Python router acknowledged are lost or wrong: %s", len(mm), strings.Join(s, "; "))
-	}
+	failOnMismatches(t, mm, "writes the Python router acknowledged are lost or wrong")
 	// The router retries fence refusals (a cutover's write pause is far
 	// below its 10 s budget) and nothing else failed here: no write may end
 	// with an unknown outcome.
