@@ -142,7 +142,9 @@ func loadOrders(ctx context.Context, pg *devenv.PG, src devenv.Server, bytes int
 	if err := tx.QueryRow(ctx, `SELECT pg_table_size('tmpl')::float8 / $1`, largeTemplateRows).Scan(&perRow); err != nil {
 		return 0, err
 	}
-	copies := max(1, int64(math.Round(float64(bytes)/perRow/largeTemplateRows)))
+	// Rounded up: -large-gb is a floor (a 20 GB run that loaded 19.7 GB,
+	// 33 copies of 597-byte rows, fell short of the issue's 20 GB).
+	copies := max(1, int64(math.Ceil(float64(bytes)/perRow/largeTemplateRows)))
 	rows := copies * largeTemplateRows
 	out("orders: %.0f bytes per row (heap and TOAST) in %d generated rows (%s): loading %d copies of them, %d rows", perRow, largeTemplateRows,
 		time.Since(start).Round(time.Second), copies, rows)
