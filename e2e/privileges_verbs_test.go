@@ -72,6 +72,7 @@ func TestSplitReverifyRemoveNodeAsLeastPrivilegedRole(t *testing.T) {
 	if st.Phase != workflows.PhaseDone {
 		t.Fatalf("split ended %s: %s\n%s", st.Phase, st.Error, c.workerLogs())
 	}
+	c.recordHistories(st, "split-reverify") // a failed verify, its verdict's wait and a reverify, for the replay test
 	for _, m := range st.Moves {
 		if m.Verify == nil || !m.Verify.Passed || m.Verify.Rows == 0 {
 			t.Fatalf("move %s: verify after the reverify: %+v", m.Spec.ID, m.Verify)
