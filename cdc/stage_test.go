@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/testkit/pgtest"
@@ -289,14 +287,6 @@ func TestStagedBigTransaction(t *testing.T) {
 	if n := counterValue(s.mBatches); n != 1 {
 		t.Errorf("%v target transactions, want 1", n)
 	}
-}
-
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
-	}
-	return m.GetCounter().GetValue()
 }
 
 // TestCatchUpBatches: a backlog of small source transactions is applied in
