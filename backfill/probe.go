@@ -26,6 +26,11 @@ type ProbeOptions struct {
 	// MinBytes and MinTime, or past MaxTime, or when the rows run out.
 	MinBytes         int64
 	MinTime, MaxTime time.Duration
+	// Then, when set, runs in the probe's target transaction once the copy
+	// has stopped, over the table the rows were written into (a table like
+	// t, of the same columns, in schema reshard), before the rollback:
+	// capacity times the applier's statements on those rows there.
+	Then func(ctx context.Context, tx pgx.Tx, into tableset.Table) error
 }
 
 // ProbeStats is what a probe copied.
@@ -81,7 +86,9 @@ func Probe(ctx context.Context, source, target *pgxpool.Pool, t tableset.Table, 
 		return st, fmt.Errorf("probe the copy of %s: %w", t, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	into := pgx.Identifier{"reshard", "capacity_probe_" + strconv.Itoa(os.Getpid())}.Sanitize()
+	intoT := t
+	intoT.Schema, intoT.Name = "reshard", "capacity_probe_"+strconv.Itoa(os.Getpid())
+	into := intoT.Quoted()
 	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica; CREATE SCHEMA IF NOT EXISTS reshard; "+
 		fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL)", into, t.Quoted())); err != nil {
 		return st, fmt.Errorf("probe the copy of %s: make a table like it on the target (in a transaction rolled back): %w", t, err)
@@ -144,6 +151,11 @@ func Probe(ctx context.Context, source, target *pgxpool.Pool, t tableset.Table, 
 	}
 	if err := <-read; err != nil && (!stopped || ctx.Err() != nil) {
 		return st, fmt.Errorf("probe the copy of %s: %w", t, err)
+	}
+	if o.Then != nil && st.Rows > 0 {
+		if err := o.Then(ctx, tx, intoT); err != nil {
+			return st, fmt.Errorf("probe on the rows copied of %s: %w", t, err)
+		}
 	}
 	return st, nil
 }
