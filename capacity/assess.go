@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -35,13 +36,20 @@ type AssessOptions struct {
 	Budgets   map[string]Budget
 }
 
-// Assess probes every shard of the moves (their WAL windows side by side)
-// and every move, and predicts. It changes nothing. Refusals are in the
-// report, not the error.
+// Assess probes every shard of the moves (their WAL windows side by side,
+// and the row changes of the tables the shard is a source of) and every
+// move, and predicts. It changes nothing. Refusals are in the report, not
+// the error.
 func Assess(ctx context.Context, pools Pools, moves []MoveInput, o AssessOptions) (Report, error) {
 	shardSet := map[string]bool{}
+	sourceOf := map[string][]tableset.Table{}
 	for _, m := range moves {
 		shardSet[m.Source], shardSet[m.Target] = true, true
+		for _, t := range m.Tables {
+			if !slices.ContainsFunc(sourceOf[m.Source], func(u tableset.Table) bool { return u.String() == t.String() }) {
+				sourceOf[m.Source] = append(sourceOf[m.Source], t)
+			}
+		}
 	}
 	names := make([]string, 0, len(shardSet))
 	for n := range shardSet {
@@ -57,7 +65,7 @@ func Assess(ctx context.Context, pools Pools, moves []MoveInput, o AssessOptions
 			if err != nil {
 				return err
 			}
-			p, err := ProbeShard(gctx, n, pool, o.WALWindow)
+			p, err := ProbeShard(gctx, n, pool, o.WALWindow, sourceOf[n]...)
 			if err != nil {
 				return err
 			}
@@ -72,7 +80,7 @@ func Assess(ctx context.Context, pools Pools, moves []MoveInput, o AssessOptions
 	}
 	var ms []Move
 	for _, in := range moves {
-		m, err := probeMove(ctx, pools, in, o.Probe)
+		m, err := probeMove(ctx, pools, in, probes[in.Source], o.Probe)
 		if err != nil {
 			return Report{}, fmt.Errorf("capacity probe of move %s (%s → %s): %w", in.ID, in.Source, in.Target, err)
 		}
@@ -85,9 +93,10 @@ func Assess(ctx context.Context, pools Pools, moves []MoveInput, o AssessOptions
 	return rep, nil
 }
 
-// probeMove sums the move's estimates with its tables' sizes and probes its
-// largest table.
-func probeMove(ctx context.Context, pools Pools, in MoveInput, o ProbeOptions) (Move, error) {
+// probeMove sums the move's estimates with its tables' sizes, takes its
+// tables' row changes from the source's probe (sp), and probes its largest
+// table.
+func probeMove(ctx context.Context, pools Pools, in MoveInput, sp ShardProbe, o ProbeOptions) (Move, error) {
 	m := Move{ID: in.ID, Source: in.Source, Target: in.Target, Tables: len(in.Tables)}
 	src, err := pools(ctx, in.Source)
 	if err != nil {
@@ -122,6 +131,7 @@ func probeMove(ctx context.Context, pools Pools, in MoveInput, o ProbeOptions) (
 		if size > 0 {
 			m.IndexBytes += int64(float64(e.bytes) * float64(idx) / float64(size))
 		}
+		m.Changes.AddTable(sp, t.String(), e.bytes, size)
 		if largest == nil || e.bytes > largestEst.bytes {
 			largest, largestEst = t, e
 		}
@@ -129,6 +139,27 @@ func probeMove(ctx context.Context, pools Pools, in MoveInput, o ProbeOptions) (
 	if largest == nil || largestEst.rows == 0 {
 		return m, nil // nothing to copy: nothing to time
 	}
+	o.Changes = TableChanges{Inserts: m.Changes.Inserts, Updates: m.Changes.Updates, Deletes: m.Changes.Deletes}
 	m.Probe, err = ProbeMove(ctx, src, dst, *largest, in.Ranges, float64(largestEst.bytes)/float64(largestEst.rows), o)
 	return m, err
+}
+
+// AddTable adds table's row changes in sp's window (ProbeShard's
+// Tables) to c, and their moving share (moving of its size bytes) to
+// c.Moving.
+func (c *ChangeRate) AddTable(sp ShardProbe, table string, moving, size int64) {
+	i := slices.IndexFunc(sp.Tables, func(tc TableChanges) bool { return tc.Table == table })
+	if i < 0 || sp.WAL.Window <= 0 {
+		return
+	}
+	tc := sp.Tables[i]
+	c.Window = sp.WAL.Window
+	c.Inserts += tc.Inserts
+	c.Updates += tc.Updates
+	c.Deletes += tc.Deletes
+	share := 1.0
+	if size > 0 {
+		share = min(float64(moving)/float64(size), 1)
+	}
+	c.Moving += float64(tc.Changes()) / sp.WAL.Window.Seconds() * share
 }

@@ -36,7 +36,23 @@ type ShardProbe struct {
 	MaxWALSize int64 `json:"max_wal_size"`
 	// RTT is the median round trip of a trivial statement.
 	RTT time.Duration `json:"rtt"`
+	// Tables are the row changes the shard's tables of the moves made over
+	// the WAL's window (pg_stat_user_tables), for the catch-up: its work is
+	// these changes, decoded and applied, not the WAL's bytes (most of
+	// which can be full-page images the stream skips).
+	Tables []TableChanges `json:"tables,omitempty"`
 }
+
+// TableChanges are the rows one table had inserted, updated and deleted
+// (pg_stat_user_tables' n_tup_ins, n_tup_upd, n_tup_del) over a shard
+// probe's WAL window.
+type TableChanges struct {
+	Table                     string `json:"table"`
+	Inserts, Updates, Deletes int64
+}
+
+// Changes is all of them.
+func (c TableChanges) Changes() int64 { return c.Inserts + c.Updates + c.Deletes }
 
 // MoveProbe is what the probe measured for one move.
 type MoveProbe struct {
@@ -66,6 +82,13 @@ type MoveProbe struct {
 	// function on each side (rolled back): the work of a fence step per
 	// table.
 	FenceTime time.Duration `json:"fence_time"`
+	// ApplyChanges row changes were applied to the rows the copy's probe
+	// wrote, by the stream's own statements and batches (cdc.ProbeApply:
+	// deletes, updates and inserts in the source's proportions, staged
+	// when ApplyStaged) in ApplyTime, in the same rolled-back transaction.
+	ApplyChanges int64         `json:"apply_changes,omitempty"`
+	ApplyTime    time.Duration `json:"apply_time,omitempty"`
+	ApplyStaged  bool          `json:"apply_staged,omitempty"`
 }
 
 // ProbeLoad is what else ran while a move's probe measured: the rates it
@@ -86,6 +109,9 @@ func (p MoveProbe) CopyRate() float64 { return rate(p.SampleBytes, p.CopyTime) }
 
 // VerifyRate is the sampled checksum's rate in table bytes/s (0: not measured).
 func (p MoveProbe) VerifyRate() float64 { return rate(p.VerifyBytes, p.VerifyTime) }
+
+// ApplyRate is the sampled applier's rate in row changes/s (0: not measured).
+func (p MoveProbe) ApplyRate() float64 { return rate(p.ApplyChanges, p.ApplyTime) }
 
 func rate(bytes int64, d time.Duration) float64 {
 	if bytes <= 0 || d <= 0 {
@@ -127,6 +153,29 @@ type Move struct {
 	// taken as Bytes/SetBytes.
 	SetBytes int64     `json:"set_bytes"`
 	Probe    MoveProbe `json:"probe"`
+	// Changes is the application's row changes to the move's tables on
+	// the source, what the catch-up applies (Window 0: not measured).
+	Changes ChangeRate `json:"changes,omitzero"`
+}
+
+// ChangeRate is the row changes the application makes to a move's tables
+// on its source, measured over the shard probe's WAL window.
+type ChangeRate struct {
+	Window time.Duration `json:"window"`
+	// Inserts, Updates and Deletes were counted in the move's tables, all
+	// their rows, over Window.
+	Inserts, Updates, Deletes int64
+	// Moving is the changes a second that fall in the moving ranges: each
+	// table's rate × the ranges' share of its bytes (the estimates').
+	Moving float64 `json:"moving_per_sec"`
+}
+
+// Tables is the changes a second to the move's tables, all their rows.
+func (c ChangeRate) Tables() float64 {
+	if c.Window <= 0 {
+		return 0
+	}
+	return float64(c.Inserts+c.Updates+c.Deletes) / c.Window.Seconds()
 }
 
 // Options are the migration's knobs the model follows.
@@ -142,7 +191,7 @@ type Options struct {
 	// StreamDuringCopy: the moves' streams run during their copies through
 	// the copy gate (backfill.Options.StreamDuringCopy), so a slot retains
 	// StreamRetention of the source's WAL, not the copy's length of it, and
-	// the catch-up drains only that.
+	// the catch-up drains only the changes of that time.
 	StreamDuringCopy bool
 }
 
@@ -179,10 +228,20 @@ type MovePrediction struct {
 	TargetGrowth int64 `json:"target_growth_bytes"`
 	// CleanupWAL is the WAL the source writes deleting the moved rows.
 	CleanupWAL int64 `json:"cleanup_wal_bytes"`
+	// ChangesPerSec is the row changes a second the application makes in
+	// the moving ranges, HeldChanges those the slot holds when the stream
+	// starts (the copy's, or StreamRetention's with the stream during the
+	// copy), ApplyChangesPerSec the stream's rate applying them (the
+	// probe's, shared like the copy's): the catch-up is HeldChanges /
+	// (ApplyChangesPerSec − ChangesPerSec). Zero in a plan stored before
+	// they were measured.
+	ChangesPerSec      float64 `json:"changes_per_sec,omitempty"`
+	HeldChanges        int64   `json:"held_changes,omitempty"`
+	ApplyChangesPerSec float64 `json:"apply_changes_per_sec,omitempty"`
 	// Basis says where the figures come from.
 	Basis string `json:"basis"`
-	// Converges is false when the moving ranges' share of the source's WAL
-	// comes faster than the copy's rate: the catch-up would never end.
+	// Converges is false when the changes to the moving ranges come no
+	// slower than the stream applies them: the catch-up would never end.
 	Converges bool `json:"converges"`
 }
 

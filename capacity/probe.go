@@ -9,9 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
+	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
@@ -37,8 +39,10 @@ func readWAL(ctx context.Context, pool *pgxpool.Pool) (walSample, error) {
 // window (DefaultWALWindow when zero): pg_stat_wal's records, full-page
 // images and bytes in sub-windows of about a second, and the last
 // checkpoint's start (pg_control_checkpoint()), for the rule of
-// SteadyWALRate. It changes nothing.
-func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window time.Duration) (ShardProbe, error) {
+// SteadyWALRate; and over the same window the row changes made to tables
+// (pg_stat_user_tables), what a catch-up from the shard applies. It
+// changes nothing.
+func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window time.Duration, tables ...tableset.Table) (ShardProbe, error) {
 	if window <= 0 {
 		window = DefaultWALWindow
 	}
@@ -73,6 +77,10 @@ func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window tim
 		return p, fmt.Errorf("probe %s: read the WAL position and pg_stat_wal: %w", name, err)
 	}
 	samples = append(samples, s)
+	changes0, err := readChanges(ctx, pool, tables)
+	if err != nil {
+		return p, fmt.Errorf("probe %s: %w", name, err)
+	}
 	for i := 1; i <= n; i++ {
 		select {
 		case <-ctx.Done():
@@ -84,6 +92,14 @@ func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window tim
 			return p, fmt.Errorf("probe %s: read the WAL position and pg_stat_wal: %w", name, err)
 		}
 		samples = append(samples, s)
+	}
+	changes1, err := readChanges(ctx, pool, tables)
+	if err != nil {
+		return p, fmt.Errorf("probe %s: %w", name, err)
+	}
+	for i, t := range tables {
+		a, b := changes0[i], changes1[i]
+		p.Tables = append(p.Tables, TableChanges{Table: t.String(), Inserts: b.Inserts - a.Inserts, Updates: b.Updates - a.Updates, Deletes: b.Deletes - a.Deletes})
 	}
 	first, last := samples[0], samples[len(samples)-1]
 	r := WALReading{Window: last.at.Sub(first.at), Bytes: last.lsn - first.lsn, StatBytes: last.bytes - first.bytes,
@@ -100,6 +116,37 @@ func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window tim
 	p.WAL = r
 	p.WALBytesPerSec = r.SteadyRate()
 	return p, nil
+}
+
+// readChanges reads the rows inserted, updated and deleted in each of
+// tables so far (pg_stat_user_tables; a backend reports its counts at most
+// once a second, as it does pg_stat_wal's).
+func readChanges(ctx context.Context, pool *pgxpool.Pool, tables []tableset.Table) ([]TableChanges, error) {
+	if len(tables) == 0 {
+		return nil, nil
+	}
+	names := make([]string, len(tables))
+	for i, t := range tables {
+		names[i] = t.Quoted()
+	}
+	rows, err := pool.Query(ctx, `SELECT coalesce(s.n_tup_ins, 0), coalesce(s.n_tup_upd, 0), coalesce(s.n_tup_del, 0)
+		FROM unnest($1::text[]) WITH ORDINALITY AS q(name, i) LEFT JOIN pg_stat_user_tables s ON s.relid = q.name::regclass ORDER BY q.i`, names)
+	if err != nil {
+		return nil, fmt.Errorf("read the row changes of %d tables (pg_stat_user_tables): %w", len(tables), err)
+	}
+	out := make([]TableChanges, 0, len(tables))
+	for rows.Next() {
+		var c TableChanges
+		if err := rows.Scan(&c.Inserts, &c.Updates, &c.Deletes); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("read the row changes of %d tables (pg_stat_user_tables): %w", len(tables), err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the row changes of %d tables (pg_stat_user_tables): %w", len(tables), err)
+	}
+	return out, nil
 }
 
 // TableSizes are t's size (pg_table_size: heap and TOAST) and its indexes'
@@ -126,6 +173,9 @@ type ProbeOptions struct {
 	// at most half a minute a move.
 	MinBytes         int64
 	MinTime, MaxTime time.Duration
+	// Changes weigh the kinds of change the applier's probe applies: the
+	// source's inserts, updates and deletes (all zero: updates).
+	Changes TableChanges
 }
 
 func (o ProbeOptions) withDefaults() ProbeOptions {
@@ -141,11 +191,13 @@ func (o ProbeOptions) withDefaults() ProbeOptions {
 	return o
 }
 
-// ProbeMove times the copy's and the verify's own work on t's rows in
-// ranges: backfill.Probe (the copy's chunks, in its order and statement,
-// written into a table like t on dst in a transaction rolled back) and
-// verify.ProbeSource (the verify's chunk checksums on src, with its
-// workers). bytesPerRow converts rows into the estimates' bytes. It
+// ProbeMove times the copy's, the stream's and the verify's own work on
+// t's rows in ranges: backfill.Probe (the copy's chunks, in its order and
+// statement, written into a table like t on dst in a transaction rolled
+// back), cdc.ProbeApply (a catch-up's batch of changes applied to those
+// rows by the applier's statements, in that transaction, in the kinds of
+// o.Changes) and verify.ProbeSource (the verify's chunk checksums on src,
+// with its workers). bytesPerRow converts rows into the estimates' bytes. It
 // records what else ran on both servers meanwhile. It changes nothing on
 // either side.
 func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ranges []ring.Range, bytesPerRow float64, o ProbeOptions) (MoveProbe, error) {
@@ -155,7 +207,14 @@ func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ra
 		return p, fmt.Errorf("probe %s: it has no primary key", t)
 	}
 	load := startLoad(ctx, src, dst)
-	cp, err := backfill.Probe(ctx, src, dst, t, backfill.ProbeOptions{Ranges: ranges, ChunkRows: o.ChunkRows, MinBytes: o.MinBytes, MinTime: o.MinTime, MaxTime: o.MaxTime})
+	apply := func(ctx context.Context, tx pgx.Tx, into tableset.Table) error {
+		st, err := cdc.ProbeApply(ctx, tx, into, cdc.ApplyProbeOptions{Ranges: ranges,
+			Inserts: float64(o.Changes.Inserts), Updates: float64(o.Changes.Updates), Deletes: float64(o.Changes.Deletes)})
+		p.ApplyChanges, p.ApplyTime, p.ApplyStaged = st.Changes(), st.Elapsed, st.Staged
+		return err
+	}
+	cp, err := backfill.Probe(ctx, src, dst, t, backfill.ProbeOptions{Ranges: ranges, ChunkRows: o.ChunkRows, MinBytes: o.MinBytes, MinTime: o.MinTime, MaxTime: o.MaxTime,
+		Then: apply})
 	if err != nil {
 		return p, fmt.Errorf("probe %s: %w", t, err)
 	}

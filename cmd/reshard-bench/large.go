@@ -453,19 +453,22 @@ func (lr *largeRun) predict(ctx context.Context, ranges []ring.Range) (capacity.
 	}
 	m.SetBytes = size
 	m.IndexBytes = int64(float64(m.Bytes) * float64(idx) / float64(size))
-	if m.Probe, err = capacity.ProbeMove(ctx, e.srcPool, e.dstPool, t, ranges, float64(m.Bytes)/float64(m.Rows), capacity.ProbeOptions{}); err != nil {
-		return m, nil, err
-	}
 	shards := map[string]capacity.ShardProbe{}
 	for _, s := range []struct {
-		name string
-		pool *pgxpool.Pool
-	}{{"source", e.srcPool}, {"target", e.dstPool}} {
-		p, err := capacity.ProbeShard(ctx, s.name, s.pool, lr.e.cfg.largeWALWindow)
+		name   string
+		pool   *pgxpool.Pool
+		tables []tableset.Table
+	}{{"source", e.srcPool, []tableset.Table{t}}, {"target", e.dstPool, nil}} {
+		p, err := capacity.ProbeShard(ctx, s.name, s.pool, lr.e.cfg.largeWALWindow, s.tables...)
 		if err != nil {
 			return m, nil, err
 		}
 		shards[s.name] = p
+	}
+	m.Changes.AddTable(shards["source"], t.String(), m.Bytes, size)
+	mix := capacity.TableChanges{Inserts: m.Changes.Inserts, Updates: m.Changes.Updates, Deletes: m.Changes.Deletes}
+	if m.Probe, err = capacity.ProbeMove(ctx, e.srcPool, e.dstPool, t, ranges, float64(m.Bytes)/float64(m.Rows), capacity.ProbeOptions{Changes: mix}); err != nil {
+		return m, nil, err
 	}
 	return m, shards, nil
 }
