@@ -396,22 +396,28 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 		// The source's rate over a checkpoint cycle (SteadyRate): where
 		// in its cycle the copy will start, PLAN cannot know.
 		p.SlotWAL = int64(src.WALBytesPerSec * held)
-		// Catch-up applies the moving ranges' share of that WAL while the
-		// source keeps writing: W/(apply − incoming).
-		frac := 1.0
-		if m.SetBytes > 0 {
-			frac = min(float64(m.Bytes)/float64(m.SetBytes), 1)
-		}
-		incoming := src.WALBytesPerSec * frac
-		apply := probeRate
+		// The catch-up applies the changes to the moving ranges the slot
+		// held while the source keeps making them: held changes / (apply −
+		// incoming). Its work is rows, not WAL bytes: most of a busy
+		// source's WAL can be full-page images, which the stream skips
+		// (87-95 % of the writers' WAL in cmd/reshard-bench -sections large).
+		incoming := m.Changes.Moving
+		apply := m.Probe.ApplyRate() / float64(share)
+		p.ChangesPerSec, p.ApplyChangesPerSec = incoming, apply
+		p.HeldChanges = int64(incoming * held)
 		switch {
-		case incoming == 0 || copyS == 0:
+		case copyS == 0:
+		case m.Changes.Window <= 0:
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the catch-up is not predicted: the probe measured no change rate of its tables", m.ID))
+		case apply == 0:
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the catch-up is not predicted: the probe did not time the applier", m.ID))
+		case incoming == 0:
 		case apply > incoming:
 			p.CatchUp = secs(incoming * held / (apply - incoming))
 		default:
 			p.CatchUp, p.Converges = -1, false
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the moving ranges take about %s/s of %s's WAL, no slower than the copy applies (%s/s): the catch-up may not converge; throttle the application's writes to these ranges or split the migration",
-				m.ID, HumanBytes(int64(incoming)), m.Source, HumanBytes(int64(apply))))
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the application changes about %.0f rows/s in the moving ranges on %s, no fewer than the stream applies (%.0f/s): the catch-up may not converge; throttle the application's writes to these ranges or split the migration",
+				m.ID, incoming, m.Source, apply))
 		}
 		// Verify reads both sides side by side at the probed checksum rate,
 		// and no faster than the throttle's rows per second (verify takes
@@ -523,7 +529,26 @@ func basis(m Move, share int) string {
 	if share > 1 {
 		s += fmt.Sprintf("; the rate shared by %d moves at once", share)
 	}
-	return s
+	return s + catchUpBasis(m)
+}
+
+// catchUpBasis says where the catch-up's figures come from.
+func catchUpBasis(m Move) string {
+	c, p := m.Changes, m.Probe
+	if c.Window <= 0 {
+		return "; catch-up: the changes to its tables not measured"
+	}
+	s := fmt.Sprintf("; catch-up: %.0f row changes/s in the moving ranges, of %.0f/s to its tables (%d inserts, %d updates, %d deletes over the %s WAL window; each table's by the ranges' share of its bytes)",
+		c.Moving, c.Tables(), c.Inserts, c.Updates, c.Deletes, c.Window.Round(time.Millisecond))
+	if p.ApplyChanges == 0 {
+		return s + ", the applier not timed"
+	}
+	how := "text[] statements"
+	if p.ApplyStaged {
+		how = "staged"
+	}
+	return s + fmt.Sprintf(", %d applied as the stream applies them (%s, to the copied rows, rolled back) in %s (%.0f/s); the source's decoding not measured",
+		p.ApplyChanges, how, p.ApplyTime.Round(time.Millisecond), p.ApplyRate())
 }
 
 // HumanBytes formats n in binary units.

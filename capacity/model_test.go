@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -8,10 +9,18 @@ import (
 )
 
 // probeAt is a move probe whose copy runs at copyRate and whose checksum at
-// verifyRate (bytes/s).
+// verifyRate (bytes/s), and whose applier applies 50,000 changes/s.
 func probeAt(copyRate, verifyRate float64) MoveProbe {
 	return MoveProbe{Table: "public.users", SampleRows: 1000, SampleBytes: int64(copyRate), CopyTime: time.Second,
-		VerifyRows: 1000, VerifyBytes: int64(verifyRate), VerifyTime: time.Second, FenceTime: time.Millisecond}
+		VerifyRows: 1000, VerifyBytes: int64(verifyRate), VerifyTime: time.Second, FenceTime: time.Millisecond,
+		ApplyChanges: 50_000, ApplyTime: time.Second, ApplyStaged: true}
+}
+
+// changesAt is the application's changes to a move's tables: all/s over a
+// 2-s window, moving/s of them in the moving ranges.
+func changesAt(all, moving float64) ChangeRate {
+	n := int64(all * 2)
+	return ChangeRate{Window: 2 * time.Second, Inserts: n / 5, Updates: n - 2*(n/5), Deletes: n / 5, Moving: moving}
 }
 
 const mib = 1 << 20
@@ -22,7 +31,7 @@ func TestPredictFollowsTheCode(t *testing.T) {
 		"shard5": {Shard: "shard5", MaxSlotWALKeep: -1, RTT: time.Millisecond},
 	}
 	m := Move{ID: "m1", Source: "shard1", Target: "shard5", Tables: 1, Rows: 1_000_000, Bytes: 600 * mib, IndexBytes: 200 * mib,
-		SetBytes: 3000 * mib, Probe: probeAt(10*mib, 60*mib)}
+		SetBytes: 3000 * mib, Probe: probeAt(10*mib, 60*mib), Changes: changesAt(2000, 400)}
 	rep := Predict([]Move{m}, shards, nil, Options{CutoverBudget: 2 * time.Second})
 	p := rep.Moves[0]
 	if got := p.Copy.Duration(); got != 60*time.Second {
@@ -32,10 +41,14 @@ func TestPredictFollowsTheCode(t *testing.T) {
 	if p.SlotWAL != 120*mib {
 		t.Errorf("slot WAL %s, want 120 MiB", HumanBytes(p.SlotWAL))
 	}
-	// The moving ranges take 600/3000 of the writes (0.4 MiB/s): 24 MiB of
-	// changes applied at 10 MiB/s while 0.4 MiB/s keep coming.
-	if got, want := float64(p.CatchUp), 0.4*60/(10-0.4); got < want*0.999 || got > want*1.001 {
+	// 400 changes/s in the moving ranges, held for the 60 s of the copy:
+	// 24,000 changes applied at 50,000/s while 400/s keep coming (the WAL's
+	// share at the copy's rate, the rule before, said 2.5 s).
+	if got, want := float64(p.CatchUp), 400*60/(50_000-400.0); got < want*0.999 || got > want*1.001 {
 		t.Errorf("catch-up %.3fs, want %.3fs", got, want)
+	}
+	if p.HeldChanges != 24_000 || p.ChangesPerSec != 400 || p.ApplyChangesPerSec != 50_000 {
+		t.Errorf("catch-up's basis: %d changes held at %.0f/s, applied at %.0f/s; want 24,000 at 400/s, applied at 50,000/s", p.HeldChanges, p.ChangesPerSec, p.ApplyChangesPerSec)
 	}
 	if got := p.Verify.Duration(); got != 10*time.Second {
 		t.Errorf("verify %s, want 10s (600 MiB at 60 MiB/s)", got)
@@ -132,10 +145,114 @@ func TestPredictRefusesWhatCannotFit(t *testing.T) {
 }
 
 func TestPredictWarnsOfACatchUpThatCannotEnd(t *testing.T) {
-	shards := map[string]ShardProbe{"a": {WALBytesPerSec: 20 * mib, MaxSlotWALKeep: -1}, "b": {MaxSlotWALKeep: -1}}
-	rep := Predict([]Move{{ID: "m1", Source: "a", Target: "b", Rows: 10, Bytes: mib, SetBytes: mib, Probe: probeAt(10*mib, 10*mib)}}, shards, nil, Options{})
-	if rep.Moves[0].Converges || rep.Moves[0].CatchUp >= 0 || len(rep.Warnings) != 1 {
-		t.Fatalf("move %+v, warnings %v: want a catch-up that never ends, said", rep.Moves[0], rep.Warnings)
+	shards := map[string]ShardProbe{"a": {WALBytesPerSec: mib, MaxSlotWALKeep: -1}, "b": {MaxSlotWALKeep: -1}}
+	// 60,000 changes/s in the moving ranges against an applier of 50,000/s.
+	rep := Predict([]Move{{ID: "m1", Source: "a", Target: "b", Rows: 10, Bytes: mib, SetBytes: mib, Probe: probeAt(10*mib, 10*mib),
+		Changes: changesAt(60_000, 60_000)}}, shards, nil, Options{})
+	if rep.Moves[0].Converges || rep.Moves[0].CatchUp >= 0 || len(rep.Warnings) != 1 ||
+		!strings.Contains(rep.Warnings[0], "about 60000 rows/s in the moving ranges on a, no fewer than the stream applies (50000/s)") {
+		t.Fatalf("move %+v, warnings %v: want a catch-up that never ends, said in changes", rep.Moves[0], rep.Warnings)
+	}
+}
+
+// The catch-up's work is the changes to the moving rows, not the source's
+// WAL: at production size (cmd/reshard-bench -sections large, a fifth of
+// an 18.93 GiB table, docs/benchmarks.md) the rule of the WAL's share at
+// the copy's rate predicted a catch-up of 4h15m against 13 s taken, and a
+// busy source's WAL of full-page images said the catch-up would never
+// end. The figures here are of that kind: 5.6 MiB/s of WAL, 90 % of it
+// images of other rows; the writers' 400 changes/s, 80 of them in the
+// fifth that moves; a copy of 3.78 GiB at 3.75 MiB/s (17m11s).
+func TestPredictCatchUpCountsChangesNotWAL(t *testing.T) {
+	shards := map[string]ShardProbe{"a": {WALBytesPerSec: 5.6 * mib, MaxSlotWALKeep: -1}, "b": {MaxSlotWALKeep: -1}}
+	m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 6_806_587, Bytes: 3870 * mib, SetBytes: 19384 * mib,
+		Probe: probeAt(3.75*mib, 60*mib), Changes: changesAt(400, 80)}
+	p := Predict([]Move{m}, shards, nil, Options{}).Moves[0]
+	held := float64(p.Copy) * 80
+	if want := held / (50_000 - 80); !p.Converges || math.Abs(float64(p.CatchUp)-want) > want*0.001 {
+		t.Errorf("catch-up %.1fs (converges %v), want %.1fs: %.0f changes held, applied at 50,000/s while 80/s come", float64(p.CatchUp), p.Converges, want, held)
+	}
+	if p.CatchUp.Duration() > time.Minute {
+		t.Errorf("catch-up %s: the bench's took 13 s", p.CatchUp.Duration())
+	}
+	// The slot's WAL is still the WAL's: 5.6 MiB/s over the copy.
+	if want := int64(5.6 * mib * float64(p.Copy)); p.SlotWAL < want-mib || p.SlotWAL > want+mib {
+		t.Errorf("slot WAL %s, want %s", HumanBytes(p.SlotWAL), HumanBytes(want))
+	}
+	// A source whose WAL is all images of pages of other tables, faster
+	// than the copy: the stream has few changes to apply, and ends.
+	shards["a"] = ShardProbe{WALBytesPerSec: 50 * mib, MaxSlotWALKeep: -1}
+	rep := Predict([]Move{m}, shards, nil, Options{})
+	if p := rep.Moves[0]; !p.Converges || p.CatchUp <= 0 || p.CatchUp.Duration() > time.Minute || len(rep.Warnings) != 0 {
+		t.Errorf("50 MiB/s of WAL, 80 changes/s: catch-up %s, converges %v, warnings %v; want seconds", p.CatchUp.Duration(), p.Converges, rep.Warnings)
+	}
+	// No writes to the moving ranges: nothing to catch up.
+	m.Changes = changesAt(400, 0)
+	if p := Predict([]Move{m}, shards, nil, Options{}).Moves[0]; p.CatchUp != 0 || !p.Converges {
+		t.Errorf("no changes in the ranges: catch-up %s", p.CatchUp.Duration())
+	}
+	// Two moves from one source to one target share the applier's rate as
+	// they share the copy's.
+	m.Changes = changesAt(400, 80)
+	m2 := m
+	m2.ID = "m2"
+	p2 := Predict([]Move{m, m2}, shards, nil, Options{}).Moves[0]
+	if p2.ApplyChangesPerSec != 25_000 {
+		t.Errorf("two moves at once: the applier at %.0f/s each, want 25,000", p2.ApplyChangesPerSec)
+	}
+}
+
+// A move without a measured change rate (a probe that read no
+// pg_stat_user_tables) or applier gets no catch-up figure, and says so.
+func TestPredictSaysWhatItDidNotMeasure(t *testing.T) {
+	shards := map[string]ShardProbe{"a": {WALBytesPerSec: mib, MaxSlotWALKeep: -1}, "b": {MaxSlotWALKeep: -1}}
+	m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1000, Bytes: 10 * mib, SetBytes: 50 * mib, Probe: probeAt(10*mib, 60*mib)}
+	rep := Predict([]Move{m}, shards, nil, Options{})
+	if rep.Moves[0].CatchUp != 0 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "no change rate") ||
+		!strings.Contains(rep.Moves[0].Basis, "catch-up: the changes to its tables not measured") {
+		t.Errorf("no change rate: catch-up %v, warnings %v, basis %q", rep.Moves[0].CatchUp, rep.Warnings, rep.Moves[0].Basis)
+	}
+	m.Changes = changesAt(100, 20)
+	m.Probe.ApplyChanges, m.Probe.ApplyTime = 0, 0
+	rep = Predict([]Move{m}, shards, nil, Options{})
+	if rep.Moves[0].CatchUp != 0 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "did not time the applier") {
+		t.Errorf("no applier: catch-up %v, warnings %v", rep.Moves[0].CatchUp, rep.Warnings)
+	}
+}
+
+// The basis names the catch-up's measures; a stored report of before them
+// still decodes, and one of now keeps them.
+func TestCatchUpBasisAndStoredReports(t *testing.T) {
+	shards := map[string]ShardProbe{"a": {WALBytesPerSec: mib, MaxSlotWALKeep: -1}, "b": {MaxSlotWALKeep: -1}}
+	m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1000, Bytes: 10 * mib, SetBytes: 50 * mib, Probe: probeAt(10*mib, 60*mib), Changes: changesAt(100, 20)}
+	rep := Predict([]Move{m}, shards, nil, Options{})
+	for _, want := range []string{"catch-up: 20 row changes/s in the moving ranges, of 100/s to its tables (40 inserts, 120 updates, 40 deletes over the 2s WAL window",
+		"50000 applied as the stream applies them (staged, to the copied rows, rolled back) in 1s (50000/s)"} {
+		if !strings.Contains(rep.Moves[0].Basis, want) {
+			t.Errorf("basis %q lacks %q", rep.Moves[0].Basis, want)
+		}
+	}
+	var b strings.Builder
+	WriteText(&b, rep)
+	if want := "m: catch-up: 20 row changes held (20/s in the moving ranges while the slot holds them), applied at 50000/s while they keep coming: 0s"; !strings.Contains(b.String(), want) {
+		t.Errorf("plan's text lacks %q:\n%s", want, b.String())
+	}
+	js, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(js, &back); err != nil || back.Moves[0].HeldChanges != rep.Moves[0].HeldChanges || back.Moves[0].ApplyChangesPerSec != 50_000 {
+		t.Errorf("stored and read back: %v, %+v", err, back.Moves)
+	}
+	// A report stored before the catch-up was counted in changes.
+	old := `{"moves":[{"id":"m1","source":"a","target":"b","copy_bytes_per_sec":1048576,"copy_seconds":60,"catch_up_seconds":2.5,"verify_seconds":10,"cleanup_seconds":10,"write_pause_seconds":0.01,"slot_wal_bytes":125829120,"target_growth_bytes":1,"cleanup_wal_bytes":1,"basis":"b","converges":true}],"shards":[{"shard":"a","wal_bytes_per_sec":1,"peak_slot_wal_bytes":1,"wal_budget_bytes":-1,"target_growth_bytes":0}],"probes":[{"shard":"a","wal_bytes_per_sec":1,"wal_window":2000000000,"wal":{},"max_slot_wal_keep_size":-1,"max_wal_size":1,"rtt":1}]}`
+	var stored Report
+	if err := json.Unmarshal([]byte(old), &stored); err != nil || stored.Moves[0].CatchUp != 2.5 || stored.Moves[0].HeldChanges != 0 || len(stored.Probes[0].Tables) != 0 {
+		t.Errorf("an old stored report: %v, %+v", err, stored)
+	}
+	if js, _ := json.Marshal(MovePrediction{}); strings.Contains(string(js), "changes") {
+		t.Errorf("zero new fields are stored: %s", js)
 	}
 }
 
@@ -145,7 +262,8 @@ func TestPredictWarnsOfACatchUpThatCannotEnd(t *testing.T) {
 func TestPredictStreamDuringCopyBoundsTheSlot(t *testing.T) {
 	shards := map[string]ShardProbe{"a": {WALBytesPerSec: 2 * mib, MaxSlotWALKeep: -1}, "b": {MaxSlotWALKeep: -1}}
 	for _, gb := range []int64{1, 10, 100} { // copies of 100 s, 1,000 s, 10,000 s at 10 MiB/s
-		m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1000, Bytes: gb * 1000 * mib, SetBytes: gb * 5000 * mib, Probe: probeAt(10*mib, 60*mib)}
+		m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1000, Bytes: gb * 1000 * mib, SetBytes: gb * 5000 * mib, Probe: probeAt(10*mib, 60*mib),
+			Changes: changesAt(2000, 400)}
 		after := Predict([]Move{m}, shards, nil, Options{StreamDuringCopy: true}).Moves[0]
 		before := Predict([]Move{m}, shards, nil, Options{}).Moves[0]
 		if want := int64(2 * mib * StreamRetention.Seconds()); after.SlotWAL != want {
@@ -154,8 +272,8 @@ func TestPredictStreamDuringCopyBoundsTheSlot(t *testing.T) {
 		if want := int64(2*mib) * int64(before.Copy); before.SlotWAL != want {
 			t.Errorf("%d GB, stream after the copy: slot WAL %s, want %s (2 MiB/s × %.0f s)", gb, HumanBytes(before.SlotWAL), HumanBytes(want), float64(before.Copy))
 		}
-		// 1/5 of 2 MiB/s comes in while 10 MiB/s applies: 0.4 × 20 / 9.6 s.
-		if got, want := float64(after.CatchUp), 0.4*StreamRetention.Seconds()/(10-0.4); got < want*0.999 || got > want*1.001 {
+		// 400 changes/s held for StreamRetention, applied at 50,000/s.
+		if got, want := float64(after.CatchUp), 400*StreamRetention.Seconds()/(50_000-400); got < want*0.999 || got > want*1.001 {
 			t.Errorf("%d GB: catch-up %.3fs, want %.3fs", gb, got, want)
 		}
 	}

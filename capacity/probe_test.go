@@ -88,6 +88,7 @@ func lsn(t *testing.T, db *pgtest.DB) string {
 
 func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 	src, dst, in, pools := pair(t)
+	insertsCounted(t, src, "users", 20000)
 	stop := writeWAL(t, src)
 	defer stop()
 	time.Sleep(300 * time.Millisecond) // the writer is steady
@@ -122,8 +123,16 @@ func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 	if m.TargetGrowth < size*4/10+idx*4/10 || m.TargetGrowth > size*6/10+idx*6/10 {
 		t.Errorf("target growth %d: want about half of the table (%d) and its indexes (%d)", m.TargetGrowth, size, idx)
 	}
-	if m.Copy <= 0 || m.Verify <= 0 || m.WritePause <= 0 || m.SlotWAL <= 0 || m.CatchUp <= 0 || !strings.Contains(m.Basis, "rows of public.users copied as the copy does") {
+	if m.Copy <= 0 || m.Verify <= 0 || m.WritePause <= 0 || m.SlotWAL <= 0 || !strings.Contains(m.Basis, "rows of public.users copied as the copy does") {
 		t.Errorf("prediction not calibrated: %+v", m)
+	}
+	// The WAL comes from writes to noise, which does not move: the stream
+	// has no change to catch up on, however much WAL its slot holds (the
+	// WAL's share at the copy's rate, the rule before, said otherwise).
+	if m.CatchUp != 0 || m.ChangesPerSec != 0 || m.HeldChanges != 0 || !m.Converges || m.ApplyChangesPerSec <= 0 ||
+		!strings.Contains(m.Basis, "catch-up: 0 row changes/s in the moving ranges, of 0/s to its tables") {
+		t.Errorf("catch-up %s of %d changes held, %.0f/s in the ranges, applier %.0f/s: want none to catch up, the applier timed; basis %q",
+			m.CatchUp.Duration(), m.HeldChanges, m.ChangesPerSec, m.ApplyChangesPerSec, m.Basis)
 	}
 	if n := dst.QueryInt64(t, `SELECT count(*) FROM users`); n != 0 {
 		t.Errorf("the probe left %d rows on the target", n)
@@ -141,6 +150,113 @@ func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 	if want := src.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) < 0`); !strings.Contains(m.Basis, fmt.Sprintf("%d rows of public.users copied as the copy does (%d chunks by pk", want, want/5000+1)) ||
 		!strings.Contains(m.Basis, "(2 workers)") || !strings.Contains(m.Basis, "other active sessions on src") {
 		t.Errorf("basis %q: want the %d rows of the range copied in chunks of 5,000 by pk (the last one short), checksummed by 2 workers, and the load seen", m.Basis, want)
+	}
+}
+
+// insertsCounted waits until pg_stat_user_tables counts the n rows
+// inserted into table (a backend reports its counts up to a second
+// later): a probe's window after it sees only what follows.
+func insertsCounted(t *testing.T, db *pgtest.DB, table string, n int64) {
+	t.Helper()
+	for range 100 {
+		if db.QueryInt64(t, `SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = $1), 0)`, table) >= n {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("pg_stat_user_tables does not count the %d rows inserted into %s", n, table)
+}
+
+// TestAssessMeasuresTheCatchUpsWork: the application's row changes to the
+// moving table over the probe's WAL window (here a writer updating 30 and
+// inserting 10 users every 50 ms, 800 changes/s), their share in the moving ranges (half
+// the token space), and the applier's rate on the rows the copy's probe
+// wrote, in the source's mix of changes; the catch-up is the changes held
+// over that rate.
+func TestAssessMeasuresTheCatchUpsWork(t *testing.T) {
+	src, dst, in, pools := pair(t)
+	insertsCounted(t, src, "users", 20000)
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		done int64 // changes committed
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		next, from := int64(100_000), int64(0)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			_, err := src.Pool.Exec(ctx, `WITH u AS (UPDATE users SET email = email || 'x' WHERE id > $2 AND id <= $2 + 30 RETURNING 1)
+				INSERT INTO users SELECT g, 'n'||g||'@x', 'p' FROM generate_series($1::bigint, $1::bigint + 9) g`, next, from)
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("write users: %v", err)
+				}
+				return
+			}
+			next, from = next+10, (from+30)%19_950
+			mu.Lock()
+			done += 40
+			mu.Unlock()
+		}
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(1500 * time.Millisecond) // the writer is steady, and so are its reports
+	count := func() int64 { mu.Lock(); defer mu.Unlock(); return done }
+	c0, t0 := count(), time.Now()
+	rep, err := Assess(context.Background(), pools, []MoveInput{in}, AssessOptions{WALWindow: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writerRate := float64(count()-c0) / time.Since(t0).Seconds()
+	cancel()
+	wg.Wait()
+	var sp ShardProbe
+	for _, p := range rep.Probes {
+		if p.Shard == "src" {
+			sp = p
+		}
+	}
+	if len(sp.Tables) != 1 || sp.Tables[0].Table != "public.users" {
+		t.Fatalf("the source's probe read the changes of %+v: want public.users", sp.Tables)
+	}
+	tc := sp.Tables[0]
+	measured := float64(tc.Changes()) / sp.WAL.Window.Seconds()
+	m := rep.Moves[0]
+	t.Logf("writer %.0f changes/s; probe: %+v over %s (%.0f/s), %.0f/s in the ranges; applier %.0f/s; catch-up %s of %d held; %s",
+		writerRate, tc, sp.WAL.Window, measured, m.ChangesPerSec, m.ApplyChangesPerSec, m.CatchUp.Duration(), m.HeldChanges, m.Basis)
+	// A backend reports its counts about once a second: over 4 s the
+	// window can gain or lose up to a second of them.
+	if measured < writerRate*0.5 || measured > writerRate*1.6 || tc.Inserts == 0 || tc.Updates == 0 || tc.Deletes != 0 {
+		t.Errorf("measured %.0f changes/s (%+v): want about the writer's %.0f/s, inserts and updates, no deletes", measured, tc, writerRate)
+	}
+	if share := m.ChangesPerSec / measured; share < 0.35 || share > 0.65 {
+		t.Errorf("%.0f changes/s in the moving ranges of %.0f/s: want about half (the ranges' share of the table)", m.ChangesPerSec, measured)
+	}
+	// The copy's probe wrote the range's ~10,000 rows; the applier's probe
+	// applied a catch-up's batch of them, staged (over 1,000 a flush).
+	if m.ApplyChangesPerSec < 1000 || !strings.Contains(m.Basis, "applied as the stream applies them (staged") {
+		t.Errorf("applier %.0f changes/s, basis %q: want it timed on the staged path", m.ApplyChangesPerSec, m.Basis)
+	}
+	if !m.Converges || m.CatchUp <= 0 || m.HeldChanges != int64(m.ChangesPerSec*float64(m.Copy)) {
+		t.Errorf("catch-up %s, %d changes held: want the changes of the copy's %s applied", m.CatchUp.Duration(), m.HeldChanges, m.Copy.Duration())
+	}
+	if want := float64(m.HeldChanges) / (m.ApplyChangesPerSec - m.ChangesPerSec); math.Abs(float64(m.CatchUp)-want) > want*0.01 {
+		t.Errorf("catch-up %.4fs, want %.4fs", float64(m.CatchUp), want)
+	}
+	if n := dst.QueryInt64(t, `SELECT count(*) FROM users`); n != 0 {
+		t.Errorf("the probe left %d rows on the target", n)
+	}
+	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_class WHERE relname LIKE 'capacity_probe%' OR relname LIKE 'reshard_stage%'`); n != 0 {
+		t.Errorf("the probe left its tables on the target")
 	}
 }
 

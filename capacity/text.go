@@ -33,6 +33,10 @@ func WriteText(out io.Writer, rep Report) {
 	w.Flush()
 	for _, m := range rep.Moves {
 		fmt.Fprintf(out, "  %s: %s\n", m.ID, m.Basis)
+		if m.ApplyChangesPerSec > 0 && m.Converges {
+			fmt.Fprintf(out, "  %s: catch-up: %d row changes held (%.0f/s in the moving ranges while the slot holds them), applied at %.0f/s while they keep coming: %s\n",
+				m.ID, m.HeldChanges, m.ChangesPerSec, m.ApplyChangesPerSec, dur(m.CatchUp))
+		}
 	}
 	if len(rep.Probes) > 0 {
 		fmt.Fprintf(out, "  WAL rates over %s; the slot retains the source's WAL of the whole copy (its stream starts after the copy)\n", rep.Probes[0].WALWindow)
