@@ -32,11 +32,12 @@ import (
 // changes for RESHARD_CATCHUP_HOLD (default 60 s) from its creation, then
 // cdc's stream starts and drains to a marker written as it starts. The
 // rule is applied to the hold actually taken (the copy's own length is
-// TestPredictedCopyMatchesTheCopy's). Asserted: within a factor of 3 either
-// way. The stream's start (connections, its origin, the walsender or SQL
-// peeks) and the source's decoding of the held WAL are outside the rule,
-// and a catch-up of seconds weighs them heavily; the rule it replaces
-// (the WAL's share at the copy's rate) was off by 1421 % at 20 GB.
+// TestPredictedCopyMatchesTheCopy's), and the decoding's term to the WAL
+// the slot actually retained. Asserted: within a factor of 3 either way.
+// The stream's start (connections, its origin, the walsender or SQL peeks)
+// is outside the rule, and a catch-up of seconds weighs it heavily; the
+// rule it replaces (the WAL's share at the copy's rate) was off by 1421 %
+// at 20 GB.
 func TestPredictedCatchUpMatchesTheStream(t *testing.T) {
 	hold := 60 * time.Second
 	if v := os.Getenv("RESHARD_CATCHUP_HOLD"); v != "" {
@@ -172,12 +173,25 @@ func TestPredictedCatchUpMatchesTheStream(t *testing.T) {
 			table = float64(sp.Tables[0].Changes()) / sp.WAL.Window.Seconds()
 		}
 	}
-	// The rule (Predict's) over the hold taken.
-	want := p.ChangesPerSec * held.Seconds() / (p.ApplyChangesPerSec - p.ChangesPerSec)
+	// The rule (Predict's) over the hold taken and the WAL retained: the
+	// changes held over the applier's rate less theirs, or the slot's WAL
+	// over the source's decoding less its WAL rate, the longer.
+	applyS := p.ChangesPerSec * held.Seconds() / (p.ApplyChangesPerSec - p.ChangesPerSec)
+	var walRate float64
+	for _, sp := range rep.Probes {
+		if sp.Shard == "src" {
+			walRate = sp.WALBytesPerSec
+		}
+	}
+	decodeS := 0.0
+	if p.DecodeBytesPerSec > walRate {
+		decodeS = float64(retained) / (p.DecodeBytesPerSec - walRate)
+	}
+	want := max(applyS, decodeS)
 	off := 100 * (want - took.Seconds()) / took.Seconds()
-	t.Logf("held %s: the writers made %d changes (%.0f/s, the probe saw %.0f/s to the table), the slot retained %s of WAL; catch-up predicted %.2fs (%.0f changes at %.0f/s), took %s (%+.0f %%)",
+	t.Logf("held %s: the writers made %d changes (%.0f/s, the probe saw %.0f/s to the table), the slot retained %s of WAL; catch-up predicted %.2fs (applying %.0f changes at %.0f/s: %.2fs; decoding at %s/s: %.2fs), took %s (%+.0f %%)",
 		held.Round(time.Millisecond), written, float64(written)/held.Seconds(), table, HumanBytes(retained),
-		want, p.ChangesPerSec*held.Seconds(), p.ApplyChangesPerSec, took.Round(time.Millisecond), off)
+		want, p.ChangesPerSec*held.Seconds(), p.ApplyChangesPerSec, applyS, HumanBytes(int64(p.DecodeBytesPerSec)), decodeS, took.Round(time.Millisecond), off)
 	if want < took.Seconds()/3 || want > took.Seconds()*3 {
 		t.Errorf("catch-up predicted %.2fs, took %s: want within a factor of 3", want, took.Round(time.Millisecond))
 	}

@@ -6,7 +6,9 @@
 // and pg_stat_wal over a window (the WAL rate, without the burst of
 // full-page images a checkpoint causes: WALReading.SteadyRate) and, over
 // the same window, the rows inserted, updated and deleted in the moved
-// tables (pg_stat_user_tables), the settings that bound a slot's
+// tables (pg_stat_user_tables) and the source's logical decoding of that
+// WAL (a temporary slot, dropped; given up when its creation waits on
+// running transactions), the settings that bound a slot's
 // retention, table and index sizes from pg_class, and times the copy's own
 // chunks (backfill.Probe: written into a table like the moving one on the
 // target, in a transaction rolled back; the target writes their WAL and

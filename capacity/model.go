@@ -41,6 +41,30 @@ type ShardProbe struct {
 	// these changes, decoded and applied, not the WAL's bytes (most of
 	// which can be full-page images the stream skips).
 	Tables []TableChanges `json:"tables,omitempty"`
+	// Decode is the shard's logical decoding of the window's WAL, timed
+	// (nil: not a source, or a plan stored before it was measured).
+	Decode *DecodeReading `json:"decode,omitempty"`
+}
+
+// DecodeReading is a source's logical decoding timed: the WAL of the probe's
+// window (Bytes, from a temporary slot's restart point) decoded by
+// test_decoding in Time, Changes rows out; or why it was not measured.
+// test_decoding formats every change of every table, where the stream's
+// pgoutput sends only the moving tables' rows in the ranges: a lower bound
+// of the stream's rate.
+type DecodeReading struct {
+	Bytes       int64         `json:"bytes,omitempty"`
+	Changes     int64         `json:"changes,omitempty"`
+	Time        time.Duration `json:"time,omitempty"`
+	NotMeasured string        `json:"not_measured,omitempty"`
+}
+
+// Rate is the WAL decoded a second (0: not measured).
+func (d *DecodeReading) Rate() float64 {
+	if d == nil {
+		return 0
+	}
+	return rate(d.Bytes, d.Time)
 }
 
 // TableChanges are the rows one table had inserted, updated and deleted
@@ -238,6 +262,13 @@ type MovePrediction struct {
 	ChangesPerSec      float64 `json:"changes_per_sec,omitempty"`
 	HeldChanges        int64   `json:"held_changes,omitempty"`
 	ApplyChangesPerSec float64 `json:"apply_changes_per_sec,omitempty"`
+	// DecodeBytesPerSec is the source's logical decoding of its WAL a
+	// second (ShardProbe.Decode, shared by the moves from the source at
+	// once; 0: not measured). The walsender reads every byte the slot
+	// holds, so the catch-up takes at least SlotWAL / (DecodeBytesPerSec −
+	// the source's WAL rate); DecodeBound: that is the longer of the two.
+	DecodeBytesPerSec float64 `json:"decode_bytes_per_sec,omitempty"`
+	DecodeBound       bool    `json:"decode_bound,omitempty"`
 	// Basis says where the figures come from.
 	Basis string `json:"basis"`
 	// Converges is false when the changes to the moving ranges come no
@@ -419,6 +450,23 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the application changes about %.0f rows/s in the moving ranges on %s, no fewer than the stream applies (%.0f/s): the catch-up may not converge; throttle the application's writes to these ranges or split the migration",
 				m.ID, incoming, m.Source, apply))
 		}
+		// The source's walsender decodes every byte the slot holds, other
+		// tables' changes and full-page images too, while the source keeps
+		// writing; it runs beside the applier, so the catch-up is the
+		// longer of the two.
+		dec := src.Decode.Rate() / float64(running(m.Source))
+		p.DecodeBytesPerSec = dec
+		switch {
+		case dec == 0 || copyS == 0 || !p.Converges:
+		case dec > src.WALBytesPerSec:
+			if d := float64(p.SlotWAL) / (dec - src.WALBytesPerSec); d > float64(p.CatchUp) {
+				p.CatchUp, p.DecodeBound = secs(d), true
+			}
+		default:
+			p.CatchUp, p.Converges = -1, false
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: %s writes %s/s of WAL, no slower than it decodes it (%s/s): the catch-up may not converge; throttle the application's writes or split the migration",
+				m.ID, m.Source, HumanBytes(int64(src.WALBytesPerSec)), HumanBytes(int64(dec))))
+		}
 		// Verify reads both sides side by side at the probed checksum rate,
 		// and no faster than the throttle's rows per second (verify takes
 		// the copy's rows limit per side: at 100 rows/s a 7,500-row move
@@ -439,7 +487,7 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 			pause = min(pause, o.CutoverBudget)
 		}
 		p.WritePause = Seconds(pause.Seconds())
-		p.Basis = basis(m, share)
+		p.Basis = basis(m, share, src)
 		peak[m.Source] = max(peak[m.Source], p.SlotWAL)
 		growth[m.Target] += p.TargetGrowth
 		rep.Moves = append(rep.Moves, p)
@@ -513,7 +561,7 @@ func walRefusal(sp ShardPrediction, moves []MovePrediction, o Options) Refusal {
 	return Refusal{Shard: sp.Shard, Check: "wal", Problem: problem, Fix: fix}
 }
 
-func basis(m Move, share int) string {
+func basis(m Move, share int, src ShardProbe) string {
 	p := m.Probe
 	if p.SampleRows == 0 {
 		return "no rows to sample: durations not calibrated"
@@ -529,11 +577,11 @@ func basis(m Move, share int) string {
 	if share > 1 {
 		s += fmt.Sprintf("; the rate shared by %d moves at once", share)
 	}
-	return s + catchUpBasis(m)
+	return s + catchUpBasis(m, src)
 }
 
 // catchUpBasis says where the catch-up's figures come from.
-func catchUpBasis(m Move) string {
+func catchUpBasis(m Move, src ShardProbe) string {
 	c, p := m.Changes, m.Probe
 	if c.Window <= 0 {
 		return "; catch-up: the changes to its tables not measured"
@@ -547,8 +595,17 @@ func catchUpBasis(m Move) string {
 	if p.ApplyStaged {
 		how = "staged"
 	}
-	return s + fmt.Sprintf(", %d applied as the stream applies them (%s, to the copied rows, rolled back) in %s (%.0f/s); the source's decoding not measured",
+	s += fmt.Sprintf(", %d applied as the stream applies them (%s, to the copied rows, rolled back) in %s (%.0f/s)",
 		p.ApplyChanges, how, p.ApplyTime.Round(time.Millisecond), p.ApplyRate())
+	switch d := src.Decode; {
+	case d == nil:
+		return s + "; the source's decoding not measured"
+	case d.NotMeasured != "":
+		return s + "; the source's decoding not measured: " + d.NotMeasured
+	}
+	d := src.Decode
+	return s + fmt.Sprintf("; the window's %s of WAL decoded on %s in %s (%s/s, test_decoding, %d changes out)",
+		HumanBytes(d.Bytes), m.Source, d.Time.Round(time.Millisecond), HumanBytes(int64(d.Rate())), d.Changes)
 }
 
 // HumanBytes formats n in binary units.

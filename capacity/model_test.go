@@ -202,6 +202,41 @@ func TestPredictCatchUpCountsChangesNotWAL(t *testing.T) {
 	}
 }
 
+// The source's walsender decodes every byte of WAL the slot holds, beside
+// the applier: the catch-up is the longer of the two, and a source whose
+// WAL comes no slower than it decodes is warned of.
+func TestPredictCatchUpIsTheLongerOfApplyAndDecode(t *testing.T) {
+	m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1_000_000, Bytes: 1000 * mib, SetBytes: 5000 * mib,
+		Probe: probeAt(10*mib, 60*mib), Changes: changesAt(2000, 400)} // a 100-s copy
+	for _, tc := range []struct {
+		name      string
+		decode    *DecodeReading
+		catchUp   float64
+		byDecode  bool
+		converges bool
+	}{
+		{"not measured", nil, 400 * 100 / (50_000 - 400.0), false, true},
+		{"slot creation timed out", &DecodeReading{NotMeasured: "no temporary logical slot"}, 400 * 100 / (50_000 - 400.0), false, true},
+		// 200 MiB held (2 MiB/s × 100 s), decoded at 102 MiB/s while 2 MiB/s come: 2 s, longer than the applier's 0.82 s.
+		{"decoding is the longer", &DecodeReading{Bytes: 102 * mib, Time: time.Second}, 200.0 / 100, true, true},
+		// At 1 GiB/s decoding takes 0.2 s: the applier's 0.82 s stands.
+		{"applying is the longer", &DecodeReading{Bytes: 1024 * mib, Time: time.Second}, 400 * 100 / (50_000 - 400.0), false, true},
+		{"the WAL outruns the decoding", &DecodeReading{Bytes: mib, Time: time.Second}, -1, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shards := map[string]ShardProbe{"a": {WALBytesPerSec: 2 * mib, MaxSlotWALKeep: -1, Decode: tc.decode}, "b": {MaxSlotWALKeep: -1}}
+			rep := Predict([]Move{m}, shards, nil, Options{})
+			p := rep.Moves[0]
+			if math.Abs(float64(p.CatchUp)-tc.catchUp) > math.Abs(tc.catchUp)*0.001 || p.DecodeBound != tc.byDecode || p.Converges != tc.converges {
+				t.Errorf("catch-up %.3fs (by decoding %v, converges %v), want %.3fs (%v, %v)", float64(p.CatchUp), p.DecodeBound, p.Converges, tc.catchUp, tc.byDecode, tc.converges)
+			}
+			if warned := len(rep.Warnings) > 0; warned == tc.converges || warned && !strings.Contains(rep.Warnings[0], "writes 2.0 MiB/s of WAL, no slower than it decodes it (1.0 MiB/s)") {
+				t.Errorf("warnings %v", rep.Warnings)
+			}
+		})
+	}
+}
+
 // A move without a measured change rate (a probe that read no
 // pg_stat_user_tables) or applier gets no catch-up figure, and says so.
 func TestPredictSaysWhatItDidNotMeasure(t *testing.T) {

@@ -2,6 +2,7 @@ package capacity
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -9,11 +10,15 @@ import (
 	"strings"
 	"time"
 
+	"math/rand/v2"
+
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/internal/pgerr"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/verify"
@@ -72,6 +77,15 @@ func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window tim
 	// pg_stat_wal at most once a second (PGSTAT_MIN_INTERVAL).
 	n := min(max(int(window/time.Second), 2), 30)
 	samples := make([]walSample, 0, n+1)
+	var dec *decodeProbe
+	if len(tables) > 0 { // a source: its decoding, over the window
+		dec = startDecode(ctx, pool)
+		defer func() {
+			if dec != nil { // returned early: the slot goes
+				dec.finish(context.WithoutCancel(ctx))
+			}
+		}()
+	}
 	s, err := readWAL(ctx, pool)
 	if err != nil {
 		return p, fmt.Errorf("probe %s: read the WAL position and pg_stat_wal: %w", name, err)
@@ -96,6 +110,9 @@ func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window tim
 	changes1, err := readChanges(ctx, pool, tables)
 	if err != nil {
 		return p, fmt.Errorf("probe %s: %w", name, err)
+	}
+	if dec != nil {
+		p.Decode, dec = dec.finish(ctx), nil
 	}
 	for i, t := range tables {
 		a, b := changes0[i], changes1[i]
@@ -315,4 +332,80 @@ BEGIN
 	RETURN NEW;
 END $f$`)
 	return time.Since(start), err
+}
+
+// decodeSlotWait bounds the creation of the decoding probe's slot: a
+// logical slot's creation waits for the transactions running at that
+// moment to end, which a long report can make minutes.
+const decodeSlotWait = 3 * time.Second
+
+// decodeProbe is a temporary logical slot created before a shard's WAL
+// window (test_decoding: in contrib, no publication needed), whose WAL of
+// the window is then decoded once, timed (DecodeReading).
+type decodeProbe struct {
+	conn   *pgxpool.Conn
+	slot   string
+	reason string // why it was not created
+}
+
+func startDecode(ctx context.Context, pool *pgxpool.Pool) *decodeProbe {
+	d := &decodeProbe{slot: fmt.Sprintf("reshard_capacity_probe_%d_%d", os.Getpid(), rand.Uint32())}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		d.reason = "no connection: " + err.Error()
+		return d
+	}
+	_, err = conn.Exec(ctx, fmt.Sprintf("SET statement_timeout = %d", decodeSlotWait.Milliseconds()))
+	if err == nil {
+		_, err = conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)`, d.slot)
+		if _, rerr := conn.Exec(ctx, "RESET statement_timeout"); err == nil {
+			err = rerr
+		}
+	}
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == pgerr.CodeQueryCanceled:
+		d.reason = "no temporary logical slot (test_decoding) within " + decodeSlotWait.String() + ", its creation waiting for the transactions running then to end"
+	case err != nil:
+		d.reason = "no temporary logical slot (test_decoding): " + err.Error()
+	}
+	if err != nil {
+		discard(ctx, conn)
+		return d
+	}
+	d.conn = conn
+	return d
+}
+
+// finish decodes the slot's WAL up to the WAL's end now, times it, and
+// drops the slot.
+func (d *decodeProbe) finish(ctx context.Context) *DecodeReading {
+	if d.conn == nil {
+		return &DecodeReading{NotMeasured: d.reason}
+	}
+	r := &DecodeReading{}
+	var upto string
+	err := d.conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), restart_lsn)::bigint, pg_current_wal_insert_lsn()::text
+		FROM pg_replication_slots WHERE slot_name = $1`, d.slot).Scan(&r.Bytes, &upto)
+	if err == nil {
+		start := time.Now()
+		err = d.conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE data NOT LIKE 'BEGIN%' AND data NOT LIKE 'COMMIT%')
+			FROM pg_logical_slot_peek_changes($1, $2::pg_lsn, NULL, 'skip-empty-xacts', '1')`, d.slot, upto).Scan(&r.Changes)
+		r.Time = time.Since(start)
+	}
+	if _, derr := d.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, d.slot); derr != nil {
+		discard(ctx, d.conn) // a temporary slot ends with its session
+	} else {
+		d.conn.Release()
+	}
+	if err != nil {
+		return &DecodeReading{NotMeasured: "decoding the window's WAL: " + err.Error()}
+	}
+	return r
+}
+
+// discard closes a pooled connection instead of returning it to the pool.
+func discard(ctx context.Context, conn *pgxpool.Conn) {
+	_ = conn.Conn().Close(ctx)
+	conn.Release()
 }

@@ -127,13 +127,21 @@ func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 		t.Errorf("prediction not calibrated: %+v", m)
 	}
 	// The WAL comes from writes to noise, which does not move: the stream
-	// has no change to catch up on, however much WAL its slot holds (the
-	// WAL's share at the copy's rate, the rule before, said otherwise).
-	if m.CatchUp != 0 || m.ChangesPerSec != 0 || m.HeldChanges != 0 || !m.Converges || m.ApplyChangesPerSec <= 0 ||
+	// has no change to apply, however much WAL its slot holds (the WAL's
+	// share at the copy's rate, the rule before, said otherwise); it only
+	// decodes that WAL, at the rate the probe timed on a temporary slot.
+	if m.ChangesPerSec != 0 || m.HeldChanges != 0 || !m.Converges || m.ApplyChangesPerSec <= 0 ||
 		!strings.Contains(m.Basis, "catch-up: 0 row changes/s in the moving ranges, of 0/s to its tables") {
-		t.Errorf("catch-up %s of %d changes held, %.0f/s in the ranges, applier %.0f/s: want none to catch up, the applier timed; basis %q",
-			m.CatchUp.Duration(), m.HeldChanges, m.ChangesPerSec, m.ApplyChangesPerSec, m.Basis)
+		t.Errorf("%d changes held, %.0f/s in the ranges, applier %.0f/s: want none to apply, the applier timed; basis %q",
+			m.HeldChanges, m.ChangesPerSec, m.ApplyChangesPerSec, m.Basis)
 	}
+	if d := sp.Decode; d == nil || d.NotMeasured != "" || d.Bytes <= 0 || d.Time <= 0 || m.DecodeBytesPerSec <= 0 ||
+		!strings.Contains(m.Basis, "of WAL decoded on src in") {
+		t.Errorf("the source's decoding %+v, %.0f B/s: want the window's WAL decoded, timed", d, m.DecodeBytesPerSec)
+	} else if want := float64(m.SlotWAL) / (m.DecodeBytesPerSec - sp.WALBytesPerSec); !m.DecodeBound || math.Abs(float64(m.CatchUp)-want) > want*0.001 {
+		t.Errorf("catch-up %.3fs (by decoding %v): want the slot's WAL decoded, %.3fs", float64(m.CatchUp), m.DecodeBound, want)
+	}
+	noSlotsLeft(t, src)
 	if n := dst.QueryInt64(t, `SELECT count(*) FROM users`); n != 0 {
 		t.Errorf("the probe left %d rows on the target", n)
 	}
@@ -151,6 +159,21 @@ func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 		!strings.Contains(m.Basis, "(2 workers)") || !strings.Contains(m.Basis, "other active sessions on src") {
 		t.Errorf("basis %q: want the %d rows of the range copied in chunks of 5,000 by pk (the last one short), checksummed by 2 workers, and the load seen", m.Basis, want)
 	}
+}
+
+// noSlotsLeft fails the test if db's server keeps a replication slot (a
+// temporary one goes when its session has ended, a moment after its
+// connection closed).
+func noSlotsLeft(t *testing.T, db *pgtest.DB) {
+	t.Helper()
+	var n int64
+	for range 40 {
+		if n = db.QueryInt64(t, `SELECT count(*) FROM pg_replication_slots`); n == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("the probe left %d replication slots on the source", n)
 }
 
 // insertsCounted waits until pg_stat_user_tables counts the n rows
@@ -258,6 +281,32 @@ func TestAssessMeasuresTheCatchUpsWork(t *testing.T) {
 	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_class WHERE relname LIKE 'capacity_probe%' OR relname LIKE 'reshard_stage%'`); n != 0 {
 		t.Errorf("the probe left its tables on the target")
 	}
+}
+
+// A transaction open on the source holds a logical slot's creation: the
+// probe's decoding gives up after decodeSlotWait, says why, and the rest
+// of the probe goes on.
+func TestProbeShardDoesNotWaitForALongTransaction(t *testing.T) {
+	src, _, in, _ := pair(t)
+	conn := src.Conn(t)
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, `BEGIN; INSERT INTO noise (pad) VALUES ('held open')`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(ctx, `ROLLBACK`) }()
+	start := time.Now()
+	p, err := ProbeShard(ctx, "src", src.Pool, time.Second, in.Tables...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if p.Decode == nil || !strings.Contains(p.Decode.NotMeasured, "waiting for the transactions running then to end") || p.Decode.Rate() != 0 {
+		t.Errorf("decode %+v: want not measured, and why", p.Decode)
+	}
+	if took > decodeSlotWait+5*time.Second || len(p.Tables) != 1 || p.WAL.Window <= 0 {
+		t.Errorf("probe took %s (%+v): want the slot's wait bounded and the rest measured", took, p)
+	}
+	noSlotsLeft(t, src)
 }
 
 func TestAssessRefusesWhatOverflowsMaxSlotWALKeepSize(t *testing.T) {

@@ -34,8 +34,12 @@ func WriteText(out io.Writer, rep Report) {
 	for _, m := range rep.Moves {
 		fmt.Fprintf(out, "  %s: %s\n", m.ID, m.Basis)
 		if m.ApplyChangesPerSec > 0 && m.Converges {
-			fmt.Fprintf(out, "  %s: catch-up: %d row changes held (%.0f/s in the moving ranges while the slot holds them), applied at %.0f/s while they keep coming: %s\n",
-				m.ID, m.HeldChanges, m.ChangesPerSec, m.ApplyChangesPerSec, dur(m.CatchUp))
+			by := ""
+			if m.DecodeBound {
+				by = fmt.Sprintf(" (bound by the source's decoding of the slot's %s at %s/s)", HumanBytes(m.SlotWAL), HumanBytes(int64(m.DecodeBytesPerSec)))
+			}
+			fmt.Fprintf(out, "  %s: catch-up: %d row changes held (%.0f/s in the moving ranges while the slot holds them), applied at %.0f/s while they keep coming: %s%s\n",
+				m.ID, m.HeldChanges, m.ChangesPerSec, m.ApplyChangesPerSec, dur(m.CatchUp), by)
 		}
 	}
 	if len(rep.Probes) > 0 {

@@ -37,6 +37,7 @@ const (
 	CodeAdminShutdown         = "57P01" // admin_shutdown
 	CodeCrashShutdown         = "57P02" // crash_shutdown
 	CodeCannotConnectNow      = "57P03" // cannot_connect_now
+	CodeQueryCanceled         = "57014" // query_canceled (statement_timeout among others)
 	CodeNoDataFound           = "P0002" // no_data_found (plpgsql's STRICT INTO)
 	// CodeFenced is reshard's own: a fence refused a write to a range the
 	// shard does not own (or not yet); a router refreshes its topology and
