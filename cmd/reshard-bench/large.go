@@ -885,6 +885,12 @@ func (lr *largeRun) report(f largeFigures) {
 		r.add("large model "+name+": duration off by", off(p.Total().Seconds(), actual.Seconds()), "%", fmt.Sprintf("predicted %s (copy %s, catch-up %s, verify %s) against %s (copy %s, catch-up %s, verify %s); goal %s",
 			p.Total().Round(time.Second), p.Copy.Duration().Round(time.Second), p.CatchUp.Duration().Round(time.Second), p.Verify.Duration().Round(time.Second),
 			actual.Round(time.Second), f.copy.took.Round(time.Second), f.catchUp.took.Round(time.Second), f.verify.took.Round(time.Second), goalDur))
+		bound := ""
+		if p.DecodeBound {
+			bound = ", the longer: decoding the slot's predicted WAL"
+		}
+		r.add("large model "+name+": catch-up off by", off(float64(p.CatchUp), f.catchUp.took.Seconds()), "%", fmt.Sprintf("predicted %s (%d row changes held, %.0f/s in the moving ranges, applied at %.0f/s; the source decoding %s/s of WAL%s) against %s",
+			p.CatchUp.Duration().Round(time.Millisecond), p.HeldChanges, p.ChangesPerSec, p.ApplyChangesPerSec, capacity.HumanBytes(int64(p.DecodeBytesPerSec)), bound, f.catchUp.took.Round(time.Millisecond)))
 		r.add("large model "+name+": peak slot WAL off by", off(float64(p.SlotWAL), float64(f.peakWAL)), "%", fmt.Sprintf("predicted %s against a peak of %s (sampled every second through the copy and the catch-up); goal %s",
 			capacity.HumanBytes(p.SlotWAL), capacity.HumanBytes(f.peakWAL), goalWAL))
 	}
