@@ -232,10 +232,11 @@ func TestAssessMeasuresTheCatchUpsWork(t *testing.T) {
 		}
 	}()
 	defer func() { cancel(); wg.Wait() }()
-	time.Sleep(1500 * time.Millisecond) // the writer is steady, and so are its reports
+	time.Sleep(time.Second) // the writer is steady, and so are its reports
 	count := func() int64 { mu.Lock(); defer mu.Unlock(); return done }
 	c0, t0 := count(), time.Now()
-	rep, err := Assess(context.Background(), pools, []MoveInput{in}, AssessOptions{WALWindow: 4 * time.Second})
+	// The verify's probe's 3 s are not this test's: 300 ms.
+	rep, err := Assess(context.Background(), pools, []MoveInput{in}, AssessOptions{WALWindow: 4 * time.Second, Probe: ProbeOptions{MinTime: 300 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
