@@ -427,46 +427,7 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 		// The source's rate over a checkpoint cycle (SteadyRate): where
 		// in its cycle the copy will start, PLAN cannot know.
 		p.SlotWAL = int64(src.WALBytesPerSec * held)
-		// The catch-up applies the changes to the moving ranges the slot
-		// held while the source keeps making them: held changes / (apply −
-		// incoming). Its work is rows, not WAL bytes: most of a busy
-		// source's WAL can be full-page images, which the stream skips
-		// (87-95 % of the writers' WAL in cmd/reshard-bench -sections large).
-		incoming := m.Changes.Moving
-		apply := m.Probe.ApplyRate() / float64(share)
-		p.ChangesPerSec, p.ApplyChangesPerSec = incoming, apply
-		p.HeldChanges = int64(incoming * held)
-		switch {
-		case copyS == 0:
-		case m.Changes.Window <= 0:
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the catch-up is not predicted: the probe measured no change rate of its tables", m.ID))
-		case apply == 0:
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the catch-up is not predicted: the probe did not time the applier", m.ID))
-		case incoming == 0:
-		case apply > incoming:
-			p.CatchUp = secs(incoming * held / (apply - incoming))
-		default:
-			p.CatchUp, p.Converges = -1, false
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: the application changes about %.0f rows/s in the moving ranges on %s, no fewer than the stream applies (%.0f/s): the catch-up may not converge; throttle the application's writes to these ranges or split the migration",
-				m.ID, incoming, m.Source, apply))
-		}
-		// The source's walsender decodes every byte the slot holds, other
-		// tables' changes and full-page images too, while the source keeps
-		// writing; it runs beside the applier, so the catch-up is the
-		// longer of the two.
-		dec := src.Decode.Rate() / float64(running(m.Source))
-		p.DecodeBytesPerSec = dec
-		switch {
-		case dec == 0 || copyS == 0 || !p.Converges:
-		case dec > src.WALBytesPerSec:
-			if d := float64(p.SlotWAL) / (dec - src.WALBytesPerSec); d > float64(p.CatchUp) {
-				p.CatchUp, p.DecodeBound = secs(d), true
-			}
-		default:
-			p.CatchUp, p.Converges = -1, false
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("move %s: %s writes %s/s of WAL, no slower than it decodes it (%s/s): the catch-up may not converge; throttle the application's writes or split the migration",
-				m.ID, m.Source, HumanBytes(int64(src.WALBytesPerSec)), HumanBytes(int64(dec))))
-		}
+		rep.Warnings = append(rep.Warnings, catchUp(&p, m, src, copyS, held, share, running(m.Source))...)
 		// Verify reads both sides side by side at the probed checksum rate,
 		// and no faster than the throttle's rows per second (verify takes
 		// the copy's rows limit per side: at 100 rows/s a 7,500-row move
@@ -514,6 +475,54 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 		}
 	}
 	return rep
+}
+
+// catchUp sets p's catch-up: the changes to the moving ranges held over
+// held seconds (of a copyS-second copy) applied at the applier's rate,
+// shared by share moves, and the slot's WAL decoded at the source's rate,
+// shared by the srcRunning moves from it; it returns the warnings.
+func catchUp(p *MovePrediction, m Move, src ShardProbe, copyS, held float64, share, srcRunning int) (warns []string) {
+	// The catch-up applies the changes to the moving ranges the slot
+	// held while the source keeps making them: held changes / (apply −
+	// incoming). Its work is rows, not WAL bytes: most of a busy
+	// source's WAL can be full-page images, which the stream skips
+	// (87-95 % of the writers' WAL in cmd/reshard-bench -sections large).
+	incoming := m.Changes.Moving
+	apply := m.Probe.ApplyRate() / float64(share)
+	p.ChangesPerSec, p.ApplyChangesPerSec = incoming, apply
+	p.HeldChanges = int64(incoming * held)
+	switch {
+	case copyS == 0:
+	case m.Changes.Window <= 0:
+		warns = append(warns, fmt.Sprintf("move %s: the catch-up is not predicted: the probe measured no change rate of its tables", m.ID))
+	case apply == 0:
+		warns = append(warns, fmt.Sprintf("move %s: the catch-up is not predicted: the probe did not time the applier", m.ID))
+	case incoming == 0:
+	case apply > incoming:
+		p.CatchUp = secs(incoming * held / (apply - incoming))
+	default:
+		p.CatchUp, p.Converges = -1, false
+		warns = append(warns, fmt.Sprintf("move %s: the application changes about %.0f rows/s in the moving ranges on %s, no fewer than the stream applies (%.0f/s): the catch-up may not converge; throttle the application's writes to these ranges or split the migration",
+			m.ID, incoming, m.Source, apply))
+	}
+	// The source's walsender decodes every byte the slot holds, other
+	// tables' changes and full-page images too, while the source keeps
+	// writing; it runs beside the applier, so the catch-up is the
+	// longer of the two.
+	dec := src.Decode.Rate() / float64(srcRunning)
+	p.DecodeBytesPerSec = dec
+	switch {
+	case dec == 0 || copyS == 0 || !p.Converges:
+	case dec > src.WALBytesPerSec:
+		if d := float64(p.SlotWAL) / (dec - src.WALBytesPerSec); d > float64(p.CatchUp) {
+			p.CatchUp, p.DecodeBound = secs(d), true
+		}
+	default:
+		p.CatchUp, p.Converges = -1, false
+		warns = append(warns, fmt.Sprintf("move %s: %s writes %s/s of WAL, no slower than it decodes it (%s/s): the catch-up may not converge; throttle the application's writes or split the migration",
+			m.ID, m.Source, HumanBytes(int64(src.WALBytesPerSec)), HumanBytes(int64(dec))))
+	}
+	return warns
 }
 
 // walBudget is the WAL a new slot on the shard may retain: the lower of
