@@ -336,8 +336,9 @@ END $f$`)
 
 // decodeSlotWait bounds the creation of the decoding probe's slot: a
 // logical slot's creation waits for the transactions running at that
-// moment to end, which a long report can make minutes.
-const decodeSlotWait = 3 * time.Second
+// moment to end, which a long report can make minutes. A variable for the
+// test that holds it.
+var decodeSlotWait = 3 * time.Second
 
 // decodeProbe is a temporary logical slot created before a shard's WAL
 // window (test_decoding: in contrib, no publication needed), whose WAL of

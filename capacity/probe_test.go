@@ -293,6 +293,8 @@ func TestAssessMeasuresTheCatchUpsWork(t *testing.T) {
 // probe's decoding gives up after decodeSlotWait, says why, and the rest
 // of the probe goes on.
 func TestProbeShardDoesNotWaitForALongTransaction(t *testing.T) {
+	defer func(d time.Duration) { decodeSlotWait = d }(decodeSlotWait)
+	decodeSlotWait = 500 * time.Millisecond
 	src, _, in, _ := pair(t)
 	conn := src.Conn(t)
 	ctx := context.Background()
@@ -306,6 +308,7 @@ func TestProbeShardDoesNotWaitForALongTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
+	t.Logf("probe took %s: decoding %+v", took, p.Decode)
 	if p.Decode == nil || !strings.Contains(p.Decode.NotMeasured, "waiting for the transactions running then to end") || p.Decode.Rate() != 0 {
 		t.Errorf("decode %+v: want not measured, and why", p.Decode)
 	}
