@@ -26,11 +26,26 @@ type ProbeOptions struct {
 	// MinBytes and MinTime, or past MaxTime, or when the rows run out.
 	MinBytes         int64
 	MinTime, MaxTime time.Duration
-	// Then, when set, runs in the probe's target transaction once the copy
-	// has stopped, over the table the rows were written into (a table like
-	// t, of the same columns, in schema reshard), before the rollback:
-	// capacity times the applier's statements on those rows there.
-	Then func(ctx context.Context, tx pgx.Tx, into tableset.Table) error
+	// Hold is how many target transactions the chunks are written into,
+	// in turn, each into a table of its own in a schema of its own (0: 1):
+	// capacity's probe of the verify reads each as one of the verify's
+	// workers, and a transaction's uncommitted rows are visible to it
+	// alone. The chunks are still written one at a time, as the copy does.
+	Hold int
+	// Then, when set and rows were copied, runs once the copy has stopped
+	// and before the rollback, with every target transaction and the table
+	// its rows were written into (a table like t, of the same columns):
+	// capacity times the verify's reads and the applier's statements on
+	// those rows there. Its error is Probe's.
+	Then func(ctx context.Context, held []Held) error
+}
+
+// Held is one of the probe's target transactions, the table its rows were
+// written into and how many (Probe's ProbeOptions.Then).
+type Held struct {
+	Tx   pgx.Tx
+	Into tableset.Table
+	Rows int64
 }
 
 // ProbeStats is what a probe copied.
@@ -49,10 +64,11 @@ type ProbeStats struct {
 // paging settings, over ranges), each read while the one before is written,
 // and written as Copy's fast path writes them (binary COPY, with
 // session_replication_role = replica) into a table made like t (INCLUDING
-// ALL: its indexes, defaults, storage) in one target transaction that is
-// rolled back. The target writes the rows' WAL and index entries as the
-// copy does, but commits once, not per chunk. No checkpoint is read or
-// written; nothing is left on either side.
+// ALL: its indexes, defaults, storage) in a target transaction that is
+// rolled back (o.Hold of them, the chunks in turn, each its own table).
+// The target writes the rows' WAL and index entries as the copy does, but
+// commits once, not per chunk. No checkpoint is read or written; nothing
+// is left on either side.
 func Probe(ctx context.Context, source, target *pgxpool.Pool, t tableset.Table, o ProbeOptions) (ProbeStats, error) {
 	if o.ChunkRows <= 0 {
 		o.ChunkRows = DefaultChunkRows
@@ -76,22 +92,28 @@ func Probe(ctx context.Context, source, target *pgxpool.Pool, t tableset.Table, 
 		}
 	}
 
-	conn, err := target.Acquire(ctx)
-	if err != nil {
-		return st, fmt.Errorf("probe the copy of %s: connect to the target: %w", t, err)
-	}
-	defer conn.Release()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return st, fmt.Errorf("probe the copy of %s: %w", t, err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	intoT := t
-	intoT.Schema, intoT.Name = "reshard", "capacity_probe_"+strconv.Itoa(os.Getpid())
-	into := intoT.Quoted()
-	if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica; CREATE SCHEMA IF NOT EXISTS reshard; "+
-		fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING ALL)", into, t.Quoted())); err != nil {
-		return st, fmt.Errorf("probe the copy of %s: make a table like it on the target (in a transaction rolled back): %w", t, err)
+	n := max(o.Hold, 1)
+	held := make([]Held, n)
+	for i := range held {
+		conn, err := target.Acquire(ctx)
+		if err != nil {
+			return st, fmt.Errorf("probe the copy of %s: connect to the target: %w", t, err)
+		}
+		defer conn.Release()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return st, fmt.Errorf("probe the copy of %s: %w", t, err)
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		// A schema per transaction: two open transactions creating the same
+		// schema would wait for each other.
+		into := t
+		into.Schema, into.Name = "reshard_probe_"+strconv.Itoa(os.Getpid())+"_"+strconv.Itoa(i), "capacity_probe"
+		held[i] = Held{Tx: tx, Into: into}
+		if _, err := tx.Exec(ctx, "SET LOCAL session_replication_role = replica; "+setOwnAppName+
+			fmt.Sprintf("CREATE SCHEMA %s; CREATE TABLE %s (LIKE %s INCLUDING ALL)", pgx.Identifier{into.Schema}.Sanitize(), into.Quoted(), t.Quoted())); err != nil {
+			return st, fmt.Errorf("probe the copy of %s: make a table like it on the target (in a transaction rolled back): %w", t, err)
+		}
 	}
 
 	nCols, nExtra := len(t.WritableColumns()), len(t.PK)
@@ -132,10 +154,12 @@ func Probe(ctx context.Context, source, target *pgxpool.Pool, t tableset.Table, 
 	stopped := false
 	for ch := range chunks {
 		if ch.rows > 0 {
-			if _, err := tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(ch.data), copyInSQL(into, t)); err != nil {
+			h := &held[st.Chunks%int64(n)]
+			if _, err := h.Tx.Conn().PgConn().CopyFrom(ctx, bytes.NewReader(ch.data), copyInSQL(h.Into.Quoted(), t)); err != nil {
 				stopReading()
 				return st, fmt.Errorf("probe the copy of %s: write a chunk on the target: %w", t, err)
 			}
+			h.Rows += int64(ch.rows)
 		}
 		st.Rows += int64(ch.rows)
 		st.Bytes += int64(len(ch.data))
@@ -153,7 +177,7 @@ func Probe(ctx context.Context, source, target *pgxpool.Pool, t tableset.Table, 
 		return st, fmt.Errorf("probe the copy of %s: %w", t, err)
 	}
 	if o.Then != nil && st.Rows > 0 {
-		if err := o.Then(ctx, tx, intoT); err != nil {
+		if err := o.Then(ctx, held); err != nil {
 			return st, fmt.Errorf("probe on the rows copied of %s: %w", t, err)
 		}
 	}
