@@ -10,12 +10,15 @@
 // WAL (a temporary slot, dropped; given up when its creation waits on
 // running transactions), the settings that bound a slot's
 // retention, table and index sizes from pg_class, and times the copy's own
-// chunks (backfill.Probe: written into a table like the moving one on the
-// target, in a transaction rolled back; the target writes their WAL and
-// keeps nothing), the stream's applier on the rows so written, in that
-// transaction (cdc.ProbeApply: a catch-up's batch in the source's mix of
-// changes), and the verify's own chunk checksums with its workers
-// (verify.ProbeSource) on the source's rows. The model then follows what
+// chunks (backfill.Probe: written into tables like the moving one on the
+// target, in transactions rolled back; the target writes their WAL and
+// keeps nothing), then, before that rollback, the verify's own chunk
+// checksums with its workers a side (verify.Probe) on the source's moving
+// rows and at the same time on the rows the copy's probe wrote on the
+// target, as verify reads both sides side by side (the verify is
+// predicted at the rate of that pair), and the stream's applier on the
+// rows so written, in one of those transactions (cdc.ProbeApply: a
+// catch-up's batch in the source's mix of changes). The model then follows what
 // the code does today: a move's slot is created before its copy and its
 // stream starts after it, so the slot retains the source's WAL of the
 // whole copy, and the catch-up applies the row changes to the moving

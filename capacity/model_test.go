@@ -367,3 +367,47 @@ func TestMeasuredPredictsFromTheCopysOwnRate(t *testing.T) {
 		t.Errorf("nothing copied yet changed the probe: %+v", same.Probe)
 	}
 }
+
+// TestPredictTakesTheVerifyAtThePairsRate: a probe that read both sides
+// predicts the verify (and the cleanup) at the rate the pair achieved, a
+// side's bytes over the pair's time, and its basis says which sides were
+// read and each one's rate; a plan stored before, with the source alone,
+// still decodes and predicts from the source's rate.
+func TestPredictTakesTheVerifyAtThePairsRate(t *testing.T) {
+	shards := map[string]ShardProbe{"a": {Shard: "a", MaxSlotWALKeep: -1}, "b": {Shard: "b", MaxSlotWALKeep: -1}}
+	pr := probeAt(10*mib, 0)
+	// 60 MiB a side in 2 s: the source busy all of it, the target half.
+	pr.VerifyRows, pr.VerifyBytes, pr.VerifyTime, pr.VerifyWorkers = 6000, 60*mib, 2*time.Second, 2
+	pr.VerifyTargetRows, pr.VerifyTargetBytes = 6000, 60*mib
+	pr.VerifySourceBusy, pr.VerifyTargetBusy = 2*time.Second, time.Second
+	m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 60_000, Bytes: 600 * mib, Probe: pr}
+	p := Predict([]Move{m}, shards, nil, Options{}).Moves[0]
+	if p.Verify.Duration() != 20*time.Second || p.Cleanup.Duration() != 20*time.Second {
+		t.Errorf("verify %s, cleanup %s: want 20s each (600 MiB at the pair's 30 MiB/s a side)", p.Verify.Duration(), p.Cleanup.Duration())
+	}
+	for _, want := range []string{"both sides at once (2 workers a side)", "6000 rows on a (busy 2s, 30.0 MiB/s)", "6000 of the copied rows on b (busy 1s, 60.0 MiB/s)", "in 2s (30.0 MiB/s a side)"} {
+		if !strings.Contains(p.Basis, want) {
+			t.Errorf("basis %q: want %q", p.Basis, want)
+		}
+	}
+
+	b, err := json.Marshal(m.Probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back MoveProbe
+	if err := json.Unmarshal(b, &back); err != nil || back != m.Probe {
+		t.Errorf("the probe through JSON: %+v, %v; want %+v", back, err, m.Probe)
+	}
+	// A plan stored before (stop 40's MoveProbe: no target fields).
+	old := `{"table":"public.users","sample_rows":1000,"sample_bytes":10485760,"copy_time":1000000000,"verify_rows":6000,"verify_bytes":62914560,"verify_time":1000000000,"verify_workers":2,"load":{"source_active":0,"target_active":0},"fence_time":1000000}`
+	var om Move
+	om, om.Probe = m, MoveProbe{}
+	if err := json.Unmarshal([]byte(old), &om.Probe); err != nil {
+		t.Fatal(err)
+	}
+	p = Predict([]Move{om}, shards, nil, Options{}).Moves[0]
+	if p.Verify.Duration() != 10*time.Second || !strings.Contains(p.Basis, "6000 checksummed as the verify does on a alone (2 workers) in 1s (60.0 MiB/s)") {
+		t.Errorf("a stored plan: verify %s (want 10s: 600 MiB at the source's 60 MiB/s), basis %q", p.Verify.Duration(), p.Basis)
+	}
+}

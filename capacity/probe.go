@@ -12,7 +12,6 @@ import (
 
 	"math/rand/v2"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -208,42 +207,60 @@ func (o ProbeOptions) withDefaults() ProbeOptions {
 	return o
 }
 
-// ProbeMove times the copy's, the stream's and the verify's own work on
+// ProbeMove times the copy's, the verify's and the stream's own work on
 // t's rows in ranges: backfill.Probe (the copy's chunks, in its order and
-// statement, written into a table like t on dst in a transaction rolled
-// back), cdc.ProbeApply (a catch-up's batch of changes applied to those
-// rows by the applier's statements, in that transaction, in the kinds of
-// o.Changes) and verify.ProbeSource (the verify's chunk checksums on src,
-// with its workers). bytesPerRow converts rows into the estimates' bytes. It
-// records what else ran on both servers meanwhile. It changes nothing on
-// either side.
+// statement, written into tables like t on dst in transactions rolled
+// back), and, before the rollback, verify.Probe (the verify's chunk
+// checksums with its workers a side, on src's moving rows and at the same
+// time on the rows those transactions hold on dst: the pair's rate is the
+// verify's, slowed where the two servers share CPUs), then cdc.ProbeApply
+// (a catch-up's batch of changes applied to the rows of the transaction
+// holding most, by the applier's statements, in the kinds of o.Changes).
+// bytesPerRow converts rows into the estimates' bytes. It records what
+// else ran on both servers meanwhile. It changes nothing on either side.
 func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ranges []ring.Range, bytesPerRow float64, o ProbeOptions) (MoveProbe, error) {
 	o = o.withDefaults()
 	p := MoveProbe{Table: t.String()}
 	if len(t.PK) == 0 {
 		return p, fmt.Errorf("probe %s: it has no primary key", t)
 	}
+	// A target transaction for each of the verify's workers, from dst's
+	// pool, which the load's sampler shares.
+	workers := o.VerifyParallel
+	if workers <= 0 {
+		workers = 2 // verify.Options' default
+	}
+	workers = min(workers, max(int(dst.Config().MaxConns)-1, 1))
 	load := startLoad(ctx, src, dst)
-	apply := func(ctx context.Context, tx pgx.Tx, into tableset.Table) error {
-		st, err := cdc.ProbeApply(ctx, tx, into, cdc.ApplyProbeOptions{Ranges: ranges,
+	var vp verify.ProbeStats
+	then := func(ctx context.Context, held []backfill.Held) (err error) {
+		targets := make([]verify.ProbeTarget, len(held))
+		most := held[0]
+		for i, h := range held {
+			targets[i] = verify.ProbeTarget{Tx: h.Tx, Table: h.Into.Ident(), Rows: h.Rows}
+			if h.Rows > most.Rows {
+				most = h
+			}
+		}
+		if vp, err = verify.Probe(ctx, src, t, ranges, verify.ProbeOptions{ChunkRows: o.VerifyRows, Parallel: workers, Targets: targets, MinTime: o.MinTime, MaxTime: o.MaxTime}); err != nil {
+			return err
+		}
+		st, err := cdc.ProbeApply(ctx, most.Tx, most.Into, cdc.ApplyProbeOptions{Ranges: ranges,
 			Inserts: float64(o.Changes.Inserts), Updates: float64(o.Changes.Updates), Deletes: float64(o.Changes.Deletes)})
 		p.ApplyChanges, p.ApplyTime, p.ApplyStaged = st.Changes(), st.Elapsed, st.Staged
 		return err
 	}
 	cp, err := backfill.Probe(ctx, src, dst, t, backfill.ProbeOptions{Ranges: ranges, ChunkRows: o.ChunkRows, MinBytes: o.MinBytes, MinTime: o.MinTime, MaxTime: o.MaxTime,
-		Then: apply})
+		Hold: workers, Then: then})
 	if err != nil {
 		return p, fmt.Errorf("probe %s: %w", t, err)
 	}
 	p.SampleRows, p.CopyTime, p.CopyChunks, p.CopyOrder, p.CopyWireBytes = cp.Rows, cp.Elapsed, cp.Chunks, string(cp.Order), cp.Bytes
 	p.SampleBytes = int64(float64(p.SampleRows) * bytesPerRow)
-
-	vp, err := verify.ProbeSource(ctx, src, t, ranges, verify.ProbeOptions{ChunkRows: o.VerifyRows, Parallel: o.VerifyParallel, MinTime: o.MinTime, MaxTime: o.MaxTime})
-	if err != nil {
-		return p, fmt.Errorf("probe %s: %w", t, err)
-	}
 	p.VerifyRows, p.VerifyTime, p.VerifyWorkers = vp.Rows, vp.Elapsed, vp.Workers
 	p.VerifyBytes = int64(float64(p.VerifyRows) * bytesPerRow)
+	p.VerifyTargetRows, p.VerifyTargetBytes = vp.TargetRows, int64(float64(vp.TargetRows)*bytesPerRow)
+	p.VerifySourceBusy, p.VerifyTargetBusy = vp.SourceBusy, vp.TargetBusy
 	p.Load = load()
 
 	for _, pool := range []*pgxpool.Pool{src, dst} {

@@ -148,16 +148,72 @@ func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_class WHERE relname LIKE 'capacity_probe%'`); n != 0 {
 		t.Errorf("the probe left its table on the target")
 	}
-	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_namespace WHERE nspname = 'reshard'`); n != 0 {
-		t.Errorf("the probe left the schema reshard on the target")
+	if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'reshard%'`); n != 0 {
+		t.Errorf("the probe left a schema reshard… on the target")
 	}
 	// The users of the lower half (about 10,000 rows, 2.5 MB) are fewer
 	// than the probe's 32 MiB: it copied them all, by primary key (half
 	// the token space) in chunks of the copy's 5,000 rows (the last one short), and checksummed
-	// them with the verify's two workers.
+	// them with the verify's two workers a side, on the source and on the
+	// copied rows on the target at once.
 	if want := src.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) < 0`); !strings.Contains(m.Basis, fmt.Sprintf("%d rows of public.users copied as the copy does (%d chunks by pk", want, want/5000+1)) ||
-		!strings.Contains(m.Basis, "(2 workers)") || !strings.Contains(m.Basis, "other active sessions on src") {
-		t.Errorf("basis %q: want the %d rows of the range copied in chunks of 5,000 by pk (the last one short), checksummed by 2 workers, and the load seen", m.Basis, want)
+		!strings.Contains(m.Basis, "both sides at once (2 workers a side)") || !strings.Contains(m.Basis, "of the copied rows on dst") || !strings.Contains(m.Basis, "other active sessions on src") {
+		t.Errorf("basis %q: want the %d rows of the range copied in chunks of 5,000 by pk (the last one short), checksummed by 2 workers a side on both sides, and the load seen", m.Basis, want)
+	}
+}
+
+// TestProbeMoveReadsBothSidesAndLeavesNothing: the verify's probe reads
+// the source's moving rows and, at the same time, the rows the copy's
+// probe wrote on the target, with the verify's workers on each side (no
+// more than the target's pool can hold beside the load's sampler), and
+// nothing is left on the target.
+func TestProbeMoveReadsBothSidesAndLeavesNothing(t *testing.T) {
+	src, dst, in, _ := pair(t)
+	ctx := context.Background()
+	moving := src.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) < 0`)
+	cfg, err := pgxpool.ParseConfig(dst.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 2
+	small, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	for _, tc := range []struct {
+		name    string
+		dst     *pgxpool.Pool
+		workers int
+	}{
+		{"the verify's two workers a side", dst.Pool, 2},
+		{"a target pool of two connections: one a side", small, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ProbeMove(ctx, src.Pool, tc.dst, in.Tables[0], in.Ranges, 250, ProbeOptions{MinTime: 500 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%+v", p)
+			// The copy's sample took all the moving rows (under 32 MiB): the
+			// source's side reads each once at least, the target's the copies.
+			if p.SampleRows != moving || p.VerifyWorkers != tc.workers || p.VerifyRows < moving || p.VerifyTargetRows < moving/2 ||
+				p.VerifySourceBusy <= 0 || p.VerifyTargetBusy <= 0 || p.VerifyTime <= 0 || p.VerifyTargetBytes != p.VerifyTargetRows*250 {
+				t.Errorf("probe %+v: want the %d moving rows copied, and checksummed on both sides by %d workers a side", p, moving, tc.workers)
+			}
+			if r := p.VerifyRate(); r <= 0 || r > float64(p.VerifyBytes+p.VerifyTargetBytes)/p.VerifyTime.Seconds() {
+				t.Errorf("verify rate %.0f B/s: want a side's bytes over the pair's time", r)
+			}
+			if n := dst.QueryInt64(t, `SELECT count(*) FROM users`); n != 0 {
+				t.Errorf("the probe left %d rows in the target's users", n)
+			}
+			if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_class WHERE relname LIKE 'capacity_probe%'`); n != 0 {
+				t.Errorf("the probe left its tables on the target")
+			}
+			if n := dst.QueryInt64(t, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'reshard%'`); n != 0 {
+				t.Errorf("the probe left its schemas on the target")
+			}
+		})
 	}
 }
 
