@@ -259,8 +259,18 @@ type MovePrediction struct {
 	Copy            Seconds `json:"copy_seconds"`
 	CatchUp         Seconds `json:"catch_up_seconds"`
 	Verify          Seconds `json:"verify_seconds"`
-	Cleanup         Seconds `json:"cleanup_seconds"`
-	WritePause      Seconds `json:"write_pause_seconds"`
+	// Cleanup deletes on the source alone and has no probe of its own (a
+	// delete, even rolled back, would lock the application's rows on
+	// the primary): it is taken at the verify's rate, which predicts it
+	// short. A delete costs more per byte than a checksum of both sides:
+	// cmd/reshard-bench -sections large took 4m52s to clean up against
+	// 4m9s to verify at 20 GB, and TestPredictedCopyMatchesTheCopy (tag
+	// e2e) logs the cleanup's prediction off by −5 to −56 % in 7 runs
+	// of 9 (−23 to −71 % with the source's rate alone, the earlier
+	// rule). Only the cleanup's own rows per second, once it runs, would
+	// tell.
+	Cleanup    Seconds `json:"cleanup_seconds"`
+	WritePause Seconds `json:"write_pause_seconds"`
 	// SlotWAL is the most WAL the move's slot retains: the source's WAL
 	// rate × the copy's duration when the stream starts after the copy, ×
 	// StreamRetention when it runs during it (Options.StreamDuringCopy).
@@ -450,17 +460,7 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 		// rows per second (verify takes the copy's rows limit per side: at
 		// 100 rows/s a 7,500-row move verified in 1m20s against a
 		// prediction of 107ms).
-		//
-		// Cleanup deletes on the source alone and has no probe of its own (a
-		// delete, even rolled back, would lock the application's rows on
-		// the primary): it is taken at the verify's rate, which predicts it
-		// short. A delete costs more per byte than a checksum of both sides:
-		// cmd/reshard-bench -sections large took 4m52s to clean up against
-		// 4m9s to verify at 20 GB, and TestPredictedCopyMatchesTheCopy (tag
-		// e2e) logs the cleanup at −5 to −56 % of its prediction in 7 runs
-		// of 9 (−23 to −71 % with the source's rate alone, the earlier
-		// rule). Only the cleanup's own rows per second, once it runs, would
-		// tell.
+		// Cleanup is taken at the verify's rate (MovePrediction.Cleanup).
 		if vr := m.Probe.VerifyRate(); vr > 0 {
 			verifyS := float64(m.Bytes) / vr
 			if o.RowsPerSec > 0 {

@@ -103,40 +103,14 @@ func Probe(ctx context.Context, src *pgxpool.Pool, t tableset.Table, ranges []ri
 	if est > 0 {
 		perChunk = max(int64(est*q.fraction())/int64(len(chunks)), 1)
 	}
-	type side struct {
-		src    *readTx
-		dst    *ProbeTarget
-		dq     *tableSQL
-		chunks []chunk
-	}
-	sides := make([]side, workers)
+	sides, err := openSides(ctx, src, t, ranges, targets, workers, perChunk)
 	defer func() {
 		for _, s := range sides {
 			s.src.close()
 		}
 	}()
-	for w := range sides {
-		if sides[w].src, err = begin(ctx, src, ""); err != nil {
-			return st, fmt.Errorf("probe the verify of %s: open a source session: %w", t, err)
-		}
-		if len(targets) == 0 {
-			continue
-		}
-		pt := &targets[w]
-		dq, err := newTableSQL(t, ranges)
-		if err != nil {
-			return st, err
-		}
-		dq.from = pt.Table.Sanitize() + " AS t"
-		// As Run's sessions (dial).
-		if _, err := pt.Tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0"); err != nil {
-			return st, fmt.Errorf("probe the verify of %s on the target: %w", t, err)
-		}
-		b, err := cut(ctx, pt.Tx, dq, pt.Rows, perChunk)
-		if err != nil {
-			return st, fmt.Errorf("probe the verify of %s: cut %s into chunks: %w", t, pt.Table.Sanitize(), err)
-		}
-		sides[w].dst, sides[w].dq, sides[w].chunks = pt, dq, chunksOf(0, b)
+	if err != nil {
+		return st, err
 	}
 
 	var (
@@ -197,6 +171,49 @@ func Probe(ctx context.Context, src *pgxpool.Pool, t tableset.Table, ranges []ri
 	err = g.Wait()
 	st.SourceBusy, st.TargetBusy = srcBusy/time.Duration(workers), dstBusy/time.Duration(workers)
 	return st, err
+}
+
+// probeSide is what one of Probe's workers reads: a source session, and
+// a target transaction with its table's query and chunks (none without
+// targets).
+type probeSide struct {
+	src    *readTx
+	dst    *ProbeTarget
+	dq     *tableSQL
+	chunks []chunk
+}
+
+// openSides opens a source session per worker and cuts each target's
+// rows into chunks of perChunk rows. The caller closes the sessions
+// returned, on error too.
+func openSides(ctx context.Context, src *pgxpool.Pool, t tableset.Table, ranges []ring.Range, targets []ProbeTarget, workers int, perChunk int64) ([]probeSide, error) {
+	sides := make([]probeSide, 0, workers)
+	for w := range workers {
+		r, err := begin(ctx, src, "")
+		if err != nil {
+			return sides, fmt.Errorf("probe the verify of %s: open a source session: %w", t, err)
+		}
+		sides = append(sides, probeSide{src: r})
+		if len(targets) == 0 {
+			continue
+		}
+		pt := &targets[w]
+		dq, err := newTableSQL(t, ranges)
+		if err != nil {
+			return sides, err
+		}
+		dq.from = pt.Table.Sanitize() + " AS t"
+		// As Run's sessions (dial).
+		if _, err := pt.Tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0"); err != nil {
+			return sides, fmt.Errorf("probe the verify of %s on the target: %w", t, err)
+		}
+		b, err := cut(ctx, pt.Tx, dq, pt.Rows, perChunk)
+		if err != nil {
+			return sides, fmt.Errorf("probe the verify of %s: cut %s into chunks: %w", t, pt.Table.Sanitize(), err)
+		}
+		sides[w].dst, sides[w].dq, sides[w].chunks = pt, dq, chunksOf(0, b)
+	}
+	return sides, nil
 }
 
 // cut returns the bounds that split the rows of q's table in tx (rows of
