@@ -39,6 +39,92 @@ func readWAL(ctx context.Context, pool *pgxpool.Pool) (walSample, error) {
 	return s, err
 }
 
+// readWALSettings reads max_slot_wal_keep_size (-1: unlimited) and
+// max_wal_size in bytes, and checkpoint_timeout.
+func readWALSettings(ctx context.Context, pool *pgxpool.Pool) (keep, maxWAL int64, timeout time.Duration, err error) {
+	var keepMB, maxWALMB, timeoutS int64
+	if err := pool.QueryRow(ctx, `SELECT
+		(SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'),
+		(SELECT setting::bigint FROM pg_settings WHERE name = 'max_wal_size'),
+		(SELECT setting::bigint FROM pg_settings WHERE name = 'checkpoint_timeout')`).Scan(&keepMB, &maxWALMB, &timeoutS); err != nil {
+		return 0, 0, 0, fmt.Errorf("read max_slot_wal_keep_size, max_wal_size and checkpoint_timeout: %w", err)
+	}
+	keep = -1
+	if keepMB >= 0 {
+		keep = keepMB << 20 // MB
+	}
+	return keep, maxWALMB << 20, time.Duration(timeoutS) * time.Second, nil
+}
+
+// readSinceCheckpoint is the time since the last checkpoint's start
+// (pg_control_checkpoint().checkpoint_time), -1 when it cannot be read.
+func readSinceCheckpoint(ctx context.Context, pool *pgxpool.Pool) time.Duration {
+	var since float64
+	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - checkpoint_time)::float8 FROM pg_control_checkpoint()`).Scan(&since); err != nil {
+		return -1
+	}
+	return time.Duration(since * float64(time.Second))
+}
+
+// walReadingOf is the reading of samples (at least one; SinceCheckpoint
+// not read: -1): the window from the first to the last, pg_stat_wal's
+// counters over it and by sub-window between consecutive samples.
+func walReadingOf(samples []walSample, timeout time.Duration, maxWAL int64) WALReading {
+	first, last := samples[0], samples[len(samples)-1]
+	r := WALReading{Window: last.at.Sub(first.at), Bytes: last.lsn - first.lsn, StatBytes: last.bytes - first.bytes,
+		Records: last.records - first.records, FPI: last.fpi - first.fpi, CheckpointTimeout: timeout,
+		MaxWALSize: maxWAL, SinceCheckpoint: -1}
+	for i := 1; i < len(samples); i++ {
+		a, b := samples[i-1], samples[i]
+		r.Parts = append(r.Parts, WALPart{Records: b.records - a.records, FPI: b.fpi - a.fpi, Bytes: b.bytes - a.bytes})
+	}
+	return r
+}
+
+// WALMeter reads a shard's WAL as ProbeShard's window does (pg_stat_wal's
+// records, full-page images and bytes, by sub-window), over a span not
+// bounded in advance: a copy's first tenth, for the slot's WAL at 10 %
+// (SlotWALAt). Sample it about once a second (a backend flushes its WAL
+// counters at most once a second); Reading ends the span. Not safe for
+// concurrent use.
+type WALMeter struct {
+	pool    *pgxpool.Pool
+	timeout time.Duration
+	maxWAL  int64
+	samples []walSample
+}
+
+// StartWALMeter reads the shard's checkpoint settings and starts the span.
+func StartWALMeter(ctx context.Context, pool *pgxpool.Pool) (*WALMeter, error) {
+	_, maxWAL, timeout, err := readWALSettings(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	m := &WALMeter{pool: pool, timeout: timeout, maxWAL: maxWAL}
+	return m, m.Sample(ctx)
+}
+
+// Sample ends a sub-window and starts the next.
+func (m *WALMeter) Sample(ctx context.Context) error {
+	s, err := readWAL(ctx, m.pool)
+	if err != nil {
+		return fmt.Errorf("read the WAL position and pg_stat_wal: %w", err)
+	}
+	m.samples = append(m.samples, s)
+	return nil
+}
+
+// Reading samples once more and gives the span's reading, with the time
+// since the last checkpoint now.
+func (m *WALMeter) Reading(ctx context.Context) (WALReading, error) {
+	if err := m.Sample(ctx); err != nil {
+		return WALReading{}, err
+	}
+	r := walReadingOf(m.samples, m.timeout, m.maxWAL)
+	r.SinceCheckpoint = readSinceCheckpoint(ctx, m.pool)
+	return r, nil
+}
+
 // ProbeShard reads what bounds a slot on the shard and its WAL rate over
 // window (DefaultWALWindow when zero): pg_stat_wal's records, full-page
 // images and bytes in sub-windows of about a second, and the last
@@ -51,17 +137,11 @@ func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window tim
 		window = DefaultWALWindow
 	}
 	p := ShardProbe{Shard: name, WALWindow: window}
-	var keepMB, maxWALMB, timeoutS int64
-	if err := pool.QueryRow(ctx, `SELECT
-		(SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size'),
-		(SELECT setting::bigint FROM pg_settings WHERE name = 'max_wal_size'),
-		(SELECT setting::bigint FROM pg_settings WHERE name = 'checkpoint_timeout')`).Scan(&keepMB, &maxWALMB, &timeoutS); err != nil {
-		return p, fmt.Errorf("probe %s: read max_slot_wal_keep_size, max_wal_size and checkpoint_timeout: %w", name, err)
+	keep, maxWAL, timeout, err := readWALSettings(ctx, pool)
+	if err != nil {
+		return p, fmt.Errorf("probe %s: %w", name, err)
 	}
-	p.MaxSlotWALKeep, p.MaxWALSize = -1, maxWALMB<<20 // both in MB
-	if keepMB >= 0 {
-		p.MaxSlotWALKeep = keepMB << 20
-	}
+	p.MaxSlotWALKeep, p.MaxWALSize = keep, maxWAL
 	rtts := make([]time.Duration, 5)
 	for i := range rtts {
 		start := time.Now()
@@ -117,18 +197,8 @@ func ProbeShard(ctx context.Context, name string, pool *pgxpool.Pool, window tim
 		a, b := changes0[i], changes1[i]
 		p.Tables = append(p.Tables, TableChanges{Table: t.String(), Inserts: b.Inserts - a.Inserts, Updates: b.Updates - a.Updates, Deletes: b.Deletes - a.Deletes})
 	}
-	first, last := samples[0], samples[len(samples)-1]
-	r := WALReading{Window: last.at.Sub(first.at), Bytes: last.lsn - first.lsn, StatBytes: last.bytes - first.bytes,
-		Records: last.records - first.records, FPI: last.fpi - first.fpi, CheckpointTimeout: time.Duration(timeoutS) * time.Second,
-		MaxWALSize: p.MaxWALSize, SinceCheckpoint: -1}
-	for i := 1; i < len(samples); i++ {
-		a, b := samples[i-1], samples[i]
-		r.Parts = append(r.Parts, WALPart{Records: b.records - a.records, FPI: b.fpi - a.fpi, Bytes: b.bytes - a.bytes})
-	}
-	var since float64
-	if err := pool.QueryRow(ctx, `SELECT extract(epoch FROM now() - checkpoint_time)::float8 FROM pg_control_checkpoint()`).Scan(&since); err == nil {
-		r.SinceCheckpoint = time.Duration(since * float64(time.Second))
-	}
+	r := walReadingOf(samples, timeout, maxWAL)
+	r.SinceCheckpoint = readSinceCheckpoint(ctx, pool)
 	p.WAL = r
 	p.WALBytesPerSec = r.SteadyRate()
 	return p, nil
