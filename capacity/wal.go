@@ -160,9 +160,14 @@ func (r WALReading) SteadyRate() float64 {
 // the copy, streamed after it): retained, the slot's WAL measured now
 // (pg_replication_slots: what the copy so far has made it keep, the
 // images just after its creation or a checkpoint included, since those
-// are kept), plus the rest of the copy at the source's SteadyRate over r,
-// a reading of the copy so far (WALMeter). The rest of the copy is at
+// are kept), plus the rest of the copy at the source's SteadyRate, the
+// same rule as the prediction at the start. The rest of the copy is at
 // the copy's own rate: elapsed for copied of total rows.
+//
+// The rate is tenth's, a reading of the copy so far (WALMeter), when it
+// has the two parts and the DefaultWALWindow that SteadyRate needs to
+// see the images die away; else (a copy whose tenth took a second or
+// two) the start's, the probe's reading before the copy.
 //
 // The rule before it took the WAL of the copy so far over its time as
 // the rate of the whole copy: the first tenth starts just after the
@@ -170,9 +175,13 @@ func (r WALReading) SteadyRate() float64 {
 // that die away, so it predicted +77 % and +152 % at 20 GB
 // (docs/benchmarks.md, section large) where the start's prediction
 // (SteadyRate × the copy) was +15 % and −19 %.
-func SlotWALAt(retained int64, r WALReading, copied, total int64, elapsed time.Duration) int64 {
+func SlotWALAt(retained int64, tenth, start WALReading, copied, total int64, elapsed time.Duration) int64 {
 	if copied <= 0 || elapsed <= 0 || total <= copied {
 		return retained
+	}
+	r := tenth
+	if len(r.Parts) < 2 || r.Window < DefaultWALWindow {
+		r = start
 	}
 	rest := elapsed.Seconds() * float64(total-copied) / float64(copied)
 	return retained + int64(r.SteadyRate()*rest)

@@ -152,7 +152,7 @@ func TestSlotWALAtATenthTakesTheSteadyRateNotTheImagesOfItsStart(t *testing.T) {
 	retained := r.Bytes // the slot's WAL at the tenth: all of it since its creation
 	// What the slot holds when the copy ends: the whole copy's WAL.
 	want := recs*recBytes*copyS + images(0, copyS)*imgBytes
-	got := float64(SlotWALAt(retained, r, 10_000, 100_000, tenth*time.Second))
+	got := float64(SlotWALAt(retained, r, WALReading{}, 10_000, 100_000, tenth*time.Second))
 	t.Logf("at a tenth: retained %s (%.0f %% images), raw rate %s/s, steady %s/s; slot WAL predicted %s for %s (%+.0f %%)",
 		HumanBytes(retained), 100*r.FPIShare(), HumanBytes(int64(r.RawRate())), HumanBytes(int64(r.SteadyRate())),
 		HumanBytes(int64(got)), HumanBytes(int64(want)), 100*(got/want-1))
@@ -165,8 +165,19 @@ func TestSlotWALAtATenthTakesTheSteadyRateNotTheImagesOfItsStart(t *testing.T) {
 	// copy's own rate: 30 s for a quarter, so 90 s more.
 	steady := WALReading{Window: 30 * time.Second, Bytes: 30_000_000, Records: 150_000, StatBytes: 30_000_000, SinceCheckpoint: 60 * time.Second,
 		CheckpointTimeout: 300 * time.Second, MaxWALSize: 1 << 30}
-	if got, want := SlotWALAt(40_000_000, steady, 25, 100, 30*time.Second), int64(40_000_000+1_000_000*90); got != want {
+	for range 30 {
+		steady.Parts = append(steady.Parts, WALPart{Records: 5_000, Bytes: 1_000_000})
+	}
+	if got, want := SlotWALAt(40_000_000, steady, r, 25, 100, 30*time.Second), int64(40_000_000+1_000_000*90); got != want {
 		t.Errorf("slot WAL predicted without images %d B, want %d (retained + 1 MB/s × 90 s)", got, want)
+	}
+	// A tenth of a second or so cannot show the images dying away: the
+	// start's reading is taken.
+	short := WALReading{Window: 1500 * time.Millisecond, Bytes: 9_000_000, Records: 5_000, FPI: 1_000, StatBytes: 9_000_000,
+		Parts: []WALPart{{Records: 5_000, FPI: 1_000, Bytes: 9_000_000}}, SinceCheckpoint: 20 * time.Second, CheckpointTimeout: 300 * time.Second}
+	if got, want := SlotWALAt(9_000_000, short, steady, 10, 100, 1500*time.Millisecond), int64(9_000_000+1_000_000*13.5); got != want {
+		t.Errorf("slot WAL predicted from a tenth of 1.5 s %d B, want %d (retained + the start's 1 MB/s × 13.5 s; the tenth's own rate gives %.0f)",
+			got, want, 9_000_000+short.SteadyRate()*13.5)
 	}
 }
 
