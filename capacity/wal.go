@@ -155,6 +155,19 @@ func (r WALReading) SteadyRate() float64 {
 	return records + images/cycle
 }
 
+// minFollowParts is the fewest sub-windows of about a second in which
+// SteadyRate follows a reading's images by its halves: a backend flushes
+// its WAL counters to pg_stat_wal at most once a second, each at its own
+// moment, so a half of one or two parts can see a writer's flush twice or
+// not at all. At 2 GB (cmd/reshard-bench -sections large -large-gb 2) a
+// first tenth of 2 parts took 270.6 KiB/s for the cycle where the copy
+// met about 0.8 MiB/s.
+const minFollowParts = 6
+
+// Followable says whether the reading has the parts (minFollowParts)
+// that SteadyRate needs to see its images die away.
+func (r WALReading) Followable() bool { return len(r.Parts) >= minFollowParts }
+
 // SlotWALAt predicts the most WAL a move's slot retains from its copy
 // under way, when the slot keeps the whole copy's WAL (created before
 // the copy, streamed after it): retained, the slot's WAL measured now
@@ -165,9 +178,8 @@ func (r WALReading) SteadyRate() float64 {
 // the copy's own rate: elapsed for copied of total rows.
 //
 // The rate is tenth's, a reading of the copy so far (WALMeter), when it
-// has the two parts and the DefaultWALWindow that SteadyRate needs to
-// see the images die away; else (a copy whose tenth took a second or
-// two) the start's, the probe's reading before the copy.
+// is Followable; else (a copy whose tenth took a few seconds) the
+// start's, the probe's reading before the copy.
 //
 // The rule before it took the WAL of the copy so far over its time as
 // the rate of the whole copy: the first tenth starts just after the
@@ -180,7 +192,7 @@ func SlotWALAt(retained int64, tenth, start WALReading, copied, total int64, ela
 		return retained
 	}
 	r := tenth
-	if len(r.Parts) < 2 || r.Window < DefaultWALWindow {
+	if !r.Followable() {
 		r = start
 	}
 	rest := elapsed.Seconds() * float64(total-copied) / float64(copied)

@@ -171,13 +171,13 @@ func TestSlotWALAtATenthTakesTheSteadyRateNotTheImagesOfItsStart(t *testing.T) {
 	if got, want := SlotWALAt(40_000_000, steady, r, 25, 100, 30*time.Second), int64(40_000_000+1_000_000*90); got != want {
 		t.Errorf("slot WAL predicted without images %d B, want %d (retained + 1 MB/s × 90 s)", got, want)
 	}
-	// A tenth of a second or so cannot show the images dying away: the
+	// A tenth of a part or two cannot show the images dying away: the
 	// start's reading is taken.
-	short := WALReading{Window: 1500 * time.Millisecond, Bytes: 9_000_000, Records: 5_000, FPI: 1_000, StatBytes: 9_000_000,
-		Parts: []WALPart{{Records: 5_000, FPI: 1_000, Bytes: 9_000_000}}, SinceCheckpoint: 20 * time.Second, CheckpointTimeout: 300 * time.Second}
-	if got, want := SlotWALAt(9_000_000, short, steady, 10, 100, 1500*time.Millisecond), int64(9_000_000+1_000_000*13.5); got != want {
-		t.Errorf("slot WAL predicted from a tenth of 1.5 s %d B, want %d (retained + the start's 1 MB/s × 13.5 s; the tenth's own rate gives %.0f)",
-			got, want, 9_000_000+short.SteadyRate()*13.5)
+	short := WALReading{Window: 2400 * time.Millisecond, Bytes: 9_000_000, Records: 5_000, FPI: 1_000, StatBytes: 9_000_000,
+		Parts: []WALPart{{Records: 2_500, FPI: 600, Bytes: 4_500_000}, {Records: 2_500, FPI: 400, Bytes: 4_500_000}}, SinceCheckpoint: 20 * time.Second, CheckpointTimeout: 300 * time.Second}
+	if got, want := SlotWALAt(9_000_000, short, steady, 10, 100, 2400*time.Millisecond), int64(9_000_000+1_000_000*21.6); got != want {
+		t.Errorf("slot WAL predicted from a tenth of 2 parts %d B, want %d (retained + the start's 1 MB/s × 21.6 s; the tenth's own rate gives %.0f)",
+			got, want, 9_000_000+short.SteadyRate()*21.6)
 	}
 }
 
