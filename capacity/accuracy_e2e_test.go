@@ -63,20 +63,7 @@ func TestPredictedCopyMatchesTheCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	half := []ring.Range{{Lo: math.MinInt64, Hi: 0}}
-	ests, err := tableset.EstimateRanges(ctx, src.Pool, set.Tables[0], half)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := MoveInput{ID: "m", Source: "src", Target: "dst", Ranges: half, Tables: set.Tables, Estimates: ests}
-	rep, err := Assess(ctx, func(_ context.Context, s string) (*pgxpool.Pool, error) {
-		if s == "src" {
-			return src.Pool, nil
-		}
-		return dst.Pool, nil
-	}, []MoveInput{in}, AssessOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := assessHalf(t, src, dst, set.Tables, half, AssessOptions{})
 	p := rep.Moves[0]
 	t.Logf("predicted: copy %s at %s/s, verify %s; %s", p.Copy.Duration().Round(time.Second), HumanBytes(int64(p.CopyBytesPerSec)), p.Verify.Duration().Round(time.Second), p.Basis)
 
@@ -112,4 +99,26 @@ func TestPredictedCopyMatchesTheCopy(t *testing.T) {
 	if o := off(p.Verify.Duration(), vTook); o < -30 || o > 30 {
 		t.Errorf("the verify's predicted duration is off by %+.0f %%: want within ±30 %%", o)
 	}
+}
+
+// assessHalf runs Assess for one move "m" of ranges from src to dst (the
+// tables' estimates read on src), and fails the test on an error.
+func assessHalf(t *testing.T, src, dst *pgtest.DB, tables []tableset.Table, ranges []ring.Range, o AssessOptions) Report {
+	t.Helper()
+	ctx := context.Background()
+	ests, err := tableset.EstimateRanges(ctx, src.Pool, tables[0], ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := MoveInput{ID: "m", Source: "src", Target: "dst", Ranges: ranges, Tables: tables, Estimates: ests}
+	rep, err := Assess(ctx, func(_ context.Context, s string) (*pgxpool.Pool, error) {
+		if s == "src" {
+			return src.Pool, nil
+		}
+		return dst.Pool, nil
+	}, []MoveInput{in}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }

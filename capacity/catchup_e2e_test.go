@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
 	"github.com/reshard/reshard/ring"
@@ -106,20 +104,7 @@ func TestPredictedCatchUpMatchesTheStream(t *testing.T) {
 	defer func() { stopWriters(); wg.Wait() }()
 	time.Sleep(3 * time.Second) // steady, and the load's counts reported
 
-	ests, err := tableset.EstimateRanges(ctx, src.Pool, srcSet.Tables[0], half)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := MoveInput{ID: "m", Source: "src", Target: "dst", Ranges: half, Tables: srcSet.Tables, Estimates: ests}
-	rep, err := Assess(ctx, func(_ context.Context, s string) (*pgxpool.Pool, error) {
-		if s == "src" {
-			return src.Pool, nil
-		}
-		return dst.Pool, nil
-	}, []MoveInput{in}, AssessOptions{WALWindow: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := assessHalf(t, src, dst, srcSet.Tables, half, AssessOptions{WALWindow: 10 * time.Second})
 	p := rep.Moves[0]
 	t.Logf("predicted: %.0f changes/s in the ranges, applied at %.0f/s; %s", p.ChangesPerSec, p.ApplyChangesPerSec, p.Basis)
 	if p.ChangesPerSec <= 0 || p.ApplyChangesPerSec <= 0 {

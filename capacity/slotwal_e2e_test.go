@@ -4,8 +4,6 @@ package capacity
 
 import (
 	"context"
-	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,35 +19,7 @@ import (
 // whole copy, the bench's rule before, is logged beside it.
 func TestSlotWALAtATenthOfARealBurst(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
-	setConf(t, db, "full_page_writes", "on")
-	db.Exec(t, `CREATE TABLE burst (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, pad text) WITH (fillfactor = 50);
-		INSERT INTO burst (id, pad) SELECT g, repeat('x', 200) FROM generate_series(1, 20000) g`)
-	db.Exec(t, `VACUUM ANALYZE burst`)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // 2,000 HOT updates a second, at random over the table
-		defer wg.Done()
-		rnd := rand.New(rand.NewPCG(34, 3))
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		ids := make([]int32, 100)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			for i := range ids {
-				ids[i] = 1 + rnd.Int32N(20000)
-			}
-			if _, err := db.Pool.Exec(ctx, `UPDATE burst SET n = n + 1 WHERE id = ANY($1)`, ids); err != nil && ctx.Err() == nil {
-				t.Errorf("update: %v", err)
-				return
-			}
-		}
-	}()
-	defer func() { cancel(); wg.Wait() }()
+	burst(t, db, 3)
 	time.Sleep(2 * time.Second)
 	bg := context.Background()
 	db.Exec(t, `CHECKPOINT`)

@@ -73,36 +73,7 @@ func TestSteadyWALRateSpreadsTheImagesOverTheCycle(t *testing.T) {
 // a window once the burst is over.
 func TestProbeWALRateSkipsTheCheckpointsImages(t *testing.T) {
 	db := pgtest.NewDB(t, 0)
-	setConf(t, db, "full_page_writes", "on")
-	db.Exec(t, `CREATE TABLE burst (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, pad text) WITH (fillfactor = 50);
-		INSERT INTO burst (id, pad) SELECT g, repeat('x', 200) FROM generate_series(1, 20000) g`)
-	db.Exec(t, `VACUUM ANALYZE burst`)
-	pages := db.QueryInt64(t, `SELECT relpages FROM pg_class WHERE relname = 'burst'`)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // 2,000 HOT updates a second, at random over the table
-		defer wg.Done()
-		rnd := rand.New(rand.NewPCG(34, 2))
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		ids := make([]int32, 100)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			for i := range ids {
-				ids[i] = 1 + rnd.Int32N(20000)
-			}
-			if _, err := db.Pool.Exec(ctx, `UPDATE burst SET n = n + 1 WHERE id = ANY($1)`, ids); err != nil && ctx.Err() == nil {
-				t.Errorf("update: %v", err)
-				return
-			}
-		}
-	}()
-	defer func() { cancel(); wg.Wait() }()
+	pages := burst(t, db, 2)
 	time.Sleep(time.Second)
 	db.Exec(t, `CHECKPOINT`)
 	p, err := ProbeShard(context.Background(), "src", db.Pool, 4*time.Second)
@@ -232,4 +203,43 @@ func TestWALMeterReadsTheSpanByPart(t *testing.T) {
 	if r.Bytes <= 0 || r.SinceCheckpoint < r.Window || r.SinceCheckpoint > r.Window+5*time.Second || r.CheckpointTimeout <= 0 || r.MaxWALSize <= 0 {
 		t.Errorf("reading %+v: want WAL, the checkpoint just before the span, and the checkpoint settings", r)
 	}
+}
+
+// burst makes table burst (20,000 rows at fillfactor 50, full_page_writes
+// on) and updates 2,000 of its rows a second, at random, until the test
+// ends: after a checkpoint, a burst of full-page images that dies away.
+// It returns the table's pages.
+func burst(t *testing.T, db *pgtest.DB, seed uint64) int64 {
+	t.Helper()
+	setConf(t, db, "full_page_writes", "on")
+	db.Exec(t, `CREATE TABLE burst (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, pad text) WITH (fillfactor = 50);
+		INSERT INTO burst (id, pad) SELECT g, repeat('x', 200) FROM generate_series(1, 20000) g`)
+	db.Exec(t, `VACUUM ANALYZE burst`)
+	pages := db.QueryInt64(t, `SELECT relpages FROM pg_class WHERE relname = 'burst'`)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // 2,000 HOT updates a second, at random over the table
+		defer wg.Done()
+		rnd := rand.New(rand.NewPCG(34, seed))
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		ids := make([]int32, 100)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for i := range ids {
+				ids[i] = 1 + rnd.Int32N(20000)
+			}
+			if _, err := db.Pool.Exec(ctx, `UPDATE burst SET n = n + 1 WHERE id = ANY($1)`, ids); err != nil && ctx.Err() == nil {
+				t.Errorf("update: %v", err)
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return pages
 }
