@@ -42,11 +42,8 @@ func TestPredictedCopyMatchesTheCopy(t *testing.T) {
 		rows = n
 	}
 	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
-	ddl := `CREATE TABLE orders (id bigint PRIMARY KEY, customer bigint NOT NULL, amount numeric(12,2), status text,
-		attrs jsonb, note text, created_at timestamptz NOT NULL DEFAULT now());
-		CREATE INDEX orders_customer ON orders (customer)`
-	src.Exec(t, ddl)
-	dst.Exec(t, ddl)
+	src.Exec(t, ordersDDL)
+	dst.Exec(t, ordersDDL)
 	t0 := time.Now()
 	src.Exec(t, `INSERT INTO orders (id, customer, amount, status, attrs, note)
 		SELECT g, g % 9973, g % 1000 + 0.5, (ARRAY['new','paid','shipped'])[g % 3 + 1],
@@ -122,3 +119,9 @@ func assessHalf(t *testing.T, src, dst *pgtest.DB, tables []tableset.Table, rang
 	}
 	return rep
 }
+
+// ordersDDL is the orders table of the accuracy tests: rows of ~500 B
+// (a jsonb, a text) and a secondary index.
+const ordersDDL = `CREATE TABLE orders (id bigint PRIMARY KEY, customer bigint NOT NULL, amount numeric(12,2), status text,
+	attrs jsonb, note text, created_at timestamptz NOT NULL DEFAULT now());
+	CREATE INDEX orders_customer ON orders (customer)`

@@ -47,11 +47,8 @@ func TestPredictedCatchUpMatchesTheStream(t *testing.T) {
 	}
 	ctx := context.Background()
 	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
-	ddl := `CREATE TABLE orders (id bigint PRIMARY KEY, customer bigint NOT NULL, amount numeric(12,2), status text,
-		attrs jsonb, note text, created_at timestamptz NOT NULL DEFAULT now());
-		CREATE INDEX orders_customer ON orders (customer)`
-	src.Exec(t, ddl)
-	dst.Exec(t, ddl)
+	src.Exec(t, ordersDDL)
+	dst.Exec(t, ordersDDL)
 	const rows = 200_000
 	src.Exec(t, `INSERT INTO orders (id, customer, amount, status, attrs, note)
 		SELECT g, g % 9973, g % 1000 + 0.5, (ARRAY['new','paid','shipped'])[g % 3 + 1],
