@@ -657,6 +657,18 @@ func (a *Activities) verify(ctx context.Context, in workflows.VerifyInput) (work
 		}
 	}
 	waiting.Store(nil)
+	// The source may have failed over while verify read it: its pool
+	// reconnects to the new primary between chunks, and the stream that
+	// held the LSN ended. Such a verify vouches for nothing (the changes
+	// after the old slot's last position may be missing on the target), so
+	// the source is checked again at the end: a failover is recovered in
+	// VERIFY (repair, then a new run). make e2e on 7f8db44: a verify
+	// throttled to 50 rows/s passed on the new primary, and the move failed
+	// in CUTOVER, where the cutover found the stream ended.
+	var fe *cdc.FailedOverError
+	if cerr := a.checkSource(ctx, in.Move, workflows.PhaseVerify); errors.As(cerr, &fe) || cerr != nil && err == nil {
+		return workflows.VerifySummary{}, cerr
+	}
 	if err != nil {
 		return workflows.VerifySummary{}, fmt.Errorf("verify move %s: %w", in.Move.Spec.ID, err)
 	}

@@ -249,11 +249,12 @@ func TestSourceFailoverInCatchUp(t *testing.T) {
 
 // TestSourceFailoverInVerify: the source fails over while its move
 // verifies (throttled, so that the verify lasts): the verify starts a new
-// run against the new primary after the repair. At 150 rows/s (about 17 s
-// for the move's 2,500 rows) make e2e on 2619040, at load 4, missed the
-// moment: the migration's view still said VERIFY when the move was
-// already waiting for its cutover, where it met the failover; at 50 rows/s
-// the verify lasts about 50 s.
+// run against the new primary after the repair. At 50 rows/s the verify
+// lasts about 50 s, mostly between throttled chunks: then its pool
+// reconnects to the new primary, and before the verify checked the source
+// again at its end it passed there unaware (make e2e on 2619040 and
+// 7f8db44: the move met the failover only in CUTOVER, recovered in
+// CDC_CATCH_UP once and FAILED once).
 func TestSourceFailoverInVerify(t *testing.T) {
 	runTargetScenario(t, targetScenario{id: "fo_src_verify", users: 20_000, source: true, recoveredIn: workflows.PhaseVerify,
 		tweak: func(r *workflows.MigrationRequest) {
