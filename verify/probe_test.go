@@ -21,20 +21,15 @@ func TestProbeSourceChecksumsTheRangesChunks(t *testing.T) {
 	src.Exec(t, `CREATE TABLE users (id bigint PRIMARY KEY, email text);
 		INSERT INTO users SELECT g, 'u'||g FROM generate_series(1, 20000) g; ANALYZE users`)
 	ctx := context.Background()
-	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "app", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "source")
-	if err != nil {
-		t.Fatal(err)
-	}
-	half := []ring.Range{{Lo: math.MinInt64, Hi: 0}}
-	want := src.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) < 0`)
-	st, err := Probe(ctx, src.Pool, set.Tables[0], half, ProbeOptions{ChunkRows: 1000, Parallel: 3, MinTime: time.Minute})
+	users, half, want := usersHalf(t, src)
+	st, err := Probe(ctx, src.Pool, users, half, ProbeOptions{ChunkRows: 1000, Parallel: 3, MinTime: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Rows != want || st.Chunks < 5 || st.Workers != 3 || st.Elapsed <= 0 || st.TargetRows != 0 {
 		t.Errorf("probe %+v: want all %d rows of the range in chunks of about 1,000, 3 workers, the source alone", st, want)
 	}
-	st, err = Probe(ctx, src.Pool, set.Tables[0], half, ProbeOptions{ChunkRows: 1000, Parallel: 2, MaxTime: time.Nanosecond})
+	st, err = Probe(ctx, src.Pool, users, half, ProbeOptions{ChunkRows: 1000, Parallel: 2, MaxTime: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +52,7 @@ func TestProbeReadsBothSidesAtOnce(t *testing.T) {
 	src.Exec(t, ddl+`; INSERT INTO users `+rows+`; ANALYZE users`)
 	dst.Exec(t, ddl)
 	ctx := context.Background()
-	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "app", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "source")
-	if err != nil {
-		t.Fatal(err)
-	}
-	half := []ring.Range{{Lo: math.MinInt64, Hi: 0}}
-	want := src.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) < 0`)
+	users, half, want := usersHalf(t, src)
 	// Two open target transactions, each holding 3,000 of the moving rows
 	// in a table of its own, as capacity's copy probe leaves them.
 	var targets []ProbeTarget
@@ -79,7 +69,7 @@ func TestProbeReadsBothSidesAtOnce(t *testing.T) {
 		}
 		targets = append(targets, ProbeTarget{Tx: tx, Table: table, Rows: 3000})
 	}
-	st, err := Probe(ctx, src.Pool, set.Tables[0], half, ProbeOptions{ChunkRows: 1000, Parallel: 5, Targets: targets, MinTime: time.Minute})
+	st, err := Probe(ctx, src.Pool, users, half, ProbeOptions{ChunkRows: 1000, Parallel: 5, Targets: targets, MinTime: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +85,7 @@ func TestProbeReadsBothSidesAtOnce(t *testing.T) {
 	}
 	// Side by side: one worker's time in checksums on the two sides adds up
 	// to more than its time (one after the other, it could not).
-	st, err = Probe(ctx, src.Pool, set.Tables[0], half, ProbeOptions{ChunkRows: 1000, Targets: targets[:1], MinTime: time.Minute})
+	st, err = Probe(ctx, src.Pool, users, half, ProbeOptions{ChunkRows: 1000, Targets: targets[:1], MinTime: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,11 +93,23 @@ func TestProbeReadsBothSidesAtOnce(t *testing.T) {
 		t.Errorf("probe %+v: want the sides' time in checksums over the probe's (both sides at once), one worker", st)
 	}
 	// The pair stops at its bounds: a pair of chunks a worker.
-	st, err = Probe(ctx, src.Pool, set.Tables[0], half, ProbeOptions{ChunkRows: 1000, Targets: targets, MaxTime: time.Nanosecond})
+	st, err = Probe(ctx, src.Pool, users, half, ProbeOptions{ChunkRows: 1000, Targets: targets, MaxTime: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Chunks != 2 || st.TargetRows != 2000 {
 		t.Errorf("probe %+v: want a pair of chunks a worker past MaxTime", st)
 	}
+}
+
+// usersHalf introspects src's users table and returns it, the half of the
+// token space below 0, and how many of its rows that half holds.
+func usersHalf(t *testing.T, src *pgtest.DB) (tableset.Table, []ring.Range, int64) {
+	t.Helper()
+	set, err := tableset.Introspect(context.Background(), src.Pool, tableset.Spec{Name: "app", Tables: []tableset.TableSpec{{Table: "users", KeyColumn: "id"}}}, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := []ring.Range{{Lo: math.MinInt64, Hi: 0}}
+	return set.Tables[0], half, src.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) < 0`)
 }
