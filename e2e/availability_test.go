@@ -132,7 +132,20 @@ func (c *cluster) holdInPause(run client.WorkflowRun, victim string, deadline ti
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond) // the reconcile that fences commits right after the hold
+	// The reconcile that fences the source commits just after the hold:
+	// wait until the probe's writes are refused, so the fault the caller
+	// injects next lands on a fenced source. A fixed 50 ms sleep was not
+	// always enough (make e2e at load 7-8: the worker was cut off before
+	// the fence reached shard3, and the probe was never refused).
+	for {
+		if _, refused := h.probe.longest(); refused > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was held but the probe's writes to key %d were never refused: %s", victim, key, c.describe(run.GetID()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	return h
 }
 
