@@ -1,12 +1,14 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
 )
 
 func failedOver() error {
@@ -345,5 +347,100 @@ func TestSourceFailoverAwaitingApprovalRecovers(t *testing.T) {
 	checkRecovered(t, f, st, PhaseCDCCatchUp)
 	if n := f.count(ActivityVerify + "/t_m1"); n != 2 {
 		t.Fatalf("%d verifies, want 2 (before the failover, and a new run after the repair)", n)
+	}
+}
+
+// TestSourceFailoverFoundByCutoverRecovers: the Cutover activity finds the
+// source failed over before it fenced anything (its stream ended on the
+// failover between the verify's end and the attempt's look at it): the move
+// goes back to CDC_CATCH_UP and recovers (new slot, repair), verifies again
+// in a new run and cuts over, DONE. Before, it FAILED in CUTOVER and left its
+// slot, fences and the target's replication origin behind. make e2e (last
+// session) saw it: "source shard2 failed over (timeline 1 → 2, slot …
+// missing)" from the Cutover activity.
+func TestSourceFailoverFoundByCutoverRecovers(t *testing.T) {
+	env, f := newEnv(t)
+	f.recovered = true
+	ok := f.cutover
+	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
+		if n == 1 {
+			return CutoverResult{}, failedOver()
+		}
+		return ok(in, n)
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	st := result[MoveState](t, env)
+	// Recorded in CUTOVER, the phase whose activity found it.
+	checkRecovered(t, f, st, PhaseCutover)
+	cutovers, verifies, repairs := f.times(ActivityCutover+"/t_m1"), f.times(ActivityVerify+"/t_m1"), f.times(ActivityRepair)
+	if len(cutovers) != 2 || len(verifies) != 2 {
+		t.Fatalf("%d cutover attempts, %d verifies; want 2 and 2", len(cutovers), len(verifies))
+	}
+	if verifies[1].Before(repairs[0]) || cutovers[1].Before(verifies[1]) || verifies[1].Before(cutovers[0]) {
+		t.Fatalf("cutovers at %v, verifies at %v, repair at %v: want cutover, repair, a new verify, cutover", cutovers, verifies, repairs)
+	}
+	if in := f.last[ActivityVerify+"/t_m1"].(VerifyInput); in.RunID != "t_m1_v1" {
+		t.Fatalf("the verify after the recovery is run %s, want a new run t_m1_v1", in.RunID)
+	}
+	var back bool // CUTOVER → CDC_CATCH_UP → VERIFY → CUTOVER
+	for i := 0; i+3 < len(st.Timings); i++ {
+		if st.Timings[i].Phase == PhaseCutover && st.Timings[i+1].Phase == PhaseCDCCatchUp && st.Timings[i+2].Phase == PhaseVerify && st.Timings[i+3].Phase == PhaseCutover {
+			back = true
+		}
+	}
+	if !back || st.Error != "" || st.Version != 3 {
+		t.Fatalf("timings %+v, error %q, version %d: want CUTOVER back to CDC_CATCH_UP, then VERIFY and CUTOVER again, no error, v3", st.Timings, st.Error, st.Version)
+	}
+}
+
+// TestSourceFailoverFoundByCutoverBeforeTheVersionFails: a history recorded
+// before versionCutoverFailoverRecovers keeps its path: the move FAILS in
+// CUTOVER on the failover, nothing recovered.
+func TestSourceFailoverFoundByCutoverBeforeTheVersionFails(t *testing.T) {
+	env, f := newEnv(t)
+	f.recovered = true
+	env.OnGetVersion(versionCutoverFailoverRecovers, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	ok := f.cutover
+	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
+		if n == 1 {
+			return CutoverResult{}, failedOver()
+		}
+		return ok(in, n)
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	var appErr *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != ErrTypeFailedOver {
+		t.Fatalf("workflow error %v, want the failover", err)
+	}
+	if f.count(ActivityRecoverSource) != 0 || f.count(ActivityRepair) != 0 || f.count(ActivityCutover+"/t_m1") != 1 {
+		t.Fatalf("recoveries %d, repairs %d, cutovers %d; want 0, 0, 1", f.count(ActivityRecoverSource), f.count(ActivityRepair), f.count(ActivityCutover+"/t_m1"))
+	}
+}
+
+// TestTargetFailoverFoundByCutoverFails: a failover the Cutover activity
+// reports that RecoverSource does not find on the source (the target's)
+// fails the move as before the version: recoverSource returns the cause.
+func TestTargetFailoverFoundByCutoverFails(t *testing.T) {
+	env, f := newEnv(t)
+	ok := f.cutover
+	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
+		if n == 1 {
+			return CutoverResult{}, failedOver()
+		}
+		return ok(in, n)
+	}
+	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("workflow did not complete")
+	}
+	var appErr *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != ErrTypeFailedOver {
+		t.Fatalf("workflow error %v, want the failover", err)
+	}
+	if f.count(ActivityRecoverSource) != 1 || f.count(ActivityRepair) != 0 || f.count(ActivityCutover+"/t_m1") != 1 {
+		t.Fatalf("recoveries %d, repairs %d, cutovers %d; want 1, 0, 1", f.count(ActivityRecoverSource), f.count(ActivityRepair), f.count(ActivityCutover+"/t_m1"))
 	}
 }

@@ -1033,6 +1033,9 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	var res CutoverResult
 	in := CutoverInput{Move: m.ref, Budget: m.in.Request.WithDefaults().CutoverBudget}
 	err := m.inSession(ctx, ActivityCutover, fmt.Sprintf("cutover attempt %d", m.state.Attempts), 10*time.Minute, in, &res)
+	if m.failedOverBeforeFence(err) && workflow.GetVersion(ctx, versionCutoverFailoverRecovers, workflow.DefaultVersion, 1) >= 1 {
+		return m.recoverInCutover(ctx, err)
+	}
 	var appErr *temporal.ApplicationError
 	if err != nil && errors.As(err, &appErr) && appErr.Type() == ErrTypeCutoverAborted {
 		m.state.Error = appErr.Error()
@@ -1074,6 +1077,41 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 		m.state.GraceUntil = workflow.Now(ctx).Add(g)
 	}
 	return m.to(ctx, PhaseGrace)
+}
+
+// versionCutoverFailoverRecovers marks the runs in which a source failover
+// met by a cutover attempt before it fenced anything is recovered as in
+// CDC_CATCH_UP; before it the move FAILED in CUTOVER, its slot, fences and
+// replication origin left behind.
+const versionCutoverFailoverRecovers = "cutover-failover-recovers"
+
+// failedOverBeforeFence: err, returned by a cutover attempt (the Cutover
+// activity, or the restart of its session's stream before it ran), is a
+// failover (ErrTypeFailedOver). Such an attempt fenced nothing: the
+// activity meets the source's failover when it looks for the stream, before
+// cutover.Run; a failover found inside the write pause aborts the attempt,
+// source unfenced (ErrTypeCutoverAborted); and an abort that could not
+// unfence the source returns no failover (activities' cutover).
+func (m *moveRun) failedOverBeforeFence(err error) bool {
+	var appErr *temporal.ApplicationError
+	return errors.As(err, &appErr) && appErr.Type() == ErrTypeFailedOver
+}
+
+// recoverInCutover recovers the source's failover met by a cutover attempt
+// that fenced nothing: the slot is created again on the new primary
+// (recoverSource, the event recorded in CUTOVER, where it was found), and
+// the move goes back to CDC_CATCH_UP, which repairs the moving ranges and
+// streams from the new slot; a new verify run and the cutover follow. An
+// approval given stays given (the attempt ran after it): the cutover is not
+// asked again.
+// When RecoverSource finds the source did not fail over (the target's
+// failover), cause stands and the move fails, as before the version.
+func (m *moveRun) recoverInCutover(ctx workflow.Context, cause error) error {
+	if err := m.recoverSource(ctx, cause); err != nil {
+		return err
+	}
+	m.state.Waiting = ""
+	return m.to(ctx, PhaseCDCCatchUp)
 }
 
 // awaitApproval waits for approve-cutover or rollback. The stream keeps the
