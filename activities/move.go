@@ -882,10 +882,29 @@ func (a *Activities) cutover(ctx context.Context, in workflows.CutoverInput) (re
 	}
 	r, err := cutover.Run(ctx, cutover.NewPG(s.move(in.Move), st, fences, h, j), j, cutover.Options{Budget: budget})
 	if err != nil {
-		return res, 0, fmt.Errorf("cutover of move %s: %w", spec.ID, err)
+		return res, 0, runError(spec.ID, err)
 	}
 	res.WritePause, res.Version, run = r.WritePause, r.Version, &r
 	return res, 0, nil
+}
+
+// runError is the error of cutover.Run as the Cutover activity returns it.
+// A failover met inside the write pause (the drain found the stream ended
+// on it) aborts the attempt, source unfenced: ErrAborted, which the
+// workflow retries after a catch-up that recovers the source. But when the
+// abort could not unfence the source either (for cutover.UnfenceFor), the
+// error wraps the failover and no ErrAborted: as ErrTypeFailedOver the
+// workflow would recover the move with the source still fenced, its writes
+// to the moving ranges refused through the repair and the new verify. So
+// that error goes up as text, which classify leaves retryable: Temporal
+// runs the activity again, whose cutover.Resume unfences the source first;
+// it then meets the ended stream's failover before it fences anything,
+// which the workflow recovers.
+func runError(move string, err error) error {
+	if errors.Is(err, cdc.ErrFailedOver) && !errors.Is(err, cutover.ErrAborted) {
+		return fmt.Errorf("cutover of move %s: %s", move, err.Error())
+	}
+	return fmt.Errorf("cutover of move %s: %w", move, err)
 }
 
 // pauseSteps are the steps of a cutover inside its write pause, pause as
