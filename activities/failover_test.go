@@ -15,12 +15,15 @@ import (
 
 	"github.com/reshard/reshard/backfill"
 	"github.com/reshard/reshard/cdc"
+	"github.com/reshard/reshard/cutover"
 	"github.com/reshard/reshard/devenv"
+	"github.com/reshard/reshard/fence"
 	"github.com/reshard/reshard/join"
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/testkit/pgtest"
+	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
 )
@@ -51,8 +54,28 @@ func TestSourceFailoverSeenByEveryActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The control database, for the cutover at the end: src owns the
+	// moving range in topology v1, the migration's plan moves it to dst.
+	ctl := pgtest.NewDB(t, 0)
+	if err := topology.Migrate(ctx, ctl.Pool); err != nil {
+		t.Fatal(err)
+	}
+	store := topology.NewStore(ctl.Pool)
+	for _, n := range []string{"src", "dst"} {
+		if err := store.RegisterShard(ctx, topology.Shard{Name: n, Conn: topology.ConnRef{Host: "127.0.0.1", Port: 1, Database: n, User: "postgres"}, State: topology.ShardActive}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v1, err := topology.New(ring.MustNew([]ring.VNode{{Token: -6e18, Shard: "src"}, {Token: -2e18, Shard: "dst"}, {Token: 2e18, Shard: "src"}, {Token: 6e18, Shard: "dst"}}), nil, "initial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1, err = store.Publish(ctx, 0, v1); err != nil {
+		t.Fatal(err)
+	}
+
 	newActs := func() *Activities {
-		a := New(&Resolver{Shards: map[string]string{"src": both, "dst": dst.DSN}}, nil, nil)
+		a := New(&Resolver{Control: ctl.DSN, Shards: map[string]string{"src": both, "dst": dst.DSN}}, nil, nil)
 		t.Cleanup(a.Close)
 		return a
 	}
@@ -60,13 +83,21 @@ func TestSourceFailoverSeenByEveryActivity(t *testing.T) {
 	ranges := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken / 2}}
 	spec := keyspace.Spec{Name: "users", Tables: []keyspace.TableSpec{{Table: "users", KeyColumn: "id"}}}
 	moveID := fmt.Sprintf("actfail%d_m1", time.Now().UnixNano()%1_000_000)
-	ref := workflows.MoveRef{MigrationID: "actfail", Spec: workflows.MoveSpec{ID: moveID, Source: "src", Target: "dst", Ranges: ranges}, Tables: spec}
+	moving := ring.Range{Lo: -1e18, Hi: 1.5e18}
+	req := workflows.MigrationRequest{ID: "actfail", Kind: workflows.KindMove, Range: &moving, To: "dst", Tables: spec}
+	ref := workflows.MoveRef{MigrationID: "actfail", Spec: workflows.MoveSpec{ID: moveID, Source: "src", Target: "dst", Ranges: ranges}, Tables: spec,
+		FromVersion: v1.Version, Request: &req}
 	names, err := cdc.NamesFor(moveID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	set, err := tableset.Introspect(ctx, srcPool, spec, "source")
 	if err != nil {
+		t.Fatal(err)
+	}
+	// The source's fence triggers, as JOINING installs them (nothing fenced
+	// yet): a cutover that fenced would leave its ranges in reshard.fence.
+	if err := fence.InstallTriggers(ctx, srcPool, set, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := cdc.CreatePublication(ctx, srcPool, names.Publication, set, ranges); err != nil {
@@ -146,8 +177,44 @@ func TestSourceFailoverSeenByEveryActivity(t *testing.T) {
 	failedOver("second slice", err)
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
 	defer scancel()
-	if err := a.RunCDC(sctx, workflows.CDCInput{Move: ref, L0: l0.String(), Phase: workflows.PhaseCDCCatchUp}); err == nil {
-		t.Fatal("the stream ran on the promoted source")
+	// Streams as the workflow starts them (MoveRef.Stream names each), until
+	// one stops on the failover: one may first meet a pooled connection
+	// to the dead primary.
+	streamed := ref
+	for n := 1; ; n++ {
+		streamed.Stream = fmt.Sprintf("actfail-run#%d", n)
+		err := a.RunCDC(sctx, workflows.CDCInput{Move: streamed, L0: l0.String(), Phase: workflows.PhaseCDCCatchUp})
+		if err == nil {
+			t.Fatal("the stream ran on the promoted source")
+		}
+		var appErr *temporal.ApplicationError
+		if n == 10 || !errors.As(err, &appErr) || appErr.NonRetryable() {
+			break
+		}
+		t.Logf("stream %d: %v", n, err)
+	}
+	// The cutover attempt next to that stream (its session's) finds the
+	// failover before it fences anything: the source unfenced, no hold
+	// taken, no step journaled, the topology as it was. The workflow then
+	// recovers the move (versionCutoverFailoverRecovers).
+	_, err = a.Cutover(ctx, workflows.CutoverInput{Move: streamed, Budget: time.Second})
+	failedOver("cutover next to the ended stream", err)
+	promoted, err := pgxpool.New(ctx, both)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer promoted.Close()
+	if fenced, _, err := fence.Fenced(ctx, promoted, set.Tables[0]); err != nil || len(fenced) != 0 {
+		t.Fatalf("fences on the promoted source after the cutover: %v (%v), want none", fenced, err)
+	}
+	if holds, err := (fence.Control{Pool: ctl.Pool, Store: store}).Holds(ctx, "src"); err != nil || len(holds) != 0 {
+		t.Fatalf("holds on src after the cutover: %v (%v), want none", holds, err)
+	}
+	if last, err := (cutover.PGJournal{Pool: ctl.Pool, Move: moveID}).Last(ctx); err != nil || last != "" {
+		t.Fatalf("the cutover journaled %q (%v), want no step", last, err)
+	}
+	if cur, err := store.Current(ctx); err != nil || cur.Version != v1.Version {
+		t.Fatalf("topology after the cutover: v%d (%v), want v%d", cur.Version, err, v1.Version)
 	}
 	if n, m := counted(string(workflows.PhaseSnapshotCopy)), counted(string(workflows.PhaseCDCCatchUp)); n != 1 || m != 0 {
 		t.Fatalf("reshard_failovers_total for src: SNAPSHOT_COPY %v, CDC_CATCH_UP %v after a second slice and a stream found the same failover, want 1 and 0", n, m)
