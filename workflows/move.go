@@ -430,7 +430,7 @@ func (m *moveRun) stopForOperator(ctx workflow.Context, err error) error {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) && appErr.Type() == ErrTypeFailedOver {
 		// Resuming would stream from a new slot past the missing changes.
-		m.state.Error = fmt.Sprintf("stopped in %s: %v. Resuming cannot bring the missing changes back and a slot recreated by hand would skip them: reshard rollback %s undoes the move (a source failover recovers by itself only in SNAPSHOT_COPY, CDC_CATCH_UP and VERIFY)",
+		m.state.Error = fmt.Sprintf("stopped in %s: %v. Resuming cannot bring the missing changes back and a slot recreated by hand would skip them: reshard rollback %s undoes the move (a source failover recovers by itself only in SNAPSHOT_COPY, CDC_CATCH_UP, VERIFY and CUTOVER before an attempt fences)",
 			m.state.Phase, rootMessage(err), m.in.Request.ID)
 	}
 	workflow.GetLogger(ctx).Warn("move stopped for the operator", "move", m.in.Spec.ID, "phase", m.state.Phase, "error", err)
@@ -1091,7 +1091,7 @@ const versionCutoverFailoverRecovers = "cutover-failover-recovers"
 // activity meets the source's failover when it looks for the stream, before
 // cutover.Run; a failover found inside the write pause aborts the attempt,
 // source unfenced (ErrTypeCutoverAborted); and an abort that could not
-// unfence the source returns no failover (activities' cutover).
+// unfence the source returns no failover (activities' runError).
 func (m *moveRun) failedOverBeforeFence(err error) bool {
 	var appErr *temporal.ApplicationError
 	return errors.As(err, &appErr) && appErr.Type() == ErrTypeFailedOver
