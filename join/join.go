@@ -127,6 +127,29 @@ func ReplicationDSN(dsn, shard string) func(context.Context) (*pgconn.PgConn, er
 	}
 }
 
+// RecreateReverse drops the move's reverse slot on the new owner, if there
+// is one, and creates it again: Reverse, with a consistent point after every
+// transaction committed on the new owner so far. The reverse stream skips only
+// transactions that carry a replication origin; a repair of the moving ranges
+// carries none, so a slot made before a repair would replay the repair's rows
+// (the source's values of that moment) onto the old owner after newer forward
+// changes to them. Call it only while the new owner does not own the ranges
+// (no cutover published): from the publish on, the slot holds the new owner's
+// writes that the old owner still needs, and dropping it loses them.
+func RecreateReverse(ctx context.Context, m cutover.Move, targetReplicationDSN string) (cdc.Names, pglogrepl.LSN, error) {
+	if err := m.Check(); err != nil {
+		return cdc.Names{}, 0, err
+	}
+	names, err := cdc.ReverseNamesFor(m.ID)
+	if err != nil {
+		return cdc.Names{}, 0, err
+	}
+	if err := cdc.DropSlot(ctx, m.Target, names.Slot); err != nil {
+		return names, 0, fmt.Errorf("drop the reverse slot of move %s on %s to create it again: %w", m.ID, m.To, err)
+	}
+	return Reverse(ctx, m, targetReplicationDSN)
+}
+
 // Reverse creates the GRACE reverse stream's publication and slot on the
 // move's target (the new owner), to be called BEFORE the cutover's write
 // pause: creating a slot waits for the target's running write transactions,
@@ -136,7 +159,10 @@ func ReplicationDSN(dsn, shard string) func(context.Context) (*pgconn.PgConn, er
 //
 // Nothing written on the target before the cutover's unfence is in the moving
 // ranges except the forward applier's writes, which the reverse stream skips
-// (SkipOrigin), so starting the reverse stream at this point loses nothing.
+// (SkipOrigin), and a repair's (verify.Repair, after a source failover), which
+// carry no origin: a slot kept from before a repair is made again with
+// RecreateReverse. So starting the reverse stream at this point loses nothing
+// and sends back no stale row.
 func Reverse(ctx context.Context, m cutover.Move, targetReplicationDSN string) (cdc.Names, pglogrepl.LSN, error) {
 	if err := m.Check(); err != nil {
 		return cdc.Names{}, 0, err
