@@ -775,7 +775,26 @@ func (a *Activities) prepareReverse(ctx context.Context, m workflows.MoveRef) (w
 	}
 	stop := keepBeating(ctx, 5*time.Second, func() any { return "creating the reverse slot" })
 	defer stop()
-	names, l0, err := join.Reverse(ctx, s.move(m), repl)
+	create := join.Reverse
+	if m.RecreateReverse {
+		// A repair wrote the target's moving ranges since the slot was made
+		// (no origin: the reverse stream would send its rows back). Only
+		// while the target does not own the ranges: from the cutover's
+		// publish on the slot holds the target's writes the source needs.
+		store, err := a.store(ctx, keyspaceOf(m.Request))
+		if err != nil {
+			return workflows.JoinResult{}, err
+		}
+		cur, err := store.Current(ctx)
+		if err != nil {
+			return workflows.JoinResult{}, fmt.Errorf("read the current topology: %w", err)
+		}
+		if topology.Owns(cur.Ring, m.Spec.Target, m.Spec.Ranges) {
+			return workflows.JoinResult{}, badInput("move %s: the reverse slot on %s is not made again: topology v%d already gives the moving ranges to %s (a cutover published), and the slot holds its writes since then", m.Spec.ID, m.Spec.Target, cur.Version, m.Spec.Target)
+		}
+		create = join.RecreateReverse
+	}
+	names, l0, err := create(ctx, s.move(m), repl)
 	if err != nil {
 		return workflows.JoinResult{}, err
 	}

@@ -130,6 +130,12 @@ type MoveRef struct {
 	// phase activity whose stream ended in its worker returns at once
 	// instead of waiting for a stream only the workflow starts again.
 	Stream string `json:"stream,omitempty"`
+	// RecreateReverse asks PrepareReverse to drop the reverse slot, if an
+	// earlier attempt made it, and create it again: a repair wrote the
+	// target's moving ranges since (without the forward applier's origin, so
+	// a reverse stream from the old slot would send those rows back). Set
+	// only on PrepareReverse's input.
+	RecreateReverse bool `json:"recreate_reverse,omitempty"`
 }
 
 // SourceIdentity is the server a move's slot and positions belong to: its

@@ -67,6 +67,9 @@ type MoveCarry struct {
 	// on its new primary; the moving ranges are repaired before the stream
 	// starts from the new slot.
 	RepairPending bool `json:"repair_pending,omitempty"`
+	// ReverseStale: a repair wrote the target's moving ranges since the
+	// reverse slot was last prepared; the next PrepareReverse makes it again.
+	ReverseStale bool `json:"reverse_stale,omitempty"`
 	// Target is the target server as last recorded (MoveRef.Target).
 	Target *SourceIdentity `json:"target,omitempty"`
 }
@@ -87,6 +90,7 @@ type moveRun struct {
 	retryAsked                           bool // resume of a stopped move
 	recheck                              bool // the next verify re-checks its run (VerifyInput.Recheck)
 	repairPending                        bool // MoveCarry.RepairPending
+	reverseStale                         bool // MoveCarry.ReverseStale
 	runs, slices, verifyRuns             int
 	reverseL0                            string
 	lastNotify                           time.Time
@@ -117,6 +121,7 @@ func Move(ctx workflow.Context, in MoveInput) (MoveState, error) {
 		m.state, m.l0, m.paused, m.throttle, m.approved, m.runs, m.verifyRuns = c.State, c.L0, c.Paused, c.Throttle, c.Approved, c.Runs+1, c.VerifyRuns
 		m.recheck = c.Recheck
 		m.ref.Source, m.repairPending, m.ref.Target = c.Source, c.RepairPending, c.Target
+		m.reverseStale = c.ReverseStale
 	} else {
 		m.state = MoveState{Spec: in.Spec, Phase: PhasePlan}
 		m.state.Timings = []PhaseTiming{{Phase: PhasePlan, Start: workflow.Now(ctx)}}
@@ -359,6 +364,10 @@ func (m *moveRun) recoverSource(ctx workflow.Context, cause error) error {
 func (m *moveRun) repairAfterFailover(ctx workflow.Context) error {
 	var res RepairResult
 	actx := m.waitOpts(ctx, "repair the moving ranges after "+m.in.Spec.Source+"'s failover", 24*time.Hour, 0)
+	// Set before the activity: a repair that fails may have written some
+	// chunks. Its writes carry no replication origin, so a reverse slot
+	// made before them would have GRACE send them back over newer rows.
+	m.reverseStale = true
 	if err := m.execute(ctx, actx, RetryCopy, "the repair", ActivityRepair, RepairInput{Move: m.ref, Phase: m.state.Phase}, &res); err != nil {
 		return err
 	}
@@ -677,7 +686,7 @@ func (m *moveRun) continueAsNew(ctx workflow.Context) (MoveState, error) {
 		return m.state, err
 	}
 	in := m.in
-	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck, Source: m.ref.Source, RepairPending: m.repairPending, Target: m.ref.Target}
+	in.Carry = &MoveCarry{State: m.state, L0: m.l0, Paused: m.paused, Throttle: m.throttle, Approved: m.approved, Runs: m.runs, VerifyRuns: m.verifyRuns, Recheck: m.recheck, Source: m.ref.Source, RepairPending: m.repairPending, ReverseStale: m.reverseStale, Target: m.ref.Target}
 	return m.state, workflow.NewContinueAsNewError(ctx, MoveWorkflow, in)
 }
 
@@ -1022,9 +1031,14 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	}
 	var rev JoinResult
 	actx := m.waitOpts(ctx, "reverse publication and slot on "+m.in.Spec.Target, 30*time.Minute, 0)
-	if err := m.execute(ctx, actx, RetrySetup, "the reverse slot", ActivityPrepareReverse, m.ref, &rev); err != nil {
+	ref := m.ref
+	if m.reverseStale && workflow.GetVersion(ctx, versionReverseSlotAfterRepair, workflow.DefaultVersion, 1) >= 1 {
+		ref.RecreateReverse = true
+	}
+	if err := m.execute(ctx, actx, RetrySetup, "the reverse slot", ActivityPrepareReverse, ref, &rev); err != nil {
 		return err
 	}
+	m.reverseStale = false
 	// Known from here: a rollback whose cutover attempt published meanwhile
 	// (cancelled in the middle of it) reverses it over this slot.
 	m.reverseL0 = rev.L0
@@ -1078,6 +1092,14 @@ func (m *moveRun) cutover(ctx workflow.Context) error {
 	}
 	return m.to(ctx, PhaseGrace)
 }
+
+// versionReverseSlotAfterRepair marks the runs in which the cutover
+// attempt after a repair (repairAfterFailover) makes the reverse slot again
+// (MoveRef.RecreateReverse) instead of keeping an earlier attempt's: the
+// repair's writes on the target carry no replication origin, so GRACE's
+// reverse stream from the old slot would write the repair's rows, the
+// source's values of that moment, over the newer ones on the source.
+const versionReverseSlotAfterRepair = "reverse-slot-after-repair"
 
 // versionCutoverFailoverRecovers marks the runs in which a source failover
 // met by a cutover attempt before it fenced anything is recovered as in
