@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/verify"
 	"github.com/reshard/reshard/workflows"
 )
@@ -86,6 +87,21 @@ func repairMove(ctx context.Context, cfg *clusterConfig, req workflows.Migration
 		return res, err
 	}
 	defer dst.Close()
+	// The repair drops the move's reverse slot (verify.RepairMove): only
+	// while no cutover of the move has published, which the topology says
+	// whatever the workflow's state a moment ago said.
+	store, pool, err := cfg.openStore(ctx)
+	if err != nil {
+		return res, err
+	}
+	cur, err := store.In(req.Keyspace).Current(ctx)
+	pool.Close()
+	if err != nil {
+		return res, fmt.Errorf("read the current topology: %w", err)
+	}
+	if topology.Owns(cur.Ring, spec.Target, spec.Ranges) {
+		return res, rejectedError{reason: fmt.Sprintf("move %s: topology v%d gives its ranges to %s: the move cut over, its target is the owner and is not repaired", spec.ID, cur.Version, spec.Target)}
+	}
 	chunkRows := o.chunkRows
 	if chunkRows <= 0 {
 		chunkRows = req.WithDefaults().VerifyChunkRows

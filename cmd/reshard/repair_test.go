@@ -15,13 +15,15 @@ import (
 	"github.com/reshard/reshard/keyspace"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/testkit/pgtest"
+	"github.com/reshard/reshard/topology"
 	"github.com/reshard/reshard/workflows"
 )
 
 // TestRepairOnlyWhereNothingElseWrites: verify --repair refuses a move whose
 // stream or cutover could write the target (a running move, a stream
-// reading its slot), changing nothing, and repairs a stopped move's target,
-// after which nothing differs.
+// reading its slot, a topology that gives the ranges to the target),
+// changing nothing, and repairs a stopped move's target, after which nothing
+// differs.
 func TestRepairOnlyWhereNothingElseWrites(t *testing.T) {
 	ctx := context.Background()
 	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
@@ -39,7 +41,30 @@ func TestRepairOnlyWhereNothingElseWrites(t *testing.T) {
 
 	moveID := fmt.Sprintf("rep%d_m1", time.Now().UnixNano()%1_000_000_000)
 	all := []ring.Range{{Lo: ring.MinToken, Hi: 0}, {Lo: 0, Hi: ring.MaxToken}}
-	cfg := &clusterConfig{Path: "reshard.yaml", Shards: map[string]string{"shard1": src.DSN, "shard2": dst.DSN}}
+	// The control database: shard1 owns every token (no cutover published).
+	ctl := pgtest.NewDB(t, 0)
+	if err := topology.Migrate(ctx, ctl.Pool); err != nil {
+		t.Fatal(err)
+	}
+	store := topology.NewStore(ctl.Pool)
+	for _, n := range []string{"shard1", "shard2"} {
+		if err := store.RegisterShard(ctx, topology.Shard{Name: n, Conn: topology.ConnRef{Host: "127.0.0.1", Port: 1, Database: n, User: "postgres"}, State: topology.ShardActive}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish := func(prev int64, owner string) int64 {
+		t.Helper()
+		v, err := topology.New(ring.MustNew([]ring.VNode{{Token: 0, Shard: owner}}), nil, "owner "+owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err = store.Publish(ctx, prev, v); err != nil {
+			t.Fatal(err)
+		}
+		return v.Version
+	}
+	v1 := publish(0, "shard1")
+	cfg := &clusterConfig{Path: "reshard.yaml", Control: ctl.DSN, Shards: map[string]string{"shard1": src.DSN, "shard2": dst.DSN}}
 	state := func(m workflows.MoveState) workflows.MigrationState {
 		m.Spec = workflows.MoveSpec{ID: moveID, Source: "shard1", Target: "shard2", Ranges: all}
 		return workflows.MigrationState{
@@ -125,5 +150,29 @@ func TestRepairOnlyWhereNothingElseWrites(t *testing.T) {
 	}
 	if got := dst.QueryInt64(t, `SELECT count(*) FROM users WHERE name IN ('stale', 'ghost')`); got != 0 {
 		t.Errorf("%d stale or extra rows left on the target", got)
+	}
+
+	// A cutover published (the topology gives the ranges to the target,
+	// whatever the state said a moment ago): refused, nothing written, the
+	// reverse slot, which holds the target's writes since, kept.
+	publish(v1, "shard2")
+	rev, err := cdc.ReverseNamesFor(moveID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst.Exec(t, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, rev.Slot)
+	t.Cleanup(func() {
+		dst.Exec(t, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, rev.Slot)
+	})
+	dst.Exec(t, `UPDATE users SET name = 'new owner' WHERE id = 300`)
+	_, err = repairMoves(ctx, cfg, state(stopped), moveID, o)
+	if rej := (rejectedError{}); !errors.As(err, &rej) || !strings.Contains(err.Error(), "the move cut over") {
+		t.Errorf("topology gives the ranges to the target: got %v, want a refusal (exit 3)", err)
+	}
+	if got := dst.QueryInt64(t, `SELECT count(*) FROM users WHERE name = 'new owner'`); got != 1 {
+		t.Errorf("a refused repair changed the target: %d rows of the new owner's write left, want 1", got)
+	}
+	if got := dst.QueryInt64(t, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, rev.Slot); got != 1 {
+		t.Errorf("a refused repair dropped the reverse slot")
 	}
 }

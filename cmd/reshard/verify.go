@@ -45,7 +45,12 @@ It refuses, changing nothing, unless the move is stopped for the operator
 (reshard status shows "stopped") in SNAPSHOT_COPY, CDC_CATCH_UP or VERIFY, or
 waits for the verdict on a failed verify in VERIFY, and no stream reads the
 move's slot on the source: then nothing else writes the target's moving ranges
-and no cutover can start. Do not resume, reverify or approve while it runs.
+and no cutover can start; and it refuses while the topology gives the move's
+ranges to its target (a cutover published). Before it writes it drops the
+move's reverse slot on the target, if an aborted cutover attempt made one: the
+repair's rows carry no replication origin, and GRACE's reverse stream from that
+slot would send them back to the source over newer rows; the next cutover
+attempt makes the slot again. Do not resume, reverify or approve while it runs.
 Afterwards reshard reverify <id> (after a failed verify) or reshard resume <id>
 (a stopped move) goes on.
 
