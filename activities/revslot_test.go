@@ -65,7 +65,9 @@ func TestPrepareReverseRecreatesOnlyBeforeThePublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { dst.Exec(t, "SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1", names.Slot) })
+	t.Cleanup(func() {
+		dst.Exec(t, "SELECT pg_drop_replication_slot($1) FROM pg_replication_slots WHERE slot_name = $1", names.Slot)
+	})
 	prepare := func(recreate bool) (pglogrepl.LSN, error) {
 		t.Helper()
 		in := ref
