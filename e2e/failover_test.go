@@ -82,8 +82,8 @@ func TestTargetFailoverInWritePause(t *testing.T) {
 
 // inGrace waits until every move is in GRACE (its reverse stream, from
 // shard5 back to the old owner, running).
-func inGrace(c *cluster, run client.WorkflowRun, deadline time.Time) {
-	c.waitFor(run, deadline, "every move in GRACE", func(st workflows.MigrationState) bool {
+func inGrace(c *cluster, run client.WorkflowRun, deadline time.Time) workflows.MigrationState {
+	return c.waitFor(run, deadline, "every move in GRACE", func(st workflows.MigrationState) bool {
 		return len(st.Moves) == 4 && allPast(st, workflows.PhaseCutover)
 	})
 }
