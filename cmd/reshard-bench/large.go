@@ -63,6 +63,9 @@ type largeRun struct {
 	set     tableset.Set
 	old     *ring.Ring
 	writers *largeWriters
+	// probeEnd is the source's counters as its probe's WAL window ended
+	// (the slot-WAL diagnostics).
+	probeEnd sourceCounters
 }
 
 // runLarge is section large: a source shard of -large-gb of table data
@@ -459,11 +462,31 @@ func (lr *largeRun) predict(ctx context.Context, ranges []ring.Range) (capacity.
 		pool   *pgxpool.Pool
 		tables []tableset.Table
 	}{{"source", e.srcPool, []tableset.Table{t}}, {"target", e.dstPool, nil}} {
+		var c0 sourceCounters
+		if s.name == "source" {
+			printServerSettings(ctx, lr.r.out, s.pool)
+			if c0, err = readSourceCounters(ctx, s.pool, lr.writers.st.Acked.Load()); err != nil {
+				return m, nil, err
+			}
+		}
 		p, err := capacity.ProbeShard(ctx, s.name, s.pool, lr.e.cfg.largeWALWindow, s.tables...)
 		if err != nil {
 			return m, nil, err
 		}
 		shards[s.name] = p
+		if s.name == "source" {
+			if lr.probeEnd, err = readSourceCounters(ctx, s.pool, lr.writers.st.Acked.Load()); err != nil {
+				return m, nil, err
+			}
+			printSpan(lr.r.out, "probe (ProbeShard on the source: its WAL window, and its decoding's slot made before and decoded after it)", c0, lr.probeEnd, p.WAL.FPIBytes())
+			var changes int64
+			for _, tc := range p.Tables {
+				changes += tc.Changes()
+			}
+			fmt.Fprintf(lr.r.out, "diag probe's window alone: %s; orders %d row changes (%.0f/s); pg_stat_wal %d records, %d images, %s\n",
+				p.WAL.Window.Round(time.Millisecond), changes, float64(changes)/p.WAL.Window.Seconds(), p.WAL.Records, p.WAL.FPI, capacity.HumanBytes(p.WAL.StatBytes))
+			printReading(lr.r.out, "probe", p.WAL)
+		}
 	}
 	m.Changes.AddTable(shards["source"], t.String(), m.Bytes, size)
 	mix := capacity.TableChanges{Inserts: m.Changes.Inserts, Updates: m.Changes.Updates, Deletes: m.Changes.Deletes}
@@ -534,6 +557,19 @@ func (lr *largeRun) move(ctx context.Context) error {
 
 	// SNAPSHOT_COPY.
 	sample := sampleSlot(ctx, e.srcPool, names.Slot, nil)
+	copy0, err := readSourceCounters(ctx, e.srcPool, lr.writers.st.Acked.Load())
+	if err != nil {
+		return err
+	}
+	printSpan(r.out, "from the probe's window to the copy (the move's probe, JOINING)", lr.probeEnd, copy0, w.FPIBytes())
+	if sl, err := backfill.ReadSlot(ctx, e.srcPool, names.Slot, 0); err == nil {
+		fmt.Fprintf(r.out, "diag the copy starts %s after the probe's window ended, %s after the last checkpoint began; the slot retains %s\n",
+			copy0.at.Sub(lr.probeEnd.at).Round(time.Second), copy0.at.Sub(copy0.ckptTime).Round(time.Second), capacity.HumanBytes(sl.Retained))
+	}
+	watch, err := startCopyWatch(ctx, e.srcPool, lr.writers.st.Acked.Load)
+	if err != nil {
+		return err
+	}
 	end, err := lr.meter(ctx)
 	if err != nil {
 		return err
@@ -588,13 +624,18 @@ func (lr *largeRun) move(ctx context.Context) error {
 		fmt.Fprintf(r.out, "a tenth copied: %d rows in %s; the slot retains %s; the source's WAL over it %s/s (%s/s over the cycle, %.0f %% full-page images, %s after a checkpoint; images by part %v); the rate for the rest: %s\n",
 			t.rows, t.at.Round(time.Second), capacity.HumanBytes(t.retained), capacity.HumanBytes(int64(t.wal.RawRate())), capacity.HumanBytes(int64(t.wal.SteadyRate())),
 			100*t.wal.FPIShare(), t.wal.SinceCheckpoint.Round(time.Second), fpi, taken)
+		printReading(r.out, "tenth", t.wal)
 	}
 	st, err := backfill.Copy(ctx, e.srcPool, e.dstPool, backfill.Options{Move: m.ID, Set: lr.set, Source: "source", Target: "target", Ranges: m.Ranges,
 		TableRows: map[string]int64{lr.set.Tables[0].String(): cm.Rows}, Progress: progress})
 	stopMeter()
+	copyWAL := watch.end(ctx, r.out)
 	if err != nil {
 		sample()
 		return fmt.Errorf("copy: %w", err)
+	}
+	if copy1, err := readSourceCounters(ctx, e.srcPool, lr.writers.st.Acked.Load()); err == nil {
+		printSpan(r.out, "copy", copy0, copy1, copyWAL.FPIBytes())
 	}
 	cp, err := end()
 	if err != nil {
