@@ -31,6 +31,7 @@ type sourceCounters struct {
 	ins, upd, del              int64 // orders' n_tup_*
 	records, fpi, walBytes     int64 // pg_stat_wal
 	lsn                        int64
+	sinceRedo                  int64     // the WAL since the last checkpoint's redo point: its cycle's so far
 	ckptTimed, ckptReq         int64     // pg_stat_bgwriter
 	ckptTime                   time.Time // pg_control_checkpoint().checkpoint_time
 	autovacOrders, autovacAll  int64     // pg_stat_user_tables.autovacuum_count
@@ -41,6 +42,7 @@ func readSourceCounters(ctx context.Context, pool *pgxpool.Pool, acked int64) (s
 	c := sourceCounters{at: time.Now(), acked: acked}
 	err := pool.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0')::bigint, w.wal_records, w.wal_fpi, w.wal_bytes::bigint,
 		b.checkpoints_timed, b.checkpoints_req, (SELECT checkpoint_time FROM pg_control_checkpoint()),
+		(SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), redo_lsn)::bigint FROM pg_control_checkpoint()),
 		coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relname = 'orders'), 0),
 		coalesce((SELECT n_tup_upd FROM pg_stat_user_tables WHERE relname = 'orders'), 0),
 		coalesce((SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'orders'), 0),
@@ -48,7 +50,7 @@ func readSourceCounters(ctx context.Context, pool *pgxpool.Pool, acked int64) (s
 		(SELECT coalesce(sum(autovacuum_count), 0)::bigint FROM pg_stat_all_tables),
 		(SELECT coalesce(sum(autoanalyze_count), 0)::bigint FROM pg_stat_all_tables),
 		(SELECT coalesce(sum(vacuum_count), 0)::bigint FROM pg_stat_all_tables)
-		FROM pg_stat_wal w, pg_stat_bgwriter b`).Scan(&c.lsn, &c.records, &c.fpi, &c.walBytes, &c.ckptTimed, &c.ckptReq, &c.ckptTime,
+		FROM pg_stat_wal w, pg_stat_bgwriter b`).Scan(&c.lsn, &c.records, &c.fpi, &c.walBytes, &c.ckptTimed, &c.ckptReq, &c.ckptTime, &c.sinceRedo,
 		&c.ins, &c.upd, &c.del, &c.autovacOrders, &c.autovacAll, &c.autoanalyzeAll, &c.vacuumsAll)
 	if err != nil {
 		return c, fmt.Errorf("read the source's counters for the slot-WAL diagnostics: %w", err)
@@ -77,6 +79,7 @@ func printSpan(out io.Writer, what string, a, b sourceCounters, fpiBytes float64
 	fmt.Fprintf(out, "diag %s: pg_stat_wal %d records (%.0f/s), %d full-page images (%.1f/s), %s (%s/s; the WAL position moved %s); images at %.0f B each %s (%.0f %%), the rest %s/s, %.0f B a write\n",
 		what, rec, ps(rec), fpi, ps(fpi), capacity.HumanBytes(wb), capacity.HumanBytes(int64(ps(wb))), capacity.HumanBytes(b.lsn-a.lsn),
 		fpiBytes, capacity.HumanBytes(int64(img)), 100*img/max(float64(wb), 1), capacity.HumanBytes(int64((float64(wb)-img)/s)), perWrite)
+	fmt.Fprintf(out, "diag %s: the checkpoint cycle's WAL so far (since the last redo point) %s at the span's start, %s at its end\n", what, capacity.HumanBytes(a.sinceRedo), capacity.HumanBytes(b.sinceRedo))
 	fmt.Fprintf(out, "diag %s: checkpoints started %d timed, %d requested; the last began %s before the span and %s before its end; autovacuums %d of orders, %d of all tables (%d autoanalyzes, %d manual vacuums)\n",
 		what, b.ckptTimed-a.ckptTimed, b.ckptReq-a.ckptReq, a.at.Sub(a.ckptTime).Round(time.Second), b.at.Sub(b.ckptTime).Round(time.Second),
 		b.autovacOrders-a.autovacOrders, b.autovacAll-a.autovacAll, b.autoanalyzeAll-a.autoanalyzeAll, b.vacuumsAll-a.vacuumsAll)
