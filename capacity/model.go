@@ -122,6 +122,10 @@ type MoveProbe struct {
 	ApplyChanges int64         `json:"apply_changes,omitempty"`
 	ApplyTime    time.Duration `json:"apply_time,omitempty"`
 	ApplyStaged  bool          `json:"apply_staged,omitempty"`
+	// Done is when the probe ended (zero in a plan stored before it was
+	// recorded): the copy starts no sooner, so its source's WAL window
+	// (WALReading.End) ended at least Done − End before it.
+	Done time.Time `json:"done,omitzero"`
 }
 
 // ProbeLoad is what else ran while a move's probe measured: the rates it
@@ -452,9 +456,21 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 		if o.StreamDuringCopy && copyS > 0 {
 			held = min(copyS, StreamRetention.Seconds())
 		}
-		// The source's rate over a checkpoint cycle (SteadyRate): where
-		// in its cycle the copy will start, PLAN cannot know.
+		// The source's WAL over the copy's own span of its checkpoint
+		// cycle (WALReading.CopyWAL), the copy starting once the move's
+		// probe has ended (PLAN runs just before JOINING and the copy);
+		// without the window's reading (a plan stored before it was
+		// kept), or with the stream during the copy (its slot keeps the
+		// WAL of a lag that moves through the cycle with the copy), the
+		// source's rate over a cycle (SteadyRate).
 		p.SlotWAL = int64(src.WALBytesPerSec * held)
+		if !o.StreamDuringCopy && src.WAL.Window > 0 && held > 0 {
+			var gap time.Duration
+			if !m.Probe.Done.IsZero() && !src.WAL.End.IsZero() {
+				gap = max(m.Probe.Done.Sub(src.WAL.End), 0)
+			}
+			p.SlotWAL = int64(src.WAL.CopyWAL(gap, time.Duration(held*float64(time.Second))))
+		}
 		rep.Warnings = append(rep.Warnings, catchUp(&p, m, src, copyS, held, share, running(m.Source))...)
 		// Verify reads both sides side by side at the rate the probe's pair
 		// of sides achieved (VerifyRate), and no faster than the throttle's
@@ -579,8 +595,8 @@ func walRefusal(sp ShardPrediction, moves []MovePrediction, o Options) Refusal {
 			}
 		}
 	}
-	problem := fmt.Sprintf("move %s's slot would retain %s of WAL (the source writes %s/s for the %s of its copy: the stream starts after the copy) but the budget is %s (%s)",
-		worst.ID, HumanBytes(sp.PeakSlotWAL), HumanBytes(int64(sp.WALBytesPerSec)), worst.Copy.Duration().Round(time.Second), HumanBytes(sp.WALBudget), sp.WALBudgetFrom)
+	problem := fmt.Sprintf("move %s's slot would retain %s of WAL (what the source writes over the %s of its copy, %s/s over a checkpoint cycle: the stream starts after the copy) but the budget is %s (%s)",
+		worst.ID, HumanBytes(sp.PeakSlotWAL), worst.Copy.Duration().Round(time.Second), HumanBytes(int64(sp.WALBytesPerSec)), HumanBytes(sp.WALBudget), sp.WALBudgetFrom)
 	var fixes []string
 	if sp.WALBytesPerSec > 0 && worst.CopyBytesPerSec > 0 {
 		fits := float64(sp.WALBudget) / sp.WALBytesPerSec // the longest copy that fits

@@ -73,7 +73,7 @@ func walReadingOf(samples []walSample, timeout time.Duration, maxWAL int64) WALR
 	first, last := samples[0], samples[len(samples)-1]
 	r := WALReading{Window: last.at.Sub(first.at), Bytes: last.lsn - first.lsn, StatBytes: last.bytes - first.bytes,
 		Records: last.records - first.records, FPI: last.fpi - first.fpi, CheckpointTimeout: timeout,
-		MaxWALSize: maxWAL, SinceCheckpoint: -1}
+		MaxWALSize: maxWAL, SinceCheckpoint: -1, End: last.at}
 	for i := 1; i < len(samples); i++ {
 		a, b := samples[i-1], samples[i]
 		r.Parts = append(r.Parts, WALPart{Records: b.records - a.records, FPI: b.fpi - a.fpi, Bytes: b.bytes - a.bytes})
@@ -340,6 +340,7 @@ func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ra
 		}
 		p.FenceTime = max(p.FenceTime, d)
 	}
+	p.Done = time.Now()
 	return p, nil
 }
 

@@ -23,6 +23,10 @@ type WALReading struct {
 	SinceCheckpoint   time.Duration `json:"since_checkpoint"`
 	CheckpointTimeout time.Duration `json:"checkpoint_timeout"`
 	MaxWALSize        int64         `json:"max_wal_size"`
+	// End is when the window ended (zero in a reading stored before it
+	// was recorded): with a move probe's end (MoveProbe.Done), how far
+	// into its checkpoint cycle the copy will start.
+	End time.Time `json:"end,omitzero"`
 }
 
 // WALPart is pg_stat_wal's counters over one sub-window.
@@ -109,7 +113,13 @@ func (r WALReading) images() (records, rate, end, tau, cycle, since float64, ok 
 	if len(r.Parts) >= 2 && f1 > 0 && f2 < f1 {
 		half := r.Window.Seconds() / 2
 		tau = half / math.Log(float64(f1)/math.Max(float64(f2), 0.5))
-		end = rate * 2 * float64(f2) / float64(f1+f2)
+		// The second half's mean rate is the rate about its middle; at
+		// the window's end, a rate dying away as exp(−t/tau) is that
+		// mean × x/(exp(x) − 1), x = half/tau (0.82 of it at 20 GB,
+		// where the images a copy met from 37 s after the window came
+		// at half the rate the mean took for the end's).
+		x := half / tau
+		end = rate * 2 * float64(f2) / float64(f1+f2) * x / math.Expm1(x)
 	}
 	return records, rate, end, tau, cycle, since, true
 }
@@ -155,6 +165,54 @@ func (r WALReading) SteadyRate() float64 {
 	return records + images/cycle
 }
 
+// CopyWAL is the WAL the source writes over a copy of d that starts gap
+// after the window's end: what the copy's slot keeps when it is created
+// before the copy and streamed after it. The records come at their rate
+// (the window's WAL without its images); the images are those the copy's
+// own span of the checkpoint cycle meets, not the cycle's average
+// (SteadyRate):
+//
+//   - in the rest of the window's cycle, the window's images at its end
+//     dying away as they did in the window (SteadyRate's rule), from the
+//     copy's start: a copy that starts late in its cycle meets only the
+//     tail of the burst that followed the checkpoint;
+//   - in each later cycle (the copy runs past a checkpoint), the images
+//     of a cycle as SteadyRate counts them, those of its first part as a
+//     burst that dies away the same way (evenly when it did not slow).
+//
+// A copy longer than a cycle comes to SteadyRate × d. The first rule took
+// SteadyRate × d for every copy: at 20 GB (cmd/reshard-bench -sections
+// large) a window 57 to 87 s after a checkpoint, 87 % images dying away
+// with an e-folding time of 40 s, gave 810.7 KiB/s for a copy of 2m20s
+// that started 2m4s into its 10-minute cycle and met 370.6 KiB/s, 29 %
+// of it images: the images of the cycle's first minutes spread over it.
+// Without the checkpoint's time (SinceCheckpoint < 0) the window's own
+// rate is taken.
+func (r WALReading) CopyWAL(gap, d time.Duration) float64 {
+	records, rate, end, tau, cycle, since, ok := r.images()
+	s := d.Seconds()
+	if !ok || s <= 0 {
+		return records * max(s, 0)
+	}
+	perCycle := rate*since + after(end, tau, cycle-since) // SteadyRate's images of a cycle
+	// cum is the images from the window's end to t, t the time from the
+	// start of the window's cycle.
+	cum := func(t float64) float64 {
+		if t <= cycle {
+			return after(end, tau, t-since)
+		}
+		n := math.Floor((t - cycle) / cycle)
+		x := t - cycle - n*cycle // into its cycle
+		first := x / cycle       // the share of a cycle's images in its first x
+		if !math.IsInf(tau, 1) {
+			first = (1 - math.Exp(-x/tau)) / (1 - math.Exp(-cycle/tau))
+		}
+		return after(end, tau, cycle-since) + n*perCycle + first*perCycle
+	}
+	from := since + max(gap.Seconds(), 0)
+	return records*s + cum(from+s) - cum(from)
+}
+
 // minFollowParts is the fewest sub-windows of about a second in which
 // SteadyRate follows a reading's images by its halves: a backend flushes
 // its WAL counters to pg_stat_wal at most once a second, each at its own
@@ -173,13 +231,20 @@ func (r WALReading) Followable() bool { return len(r.Parts) >= minFollowParts }
 // the copy, streamed after it): retained, the slot's WAL measured now
 // (pg_replication_slots: what the copy so far has made it keep, the
 // images just after its creation or a checkpoint included, since those
-// are kept), plus the rest of the copy at the source's SteadyRate, the
-// same rule as the prediction at the start. The rest of the copy is at
+// are kept), plus the source's WAL over the rest of the copy by the
+// start's rule (CopyWAL: the records at their rate, the images of the
+// rest's own span of the checkpoint cycle). The rest of the copy is at
 // the copy's own rate: elapsed for copied of total rows.
 //
-// The rate is tenth's, a reading of the copy so far (WALMeter), when it
-// is Followable; else (a copy whose tenth took a few seconds) the
-// start's, the probe's reading before the copy.
+// The reading is tenth's, of the copy so far (WALMeter), when it is
+// Followable: the rest starts at its end. Else (a copy whose tenth took
+// a few seconds) it is the start's, the probe's reading before the copy,
+// the rest starting as long after its end as tenth ended after it.
+//
+// The rule before this one took the rest at SteadyRate, the images of a
+// whole cycle spread over it: at 20 GB a tenth read 2m21s into its cycle
+// (images dying away with an e-folding time of 35 s) predicted 374.1
+// KiB/s for the rest of a copy that met about 300.
 //
 // The rule before it took the WAL of the copy so far over its time as
 // the rate of the whole copy: the first tenth starts just after the
@@ -191,10 +256,13 @@ func SlotWALAt(retained int64, tenth, start WALReading, copied, total int64, ela
 	if copied <= 0 || elapsed <= 0 || total <= copied {
 		return retained
 	}
-	r := tenth
+	r, gap := tenth, time.Duration(0)
 	if !r.Followable() {
 		r = start
+		if !tenth.End.IsZero() && !start.End.IsZero() {
+			gap = max(tenth.End.Sub(start.End), 0)
+		}
 	}
 	rest := elapsed.Seconds() * float64(total-copied) / float64(copied)
-	return retained + int64(r.SteadyRate()*rest)
+	return retained + int64(r.CopyWAL(gap, time.Duration(rest*float64(time.Second))))
 }
