@@ -9,7 +9,7 @@ import (
 )
 
 // section20GB is the source's reading by ProbeShard in cmd/reshard-bench
-// -sections large -large-gb 20 (/tmp/p6/bench1.log, 2026-12-04 02:46 UTC,
+// -sections large -large-gb 20 (2026-12-04 02:37 to 02:51 UTC,
 // on 9e74412): a window of 30 s from 57 s after a checkpoint (the
 // source's restart after the load), 87 % of its WAL full-page images
 // dying away with an e-folding time of 40 s under the router writers;

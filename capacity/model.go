@@ -277,8 +277,10 @@ type MovePrediction struct {
 	Cleanup    Seconds `json:"cleanup_seconds"`
 	WritePause Seconds `json:"write_pause_seconds"`
 	// SlotWAL is the most WAL the move's slot retains: the source's WAL
-	// rate × the copy's duration when the stream starts after the copy, ×
-	// StreamRetention when it runs during it (Options.StreamDuringCopy).
+	// over the copy when the stream starts after the copy (its records,
+	// and the images of the copy's own span of its checkpoint cycle:
+	// WALReading.CopyWAL), its rate × StreamRetention when the stream
+	// runs during it (Options.StreamDuringCopy).
 	SlotWAL int64 `json:"slot_wal_bytes"`
 	// TargetGrowth is the rows and indexes the target gains.
 	TargetGrowth int64 `json:"target_growth_bytes"`

@@ -46,7 +46,7 @@ func WriteText(out io.Writer, rep Report) {
 		fmt.Fprintf(out, "  WAL rates over %s; the slot retains the source's WAL of the whole copy (its stream starts after the copy)\n", rep.Probes[0].WALWindow)
 		for _, p := range rep.Probes {
 			if w := p.WAL; w.FPI > 0 && p.WALBytesPerSec < w.RawRate() {
-				fmt.Fprintf(out, "  %s: %s/s over the window, %.0f %% of it full-page images %s after a checkpoint; taken as %s/s, the images spread over the checkpoint cycle\n",
+				fmt.Fprintf(out, "  %s: %s/s over the window, %.0f %% of it full-page images %s after a checkpoint; taken as %s/s, the images spread over the checkpoint cycle; a copy shorter than a cycle keeps the images of its own span of it\n",
 					p.Shard, HumanBytes(int64(w.RawRate())), 100*w.FPIShare(), w.SinceCheckpoint.Round(time.Second), HumanBytes(int64(p.WALBytesPerSec)))
 			}
 		}
