@@ -102,8 +102,15 @@ type config struct {
 	// largePauseRounds its small cutover round trips; largeWALWindow how
 	// long its capacity probe watches the WAL rate; largeGated whether it
 	// also measures the copy through the copy gate.
-	largeGB          float64
-	largeWriters     int
+	largeGB      float64
+	largeWriters int
+	// largeWriteRate is the writers' writes a second in all, each
+	// writer's started at a fixed interval (0: each pauses 5 ms after each
+	// write, a closed loop).
+	largeWriteRate float64
+	// largeWarmup is the writes a key the writers make before the
+	// capacity probe (0: none waited for).
+	largeWarmup      float64
 	largePauseRounds int
 	largeWALWindow   time.Duration
 	largeGated       bool
@@ -144,7 +151,9 @@ func main() {
 	flag.DurationVar(&cfg.capStreamCopy, "capstream-copy", 5*time.Minute, "how long each of section capstream's two throttled copies lasts")
 	flag.DurationVar(&cfg.capStreamLagBudget, "capstream-lag-budget", 30*time.Second, "section capstream's lag budget, as this much of the source's WAL")
 	flag.Float64Var(&cfg.largeGB, "large-gb", 20, "section large: GB (1e9 bytes) of table data on the source (pg_table_size); the run needs about 1.55× that plus 10 GB of free disk")
-	flag.IntVar(&cfg.largeWriters, "large-writers", 4, "section large: router writers (each an upsert every 5 ms at most)")
+	flag.IntVar(&cfg.largeWriters, "large-writers", 4, "section large: router writers")
+	flag.Float64Var(&cfg.largeWriteRate, "large-write-rate", 500, "section large: the router writers' upserts a second in all, each writer's started at a fixed interval, as an application's demand comes (a slower server does not lower it); 0: each writer pauses 5 ms after each write, a closed loop whose rate falls as the writes slow (before 2026-12-04: 599 writes/s in the probe's window, 516 under the copy at 20 GB)")
+	flag.Float64Var(&cfg.largeWarmup, "large-warmup", 6, "section large: before the capacity probe, the router writers write each of their 20,000 keys this many times on average since they started (the pause rounds included), so that the probe sees them steady: on the freshly loaded table the share of their updates that are HOT rose from 69 % in the probe's window to 93 % in the copy a minute later at the same 500 writes/s, their WAL records a write falling with it (-large-gb 1) (0: the probe follows the pause rounds at once)")
 	flag.IntVar(&cfg.largePauseRounds, "large-pause-rounds", 5, "section large: small cutover round trips (two write pauses each) on the loaded table")
 	flag.DurationVar(&cfg.largeWALWindow, "large-wal-window", 30*time.Second, "section large: how long the capacity probe watches the source's WAL rate")
 	flag.BoolVar(&cfg.largeGated, "large-gated", true, "section large: also copy a twentieth of the token space through the copy gate and without")
@@ -165,7 +174,7 @@ func main() {
 			}
 		}
 	}
-	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 || cfg.capStreamCopy <= 0 || cfg.capStreamLagBudget <= 0 || cfg.largeGB <= 0 || cfg.verifyCPUGB <= 0 || cfg.largeWriters <= 0 || cfg.largePauseRounds < 0 || cfg.largeWALWindow <= 0 {
+	if cfg.rows <= 0 || cfg.chunkRows <= 0 || cfg.rebalanceUsers <= 0 || cfg.adaptiveRounds <= 0 || cfg.adaptiveWindow <= 0 || cfg.cutoverRounds <= 0 || cfg.capacityCopy <= 0 || cfg.capStreamCopy <= 0 || cfg.capStreamLagBudget <= 0 || cfg.largeGB <= 0 || cfg.verifyCPUGB <= 0 || cfg.largeWriters <= 0 || cfg.largeWriteRate < 0 || cfg.largeWarmup < 0 || cfg.largePauseRounds < 0 || cfg.largeWALWindow <= 0 {
 		fmt.Fprintln(os.Stderr, "reshard-bench: -rows, -chunk-rows, -rebalance-users, -adaptive-rounds, -adaptive-window, -cutover-rounds, -capacity-copy, -capstream-*, -large-gb, -verifycpu-gb, -large-writers and -large-wal-window must be positive")
 		os.Exit(2)
 	}

@@ -182,7 +182,13 @@ type WriterOptions struct {
 	DeleteEvery int
 	// Pause between two writes of one worker (default 1ms).
 	Pause time.Duration
-	Seed  uint64
+	// Interval, when set, starts a worker's writes Interval apart instead
+	// (Pause is not used): a fixed rate, as an application's demand comes,
+	// where a Pause after each write makes the rate fall as the writes
+	// slow. A write that outlasts its interval delays the next ones, which
+	// then start one after the other until the schedule is caught up.
+	Interval time.Duration
+	Seed     uint64
 	// Prefix starts every value written, so that writers started again on
 	// the same ledger write values none wrote before.
 	Prefix string
@@ -243,6 +249,7 @@ func writer(ctx context.Context, r *router.Router, l *Ledger, o WriterOptions, w
 	upsert := "INSERT INTO " + o.Table.ident() + " (" + pgx.Identifier{o.Table.Key}.Sanitize() + ", " + pgx.Identifier{o.Table.Val}.Sanitize() +
 		") VALUES ($1, $2) ON CONFLICT (" + pgx.Identifier{o.Table.Key}.Sanitize() + ") DO UPDATE SET " + pgx.Identifier{o.Table.Val}.Sanitize() + " = EXCLUDED." + pgx.Identifier{o.Table.Val}.Sanitize()
 	del := "DELETE FROM " + o.Table.ident() + " WHERE " + pgx.Identifier{o.Table.Key}.Sanitize() + " = $1"
+	next := time.Now()
 	for seq := 0; ctx.Err() == nil; seq++ {
 		k := keys[rnd.IntN(len(keys))]
 		v := Value{V: fmt.Sprintf("%sw%d-%d", o.Prefix, w, seq)}
@@ -277,9 +284,16 @@ func writer(ctx context.Context, r *router.Router, l *Ledger, o WriterOptions, w
 				st.LastErr.Store(&err)
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(o.Pause):
+		wait := o.Pause
+		if o.Interval > 0 {
+			next = next.Add(o.Interval)
+			wait = time.Until(next)
+		}
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
 		}
 	}
 }
