@@ -361,13 +361,7 @@ func TestSourceFailoverAwaitingApprovalRecovers(t *testing.T) {
 func TestSourceFailoverFoundByCutoverRecovers(t *testing.T) {
 	env, f := newEnv(t)
 	f.recovered = true
-	ok := f.cutover
-	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
-		if n == 1 {
-			return CutoverResult{}, failedOver()
-		}
-		return ok(in, n)
-	}
+	firstCutoverFails(f, failedOver())
 	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
 	st := result[MoveState](t, env)
 	// Recorded in CUTOVER, the phase whose activity found it.
@@ -400,13 +394,7 @@ func TestSourceFailoverFoundByCutoverBeforeTheVersionFails(t *testing.T) {
 	env, f := newEnv(t)
 	f.recovered = true
 	env.OnGetVersion(versionCutoverFailoverRecovers, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
-	ok := f.cutover
-	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
-		if n == 1 {
-			return CutoverResult{}, failedOver()
-		}
-		return ok(in, n)
-	}
+	firstCutoverFails(f, failedOver())
 	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("workflow did not complete")
@@ -425,13 +413,7 @@ func TestSourceFailoverFoundByCutoverBeforeTheVersionFails(t *testing.T) {
 // fails the move as before the version: recoverSource returns the cause.
 func TestTargetFailoverFoundByCutoverFails(t *testing.T) {
 	env, f := newEnv(t)
-	ok := f.cutover
-	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
-		if n == 1 {
-			return CutoverResult{}, failedOver()
-		}
-		return ok(in, n)
-	}
+	firstCutoverFails(f, failedOver())
 	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
 	if !env.IsWorkflowCompleted() {
 		t.Fatal("workflow did not complete")
@@ -442,5 +424,17 @@ func TestTargetFailoverFoundByCutoverFails(t *testing.T) {
 	}
 	if f.count(ActivityRecoverSource) != 1 || f.count(ActivityRepair) != 0 || f.count(ActivityCutover+"/t_m1") != 1 {
 		t.Fatalf("recoveries %d, repairs %d, cutovers %d; want 1, 0, 1", f.count(ActivityRecoverSource), f.count(ActivityRepair), f.count(ActivityCutover+"/t_m1"))
+	}
+}
+
+// firstCutoverFails makes the move's first Cutover call return err; the
+// later ones run as f's did.
+func firstCutoverFails(f *fakes, err error) {
+	ok := f.cutover
+	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
+		if n == 1 {
+			return CutoverResult{}, err
+		}
+		return ok(in, n)
 	}
 }

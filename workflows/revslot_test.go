@@ -28,13 +28,7 @@ func TestCutoverAfterRepairMakesTheReverseSlotAgain(t *testing.T) {
 	env, f := newEnv(t)
 	f.recovered = true
 	asked := recreates(f)
-	ok := f.cutover
-	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
-		if n == 1 {
-			return CutoverResult{}, failedOver()
-		}
-		return ok(in, n)
-	}
+	firstCutoverFails(f, failedOver())
 	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
 	st := result[MoveState](t, env)
 	if f.count(ActivityRepair) != 1 || st.Version != 3 {
@@ -51,13 +45,7 @@ func TestCutoverAfterRepairMakesTheReverseSlotAgain(t *testing.T) {
 func TestCutoverAbortedWithoutRepairKeepsTheReverseSlot(t *testing.T) {
 	env, f := newEnv(t)
 	asked := recreates(f)
-	ok := f.cutover
-	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
-		if n == 1 {
-			return CutoverResult{}, temporal.NewNonRetryableApplicationError("over budget", ErrTypeCutoverAborted, nil)
-		}
-		return ok(in, n)
-	}
+	firstCutoverFails(f, temporal.NewNonRetryableApplicationError("over budget", ErrTypeCutoverAborted, nil))
 	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
 	st := result[MoveState](t, env)
 	if f.count(ActivityRepair) != 0 || st.Version != 3 {
@@ -75,13 +63,7 @@ func TestCutoverAfterRepairBeforeTheVersionKeepsTheReverseSlot(t *testing.T) {
 	f.recovered = true
 	env.OnGetVersion(versionReverseSlotAfterRepair, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
 	asked := recreates(f)
-	ok := f.cutover
-	f.cutover = func(in CutoverInput, n int) (CutoverResult, error) {
-		if n == 1 {
-			return CutoverResult{}, failedOver()
-		}
-		return ok(in, n)
-	}
+	firstCutoverFails(f, failedOver())
 	env.ExecuteWorkflow(MoveWorkflow, MoveInput{Request: testRequest(), Spec: testPlan().Moves[0]})
 	result[MoveState](t, env)
 	if want := []bool{false, false}; !slices.Equal(*asked, want) {
