@@ -22,6 +22,7 @@ func TestReverifyWhileTheStreamStopsIsKept(t *testing.T) {
 	env, f := newEnv(t)
 	env.SetTestTimeout(10 * time.Second)
 	f.verify = func(in VerifyInput, n int) (VerifySummary, error) {
+		f.awaitStarts(ActivityRunCDC+"/t_m1", n) // as in TestReverifyAfterFailure
 		if n == 1 {
 			sum := VerifySummary{Rows: 200, Mismatches: 1}
 			return sum, temporal.NewNonRetryableApplicationError("1 row differs", ErrTypeVerification, nil, sum)

@@ -65,6 +65,17 @@ func (f *fakes) count(name string) int {
 	return len(f.calls[name])
 }
 
+// awaitStarts waits (up to 5 s of real time) until activity name has
+// started n times, for a fake that runs beside it: an activity the workflow
+// cancels before the test environment has run it is never started (its
+// Execute finds no handle and returns canceled), so a stream scheduled
+// just before a quick cutover may never be seen to start.
+func (f *fakes) awaitStarts(name string, n int) {
+	for deadline := time.Now().Add(5 * time.Second); f.count(name) < n && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (f *fakes) times(name string) []time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -406,6 +417,12 @@ func TestVerifyFailureRollsBackByItself(t *testing.T) {
 func TestReverifyAfterFailure(t *testing.T) {
 	env, f := newEnv(t)
 	f.verify = func(in VerifyInput, n int) (VerifySummary, error) {
+		// Each verify's stream is started before it, and cancelled soon
+		// after it: by the failed verify's wait for a verdict, by the
+		// cutover after the pass. Before this wait the first could be
+		// cancelled before the environment had run it, and was never seen
+		// to start (2 runs in 20 failed: "the stream started 1 times").
+		f.awaitStarts(ActivityRunCDC+"/"+in.Move.Spec.ID, n)
 		if n == 1 {
 			sum := VerifySummary{Mismatches: 1}
 			return sum, temporal.NewNonRetryableApplicationError("1 row differs", ErrTypeVerification, nil, sum)
