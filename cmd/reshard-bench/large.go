@@ -518,6 +518,12 @@ func (lr *largeRun) move(ctx context.Context) error {
 	if err := lr.warmUp(ctx); err != nil {
 		return err
 	}
+	if e.cfg.largeCheckpoint {
+		if _, err := e.srcPool.Exec(ctx, `CHECKPOINT`); err != nil {
+			return fmt.Errorf("CHECKPOINT on the source before the probe: %w", err)
+		}
+		fmt.Fprintf(r.out, "-large-checkpoint: CHECKPOINT on the source at %s, just before the probe\n", time.Now().UTC().Format("15:04:05"))
+	}
 	cm, shards, err := lr.predict(ctx, m.Ranges)
 	if err != nil {
 		return err

@@ -110,7 +110,10 @@ type config struct {
 	largeWriteRate float64
 	// largeWarmup is the writes a key the writers make before the
 	// capacity probe (0: none waited for).
-	largeWarmup      float64
+	largeWarmup float64
+	// largeCheckpoint issues a CHECKPOINT on the source just before the
+	// capacity probe.
+	largeCheckpoint  bool
 	largePauseRounds int
 	largeWALWindow   time.Duration
 	largeGated       bool
@@ -153,6 +156,7 @@ func main() {
 	flag.Float64Var(&cfg.largeGB, "large-gb", 20, "section large: GB (1e9 bytes) of table data on the source (pg_table_size); the run needs about 1.55× that plus 10 GB of free disk")
 	flag.IntVar(&cfg.largeWriters, "large-writers", 4, "section large: router writers")
 	flag.Float64Var(&cfg.largeWriteRate, "large-write-rate", 500, "section large: the router writers' upserts a second in all, each writer's started at a fixed interval, as an application's demand comes (a slower server does not lower it); 0: each writer pauses 5 ms after each write, a closed loop whose rate falls as the writes slow (before 2026-12-04: 599 writes/s in the probe's window, 516 under the copy at 20 GB)")
+	flag.BoolVar(&cfg.largeCheckpoint, "large-checkpoint", false, "section large: a CHECKPOINT on the source just before the capacity probe, so that the probe's WAL window and the copy after it start in a fresh checkpoint cycle's burst of full-page images: the case the slot-WAL rule's images (capacity.WALReading.CopyWAL) are for, which a probe late in its cycle does not test")
 	flag.Float64Var(&cfg.largeWarmup, "large-warmup", 6, "section large: before the capacity probe, the router writers write each of their 20,000 keys this many times on average since they started (the pause rounds included), so that the probe sees them steady: on the freshly loaded table the share of their updates that are HOT rose from 69 % in the probe's window to 93 % in the copy a minute later at the same 500 writes/s, their WAL records a write falling with it (-large-gb 1) (0: the probe follows the pause rounds at once)")
 	flag.IntVar(&cfg.largePauseRounds, "large-pause-rounds", 5, "section large: small cutover round trips (two write pauses each) on the loaded table")
 	flag.DurationVar(&cfg.largeWALWindow, "large-wal-window", 30*time.Second, "section large: how long the capacity probe watches the source's WAL rate")
