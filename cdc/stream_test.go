@@ -488,11 +488,19 @@ func testCrashResume(t *testing.T, peek peekMode) {
 		t.Fatalf("resumed at %s, before the origin's %s", applied, firstApplied)
 	}
 	for i := 0; i < 2; i++ { // killed connections, twice
+		// The supervisor reconnects after a backoff: on a loaded machine
+		// (CI, 2026-12-04) not always within the 600 ms below, so each
+		// kill waits for a connection to kill.
 		var n int64
-		n += e.src.QueryInt64(t, "SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", e.names.Slot)
-		n += e.dst.QueryInt64(t, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'reshard_cdc_test'")
+		for deadline := time.Now().Add(20 * time.Second); n == 0 && time.Now().Before(deadline); {
+			n += e.src.QueryInt64(t, "SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL", e.names.Slot)
+			n += e.dst.QueryInt64(t, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'reshard_cdc_test'")
+			if n == 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
 		if n == 0 {
-			t.Fatal("no stream connection to kill")
+			t.Fatalf("kill %d: no stream connection to kill in 20 s: the stream did not reconnect", i+1)
 		}
 		time.Sleep(600 * time.Millisecond)
 	}
