@@ -483,9 +483,14 @@ func testCrashResume(t *testing.T, peek peekMode) {
 		t.Fatal(err)
 	}
 	stopSup := supervise(t, s)
-	time.Sleep(500 * time.Millisecond)
-	if _, applied, _ := s.Positions(); applied < firstApplied {
-		t.Fatalf("resumed at %s, before the origin's %s", applied, firstApplied)
+	// Where it resumed is known once it has started (0/0 before: 500 ms
+	// were not always enough on a loaded machine).
+	var resumed pglogrepl.LSN
+	for deadline := time.Now().Add(20 * time.Second); resumed == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		_, resumed, _ = s.Positions()
+	}
+	if resumed < firstApplied {
+		t.Fatalf("resumed at %s, before the origin's %s", resumed, firstApplied)
 	}
 	for i := 0; i < 2; i++ { // killed connections, twice
 		// The supervisor reconnects after a backoff: on a loaded machine
