@@ -670,6 +670,10 @@ func (lr *largeRun) move(ctx context.Context) error {
 	// CDC_CATCH_UP: the stream starts after the copy, as the workflow's.
 	fwdOpts := cdc.Options{Move: m.ID, SourceReplicationDSN: srcRepl, SourceDSN: e.src.DSN("postgres", false), TargetDSN: e.dst.DSN("postgres", false),
 		Slot: names.Slot, Publication: names.Publication, Origin: names.Origin, StartLSN: l0, Set: lr.set, Ranges: m.Ranges}
+	// The stream's own steps (connections, SQL peeks, the walsender's
+	// start) timed from its start: where a catch-up's seconds go.
+	cuStart := time.Now()
+	fwdOpts.Logger = sinceLogger(r.out, "catch-up", cuStart)
 	fwd, err := cdc.New(fwdOpts)
 	if err != nil {
 		sample()
@@ -701,10 +705,12 @@ func (lr *largeRun) move(ctx context.Context) error {
 		sample()
 		return err
 	}
+	fmt.Fprintf(r.out, "catch-up +%s: marker emitted\n", time.Since(cuStart).Round(time.Millisecond))
 	if _, err := fwd.DrainToMarker(ctx, "large-caught-up"); err != nil {
 		sample()
 		return err
 	}
+	fmt.Fprintf(r.out, "catch-up +%s: drained to the marker\n", time.Since(cuStart).Round(time.Millisecond))
 	cu, err := end()
 	if err != nil {
 		return err
@@ -750,7 +756,7 @@ func (lr *largeRun) move(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, err := cleanup.Run(ctx, m, cleanup.Options{Fences: fc, Target: next, VerifyRunIDs: nil})
+	cl, err := cleanup.Run(ctx, m, cleanup.Options{Fences: fc, Target: next, VerifyRunIDs: nil, Logger: sinceLogger(r.out, "cleanup", time.Now())})
 	if err != nil {
 		return fmt.Errorf("cleanup: %w", err)
 	}

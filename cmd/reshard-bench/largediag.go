@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -234,4 +235,15 @@ func (lr *largeRun) warmUp(ctx context.Context) error {
 	}
 	fmt.Fprintf(lr.r.out, "writers warmed up: %d writes (%.1f a key) after waiting %s\n", acked(), float64(acked())/float64(len(lr.writers.keys)), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// sinceLogger logs to out at debug level, each record with its time since
+// t0 and the step's name: where a step's time goes.
+func sinceLogger(out io.Writer, step string, t0 time.Time) *slog.Logger {
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey && len(groups) == 0 {
+			return slog.String("since", step+" +"+a.Value.Time().Sub(t0).Round(time.Millisecond).String())
+		}
+		return a
+	}}))
 }
