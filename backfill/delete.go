@@ -81,3 +81,11 @@ d AS (DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM b)) RETURNING 1)
 SELECT (SELECT count(*) FROM d), (SELECT reshard_key FROM b ORDER BY reshard_n DESC LIMIT 1)`,
 		strings.Join(keys, ", "), pk, t.Quoted(), where, pk, batch, t.Quoted())
 }
+
+// findSQL is deleteSQL's search alone: the batch's rows found as deleteSQL
+// finds them (the same CTE), counted instead of deleted.
+func findSQL(t tableset.Table, ranges []ring.Range, after []string, batch int) string {
+	s := deleteSQL(t, ranges, after, batch)
+	i := strings.Index(s, ",\nd AS (")
+	return s[:i] + "\nSELECT (SELECT count(*) FROM b), (SELECT reshard_key FROM b ORDER BY reshard_n DESC LIMIT 1)"
+}
