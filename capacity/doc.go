@@ -8,7 +8,9 @@
 // the same window, the rows inserted, updated and deleted in the moved
 // tables (pg_stat_user_tables) and the source's logical decoding of that
 // WAL (a temporary slot, dropped; given up when its creation waits on
-// running transactions), the settings that bound a slot's
+// running transactions; and the same WAL streamed by a walsender over a
+// replication connection with its own temporary slot, the stream's own
+// path and start), the settings that bound a slot's
 // retention, table and index sizes from pg_class, and times the copy's own
 // chunks (backfill.Probe: written into tables like the moving one on the
 // target, in transactions rolled back; the target writes their WAL and
@@ -18,7 +20,12 @@
 // target, as verify reads both sides side by side (the verify is
 // predicted at the rate of that pair), and the stream's applier on the
 // rows so written, in one of those transactions (cdc.ProbeApply: a
-// catch-up's batch in the source's mix of changes). The model then follows what
+// catch-up's batch in the source's mix of changes) and the cleanup's
+// deletes by ctid (backfill.ProbeDelete); then the cleanup's search on the
+// source, read only (backfill.ProbeFind), and the source writing 32 MiB of
+// page-sized WAL records, the size of the images the cleanup's deletes
+// write (logical messages in a transaction rolled back, flushed by an
+// empty one: timeImages). The model then follows what
 // the code does today: a move's slot is created before its copy and its
 // stream starts after it, so the slot retains the source's WAL of the
 // whole copy, and the catch-up applies the row changes to the moving

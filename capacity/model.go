@@ -52,11 +52,36 @@ type ShardProbe struct {
 // test_decoding formats every change of every table, where the stream's
 // pgoutput sends only the moving tables' rows in the ranges: a lower bound
 // of the stream's rate.
+//
+// StreamBytes (the same window from a second temporary slot's restart
+// point) were streamed by the source's walsender in StreamTime, from
+// START_REPLICATION until it had decoded past the window's end, over a
+// replication connection made in StreamConnect: the stream's own path,
+// which sends each message with its own send() and polls for replies at
+// every WAL record (cdc/peek.go), and its start (the walsender reading the
+// slot from its restart point). Section large at 1 GB streamed its slot's
+// 14.1 MiB at 3.5 MiB/s where test_decoding's SQL peek of the window ran
+// at 12.7 MiB/s. test_decoding sends every table's changes where pgoutput
+// sends only the moving rows: an upper bound of the walsender's time.
+// StreamNotMeasured: why not (a plan stored before has none of them).
 type DecodeReading struct {
-	Bytes       int64         `json:"bytes,omitempty"`
-	Changes     int64         `json:"changes,omitempty"`
-	Time        time.Duration `json:"time,omitempty"`
-	NotMeasured string        `json:"not_measured,omitempty"`
+	Bytes             int64         `json:"bytes,omitempty"`
+	Changes           int64         `json:"changes,omitempty"`
+	Time              time.Duration `json:"time,omitempty"`
+	NotMeasured       string        `json:"not_measured,omitempty"`
+	StreamBytes       int64         `json:"stream_bytes,omitempty"`
+	StreamTime        time.Duration `json:"stream_time,omitempty"`
+	StreamConnect     time.Duration `json:"stream_connect,omitempty"`
+	StreamNotMeasured string        `json:"stream_not_measured,omitempty"`
+}
+
+// StreamRate is the WAL the walsender decoded and sent a second (0: not
+// measured).
+func (d *DecodeReading) StreamRate() float64 {
+	if d == nil {
+		return 0
+	}
+	return rate(d.StreamBytes, d.StreamTime)
 }
 
 // Rate is the WAL decoded a second (0: not measured).
@@ -122,6 +147,25 @@ type MoveProbe struct {
 	ApplyChanges int64         `json:"apply_changes,omitempty"`
 	ApplyTime    time.Duration `json:"apply_time,omitempty"`
 	ApplyStaged  bool          `json:"apply_staged,omitempty"`
+	// The cleanup's work, timed without deleting an application row:
+	// CleanupFindRows moving rows found on the source by the cleanup's
+	// batches' search (its statement without the DELETE, read only, in
+	// CleanupBatchRows-row batches: the rows outside the ranges read and
+	// passed over too) in CleanupFindTime; CleanupDeleteRows of the copied
+	// rows deleted on the target by their ctid, as the cleanup deletes
+	// them, in CleanupDeleteTime (in the copy's probe's transaction, rolled
+	// back: pages written in that transaction, so no full-page image);
+	// ImageBytes of page-sized WAL records written on the source in
+	// ImageTime, flushed (timeImages), for the images the deletes write,
+	// or why not (ImageNotMeasured). Zero in a plan stored before they
+	// were measured: the cleanup is then taken at the verify's rate.
+	CleanupFindRows   int64         `json:"cleanup_find_rows,omitempty"`
+	CleanupFindTime   time.Duration `json:"cleanup_find_time,omitempty"`
+	CleanupDeleteRows int64         `json:"cleanup_delete_rows,omitempty"`
+	CleanupDeleteTime time.Duration `json:"cleanup_delete_time,omitempty"`
+	ImageBytes        int64         `json:"image_bytes,omitempty"`
+	ImageTime         time.Duration `json:"image_time,omitempty"`
+	ImageNotMeasured  string        `json:"image_not_measured,omitempty"`
 	// Done is when the probe ended (zero in a plan stored before it was
 	// recorded): the copy starts no sooner, so its source's WAL window
 	// (WALReading.End) ended at least Done − End before it.
@@ -263,19 +307,23 @@ type MovePrediction struct {
 	Copy            Seconds `json:"copy_seconds"`
 	CatchUp         Seconds `json:"catch_up_seconds"`
 	Verify          Seconds `json:"verify_seconds"`
-	// Cleanup deletes on the source alone and has no probe of its own (a
-	// delete, even rolled back, would lock the application's rows on
-	// the primary): it is taken at the verify's rate, which predicts it
-	// short. A delete costs more per byte than a checksum of both sides:
-	// cmd/reshard-bench -sections large took 1m15s to clean up against
-	// 43 s to verify at 20.9 GB on the idle machine (both predicted 18 s
-	// from the source's rate alone), and TestPredictedCopyMatchesTheCopy (tag
-	// e2e) logs the cleanup's prediction off by −5 to −56 % in 7 runs
-	// of 9 (−23 to −71 % with the source's rate alone, the earlier
-	// rule). Only the cleanup's own rows per second, once it runs, would
-	// tell.
-	Cleanup    Seconds `json:"cleanup_seconds"`
-	WritePause Seconds `json:"write_pause_seconds"`
+	// Cleanup is the deletion of the moved rows on the source, in
+	// batches that walk its primary key (backfill.DeleteRanges): the
+	// search of the moving rows among all the source's at the probe's
+	// rate (MoveProbe.CleanupFindRows), their deletes at the target's
+	// (CleanupDeleteRows), and the full-page images of the pages they
+	// are deleted from (cleanupImages, an upper bound) at the rate the
+	// source wrote page-sized WAL (ImageBytes): CleanupFind,
+	// CleanupDelete and CleanupImages, their sum. A delete probe on the
+	// source itself would lock the application's rows. Without those
+	// probes (a plan stored before), the verify's rate, which predicted
+	// it short: 1m9s for 1m26s at 20 GB (cmd/reshard-bench -sections
+	// large), −5 to −56 % in TestPredictedCopyMatchesTheCopy (tag e2e).
+	Cleanup       Seconds `json:"cleanup_seconds"`
+	CleanupFind   Seconds `json:"cleanup_find_seconds,omitempty"`
+	CleanupDelete Seconds `json:"cleanup_delete_seconds,omitempty"`
+	CleanupImages Seconds `json:"cleanup_images_seconds,omitempty"`
+	WritePause    Seconds `json:"write_pause_seconds"`
 	// SlotWAL is the most WAL the move's slot retains: the source's WAL
 	// over the copy when the stream starts after the copy (its records,
 	// and the images of the copy's own span of its checkpoint cycle:
@@ -303,6 +351,11 @@ type MovePrediction struct {
 	// the source's WAL rate); DecodeBound: that is the longer of the two.
 	DecodeBytesPerSec float64 `json:"decode_bytes_per_sec,omitempty"`
 	DecodeBound       bool    `json:"decode_bound,omitempty"`
+	// DecodeStreamed: DecodeBytesPerSec is the walsender's streaming rate
+	// (DecodeReading.StreamTime), and the decoding's term starts after
+	// its replication connection (StreamConnect); else test_decoding's
+	// SQL rate, which leaves the walsender's sending out.
+	DecodeStreamed bool `json:"decode_streamed,omitempty"`
 	// Basis says where the figures come from.
 	Basis string `json:"basis"`
 	// Converges is false when the changes to the moving ranges come no
@@ -393,12 +446,43 @@ func cleanupWAL(m Move) int64 {
 	if m.Rows <= 0 || m.Bytes <= 0 {
 		return 0
 	}
+	return int64(cleanupImages(m)) + m.Rows*deleteRecord
+}
+
+// cleanupImages is the bytes of the source's pages the cleanup deletes
+// from, each page writing a full-page image (cleanupWAL).
+func cleanupImages(m Move) float64 {
+	if m.Rows <= 0 || m.Bytes <= 0 {
+		return 0
+	}
 	table := max(m.SetBytes, m.Bytes)
 	f := float64(m.Bytes) / float64(table)
 	perPage := pageSize * float64(m.Rows) / float64(m.Bytes)
 	// Rows wider than a page (TOAST) touch at least their own pages.
 	touched := max(float64(table)*(1-math.Pow(1-f, perPage)), float64(m.Bytes))
-	return int64(touched) + m.Rows*deleteRecord
+	return touched
+}
+
+// cleanupTime sets p's cleanup from the cleanup's probes
+// (MovePrediction.Cleanup): the move's rows found at the source's search
+// rate and deleted at the target's delete rate, and its pages' images
+// written at the source's rate of page-sized WAL; no faster than the
+// throttle's rows per second (the cleanup takes the copy's rows limit).
+// Without the probes p keeps the verify's rate.
+func cleanupTime(p *MovePrediction, m Move, o Options) {
+	pr := m.Probe
+	find, del, img := rate(pr.CleanupFindRows, pr.CleanupFindTime), rate(pr.CleanupDeleteRows, pr.CleanupDeleteTime), rate(pr.ImageBytes, pr.ImageTime)
+	if find == 0 || del == 0 || img == 0 || m.Rows <= 0 {
+		return
+	}
+	p.CleanupFind = secs(float64(m.Rows) / find)
+	p.CleanupDelete = secs(float64(m.Rows) / del)
+	p.CleanupImages = secs(cleanupImages(m) / img)
+	s := float64(p.CleanupFind + p.CleanupDelete + p.CleanupImages)
+	if o.RowsPerSec > 0 {
+		s = max(s, float64(m.Rows)/o.RowsPerSec)
+	}
+	p.Cleanup = secs(s)
 }
 
 // fenceRoundTrips is how many statements a cutover sends to each side
@@ -479,7 +563,6 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 		// rows per second (verify takes the copy's rows limit per side: at
 		// 100 rows/s a 7,500-row move verified in 1m20s against a
 		// prediction of 107ms).
-		// Cleanup is taken at the verify's rate (MovePrediction.Cleanup).
 		if vr := m.Probe.VerifyRate(); vr > 0 {
 			verifyS := float64(m.Bytes) / vr
 			if o.RowsPerSec > 0 {
@@ -488,6 +571,7 @@ func Predict(moves []Move, shards map[string]ShardProbe, budgets map[string]Budg
 			p.Verify = secs(verifyS)
 			p.Cleanup = secs(float64(m.Bytes) / vr)
 		}
+		cleanupTime(&p, m, o)
 		p.CleanupWAL = cleanupWAL(m)
 		p.TargetGrowth = m.Bytes + m.IndexBytes
 		tgt := shards[m.Target]
@@ -557,12 +641,19 @@ func catchUp(p *MovePrediction, m Move, src ShardProbe, copyS, held float64, sha
 	// tables' changes and full-page images too, while the source keeps
 	// writing; it runs beside the applier, so the catch-up is the
 	// longer of the two.
-	dec := src.Decode.Rate() / float64(srcRunning)
+	// Streamed by the walsender, as the stream reads it, when the probe
+	// timed it (DecodeReading.StreamTime), after its replication
+	// connection; else at test_decoding's SQL rate.
+	dec, connect := src.Decode.Rate()/float64(srcRunning), 0.0
+	if sr := src.Decode.StreamRate(); sr > 0 {
+		dec, connect = sr/float64(srcRunning), src.Decode.StreamConnect.Seconds()
+		p.DecodeStreamed = true
+	}
 	p.DecodeBytesPerSec = dec
 	switch {
 	case dec == 0 || copyS == 0 || !p.Converges:
 	case dec > src.WALBytesPerSec:
-		if d := float64(p.SlotWAL) / (dec - src.WALBytesPerSec); d > float64(p.CatchUp) {
+		if d := connect + float64(p.SlotWAL)/(dec-src.WALBytesPerSec); d > float64(p.CatchUp) {
 			p.CatchUp, p.DecodeBound = secs(d), true
 		}
 	default:
@@ -642,7 +733,22 @@ func basis(m Move, share int, src ShardProbe) string {
 	if share > 1 {
 		s += fmt.Sprintf("; the rate shared by %d moves at once", share)
 	}
-	return s + catchUpBasis(m, src)
+	return s + catchUpBasis(m, src) + cleanupBasis(p)
+}
+
+// cleanupBasis says where the cleanup's figure comes from.
+func cleanupBasis(p MoveProbe) string {
+	if p.CleanupFindRows == 0 || p.CleanupDeleteRows == 0 {
+		return "; cleanup: not probed, taken at the verify's rate"
+	}
+	s := fmt.Sprintf("; cleanup: %d moving rows found on the source by its batches' search (read only) in %s (%.0f/s), %d of the copied rows deleted by ctid on the target (rolled back) in %s (%.0f/s)",
+		p.CleanupFindRows, p.CleanupFindTime.Round(time.Millisecond), rate(p.CleanupFindRows, p.CleanupFindTime),
+		p.CleanupDeleteRows, p.CleanupDeleteTime.Round(time.Millisecond), rate(p.CleanupDeleteRows, p.CleanupDeleteTime))
+	if p.ImageNotMeasured != "" {
+		return s + "; its page images not timed (" + p.ImageNotMeasured + "), so taken at the verify's rate"
+	}
+	return s + fmt.Sprintf(", %s of page-sized WAL written and flushed on the source (rolled back) in %s (%s/s) for its page images",
+		HumanBytes(p.ImageBytes), p.ImageTime.Round(time.Millisecond), HumanBytes(int64(rate(p.ImageBytes, p.ImageTime))))
 }
 
 // catchUpBasis says where the catch-up's figures come from.
@@ -669,8 +775,16 @@ func catchUpBasis(m Move, src ShardProbe) string {
 		return s + "; the source's decoding not measured: " + d.NotMeasured
 	}
 	d := src.Decode
-	return s + fmt.Sprintf("; the window's %s of WAL decoded on %s in %s (%s/s, test_decoding, %d changes out)",
+	s += fmt.Sprintf("; the window's %s of WAL decoded on %s in %s (%s/s, test_decoding, %d changes out)",
 		HumanBytes(d.Bytes), m.Source, d.Time.Round(time.Millisecond), HumanBytes(int64(d.Rate())), d.Changes)
+	if d.StreamRate() == 0 {
+		if d.StreamNotMeasured != "" {
+			return s + "; not streamed through a walsender: " + d.StreamNotMeasured
+		}
+		return s
+	}
+	return s + fmt.Sprintf(", and %s of it streamed by its walsender in %s (%s/s) after a replication connection of %s",
+		HumanBytes(d.StreamBytes), d.StreamTime.Round(time.Millisecond), HumanBytes(int64(d.StreamRate())), d.StreamConnect.Round(time.Millisecond))
 }
 
 // HumanBytes formats n in binary units.

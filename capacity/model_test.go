@@ -222,6 +222,13 @@ func TestPredictCatchUpIsTheLongerOfApplyAndDecode(t *testing.T) {
 		// At 1 GiB/s decoding takes 0.2 s: the applier's 0.82 s stands.
 		{"applying is the longer", &DecodeReading{Bytes: 1024 * mib, Time: time.Second}, 400 * 100 / (50_000 - 400.0), false, true},
 		{"the WAL outruns the decoding", &DecodeReading{Bytes: mib, Time: time.Second}, -1, false, false},
+		// Streamed by the walsender at 12 MiB/s (where the SQL peek ran at
+		// 1 GiB/s), after a replication connection of 300 ms: 0.3 s + 200
+		// MiB / 10 MiB/s.
+		{"streamed by the walsender", &DecodeReading{Bytes: 1024 * mib, Time: time.Second, StreamBytes: 6 * mib, StreamTime: 500 * time.Millisecond, StreamConnect: 300 * time.Millisecond}, 0.3 + 200.0/10, true, true},
+		// Not streamed (a plan stored before, or no replication
+		// connection): the SQL peek's rate.
+		{"not streamed", &DecodeReading{Bytes: 102 * mib, Time: time.Second, StreamNotMeasured: "no replication connection"}, 200.0 / 100, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			shards := map[string]ShardProbe{"a": {WALBytesPerSec: 2 * mib, MaxSlotWALKeep: -1, Decode: tc.decode}, "b": {MaxSlotWALKeep: -1}}
@@ -229,6 +236,9 @@ func TestPredictCatchUpIsTheLongerOfApplyAndDecode(t *testing.T) {
 			p := rep.Moves[0]
 			if math.Abs(float64(p.CatchUp)-tc.catchUp) > math.Abs(tc.catchUp)*0.001 || p.DecodeBound != tc.byDecode || p.Converges != tc.converges {
 				t.Errorf("catch-up %.3fs (by decoding %v, converges %v), want %.3fs (%v, %v)", float64(p.CatchUp), p.DecodeBound, p.Converges, tc.catchUp, tc.byDecode, tc.converges)
+			}
+			if streamed := tc.decode.StreamRate() > 0; p.DecodeStreamed != streamed {
+				t.Errorf("decoding streamed %v, want %v", p.DecodeStreamed, streamed)
 			}
 			if warned := len(rep.Warnings) > 0; warned == tc.converges || warned && !strings.Contains(rep.Warnings[0], "writes 2.0 MiB/s of WAL, no slower than it decodes it (1.0 MiB/s)") {
 				t.Errorf("warnings %v", rep.Warnings)
@@ -409,5 +419,63 @@ func TestPredictTakesTheVerifyAtThePairsRate(t *testing.T) {
 	p = Predict([]Move{om}, shards, nil, Options{}).Moves[0]
 	if p.Verify.Duration() != 10*time.Second || !strings.Contains(p.Basis, "6000 checksummed as the verify does on a alone (2 workers) in 1s (60.0 MiB/s)") {
 		t.Errorf("a stored plan: verify %s (want 10s: 600 MiB at the source's 60 MiB/s), basis %q", p.Verify.Duration(), p.Basis)
+	}
+}
+
+// The cleanup is its three probed parts: the moving rows found among the
+// source's at the search's rate, deleted at the delete's, and the images of
+// the pages they are deleted from written at the source's rate of
+// page-sized WAL; without the probes (a plan stored before), the verify's
+// rate; no faster than the throttle's rows per second.
+func TestPredictCleanupFromItsProbes(t *testing.T) {
+	shards := map[string]ShardProbe{"a": {MaxSlotWALKeep: -1}, "b": {MaxSlotWALKeep: -1}}
+	pr := probeAt(10*mib, 60*mib)
+	pr.CleanupFindRows, pr.CleanupFindTime = 50_000, time.Second // 50,000 rows/s
+	pr.CleanupDeleteRows, pr.CleanupDeleteTime = 20_000, 100*time.Millisecond
+	pr.ImageBytes, pr.ImageTime = 32*mib, 200*time.Millisecond // 160 MiB/s
+	// A fifth of a table of 100 rows a page: 1 − 0.8^100 of its pages.
+	m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1_000_000, Bytes: 1_000_000 * pageSize / 100, SetBytes: 5_000_000 * pageSize / 100, Probe: pr}
+	p := Predict([]Move{m}, shards, nil, Options{}).Moves[0]
+	pages := float64(5_000_000/100) * (1 - math.Pow(0.8, 100))
+	want := 1_000_000/50_000.0 + 1_000_000/200_000.0 + pages*pageSize/(160*mib)
+	if got := float64(p.Cleanup); math.Abs(got-want) > 0.01 {
+		t.Errorf("cleanup %.3fs, want %.3fs (find %.3f, delete %.3f, images %.3f)", got, want, float64(p.CleanupFind), float64(p.CleanupDelete), float64(p.CleanupImages))
+	}
+	if float64(p.CleanupFind) != 20 || float64(p.CleanupDelete) != 5 {
+		t.Errorf("find %v, delete %v: want 20 s and 5 s", p.CleanupFind, p.CleanupDelete)
+	}
+	if got := Predict([]Move{m}, shards, nil, Options{RowsPerSec: 10_000}).Moves[0].Cleanup; got != 100 {
+		t.Errorf("throttled to 10,000 rows/s: cleanup %v, want 100 s", got)
+	}
+	var b strings.Builder
+	WriteText(&b, Report{Moves: []MovePrediction{p}})
+	if want := "m: cleanup: finding the moved rows among the source's 20s, deleting them 5s, writing their pages' full-page images"; !strings.Contains(b.String(), want) {
+		t.Errorf("plan's text lacks %q:\n%s", want, b.String())
+	}
+	if want := "cleanup: 50000 moving rows found on the source by its batches' search (read only) in 1s (50000/s), 20000 of the copied rows deleted by ctid on the target (rolled back) in 100ms (200000/s), 32.0 MiB of page-sized WAL"; !strings.Contains(p.Basis, want) {
+		t.Errorf("basis %q lacks %q", p.Basis, want)
+	}
+	// Not probed (a stored plan's probe, or the images not timed): the
+	// verify's rate, as before.
+	for _, miss := range []func(*MoveProbe){
+		func(p *MoveProbe) { p.CleanupFindRows = 0 },
+		func(p *MoveProbe) { p.ImageBytes, p.ImageTime, p.ImageNotMeasured = 0, 0, "permission denied" },
+	} {
+		old := m
+		miss(&old.Probe)
+		p := Predict([]Move{old}, shards, nil, Options{}).Moves[0]
+		if want := float64(old.Bytes) / (60 * mib); math.Abs(float64(p.Cleanup)-want) > 1e-9 || p.CleanupFind != 0 {
+			t.Errorf("not probed: cleanup %v (find %v), want the verify's rate's %.3fs", p.Cleanup, p.CleanupFind, want)
+		}
+		if !strings.Contains(p.Basis, "verify's rate") {
+			t.Errorf("not probed: basis %q does not say the verify's rate", p.Basis)
+		}
+	}
+	var back MoveProbe
+	if err := json.Unmarshal([]byte(`{"table":"t","sample_rows":1,"sample_bytes":1,"copy_time":1,"verify_rows":1,"verify_bytes":1,"verify_time":1,"load":{"source_active":0,"target_active":0},"fence_time":1}`), &back); err != nil || back.CleanupFindRows != 0 {
+		t.Errorf("a probe stored before: %v, %+v", err, back)
+	}
+	if js, _ := json.Marshal(MovePrediction{}); strings.Contains(string(js), "cleanup_find") {
+		t.Errorf("zero new fields are stored: %s", js)
 	}
 }

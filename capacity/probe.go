@@ -12,7 +12,9 @@ import (
 
 	"math/rand/v2"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/backfill"
@@ -318,6 +320,19 @@ func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ra
 		st, err := cdc.ProbeApply(ctx, most.Tx, most.Into, cdc.ApplyProbeOptions{Ranges: ranges,
 			Inserts: float64(o.Changes.Inserts), Updates: float64(o.Changes.Updates), Deletes: float64(o.Changes.Deletes)})
 		p.ApplyChanges, p.ApplyTime, p.ApplyStaged = st.Changes(), st.Elapsed, st.Staged
+		if err != nil {
+			return err
+		}
+		// The cleanup's deletes, on the copied rows of a transaction the
+		// applier's probe left alone (it changed most's).
+		del := most
+		for _, h := range held {
+			if h.Tx != most.Tx && h.Rows > 0 {
+				del = h
+				break
+			}
+		}
+		p.CleanupDeleteRows, p.CleanupDeleteTime, err = backfill.ProbeDelete(ctx, del.Tx, del.Into, CleanupBatchRows, del.Rows)
 		return err
 	}
 	cp, err := backfill.Probe(ctx, src, dst, t, backfill.ProbeOptions{Ranges: ranges, ChunkRows: o.ChunkRows, MinBytes: o.MinBytes, MinTime: o.MinTime, MaxTime: o.MaxTime,
@@ -332,6 +347,13 @@ func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ra
 	p.VerifyTargetRows, p.VerifyTargetBytes = vp.TargetRows, int64(float64(vp.TargetRows)*bytesPerRow)
 	p.VerifySourceBusy, p.VerifyTargetBusy = vp.SourceBusy, vp.TargetBusy
 	p.Load = load()
+	// The cleanup's search on the source (read only) and the WAL of its
+	// page images (written there, rolled back): after the copy's and the
+	// verify's probes, so as not to slow them.
+	if p.CleanupFindRows, p.CleanupFindTime, err = backfill.ProbeFind(ctx, src, t, ranges, CleanupBatchRows, o.MinTime); err != nil {
+		return p, fmt.Errorf("probe %s: %w", t, err)
+	}
+	p.ImageBytes, p.ImageTime, p.ImageNotMeasured = timeImages(ctx, src, imageProbeBytes)
 
 	for _, pool := range []*pgxpool.Pool{src, dst} {
 		d, err := fenceSample(ctx, pool)
@@ -435,6 +457,12 @@ type decodeProbe struct {
 	conn   *pgxpool.Conn
 	slot   string
 	reason string // why it was not created
+	// The same window streamed by the source's walsender, as the stream
+	// reads it: a replication connection (connected in connect) and its
+	// own temporary slot, or why not (replReason).
+	repl       *pgconn.PgConn
+	connect    time.Duration
+	replReason string
 }
 
 func startDecode(ctx context.Context, pool *pgxpool.Pool) *decodeProbe {
@@ -463,7 +491,98 @@ func startDecode(ctx context.Context, pool *pgxpool.Pool) *decodeProbe {
 		return d
 	}
 	d.conn = conn
+	d.startStream(ctx, pool)
 	return d
+}
+
+// startStream connects to the source for replication with pool's
+// settings, as the stream does (timed: DecodeReading.StreamConnect), and
+// creates the walsender's temporary slot (test_decoding), bounded by
+// decodeSlotWait as the SQL one.
+func (d *decodeProbe) startStream(ctx context.Context, pool *pgxpool.Pool) {
+	cfg := pool.Config().ConnConfig.Config.Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	start := time.Now()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		d.replReason = "no replication connection: " + err.Error()
+		return
+	}
+	d.connect = time.Since(start)
+	cctx, cancel := context.WithTimeout(ctx, decodeSlotWait)
+	_, err = pglogrepl.CreateReplicationSlot(cctx, conn, d.slot+"_w", "test_decoding", pglogrepl.CreateReplicationSlotOptions{Temporary: true, SnapshotAction: "NOEXPORT_SNAPSHOT"})
+	cancel()
+	if err != nil {
+		d.replReason = "no temporary logical slot on a replication connection (test_decoding): " + err.Error()
+		conn.Close(context.WithoutCancel(ctx))
+		return
+	}
+	d.repl = conn
+}
+
+// streamTo streams the walsender's slot from its start until the
+// walsender has decoded past upto (an XLogData or a keepalive at or past
+// it), and times it; its slot goes with the connection, which it closes.
+func (d *decodeProbe) streamTo(ctx context.Context, upto pglogrepl.LSN, r *DecodeReading) {
+	defer d.repl.Close(context.WithoutCancel(ctx))
+	if d.replReason != "" {
+		r.StreamNotMeasured = d.replReason
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, streamProbeWait)
+	defer cancel()
+	var restart pglogrepl.LSN
+	err := d.conn.QueryRow(ctx, `SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, d.slot+"_w").Scan((*lsnText)(&restart))
+	start := time.Now()
+	if err == nil {
+		err = pglogrepl.StartReplication(sctx, d.repl, d.slot+"_w", 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{`"skip-empty-xacts" '1'`}})
+	}
+	for err == nil {
+		var msg pgproto3.BackendMessage
+		if msg, err = d.repl.ReceiveMessage(sctx); err != nil {
+			break
+		}
+		cd, ok := msg.(*pgproto3.CopyData)
+		if !ok || len(cd.Data) == 0 {
+			if e, ok := msg.(*pgproto3.ErrorResponse); ok {
+				err = pgconn.ErrorResponseToPgError(e)
+			}
+			continue
+		}
+		var at pglogrepl.LSN
+		switch cd.Data[0] {
+		case pglogrepl.XLogDataByteID:
+			x, perr := pglogrepl.ParseXLogData(cd.Data[1:])
+			err, at = perr, x.WALStart
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			k, perr := pglogrepl.ParsePrimaryKeepaliveMessage(cd.Data[1:])
+			err, at = perr, k.ServerWALEnd
+		}
+		if err == nil && at >= upto {
+			r.StreamBytes, r.StreamTime, r.StreamConnect = int64(upto-restart), time.Since(start), d.connect
+			return
+		}
+	}
+	r.StreamNotMeasured = "streaming the window's WAL through a walsender: " + err.Error()
+}
+
+// streamProbeWait bounds the walsender's streaming of the window.
+const streamProbeWait = 30 * time.Second
+
+// lsnText scans an LSN from its text form.
+type lsnText pglogrepl.LSN
+
+func (l *lsnText) Scan(src any) error {
+	s, ok := src.(string)
+	if !ok {
+		return fmt.Errorf("LSN: %T", src)
+	}
+	v, err := pglogrepl.ParseLSN(s)
+	*l = lsnText(v)
+	return err
 }
 
 // finish decodes the slot's WAL up to the WAL's end now, times it, and
@@ -471,6 +590,9 @@ func startDecode(ctx context.Context, pool *pgxpool.Pool) *decodeProbe {
 func (d *decodeProbe) finish(ctx context.Context) *DecodeReading {
 	if d.conn == nil {
 		return &DecodeReading{NotMeasured: d.reason}
+	}
+	if d.repl == nil && d.replReason == "" {
+		d.replReason = "not started"
 	}
 	r := &DecodeReading{}
 	var upto string
@@ -481,6 +603,18 @@ func (d *decodeProbe) finish(ctx context.Context) *DecodeReading {
 		err = d.conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE data NOT LIKE 'BEGIN%' AND data NOT LIKE 'COMMIT%')
 			FROM pg_logical_slot_peek_changes($1, $2::pg_lsn, NULL, 'skip-empty-xacts', '1')`, d.slot, upto).Scan(&r.Changes)
 		r.Time = time.Since(start)
+	}
+	if err == nil {
+		lsn, perr := pglogrepl.ParseLSN(upto)
+		if perr != nil {
+			err = perr
+		} else if d.repl != nil {
+			d.streamTo(ctx, lsn, r)
+		} else {
+			r.StreamNotMeasured = d.replReason
+		}
+	} else if d.repl != nil {
+		d.repl.Close(context.WithoutCancel(ctx))
 	}
 	if _, derr := d.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, d.slot); derr != nil {
 		discard(ctx, d.conn) // a temporary slot ends with its session
@@ -497,4 +631,45 @@ func (d *decodeProbe) finish(ctx context.Context) *DecodeReading {
 func discard(ctx context.Context, conn *pgxpool.Conn) {
 	_ = conn.Conn().Close(ctx)
 	conn.Release()
+}
+
+// CleanupBatchRows is the cleanup's batch (cleanup.Options.BatchRows'
+// default, backfill.DeleteRanges'), which the cleanup's probes take.
+const CleanupBatchRows = 5000
+
+// imageProbeBytes is the WAL timeImages writes: more than wal_buffers holds
+// at most (16 MB by default), so the backend writes some of it out itself
+// as a cleanup's does.
+const imageProbeBytes = 32 << 20
+
+// timeImages times the source writing WAL records the size of a full-page
+// image (pageSize bytes each, n·pageSize ≥ bytes in all), the WAL a
+// cleanup's deletes write most of (cleanupWAL): transactional logical
+// messages in a transaction rolled back, which no decoder passes on (a
+// rolled-back transaction's changes are dropped), then a commit of an
+// empty transaction with an xid (txid_current), which flushes them as a
+// cleanup's batch commit flushes its images. It locks nothing. It returns
+// the bytes and the time, or why they were not measured.
+func timeImages(ctx context.Context, pool *pgxpool.Pool, bytes int64) (int64, time.Duration, string) {
+	n := (bytes + pageSize - 1) / pageSize
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return 0, 0, "no connection: " + err.Error()
+	}
+	defer conn.Release()
+	start := time.Now()
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `SELECT count(pg_logical_emit_message(true, 'reshard_capacity_probe', repeat('x', $1::int))) FROM generate_series(1, $2::int)`, pageSize, n)
+		if rerr := tx.Rollback(ctx); err == nil {
+			err = rerr
+		}
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, `SELECT txid_current()`)
+	}
+	if err != nil {
+		return 0, 0, "writing page-sized WAL records (pg_logical_emit_message, rolled back): " + err.Error()
+	}
+	return n * pageSize, time.Since(start), ""
 }

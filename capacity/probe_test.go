@@ -108,6 +108,8 @@ func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 	}
 	// The probe's window lies inside [t0, now]: what it saw is at most what
 	// was written, and the writer is steady, so not much less per second.
+	// The cleanup's probe of page-sized WAL, after the window, left out.
+	wal -= imageProbeBytes
 	overall := float64(wal) / elapsed.Seconds()
 	t.Logf("WAL rate %s/s over the probe's window, %s/s over the whole call; max_slot_wal_keep_size %d", HumanBytes(int64(sp.WALBytesPerSec)), HumanBytes(int64(overall)), sp.MaxSlotWALKeep)
 	if sp.WALBytesPerSec*sp.WALWindow.Seconds() > float64(wal)*1.05 || sp.WALBytesPerSec < overall/3 || sp.WALBytesPerSec < 500_000 {
@@ -135,11 +137,15 @@ func TestAssessProbesTheRealServersAndChangesNothing(t *testing.T) {
 		t.Errorf("%d changes held, %.0f/s in the ranges, applier %.0f/s: want none to apply, the applier timed; basis %q",
 			m.HeldChanges, m.ChangesPerSec, m.ApplyChangesPerSec, m.Basis)
 	}
+	// And streamed by a walsender, as the stream reads it, over a
+	// replication connection: the catch-up is that connection and the
+	// slot's WAL at the walsender's rate.
 	if d := sp.Decode; d == nil || d.NotMeasured != "" || d.Bytes <= 0 || d.Time <= 0 || m.DecodeBytesPerSec <= 0 ||
-		!strings.Contains(m.Basis, "of WAL decoded on src in") {
-		t.Errorf("the source's decoding %+v, %.0f B/s: want the window's WAL decoded, timed", d, m.DecodeBytesPerSec)
-	} else if want := float64(m.SlotWAL) / (m.DecodeBytesPerSec - sp.WALBytesPerSec); !m.DecodeBound || math.Abs(float64(m.CatchUp)-want) > want*0.001 {
-		t.Errorf("catch-up %.3fs (by decoding %v): want the slot's WAL decoded, %.3fs", float64(m.CatchUp), m.DecodeBound, want)
+		d.StreamNotMeasured != "" || d.StreamBytes <= 0 || d.StreamTime <= 0 || d.StreamConnect <= 0 || !m.DecodeStreamed ||
+		m.DecodeBytesPerSec != d.StreamRate() || !strings.Contains(m.Basis, "of WAL decoded on src in") || !strings.Contains(m.Basis, "streamed by its walsender in") {
+		t.Errorf("the source's decoding %+v, %.0f B/s: want the window's WAL decoded and streamed, timed", d, m.DecodeBytesPerSec)
+	} else if want := d.StreamConnect.Seconds() + float64(m.SlotWAL)/(m.DecodeBytesPerSec-sp.WALBytesPerSec); !m.DecodeBound || math.Abs(float64(m.CatchUp)-want) > want*0.001 {
+		t.Errorf("catch-up %.3fs (by decoding %v): want the replication connection and the slot's WAL streamed, %.3fs", float64(m.CatchUp), m.DecodeBound, want)
 	}
 	noSlotsLeft(t, src)
 	if n := dst.QueryInt64(t, `SELECT count(*) FROM users`); n != 0 {
@@ -200,6 +206,17 @@ func TestProbeMoveReadsBothSidesAndLeavesNothing(t *testing.T) {
 			if p.SampleRows != moving || p.VerifyWorkers != tc.workers || p.VerifyRows < moving || p.VerifyTargetRows < moving/2 ||
 				p.VerifySourceBusy <= 0 || p.VerifyTargetBusy <= 0 || p.VerifyTime <= 0 || p.VerifyTargetBytes != p.VerifyTargetRows*250 {
 				t.Errorf("probe %+v: want the %d moving rows copied, and checksummed on both sides by %d workers a side", p, moving, tc.workers)
+			}
+			// The cleanup's probes: its search finds every moving row on
+			// the source (fewer than its time bound), its deletes take the
+			// rows of a target transaction, and the source wrote 32 MiB of
+			// page-sized WAL; the source keeps every row.
+			if p.CleanupFindRows != moving || p.CleanupFindTime <= 0 || p.CleanupDeleteRows <= 0 || p.CleanupDeleteRows > p.SampleRows ||
+				p.CleanupDeleteTime <= 0 || p.ImageBytes < imageProbeBytes || p.ImageTime <= 0 || p.ImageNotMeasured != "" {
+				t.Errorf("probe %+v: want the cleanup's search to find the %d moving rows, its deletes and the images' WAL timed", p, moving)
+			}
+			if n := src.QueryInt64(t, `SELECT count(*) FROM users WHERE hashint8extended(id, 0) < 0`); n != moving {
+				t.Errorf("the source has %d moving rows after the probe, had %d", n, moving)
 			}
 			if r := p.VerifyRate(); r <= 0 || r > float64(p.VerifyBytes+p.VerifyTargetBytes)/p.VerifyTime.Seconds() {
 				t.Errorf("verify rate %.0f B/s: want a side's bytes over the pair's time", r)
@@ -335,7 +352,7 @@ func TestAssessMeasuresTheCatchUpsWork(t *testing.T) {
 	// 2026-12-04 05:27, where the decoding was quick).
 	want := m.ChangesPerSec * float64(m.Copy) / (m.ApplyChangesPerSec - m.ChangesPerSec)
 	if m.DecodeBytesPerSec > sp.WALBytesPerSec {
-		want = max(want, float64(m.SlotWAL)/(m.DecodeBytesPerSec-sp.WALBytesPerSec))
+		want = max(want, sp.Decode.StreamConnect.Seconds()+float64(m.SlotWAL)/(m.DecodeBytesPerSec-sp.WALBytesPerSec))
 	}
 	if math.Abs(float64(m.CatchUp)-want) > want*0.01 || m.DecodeBytesPerSec <= 0 {
 		t.Errorf("catch-up %.4fs (decoding at %.0f B/s), want %.4fs", float64(m.CatchUp), m.DecodeBytesPerSec, want)

@@ -37,9 +37,18 @@ func WriteText(out io.Writer, rep Report) {
 			by := ""
 			if m.DecodeBound {
 				by = fmt.Sprintf(" (bound by the source's decoding of the slot's %s at %s/s)", HumanBytes(m.SlotWAL), HumanBytes(int64(m.DecodeBytesPerSec)))
+				if m.DecodeStreamed {
+					by = fmt.Sprintf(" (bound by the source's walsender streaming the slot's %s at %s/s, after its connection)", HumanBytes(m.SlotWAL), HumanBytes(int64(m.DecodeBytesPerSec)))
+				}
 			}
 			fmt.Fprintf(out, "  %s: catch-up: %d row changes held (%.0f/s in the moving ranges while the slot holds them), applied at %.0f/s while they keep coming: %s%s\n",
 				m.ID, m.HeldChanges, m.ChangesPerSec, m.ApplyChangesPerSec, dur(m.CatchUp), by)
+		}
+	}
+	for _, m := range rep.Moves {
+		if m.CleanupFind > 0 {
+			fmt.Fprintf(out, "  %s: cleanup: finding the moved rows among the source's %s, deleting them %s, writing their pages' full-page images %s (%s, at most): %s\n",
+				m.ID, dur(m.CleanupFind), dur(m.CleanupDelete), dur(m.CleanupImages), HumanBytes(m.CleanupWAL), dur(m.Cleanup))
 		}
 	}
 	if len(rep.Probes) > 0 {
