@@ -74,8 +74,9 @@ func TestPredictedCopyMatchesTheCopy(t *testing.T) {
 		t.Fatalf("verify: %v", err)
 	}
 	vTook := time.Since(vStart)
-	// The cleanup, which has no probe of its own (model.go: it is taken at
-	// the verify's rate): logged beside its prediction, not held to it.
+	// The cleanup, from its probes (model.go's cleanupTime: the search,
+	// the deletes, the pages' images): logged beside its prediction, not
+	// held to it.
 	cStart := time.Now()
 	deleted, err := backfill.DeleteRanges(ctx, src.Pool, set, half, 0, nil)
 	if err != nil {
@@ -89,7 +90,8 @@ func TestPredictedCopyMatchesTheCopy(t *testing.T) {
 	t.Logf("copy: %d rows in %s, predicted %s (%+.0f %%); verify: %s, predicted %s (%+.0f %%); load average %.1f at the end",
 		st.Rows, st.Elapsed.Round(100*time.Millisecond), p.Copy.Duration().Round(100*time.Millisecond), off(p.Copy.Duration(), st.Elapsed),
 		vTook.Round(100*time.Millisecond), p.Verify.Duration().Round(100*time.Millisecond), off(p.Verify.Duration(), vTook), la)
-	t.Logf("cleanup: %d rows deleted in %s, predicted %s (%+.0f %%)", deleted, cTook.Round(100*time.Millisecond), p.Cleanup.Duration().Round(100*time.Millisecond), off(p.Cleanup.Duration(), cTook))
+	t.Logf("cleanup: %d rows deleted in %s, predicted %s (%+.0f %%: search %s, deletes %s, images %s)", deleted, cTook.Round(100*time.Millisecond), p.Cleanup.Duration().Round(100*time.Millisecond), off(p.Cleanup.Duration(), cTook),
+		p.CleanupFind.Duration().Round(100*time.Millisecond), p.CleanupDelete.Duration().Round(100*time.Millisecond), p.CleanupImages.Duration().Round(100*time.Millisecond))
 	if o := off(p.Copy.Duration(), st.Elapsed); o < -30 || o > 30 {
 		t.Errorf("the copy's predicted duration is off by %+.0f %%: want within ±30 %%", o)
 	}

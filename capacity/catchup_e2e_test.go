@@ -159,21 +159,33 @@ func TestPredictedCatchUpMatchesTheStream(t *testing.T) {
 	// changes held over the applier's rate less theirs, or the slot's WAL
 	// over the source's decoding less its WAL rate, the longer.
 	applyS := p.ChangesPerSec * held.Seconds() / (p.ApplyChangesPerSec - p.ChangesPerSec)
-	var walRate float64
+	var (
+		walRate, sqlRate float64
+		connect          time.Duration // the walsender's replication connection
+	)
 	for _, sp := range rep.Probes {
 		if sp.Shard == "src" {
 			walRate = sp.WALBytesPerSec
+			if p.DecodeStreamed {
+				connect = sp.Decode.StreamConnect
+			}
+			sqlRate = sp.Decode.Rate()
 		}
 	}
 	decodeS := 0.0
 	if p.DecodeBytesPerSec > walRate {
-		decodeS = float64(retained) / (p.DecodeBytesPerSec - walRate)
+		// Past cdc.DefaultPeekCatchUpBytes, read by SQL peeks.
+		streamed := retained
+		if over := retained - cdc.DefaultPeekCatchUpBytes; p.DecodeStreamed && over > 0 && sqlRate > walRate {
+			decodeS, streamed = float64(over)/(sqlRate-walRate), cdc.DefaultPeekCatchUpBytes
+		}
+		decodeS += connect.Seconds() + float64(streamed)/(p.DecodeBytesPerSec-walRate)
 	}
 	want := max(applyS, decodeS)
 	off := 100 * (want - took.Seconds()) / took.Seconds()
-	t.Logf("held %s: the writers made %d changes (%.0f/s, the probe saw %.0f/s to the table), the slot retained %s of WAL; catch-up predicted %.2fs (applying %.0f changes at %.0f/s: %.2fs; decoding at %s/s: %.2fs), took %s (%+.0f %%)",
+	t.Logf("held %s: the writers made %d changes (%.0f/s, the probe saw %.0f/s to the table), the slot retained %s of WAL; catch-up predicted %.2fs (applying %.0f changes at %.0f/s: %.2fs; decoding at %s/s, streamed %v: %.2fs), took %s (%+.0f %%)",
 		held.Round(time.Millisecond), written, float64(written)/held.Seconds(), table, HumanBytes(retained),
-		want, p.ChangesPerSec*held.Seconds(), p.ApplyChangesPerSec, applyS, HumanBytes(int64(p.DecodeBytesPerSec)), decodeS, took.Round(time.Millisecond), off)
+		want, p.ChangesPerSec*held.Seconds(), p.ApplyChangesPerSec, applyS, HumanBytes(int64(p.DecodeBytesPerSec)), p.DecodeStreamed, decodeS, took.Round(time.Millisecond), off)
 	if want < took.Seconds()/3 || want > took.Seconds()*3 {
 		t.Errorf("catch-up predicted %.2fs, took %s: want within a factor of 3", want, took.Round(time.Millisecond))
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"sort"
 	"time"
+
+	"github.com/reshard/reshard/cdc"
 )
 
 // Budget is what an operator says a shard can spare (reshard.yaml's
@@ -356,6 +358,10 @@ type MovePrediction struct {
 	// its replication connection (StreamConnect); else test_decoding's
 	// SQL rate, which leaves the walsender's sending out.
 	DecodeStreamed bool `json:"decode_streamed,omitempty"`
+	// DecodePeekedBytes of the slot's WAL, past cdc.DefaultPeekCatchUpBytes
+	// of lag, are read by SQL peeks at the SQL rate (DecodeReading.Rate)
+	// before the walsender streams the rest.
+	DecodePeekedBytes int64 `json:"decode_peeked_bytes,omitempty"`
 	// Basis says where the figures come from.
 	Basis string `json:"basis"`
 	// Converges is false when the changes to the moving ranges come no
@@ -643,17 +649,25 @@ func catchUp(p *MovePrediction, m Move, src ShardProbe, copyS, held float64, sha
 	// longer of the two.
 	// Streamed by the walsender, as the stream reads it, when the probe
 	// timed it (DecodeReading.StreamTime), after its replication
-	// connection; else at test_decoding's SQL rate.
-	dec, connect := src.Decode.Rate()/float64(srcRunning), 0.0
+	// connection; else at test_decoding's SQL rate. A stream more than
+	// cdc.DefaultPeekCatchUpBytes behind reads by SQL peeks until it is
+	// that close (cdc/peek.go), then streams the rest: the WAL past that
+	// at the SQL rate, the last of it at the walsender's.
+	sql := src.Decode.Rate() / float64(srcRunning)
+	dec, connect, peeked := sql, 0.0, 0.0
 	if sr := src.Decode.StreamRate(); sr > 0 {
 		dec, connect = sr/float64(srcRunning), src.Decode.StreamConnect.Seconds()
 		p.DecodeStreamed = true
+		if over := float64(p.SlotWAL - cdc.DefaultPeekCatchUpBytes); over > 0 && sql > src.WALBytesPerSec {
+			p.DecodePeekedBytes = int64(over)
+			peeked = over / (sql - src.WALBytesPerSec)
+		}
 	}
 	p.DecodeBytesPerSec = dec
 	switch {
 	case dec == 0 || copyS == 0 || !p.Converges:
 	case dec > src.WALBytesPerSec:
-		if d := connect + float64(p.SlotWAL)/(dec-src.WALBytesPerSec); d > float64(p.CatchUp) {
+		if d := peeked + connect + float64(p.SlotWAL-p.DecodePeekedBytes)/(dec-src.WALBytesPerSec); d > float64(p.CatchUp) {
 			p.CatchUp, p.DecodeBound = secs(d), true
 		}
 	default:

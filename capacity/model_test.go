@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reshard/reshard/cdc"
 )
 
 // probeAt is a move probe whose copy runs at copyRate and whose checksum at
@@ -206,6 +208,9 @@ func TestPredictCatchUpCountsChangesNotWAL(t *testing.T) {
 // the applier: the catch-up is the longer of the two, and a source whose
 // WAL comes no slower than it decodes is warned of.
 func TestPredictCatchUpIsTheLongerOfApplyAndDecode(t *testing.T) {
+	if cdc.DefaultPeekCatchUpBytes != 16*mib {
+		t.Fatalf("cdc.DefaultPeekCatchUpBytes is %d: the cases below take 16 MiB", cdc.DefaultPeekCatchUpBytes)
+	}
 	m := Move{ID: "m", Source: "a", Target: "b", Tables: 1, Rows: 1_000_000, Bytes: 1000 * mib, SetBytes: 5000 * mib,
 		Probe: probeAt(10*mib, 60*mib), Changes: changesAt(2000, 400)} // a 100-s copy
 	for _, tc := range []struct {
@@ -223,9 +228,11 @@ func TestPredictCatchUpIsTheLongerOfApplyAndDecode(t *testing.T) {
 		{"applying is the longer", &DecodeReading{Bytes: 1024 * mib, Time: time.Second}, 400 * 100 / (50_000 - 400.0), false, true},
 		{"the WAL outruns the decoding", &DecodeReading{Bytes: mib, Time: time.Second}, -1, false, false},
 		// Streamed by the walsender at 12 MiB/s (where the SQL peek ran at
-		// 1 GiB/s), after a replication connection of 300 ms: 0.3 s + 200
-		// MiB / 10 MiB/s.
-		{"streamed by the walsender", &DecodeReading{Bytes: 1024 * mib, Time: time.Second, StreamBytes: 6 * mib, StreamTime: 500 * time.Millisecond, StreamConnect: 300 * time.Millisecond}, 0.3 + 200.0/10, true, true},
+		// 102 MiB/s), after a replication connection of 300 ms; the 200 MiB
+		// held is more than the stream reads through the walsender
+		// (cdc.DefaultPeekCatchUpBytes, 16 MiB): 184 MiB at the SQL rate
+		// (less the 2 MiB/s coming), then 0.3 s + 16 MiB / 10 MiB/s.
+		{"streamed by the walsender", &DecodeReading{Bytes: 102 * mib, Time: time.Second, StreamBytes: 6 * mib, StreamTime: 500 * time.Millisecond, StreamConnect: 300 * time.Millisecond}, 184.0/100 + 0.3 + 16.0/10, true, true},
 		// Not streamed (a plan stored before, or no replication
 		// connection): the SQL peek's rate.
 		{"not streamed", &DecodeReading{Bytes: 102 * mib, Time: time.Second, StreamNotMeasured: "no replication connection"}, 200.0 / 100, true, true},
@@ -237,8 +244,8 @@ func TestPredictCatchUpIsTheLongerOfApplyAndDecode(t *testing.T) {
 			if math.Abs(float64(p.CatchUp)-tc.catchUp) > math.Abs(tc.catchUp)*0.001 || p.DecodeBound != tc.byDecode || p.Converges != tc.converges {
 				t.Errorf("catch-up %.3fs (by decoding %v, converges %v), want %.3fs (%v, %v)", float64(p.CatchUp), p.DecodeBound, p.Converges, tc.catchUp, tc.byDecode, tc.converges)
 			}
-			if streamed := tc.decode.StreamRate() > 0; p.DecodeStreamed != streamed {
-				t.Errorf("decoding streamed %v, want %v", p.DecodeStreamed, streamed)
+			if streamed := tc.decode.StreamRate() > 0; p.DecodeStreamed != streamed || streamed && p.DecodePeekedBytes != 184*mib {
+				t.Errorf("decoding streamed %v (%d bytes peeked), want %v (184 MiB peeked)", p.DecodeStreamed, p.DecodePeekedBytes, streamed)
 			}
 			if warned := len(rep.Warnings) > 0; warned == tc.converges || warned && !strings.Contains(rep.Warnings[0], "writes 2.0 MiB/s of WAL, no slower than it decodes it (1.0 MiB/s)") {
 				t.Errorf("warnings %v", rep.Warnings)

@@ -527,7 +527,7 @@ func (d *decodeProbe) startStream(ctx context.Context, pool *pgxpool.Pool) {
 // walsender has decoded past upto (an XLogData or a keepalive at or past
 // it), and times it; its slot goes with the connection, which it closes.
 func (d *decodeProbe) streamTo(ctx context.Context, upto pglogrepl.LSN, r *DecodeReading) {
-	defer d.repl.Close(context.WithoutCancel(ctx))
+	defer d.closeStream(ctx)
 	if d.replReason != "" {
 		r.StreamNotMeasured = d.replReason
 		return
@@ -567,6 +567,21 @@ func (d *decodeProbe) streamTo(ctx context.Context, upto pglogrepl.LSN, r *Decod
 		}
 	}
 	r.StreamNotMeasured = "streaming the window's WAL through a walsender: " + err.Error()
+}
+
+// closeStream closes the replication connection and waits (2 s at most)
+// until its walsender has ended and its temporary slot has gone with it, so
+// that the probe leaves no slot behind when it returns.
+func (d *decodeProbe) closeStream(ctx context.Context) {
+	ctx = context.WithoutCancel(ctx)
+	d.repl.Close(ctx)
+	for range 40 {
+		var n int64
+		if err := d.conn.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, d.slot+"_w").Scan(&n); err != nil || n == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // streamProbeWait bounds the walsender's streaming of the window.
@@ -614,7 +629,7 @@ func (d *decodeProbe) finish(ctx context.Context) *DecodeReading {
 			r.StreamNotMeasured = d.replReason
 		}
 	} else if d.repl != nil {
-		d.repl.Close(context.WithoutCancel(ctx))
+		d.closeStream(ctx)
 	}
 	if _, derr := d.conn.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, d.slot); derr != nil {
 		discard(ctx, d.conn) // a temporary slot ends with its session

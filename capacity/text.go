@@ -5,6 +5,8 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
+
+	"github.com/reshard/reshard/cdc"
 )
 
 // WriteText prints the report for an operator: a line per move and per
@@ -38,7 +40,11 @@ func WriteText(out io.Writer, rep Report) {
 			if m.DecodeBound {
 				by = fmt.Sprintf(" (bound by the source's decoding of the slot's %s at %s/s)", HumanBytes(m.SlotWAL), HumanBytes(int64(m.DecodeBytesPerSec)))
 				if m.DecodeStreamed {
-					by = fmt.Sprintf(" (bound by the source's walsender streaming the slot's %s at %s/s, after its connection)", HumanBytes(m.SlotWAL), HumanBytes(int64(m.DecodeBytesPerSec)))
+					by = fmt.Sprintf(" (bound by the source's walsender streaming the slot's %s at %s/s, after its connection)", HumanBytes(m.SlotWAL-m.DecodePeekedBytes), HumanBytes(int64(m.DecodeBytesPerSec)))
+					if m.DecodePeekedBytes > 0 {
+						by = fmt.Sprintf(" (bound by the source's decoding: %s of the slot's WAL read by SQL peeks at the probe's SQL rate until the stream is %s behind, the last %s streamed by the walsender at %s/s after its connection)",
+							HumanBytes(m.DecodePeekedBytes), HumanBytes(cdc.DefaultPeekCatchUpBytes), HumanBytes(m.SlotWAL-m.DecodePeekedBytes), HumanBytes(int64(m.DecodeBytesPerSec)))
+					}
 				}
 			}
 			fmt.Fprintf(out, "  %s: catch-up: %d row changes held (%.0f/s in the moving ranges while the slot holds them), applied at %.0f/s while they keep coming: %s%s\n",
