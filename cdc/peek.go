@@ -163,6 +163,15 @@ func (r *runner) applyFeed(ctx context.Context, f *feed, start pglogrepl.LSN) (f
 	}()
 	from = start
 	skipping, held := false, false
+	// A span is applied for as long as the target takes (a copy gate that
+	// holds and reads the copy's progress per transaction, a slow target):
+	// the slot follows what is committed meanwhile, every StatusInterval
+	// as the walsender's status updates do, so that it retains the
+	// stream's lag and not a span's. Only while the readers read copies:
+	// a peek of the slot itself holds it.
+	follow := f.readers[0].copy != ""
+	nextAdvance := time.Now().Add(r.o.StatusInterval)
+	advancedTo := r.committedEnd
 	for c := range f.chunks() {
 		if c.err != nil {
 			return from, peeks, c.err
@@ -201,6 +210,18 @@ func (r *runner) applyFeed(ctx context.Context, f *feed, start pglogrepl.LSN) (f
 			}
 			if err := r.handle(ctx, at, m); err != nil {
 				return from, peeks, err
+			}
+			// committedEnd moves only with a batch's commit: the clock
+			// is read at most once a batch.
+			if follow && r.committedEnd > advancedTo && !time.Now().Before(nextAdvance) {
+				advancedTo, nextAdvance = r.committedEnd, time.Now().Add(r.o.StatusInterval)
+				src, err := r.sourceConn(ctx)
+				if err != nil {
+					return from, peeks, err
+				}
+				if err := r.advance(ctx, src); err != nil {
+					return from, peeks, err
+				}
 			}
 		}
 		if held {

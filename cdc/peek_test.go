@@ -3,6 +3,7 @@ package cdc
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -267,4 +268,84 @@ func TestPeekReaderKilled(t *testing.T) {
 		}
 	}
 	assertPeeked(t, e, s, readAhead)
+}
+
+// A catch-up whose span takes a while to apply (here a target trigger
+// that sleeps 2 ms a row; a copy gate reading the copy's progress per
+// transaction does the same) moves the slot with what it commits, every
+// StatusInterval, not only once the span is applied: the slot's confirmed
+// position is seen inside the backlog's first three quarters, which the
+// span ends after. (Before, it stayed at its start until the span's end,
+// and a stream applying one span during a whole copy held the slot:
+// backfill's TestStreamDuringCopyLosesNothing in CI, 2026-12-04.)
+func TestPeekAdvancesTheSlotWithinASpan(t *testing.T) {
+	e := newEnv(t, "peekfollow", usersOnly...)
+	logs := forcePeek(e, readAhead)
+	e.src.Exec(t, "INSERT INTO users SELECT g, 'u'||g, g, 'p' FROM generate_series(1, 600) g")
+	e.createSlot(t)
+	e.copyRanges(t)
+	e.dst.Exec(t, `CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.002); RETURN NEW; END $$;
+		CREATE TRIGGER slow BEFORE INSERT OR UPDATE ON users FOR EACH ROW EXECUTE FUNCTION slow();
+		ALTER TABLE users ENABLE ALWAYS TRIGGER slow`) // fires for the applier's replica role too
+	backlog := `DO $$ BEGIN
+		FOR i IN %d..%d LOOP
+			UPDATE users SET balance = balance + 1 WHERE id = i;
+			COMMIT;
+		END LOOP;
+	END $$`
+	e.src.Exec(t, fmt.Sprintf(backlog, 1, 450))
+	mid := e.src.QueryInt64(t, `SELECT pg_current_wal_lsn() - '0/0'`)
+	e.src.Exec(t, fmt.Sprintf(backlog, 451, 600))
+	// A read stops at the source's flushed WAL, which the test servers'
+	// asynchronous commits leave some 120 kB short of the backlog's end
+	// for a moment: a catch-up then read nothing and the walsender applied
+	// the backlog, advancing the slot as it went.
+	end := e.src.QueryInt64(t, `SELECT pg_current_wal_insert_lsn() - '0/0'`)
+	for deadline := time.Now().Add(10 * time.Second); e.src.QueryInt64(t, `SELECT pg_current_wal_flush_lsn() - '0/0'`) < end; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the source did not flush its WAL in 10 s")
+		}
+	}
+	start := e.src.QueryInt64(t, `SELECT confirmed_flush_lsn - '0/0' FROM pg_replication_slots WHERE slot_name = $1`, e.names.Slot)
+	o := e.options()
+	o.PeekBytes = 256 << 20 // the whole backlog in one span
+	o.BatchRows, o.StatusInterval = 50, 100*time.Millisecond
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []int64
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for watchCtx.Err() == nil {
+			var c int64
+			if err := e.src.Pool.QueryRow(watchCtx, `SELECT confirmed_flush_lsn - '0/0' FROM pg_replication_slots WHERE slot_name = $1`, e.names.Slot).Scan(&c); err == nil && (len(seen) == 0 || c != seen[len(seen)-1]) {
+				seen = append(seen, c)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	t0 := time.Now()
+	applyToMarker(t, e, s)
+	stopWatch()
+	<-watched
+	// The Run starts by SQL, the backlog and the marker behind it: one
+	// read (PeekBytes) covers them, and the marker may be drained before
+	// the catch-up ends.
+	if !strings.HasPrefix(logs.String(), "time=") || !strings.Contains(strings.SplitN(logs.String(), "\n", 2)[0], "cdc catching up by SQL peeks") {
+		t.Fatalf("the stream did not start by catching up by SQL:\n%s", logs.String())
+	}
+	within := 0
+	for _, c := range seen {
+		if c > start && c <= mid {
+			within++
+		}
+	}
+	t.Logf("applied in %s; the slot confirmed %d positions past its start, %d of them within the backlog's first three quarters (start %d, three quarters %d, seen %v)",
+		time.Since(t0).Round(time.Millisecond), len(seen)-1, within, start, mid, seen)
+	if within == 0 {
+		t.Errorf("the slot's confirmed position went from %d past the backlog's first three quarters (%d) at once: %v; it did not follow the span's commits", start, mid, seen)
+	}
 }
