@@ -138,6 +138,32 @@ func TestMoveStreamsDuringCopy(t *testing.T) {
 	slices, killed := 0, false
 	for {
 		slices++
+		if slices == 2 && !killed {
+			// The stream's worker dies during the copy, after its first
+			// slice, and the copy goes on once the restarted stream runs
+			// (its origin read): the rest of the copy, three slices or
+			// more, is left for it to skip the writers' changes ahead of.
+			// (Restarted before the fourth slice, on a loaded machine a
+			// stream slow to start first read the copy's progress in the
+			// copy's last chunk: it held one change and skipped none.)
+			killStream()
+			restarted := time.Now()
+			startStream(2)
+			s2, err := a.stream(ctx, ref, 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if _, applied, _ := s2.Positions(); applied > 0 {
+					t.Logf("the restarted stream runs from %s after %s", applied, time.Since(restarted).Round(time.Millisecond))
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the restarted stream did not start in 30 s")
+				}
+			}
+			killed = true
+		}
 		if slices == 2 {
 			// A worker killed mid-chunk: its slice's context ends as soon
 			// as it has marked a new chunk as being read.
@@ -168,11 +194,6 @@ func TestMoveStreamsDuringCopy(t *testing.T) {
 			p := prog["public.users"]
 			t.Logf("slice killed mid-chunk (%v): copied to %v, reading to %v", err, p.Copied, p.ReadingTo)
 			continue
-		}
-		if slices == 4 && !killed { // the stream's worker dies during the copy
-			killStream()
-			startStream(2)
-			killed = true
 		}
 		p, err := a.CopySlice(ctx, in)
 		if err != nil {
