@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -79,11 +80,26 @@ func (c *copier) readGated(ctx context.Context, u unit, pos position, n int, buf
 	}
 	buf.Reset()
 	stmt := setOwnAppName + pagingSettings + boundedChunkSQL(u.table, u.parts, OrderPK, pos, end, n)
+	var added []string
 	if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
-		_, err := conn.Conn().PgConn().CopyTo(ctx, buf, stmt)
-		return err
+		if _, err := conn.Conn().PgConn().CopyTo(ctx, buf, stmt); err != nil {
+			return err
+		}
+		// The columns the source has now that the copy does not read. The
+		// gate skips a change to a key not yet copied because this read
+		// will carry it: a column added before the read (an ADD COLUMN
+		// raises no error in it, as a dropped one does) would lose the
+		// change's value in it. Read after the chunk, this sees every
+		// ALTER that committed before the chunk's snapshot.
+		return conn.QueryRow(ctx, `SELECT coalesce(array_agg(attname::text ORDER BY attnum), '{}') FROM pg_attribute
+			WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped AND attname::text <> ALL($2::text[])`,
+			u.table.Quoted(), columnNames(u.table)).Scan(&added)
 	}); err != nil {
 		return fail("read from source", err)
+	}
+	if len(added) > 0 {
+		return chunk{}, &SchemaMovedError{Err: fmt.Errorf("copy chunk %s of %s: the source has column(s) %s, added since the copy read the table's columns",
+			u.rng, u.table, strings.Join(added, ", "))}
 	}
 	data, err := splitChunk(buf.Bytes(), nCols, nExtra) // rows in a slice of their own
 	if err != nil {
@@ -119,4 +135,13 @@ func StreamDuringCopyProblems(set tableset.Set, shard string) []*tableset.Proble
 		}
 	}
 	return out
+}
+
+// columnNames are t's columns' names.
+func columnNames(t tableset.Table) []string {
+	names := make([]string, len(t.Columns))
+	for i, col := range t.Columns {
+		names[i] = col.Name
+	}
+	return names
 }

@@ -495,3 +495,53 @@ func TestGatedCopyEndsBetweenChunks(t *testing.T) {
 		t.Fatalf("target rows %d (%v), want 1000", n, err)
 	}
 }
+
+// TestGatedCopyRefusesAColumnItDoesNotRead: a column added on the source
+// after the copy read the tables' columns stops the gated copy with a
+// SchemaMovedError at its next chunk, and a copy that reads the columns
+// again carries the new column's values. Without the check the gated copy
+// went on without the column: the gate skips a change to a key not yet
+// copied, so an application's write to the new column before the chunk's
+// read was lost (make e2e 2026-12-04, TestSchemaApplyInEveryPhase with the
+// stream during the copy: 4 users rows different at VERIFY).
+func TestGatedCopyRefusesAColumnItDoesNotRead(t *testing.T) {
+	ctx := context.Background()
+	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, gatedDDL)
+	dst.Exec(t, gatedDDL)
+	src.Exec(t, `INSERT INTO gusers SELECT g, 'u'||g FROM generate_series(1, 1000) g`)
+	spec := tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}
+	set, err := tableset.Introspect(ctx, src.Pool, spec, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
+	opts := Options{Move: "addcol", Set: set, Ranges: whole, ChunkRows: 400, StreamDuringCopy: true, Retries: -1}
+	// The first chunk read, the column comes on both sides, and a write
+	// to it lands on a key the copy has not read yet.
+	var once sync.Once
+	afterGatedRead = func() {
+		once.Do(func() {
+			dst.Exec(t, `ALTER TABLE gusers ADD COLUMN c1 text`)
+			src.Exec(t, `ALTER TABLE gusers ADD COLUMN c1 text`)
+			src.Exec(t, `UPDATE gusers SET c1 = 'v'||id WHERE id > 900`)
+		})
+	}
+	t.Cleanup(func() { afterGatedRead = nil })
+	_, err = Copy(ctx, src.Pool, dst.Pool, opts)
+	var moved *SchemaMovedError
+	if !errors.As(err, &moved) || !strings.Contains(err.Error(), "c1") {
+		t.Fatalf("the copy with a column added under it returned %v, want a SchemaMovedError naming c1", err)
+	}
+	afterGatedRead = nil
+	if opts.Set, err = tableset.Introspect(ctx, src.Pool, spec, "source"); err != nil {
+		t.Fatal(err)
+	}
+	opts.Retries = 0
+	if _, err := Copy(ctx, src.Pool, dst.Pool, opts); err != nil {
+		t.Fatal(err)
+	}
+	if n := dst.QueryInt64(t, `SELECT count(*) FROM gusers WHERE id > 900 AND c1 = 'v'||id`); n != 100 {
+		t.Fatalf("%d of the 100 rows written in the new column reached the target, want 100", n)
+	}
+}
