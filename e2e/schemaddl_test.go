@@ -19,7 +19,15 @@ import (
 // is refused. Values written into the new columns on the owners reach the
 // new owner (forward) and the old one (reverse); the migration ends with
 // every acknowledged write on its owner.
-func TestSchemaApplyInEveryPhase(t *testing.T) {
+func TestSchemaApplyInEveryPhase(t *testing.T) { schemaApplyInEveryPhase(t, false) }
+
+// TestSchemaApplyInEveryPhaseStreamDuringCopy is the same with the moves'
+// streams running beside their copies (--stream-during-copy): the gate
+// skips changes the copy will read, so a column added during the copy must
+// reach the copy's reads (it lost 4 rows' values before backfill's check).
+func TestSchemaApplyInEveryPhaseStreamDuringCopy(t *testing.T) { schemaApplyInEveryPhase(t, true) }
+
+func schemaApplyInEveryPhase(t *testing.T, streamDuringCopy bool) {
 	wall(t)
 	c := newCluster(t, 5_000)
 	c.registerKeyspace()
@@ -44,6 +52,10 @@ func TestSchemaApplyInEveryPhase(t *testing.T) {
 		}
 	}
 	req := c.request("ddl_phases")
+	if streamDuringCopy {
+		req.ID = "ddl_phases_gated"
+	}
+	req.StreamDuringCopy = streamDuringCopy
 	req.Throttle = workflows.Throttle{RowsPerSec: 100} // a copy of ~650 rows per move: several seconds
 	req.RequireApproval = true
 	req.GracePeriod = new(10 * time.Minute)
