@@ -65,6 +65,21 @@ func DeleteRanges(ctx context.Context, pool *pgxpool.Pool, set tableset.Set, ran
 // after after (nil: from the first), in primary-key order, and returns how
 // many it deleted and the primary key of the last one as text.
 func deleteSQL(t tableset.Table, ranges []ring.Range, after []string, batch int) string {
+	return batchSQL(t, ranges, after, batch) + fmt.Sprintf(`,
+d AS (DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM b)) RETURNING 1)
+SELECT (SELECT count(*) FROM d), (SELECT reshard_key FROM b ORDER BY reshard_n DESC LIMIT 1)`, t.Quoted())
+}
+
+// findSQL is deleteSQL's search alone: the batch's rows found as deleteSQL
+// finds them (the same CTE), counted instead of deleted.
+func findSQL(t tableset.Table, ranges []ring.Range, after []string, batch int) string {
+	return batchSQL(t, ranges, after, batch) + `
+SELECT (SELECT count(*) FROM b), (SELECT reshard_key FROM b ORDER BY reshard_n DESC LIMIT 1)`
+}
+
+// batchSQL is the CTE b of a batch: up to batch rows of t in ranges after
+// after, in primary-key order, with their ctid, key as text and rank.
+func batchSQL(t tableset.Table, ranges []ring.Range, after []string, batch int) string {
 	// Qualified: an output column named like a key column would otherwise
 	// be what ORDER BY sorts by.
 	pk := columnList("t", t.PK)
@@ -76,16 +91,6 @@ func deleteSQL(t tableset.Table, ranges []ring.Range, after []string, batch int)
 	for i, c := range t.PK {
 		keys[i] = pgx.Identifier{"t", c}.Sanitize() + "::text"
 	}
-	return fmt.Sprintf(`WITH b AS (SELECT t.ctid, ARRAY[%s] AS reshard_key, row_number() OVER (ORDER BY %s) AS reshard_n FROM %s AS t WHERE %s ORDER BY %s LIMIT %d),
-d AS (DELETE FROM %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM b)) RETURNING 1)
-SELECT (SELECT count(*) FROM d), (SELECT reshard_key FROM b ORDER BY reshard_n DESC LIMIT 1)`,
-		strings.Join(keys, ", "), pk, t.Quoted(), where, pk, batch, t.Quoted())
-}
-
-// findSQL is deleteSQL's search alone: the batch's rows found as deleteSQL
-// finds them (the same CTE), counted instead of deleted.
-func findSQL(t tableset.Table, ranges []ring.Range, after []string, batch int) string {
-	s := deleteSQL(t, ranges, after, batch)
-	i := strings.Index(s, ",\nd AS (")
-	return s[:i] + "\nSELECT (SELECT count(*) FROM b), (SELECT reshard_key FROM b ORDER BY reshard_n DESC LIMIT 1)"
+	return fmt.Sprintf(`WITH b AS (SELECT t.ctid, ARRAY[%s] AS reshard_key, row_number() OVER (ORDER BY %s) AS reshard_n FROM %s AS t WHERE %s ORDER BY %s LIMIT %d)`,
+		strings.Join(keys, ", "), pk, t.Quoted(), where, pk, batch)
 }
