@@ -535,7 +535,7 @@ func (d *decodeProbe) streamTo(ctx context.Context, upto pglogrepl.LSN, r *Decod
 	sctx, cancel := context.WithTimeout(ctx, streamProbeWait)
 	defer cancel()
 	var restart pglogrepl.LSN
-	err := d.conn.QueryRow(ctx, `SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, d.slot+"_w").Scan((*lsnText)(&restart))
+	err := d.conn.QueryRow(ctx, `SELECT restart_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, d.slot+"_w").Scan(&restart)
 	start := time.Now()
 	if err == nil {
 		err = pglogrepl.StartReplication(sctx, d.repl, d.slot+"_w", 0, pglogrepl.StartReplicationOptions{PluginArgs: []string{`"skip-empty-xacts" '1'`}})
@@ -586,19 +586,6 @@ func (d *decodeProbe) closeStream(ctx context.Context) {
 
 // streamProbeWait bounds the walsender's streaming of the window.
 const streamProbeWait = 30 * time.Second
-
-// lsnText scans an LSN from its text form.
-type lsnText pglogrepl.LSN
-
-func (l *lsnText) Scan(src any) error {
-	s, ok := src.(string)
-	if !ok {
-		return fmt.Errorf("LSN: %T", src)
-	}
-	v, err := pglogrepl.ParseLSN(s)
-	*l = lsnText(v)
-	return err
-}
 
 // finish decodes the slot's WAL up to the WAL's end now, times it, and
 // drops the slot.
