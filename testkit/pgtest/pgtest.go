@@ -56,16 +56,33 @@ func Shutdown() {
 		_ = pg.Kill(ctx, *s)
 	}
 	servers = map[int]*devenv.Server{}
+	stopTemporal()
+	if root != "" {
+		os.RemoveAll(root)
+		root = ""
+	}
+}
+
+// StopTemporal stops the package's Temporal dev server, if one runs, and
+// leaves the PostgreSQL servers running: the next Temporal call starts a
+// fresh one (in memory: no workflow, no poller of an earlier test's worker).
+// For a test whose workers or workflows must not reach the tests after it:
+// t.Cleanup(pgtest.StopTemporal). The databases need no such thing (NewDB
+// gives each test its own, dropped at its end); restarting the PostgreSQL
+// servers too (Shutdown) costs about 6 s of initdb and start-up on 2 cores.
+func StopTemporal() {
+	mu.Lock()
+	defer mu.Unlock()
+	stopTemporal()
+}
+
+func stopTemporal() {
 	if temporal != nil {
 		_ = devenv.StopTemporal(*temporal)
 		if tcmd != nil {
 			_, _ = tcmd.Process.Wait()
 		}
-		temporal = nil
-	}
-	if root != "" {
-		os.RemoveAll(root)
-		root = ""
+		temporal, tcmd = nil, nil
 	}
 }
 

@@ -55,3 +55,29 @@ func TestTemporalDevServerAnswers(t *testing.T) {
 		t.Fatalf("UI status %d", resp.StatusCode)
 	}
 }
+
+// StopTemporal stops the dev server alone: the next Temporal call starts
+// another one, and the PostgreSQL servers (with their databases) stay.
+func TestStopTemporalKeepsThePostgreSQLServers(t *testing.T) {
+	db := NewDB(t, 0)
+	first := Temporal(t)
+	StopTemporal()
+	if first.Running() {
+		t.Fatalf("the dev server (pid %d) still runs after StopTemporal", first.Pid)
+	}
+	if n := db.QueryInt64(t, "SELECT 1"); n != 1 {
+		t.Fatalf("SELECT 1 = %d after StopTemporal", n)
+	}
+	if s := Server(t, 0); s.Port != db.Server.Port {
+		t.Fatalf("server 0 moved from port %d to %d: it was restarted", db.Server.Port, s.Port)
+	}
+	second := Temporal(t)
+	if second.Pid == first.Pid || !second.Running() {
+		t.Fatalf("Temporal after StopTemporal: pid %d (running %v), the stopped one was %d", second.Pid, second.Running(), first.Pid)
+	}
+	resp, err := http.Get(second.UIURL())
+	if err != nil {
+		t.Fatalf("the new dev server's UI at %s: %v", second.UIURL(), err)
+	}
+	resp.Body.Close()
+}
