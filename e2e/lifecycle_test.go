@@ -515,12 +515,3 @@ func clusterLife(t *testing.T, users, accounts int, long bool) {
 	}
 	c.check(lifeStep{name: "end"})
 }
-
-// TestClusterLife is the short form of the cluster-life scenario (make
-// test): add-node, a remove-node rolled back at CUTOVER, a range moved back
-// to its former owner — the sequence that once left the old shards without
-// fences — with the worker killed in every step and every invariant checked
-// after each. The long form (make e2e) runs every step on more data.
-func TestClusterLife(t *testing.T) {
-	clusterLife(t, 3_000, 600, false)
-}
