@@ -36,7 +36,7 @@ func runFor(t *testing.T, d time.Duration, args ...string) (string, int) {
 // the validators (exit 3), deduplicated by --request-id; status from the
 // state query; a rollback watched to its end.
 func TestActionsAgainstWorker(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, true)
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)

@@ -16,7 +16,7 @@ import (
 // actions and status, and the configured shards to add-node and --into
 // (main completed nothing).
 func TestDynamicCompletion(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	config, tc := temporalOnlyConfig(t)
 	const id = "cmp-one"
 	wfID := workflows.MigrationWorkflowID(id)

@@ -21,7 +21,7 @@ import (
 // it (registers the tables, fences the shards). On main the compose worker
 // ran as the postgres superuser.
 func TestComposeSetupMakesALeastPrivilegedRole(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	if _, err := exec.LookPath("psql"); err != nil {
 		if _, err := os.Stat("/usr/lib/postgresql/15/bin/psql"); err != nil {
 			t.Skip("no psql")

@@ -50,7 +50,7 @@ func TestHelpShowsNoSecret(t *testing.T) {
 // ring show and topology show, history and skew read the control database
 // from reshard.yaml, as every other command does (main needed --control-dsn).
 func TestTopologyCommandsReadTheConfig(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, false)
 	for _, s := range []string{"shard1", "shard2"} {
 		c.shards[s].Exec(t, `CREATE TABLE events (id bigint PRIMARY KEY, what text)`)

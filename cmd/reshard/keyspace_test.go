@@ -50,7 +50,7 @@ func notOwnedBy(t *testing.T, c *testCluster, shard string) int64 {
 // a table with rows on a non-owner is refused; topology check finds drift
 // made by hand and --repair fixes it.
 func TestKeyspace(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown) // fresh servers for the tests after this one
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, false)
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/reshard/reshard/devenv"
 	"github.com/reshard/reshard/testkit/pgtest"
 	"github.com/reshard/reshard/topology"
+	"github.com/reshard/reshard/workflows"
 )
 
 // testCluster is a control database and three shards on three servers
@@ -69,7 +71,30 @@ func newTestCluster(t *testing.T, withTemporal bool) *testCluster {
 
 func (c *testCluster) run(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	return run(t, append([]string{args[0], "--config", c.config}, args[1:]...)...)
+	return run(t, append([]string{args[0], "--config", c.config}, withShortWALWindow(args[1:], args)...)...)
+}
+
+// withShortWALWindow adds --wal-window 200ms to rest when args is a
+// migration verb or its plan that sets no window of its own. The capacity
+// probe that every plan and start runs watches each shard's WAL for the
+// window, 2 s by default: the tests' shards are idle, and those 2 s per
+// command added up to about half a minute of the package's time.
+func withShortWALWindow(rest, args []string) []string {
+	verb := args[0]
+	if verb == "plan" && len(args) > 1 {
+		verb = args[1]
+	}
+	switch workflows.Kind(verb) {
+	case workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode, workflows.KindMove, workflows.KindRebalance:
+	default:
+		return rest
+	}
+	for _, a := range args {
+		if a == "--wal-window" || strings.HasPrefix(a, "--wal-window=") {
+			return rest
+		}
+	}
+	return append(slices.Clip(rest), "--wal-window", "200ms")
 }
 
 func (c *testCluster) slots(t *testing.T) int64 {
@@ -81,7 +106,7 @@ func (c *testCluster) slots(t *testing.T) int64 {
 }
 
 func TestInitAndPlan(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown) // fresh servers for the tests after this one
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, false)
 
 	out, code := c.run(t, "init", "--shards", "shard1,shard2")
@@ -190,7 +215,7 @@ func TestInitAndPlan(t *testing.T) {
 }
 
 func TestStartMigration(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, true)
 	ctx := context.Background()
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {

@@ -89,7 +89,7 @@ func splitWords(s string) ([]string, error) {
 // the UI and status print it) as well as the migration id; main looked for
 // workflow reshard-reshard-<id> and said there is no such migration.
 func TestWorkflowIDsAccepted(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	config, tc := temporalOnlyConfig(t)
 	const id = "ids-one"
 	wfID := workflows.MigrationWorkflowID(id)

@@ -18,7 +18,7 @@ import (
 // touches it has not ended (reshard.moves) it is not misplaced, and once the
 // move is recorded as ended it is again.
 func TestCheckPlacement(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown) // fresh servers for the tests after this one
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	ctx := context.Background()
 	c := newTestCluster(t, false)
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/testsuite"
 	"go.yaml.in/yaml/v3"
@@ -26,7 +27,7 @@ import (
 // same ring after and the same estimates — for every kind of migration,
 // with a registry weight the planner applies.
 func TestDryRunIsTheStoredPlan(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, false)
 	// A fourth shard, so that a rebalance gives pairs whose token order is
 	// not their name order.
@@ -59,6 +60,7 @@ func TestDryRunIsTheStoredPlan(t *testing.T) {
 		res.Shards[name] = db.DSN
 	}
 	acts := activities.New(res, nil, nil)
+	acts.CapacityWALWindow = 200 * time.Millisecond // as c.run gives the dry run
 	t.Cleanup(acts.Close)
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestActivityEnvironment()

@@ -18,7 +18,7 @@ import (
 // A migration verb runs the PLAN checks before it starts anything: a table
 // the move cannot take is refused with its fix, exit 2, and no workflow.
 func TestAddNodeRefusedByPreflight(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown) // fresh servers for the tests after this one
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, true)
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)

@@ -96,7 +96,7 @@ func countIn(t *testing.T, db *pgtest.DB, rg ring.Range) int64 {
 // (no workflow) likewise. On 6e755b7 the check said every shard was ok and
 // no verb could clean up.
 func TestRecoverAfterEveryEnding(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, true)
 	ctx := context.Background()
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {

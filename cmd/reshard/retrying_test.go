@@ -20,7 +20,7 @@ import (
 // TestAddRetriesFromTheServer: the retry of a move's activity, as the
 // Temporal server reports it, reaches the move's line of reshard status.
 func TestAddRetriesFromTheServer(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, true)
 	const queue = "retrying-test"
 	w := worker.New(c.tc, queue, worker.Options{})

@@ -36,7 +36,7 @@ func TestVerifyBadInputIsUsageError(t *testing.T) {
 }
 
 func TestVerifyExitCodes(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown) // fresh servers for the tests after this one
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
 	for _, db := range []*pgtest.DB{src, dst} {
 		db.Exec(t, `CREATE TABLE users (id bigint PRIMARY KEY, name text)`)

@@ -78,7 +78,7 @@ func updateAdmitted(t *testing.T, tc client.Client, wfID, uid string) bool {
 // with a worker polling that does not answer, the action says it is pending
 // (exit 4) and Temporal holds it.
 func TestActionsRefusedWithoutWorker(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	config, tc := temporalOnlyConfig(t)
 	ctx := context.Background()
 	const id = "nowk"
@@ -122,7 +122,7 @@ func TestActionsRefusedWithoutWorker(t *testing.T) {
 // add-node with no worker polling starts the migration (it begins when a
 // worker runs) and says so on stderr; today's main said nothing.
 func TestStartWarnsWithoutWorker(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, true)
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)
@@ -180,7 +180,7 @@ func silentPoller(t *testing.T, tc client.Client) (stop func()) {
 // status, even while no worker answers its query, until a worker applies
 // it; main listed nothing.
 func TestPendingRequestInStatus(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, true)
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)
@@ -278,7 +278,7 @@ ON CONFLICT (identity) DO UPDATE SET seen_at = now()`, workflows.TaskQueue)
 // for an answer, and add-node warns that no worker runs it. On main, status
 // waited 10s and add-node started silently.
 func TestDeadWorkerIsNoWorker(t *testing.T) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // a fresh Temporal for the tests after this one
 	c := newTestCluster(t, true)
 	if out, code := c.run(t, "init", "--shards", "shard1,shard2"); code != 0 {
 		t.Fatalf("init: exit %d\n%s", code, out)
