@@ -19,24 +19,11 @@ import (
 // under the server's warning at 10,240 events.
 const historyBound = 10_000
 
-// TestManyMovesHistoriesStayBounded runs a migration of movesPerRun+16
-// moves — a full run of the parent and a continuation — on a Temporal dev
-// server with the real workflows and every activity stubbed, then reads every
-// history it wrote, each run of the parent and each Move, holds each to
-// historyBound events and replays it against the current code. The SDK's
-// test environment keeps no event history, so the bound is measured on a
-// server. A run of the parent starts at most movesPerRun moves whatever the
-// migration's size, so its history does not grow with the number of moves;
-// make e2e runs the same with 1,000 moves (TestThousandMovesHistoriesStayBounded).
-func TestManyMovesHistoriesStayBounded(t *testing.T) {
-	checkManyMoves(t, movesPerRun+16)
-}
-
 // checkManyMoves runs a migration of n moves against a dev server with every
 // activity stubbed, then checks every history it wrote: the bound, and a
 // replay.
 func checkManyMoves(t *testing.T, n int) {
-	t.Cleanup(pgtest.Shutdown)
+	t.Cleanup(pgtest.StopTemporal) // its workers and workflows end with it; the package starts no PostgreSQL server
 	tt := pgtest.Temporal(t)
 	c, err := client.Dial(client.Options{HostPort: tt.Address(), Namespace: devenv.Namespace})
 	if err != nil {
