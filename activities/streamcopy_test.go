@@ -60,7 +60,7 @@ func TestMoveStreamsDuringCopy(t *testing.T) {
 	err := a.PreflightMove(ctx, withTags)
 	var appErr *temporal.ApplicationError
 	if !errors.As(err, &appErr) || appErr.Type() != workflows.ErrTypePreflight || !strings.Contains(err.Error(), "public.tags") ||
-		!strings.Contains(err.Error(), "without --stream-during-copy") || !strings.Contains(err.Error(), "nothing was changed") {
+		!strings.Contains(err.Error(), "--stream-during-copy=false") || !strings.Contains(err.Error(), "nothing was changed") {
 		t.Fatalf("PLAN with a text key: %v, want a %s error naming public.tags and the flag", err, workflows.ErrTypePreflight)
 	}
 	t.Logf("PLAN with a text key: %v", err)

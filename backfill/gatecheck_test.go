@@ -27,7 +27,7 @@ func TestStreamDuringCopyProblemsNameEachTable(t *testing.T) {
 	var got []string
 	for _, p := range probs {
 		got = append(got, p.Table)
-		if p.Shard != "shard1" || !strings.Contains(p.Error(), "of type text") || !strings.Contains(p.Fix, "without --stream-during-copy") {
+		if p.Shard != "shard1" || !strings.Contains(p.Error(), "of type text") || !strings.Contains(p.Fix, "--stream-during-copy=false") {
 			t.Errorf("problem %+v: want shard1, the key's type and the fix", p)
 		}
 	}
@@ -36,5 +36,20 @@ func TestStreamDuringCopyProblemsNameEachTable(t *testing.T) {
 	}
 	if probs := StreamDuringCopyProblems(tableset.Set{Tables: set.Tables[:1]}, "shard1"); len(probs) != 0 {
 		t.Fatalf("an integer key refused: %v", probs[0])
+	}
+	// The default's reason for streaming after the copy names the first
+	// such table and its key's type; "" when every key can be ordered.
+	for _, tc := range []struct {
+		tables []tableset.Table
+		want   string
+	}{
+		{set.Tables, "table public.tags has a text primary key"},
+		{set.Tables[3:4], "table public.events has a text column (k1) in its primary key"},
+		{[]tableset.Table{{Schema: "public", Name: "nopk"}}, "table public.nopk has no primary key"},
+		{[]tableset.Table{set.Tables[0], set.Tables[2], set.Tables[4]}, ""},
+	} {
+		if got := StreamAfterCopyReason(tableset.Set{Tables: tc.tables}); got != tc.want {
+			t.Errorf("reason %q, want %q", got, tc.want)
+		}
 	}
 }

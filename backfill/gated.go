@@ -122,6 +122,35 @@ func (c *copier) readGated(ctx context.Context, u unit, pos position, n int, buf
 	return ch, nil
 }
 
+// StreamAfterCopyReason is why the copy of set cannot run beside its
+// stream, in a few words naming the first such table ("table public.x
+// has a text primary key"); "" when every table's can. PLAN's checks
+// give it when the default (MigrationRequest.StreamAuto) streams after
+// the copy.
+func StreamAfterCopyReason(set tableset.Set) string {
+	for _, t := range set.Tables {
+		if _, err := cdc.NewKeyOrder(t); err == nil {
+			continue
+		}
+		if len(t.PK) == 0 {
+			return fmt.Sprintf("table %s has no primary key", t)
+		}
+		for _, name := range t.PK {
+			c, _ := t.Column(name)
+			switch strings.TrimSpace(c.Type) {
+			case "smallint", "integer", "bigint", "uuid":
+				continue
+			}
+			if len(t.PK) == 1 {
+				return fmt.Sprintf("table %s has a %s primary key", t, c.Type)
+			}
+			return fmt.Sprintf("table %s has a %s column (%s) in its primary key", t, c.Type, name)
+		}
+		return fmt.Sprintf("table %s has a primary key the copy gate cannot order", t)
+	}
+	return ""
+}
+
 // StreamDuringCopyProblems are PLAN's refusals of --stream-during-copy for
 // set, read on shard: a table whose copy cannot run beside its stream (the
 // copy gate orders only integer and uuid primary keys as the server does),
@@ -131,7 +160,7 @@ func StreamDuringCopyProblems(set tableset.Set, shard string) []*tableset.Proble
 	for _, t := range set.Tables {
 		if _, err := cdc.NewKeyOrder(t); err != nil {
 			out = append(out, &tableset.Problem{Check: "stream-during-copy", Shard: shard, Table: t.String(), Problem: err.Error(),
-				Fix: "start the migration without --stream-during-copy (each move's stream then starts after its copy)"})
+				Fix: "start the migration with --stream-during-copy=false, or without the flag (each move's stream then starts after its copy)"})
 		}
 	}
 	return out

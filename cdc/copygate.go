@@ -109,7 +109,7 @@ const (
 func NewKeyOrder(t tableset.Table) (KeyOrder, error) {
 	o := KeyOrder{table: t.String(), cols: t.PK}
 	if len(t.PK) == 0 {
-		return KeyOrder{}, fmt.Errorf("stream during the copy: table %s has no primary key; stream it after the copy (the default)", t)
+		return KeyOrder{}, fmt.Errorf("stream during the copy: table %s has no primary key; stream it after the copy (--stream-during-copy=false, or the default then)", t)
 	}
 	for _, name := range t.PK {
 		c, ok := t.Column(name)
@@ -122,7 +122,7 @@ func NewKeyOrder(t tableset.Table) (KeyOrder, error) {
 		case "uuid":
 			o.kinds = append(o.kinds, keyUUID)
 		default:
-			return KeyOrder{}, fmt.Errorf("stream during the copy: primary-key column %s of %s is of type %s; the gate orders only integer and uuid keys as the server does: stream this keyspace after the copy (the default)", name, t, c.Type)
+			return KeyOrder{}, fmt.Errorf("stream during the copy: primary-key column %s of %s is of type %s; the gate orders only integer and uuid keys as the server does: stream this keyspace after the copy (--stream-during-copy=false, or the default then)", name, t, c.Type)
 		}
 	}
 	return o, nil

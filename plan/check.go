@@ -19,6 +19,12 @@ import (
 type CheckOptions struct {
 	Tables   tableset.Spec
 	Capacity capacity.AssessOptions
+	// StreamAuto resolves Capacity.Options.StreamDuringCopy, which was not
+	// given (MigrationRequest.StreamAuto): a table the copy gate cannot
+	// order turns it off (Check.StreamAfterCopy says which) instead of
+	// being a problem. The CLI resolves it, once, before the workflow
+	// starts; the worker's PLAN checks the resolved value.
+	StreamAuto bool
 }
 
 // Check is everything PLAN finds out about a plan before anything changes:
@@ -32,6 +38,11 @@ type Check struct {
 	// CutoverSteps are the steps every move's cutover runs, as the dry run
 	// of the first move's says them.
 	CutoverSteps []string
+	// StreamDuringCopy is whether the moves stream during their copies,
+	// as the capacity model predicted them; StreamAfterCopy, why not when
+	// CheckOptions.StreamAuto turned it off.
+	StreamDuringCopy bool
+	StreamAfterCopy  string
 }
 
 // Problems counts the preflight's problems and the capacity model's
@@ -56,12 +67,10 @@ func Checks(ctx context.Context, shards Shards, p Plan, o CheckOptions) (Check, 
 	if err != nil {
 		return Check{}, err
 	}
-	if co.StreamDuringCopy && len(pf.Moves) > 0 { // every move copies the same tables
-		probs := backfill.StreamDuringCopyProblems(pf.Moves[0].Source, pf.Moves[0].Move.From)
-		pf.Moves[0].Problems = append(pf.Moves[0].Problems, probs...)
-		pf.Problems += len(probs)
-	}
-	c := Check{Report: pf}
+	var why string
+	co.StreamDuringCopy, why = streamCheck(&pf, co.StreamDuringCopy, o.StreamAuto)
+	c := Check{Report: pf, StreamDuringCopy: co.StreamDuringCopy, StreamAfterCopy: why}
+	o.Capacity.Options = co // the model predicts the resolved value
 	if pf.Problems == 0 {
 		var in []capacity.MoveInput
 		for _, m := range pf.Moves {
@@ -78,6 +87,27 @@ func Checks(ctx context.Context, shards Shards, p Plan, o CheckOptions) (Check, 
 		return Check{}, err
 	}
 	return c, nil
+}
+
+// streamCheck checks the stream during the copy (on) against the tables
+// the preflight read: given (not auto), each table the copy gate cannot
+// order is a problem of pf; left to the default (auto), the first such
+// table turns it off, and why says so. It returns the stream's value.
+func streamCheck(pf *Report, on, auto bool) (_ bool, why string) {
+	if !on || len(pf.Moves) == 0 {
+		return on, ""
+	}
+	first := &pf.Moves[0] // every move copies the same tables
+	if auto {
+		if why = backfill.StreamAfterCopyReason(first.Source); why != "" {
+			return false, why
+		}
+		return true, ""
+	}
+	probs := backfill.StreamDuringCopyProblems(first.Source, first.Move.From)
+	first.Problems = append(first.Problems, probs...)
+	pf.Problems += len(probs)
+	return true, ""
 }
 
 // moveName is a move's id, or in a dry run (no ids) its pair.

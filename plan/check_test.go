@@ -8,6 +8,7 @@ import (
 
 	"github.com/reshard/reshard/capacity"
 	"github.com/reshard/reshard/ring"
+	"github.com/reshard/reshard/tableset"
 	"github.com/reshard/reshard/topology"
 )
 
@@ -55,5 +56,45 @@ func TestCheckProblemsCountRefusals(t *testing.T) {
 	c = Check{Capacity: &capacity.Report{Refusals: []capacity.Refusal{{Shard: "shard1"}}}}
 	if c.Problems() != 1 {
 		t.Errorf("a refusal: %d problems", c.Problems())
+	}
+}
+
+// The stream during the copy against the tables the preflight read: left
+// to the default it is on for integer and uuid keys and off, with the
+// table and its key's type, for a text key (no problem); given, a text key
+// is a problem (the CLI exits 2) and integer keys pass; off stays off.
+func TestStreamCheck(t *testing.T) {
+	table := func(name, typ string) tableset.Table {
+		return tableset.Table{Schema: "public", Name: name, KeyColumn: "id", PK: []string{"id"}, Columns: []tableset.Column{{Name: "id", Type: typ}}}
+	}
+	report := func(tables ...tableset.Table) Report {
+		mr := MoveReport{Move: topology.PlannedMove{ID: "m1", From: "shard1", To: "shard5"}}
+		mr.Source = tableset.Set{Tables: tables}
+		return Report{Moves: []MoveReport{mr, mr}}
+	}
+	ints := []tableset.Table{table("users", "bigint"), table("sessions", "uuid"), table("orders", "integer")}
+	withText := append(ints[:2:2], table("tags", "text"))
+	for _, tc := range []struct {
+		name         string
+		tables       []tableset.Table
+		on, auto     bool
+		wantOn       bool
+		wantWhy      string
+		wantProblems int
+	}{
+		{"auto, integer and uuid keys", ints, true, true, true, "", 0},
+		{"auto, a text key", withText, true, true, false, "table public.tags has a text primary key", 0},
+		{"given, integer and uuid keys", ints, true, false, true, "", 0},
+		{"given, a text key", withText, true, false, true, "", 1},
+		{"off", withText, false, false, false, "", 0},
+	} {
+		pf := report(tc.tables...)
+		on, why := streamCheck(&pf, tc.on, tc.auto)
+		if on != tc.wantOn || why != tc.wantWhy || pf.Problems != tc.wantProblems || len(pf.Moves[0].Problems) != tc.wantProblems {
+			t.Errorf("%s: on %v why %q problems %d (%v); want %v %q %d", tc.name, on, why, pf.Problems, pf.Moves[0].Problems, tc.wantOn, tc.wantWhy, tc.wantProblems)
+		}
+		if tc.wantProblems > 0 && !strings.Contains(pf.Moves[0].Problems[0].Error(), "public.tags") {
+			t.Errorf("%s: problem %v does not name the table", tc.name, pf.Moves[0].Problems[0])
+		}
 	}
 }

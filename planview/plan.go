@@ -82,7 +82,7 @@ func (p *Plan) Details() string {
 	}
 	// Static details never change: the throttle here is the starting one,
 	// and says where the one in force is.
-	fmt.Fprintf(&b, "\nThrottle per move at the start: %s (reshard throttle changes it; the current details show the one in force). Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s. Stream during the copy: %v.\n",
-		r.Throttle.Text(), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, workflows.HumanBytes(r.MaxLagBytes), r.Grace(), r.StreamDuringCopy)
+	fmt.Fprintf(&b, "\nThrottle per move at the start: %s (reshard throttle changes it; the current details show the one in force). Chunk: %d rows. Approval before cutover: %v. On verify failure: %s. Cutover budget: %s. Max lag: %s. Grace: %s. The moves %s.\n",
+		r.Throttle.Text(), r.ChunkRows, r.RequireApproval, r.OnVerifyFail, r.CutoverBudget, workflows.HumanBytes(r.MaxLagBytes), r.Grace(), r.StreamText())
 	return b.String()
 }

@@ -128,6 +128,7 @@ func Write(out io.Writer, rep Report) {
 	fmt.Fprintf(w, "total\t%d\t%.2f%%\t%d\t%s\t%s\t%d\n", len(rep.Moves), 100*rep.Moved, rep.Rows, workflows.HumanBytes(rep.Bytes), etaText(rep.ETASeconds, r.Throttle), rep.Problems)
 	w.Flush()
 	fmt.Fprintf(out, "throttle per move: %s (moves run in parallel; the ETA is the slowest move's copy time)\n", r.Throttle.Text())
+	fmt.Fprintln(out, r.StreamText())
 
 	fmt.Fprintln(out, "\nranges (lo exclusive, hi inclusive):")
 	w = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/reshard/reshard/workflows"
 )
@@ -34,6 +35,7 @@ func (s Started) Write(out io.Writer, asJSON bool) error {
 	}
 	fmt.Fprintf(out, "started migration %s: %s\n", id, p.Summary())
 	fmt.Fprintf(out, "workflow  %s\n", wfID)
+	fmt.Fprintf(out, "stream    %s\n", strings.TrimPrefix(p.Request.StreamText(), "stream "))
 	if s.UI != "" {
 		fmt.Fprintf(out, "ui        %s\n", s.UI)
 	}

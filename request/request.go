@@ -17,20 +17,23 @@ import (
 
 // Options are a migration's settings as the operator gives them, by flag.
 type Options struct {
-	Tables           []string // --table [schema.]table:key
-	TableSet         string   // --table-set (deprecated: names the spec only)
-	VNodes           int
-	Tokens           string
-	RowsPerSec       float64
-	BytesPerSec      float64
-	ChunkRows        int // --copy-chunk-rows
-	VerifyChunkRows  int
-	MaxParallel      int // moves at once (0: no bound)
-	MaxPerShard      int // moves a shard takes part in at once (0: no bound)
-	RequireApproval  bool
-	OnVerifyFail     string
-	ReadFrom         string
-	StreamDuringCopy bool
+	Tables          []string // --table [schema.]table:key
+	TableSet        string   // --table-set (deprecated: names the spec only)
+	VNodes          int
+	Tokens          string
+	RowsPerSec      float64
+	BytesPerSec     float64
+	ChunkRows       int // --copy-chunk-rows
+	VerifyChunkRows int
+	MaxParallel     int // moves at once (0: no bound)
+	MaxPerShard     int // moves a shard takes part in at once (0: no bound)
+	RequireApproval bool
+	OnVerifyFail    string
+	ReadFrom        string
+	// StreamDuringCopy: --stream-during-copy, true or false; nil (not
+	// given) is the default, on where the keyspace allows it
+	// (MigrationRequest.StreamAuto).
+	StreamDuringCopy *bool
 	Grace            time.Duration
 	CutoverBudget    time.Duration
 	MaxLagBytes      int64
@@ -78,7 +81,14 @@ func Build(kind workflows.Kind, args []string, o Options) (workflows.MigrationRe
 	req.RequireApproval = o.RequireApproval
 	req.OnVerifyFail = workflows.OnVerifyFail(o.OnVerifyFail)
 	req.ReadFrom = workflows.ReadFrom(o.ReadFrom)
-	req.StreamDuringCopy = o.StreamDuringCopy
+	switch {
+	case o.StreamDuringCopy != nil: // given: on is refused where not allowed
+		req.StreamDuringCopy = *o.StreamDuringCopy
+	case req.ReadFrom == workflows.ReadFromStandby:
+		req.StreamAuto, req.StreamAfterCopy = true, StreamAfterStandby
+	default: // on, until PLAN's checks find a table the copy gate cannot order
+		req.StreamAuto, req.StreamDuringCopy = true, true
+	}
 	req.GracePeriod = new(o.Grace)
 	req.CutoverBudget = o.CutoverBudget
 	if o.CutoverBudget == 0 {
@@ -98,6 +108,11 @@ func Build(kind workflows.Kind, args []string, o Options) (workflows.MigrationRe
 	}
 	return req, nil
 }
+
+// StreamAfterStandby is why a request that reads from the standby streams
+// after the copy by default: the copy gate needs the chunks read on the
+// primary.
+const StreamAfterStandby = "the copy reads from the standby (--read-from standby)"
 
 // shards reads the shards a verb names: its argument, --into, --range and
 // --to, or a rebalance's --add, --remove and --weight.

@@ -34,7 +34,8 @@ func TestBuildRequest(t *testing.T) {
 		Tables: tableset.Spec{Name: "users", Tables: []tableset.TableSpec{
 			{Schema: "public", Table: "users", KeyColumn: "id"}, {Schema: "app", Table: "orders", KeyColumn: "user_id"}}},
 		VNodes: 16, Tokens: "balanced", Throttle: workflows.Throttle{RowsPerSec: 1000, BytesPerSec: 1 << 20}, ChunkRows: 5000,
-		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20, VerifyChunkRows: 50000}
+		RequireApproval: true, OnVerifyFail: workflows.VerifyFailRollback, CutoverBudget: 2 * time.Second, MaxLagBytes: 16 << 20, VerifyChunkRows: 50000,
+		StreamDuringCopy: true, StreamAuto: true}
 	if req.GracePeriod == nil || *req.GracePeriod != workflows.DefaultGracePeriod {
 		t.Errorf("grace period %v, want %s", req.GracePeriod, workflows.DefaultGracePeriod)
 	}
@@ -44,7 +45,7 @@ func TestBuildRequest(t *testing.T) {
 	}
 
 	f = defaultOptions()
-	f.StreamDuringCopy = true
+	f.StreamDuringCopy = new(true)
 	if req, err := Build(workflows.KindAddNode, []string{"shard5"}, f); err != nil || !req.StreamDuringCopy {
 		t.Errorf("--stream-during-copy: request %+v, %v; want StreamDuringCopy", req, err)
 	}
@@ -100,7 +101,7 @@ func TestBuildRequestBadInput(t *testing.T) {
 		{workflows.KindRebalance, nil, func(f *Options) { f.Add = "s5,s6,s5" }, "s5 is listed twice"},
 		{workflows.KindRebalance, nil, func(f *Options) { f.Remove = "bad name" }, "shard name"},
 		{workflows.KindRebalance, nil, func(f *Options) { f.Weights = []string{"s1=-2"} }, "--weight"},
-		{workflows.KindAddNode, []string{"s5"}, func(f *Options) { f.StreamDuringCopy, f.ReadFrom = true, "standby" }, "--stream-during-copy with --read-from standby"},
+		{workflows.KindAddNode, []string{"s5"}, func(f *Options) { f.StreamDuringCopy, f.ReadFrom = new(true), "standby" }, "--stream-during-copy with --read-from standby"},
 	} {
 		f := defaultOptions()
 		if tc.edit != nil {
@@ -109,6 +110,60 @@ func TestBuildRequestBadInput(t *testing.T) {
 		_, err := Build(tc.kind, tc.args, f)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %v: error %v, want one mentioning %q", tc.kind, tc.args, err, tc.want)
+		}
+	}
+}
+
+// --stream-during-copy left out is the default, on where allowed
+// (StreamAuto, resolved by PLAN's checks), off with --read-from standby
+// and the reason; given, it is what it says, and true with standby reads
+// is refused (TestBuildRequestRefusals).
+func TestBuildStreamDuringCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		given      *bool
+		readFrom   string
+		on, auto   bool
+		wantReason string
+		wantText   string
+	}{
+		{"default", nil, "primary", true, true, "", "stream during the copy (the default where the keyspace allows it)"},
+		{"default, standby reads", nil, "standby", false, true, StreamAfterStandby, "stream after the copy: the copy reads from the standby (--read-from standby)"},
+		{"--stream-during-copy", new(true), "primary", true, false, "", "stream during the copy (--stream-during-copy)"},
+		{"--stream-during-copy=false", new(false), "primary", false, false, "", "stream after the copy"},
+		{"--stream-during-copy=false, standby reads", new(false), "standby", false, false, "", "stream after the copy"},
+	} {
+		f := defaultOptions()
+		f.StreamDuringCopy, f.ReadFrom = tc.given, tc.readFrom
+		req, err := Build(workflows.KindAddNode, []string{"shard5"}, f)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if req.StreamDuringCopy != tc.on || req.StreamAuto != tc.auto || req.StreamAfterCopy != tc.wantReason || req.StreamText() != tc.wantText {
+			t.Errorf("%s: on %v auto %v reason %q text %q; want %v %v %q %q", tc.name, req.StreamDuringCopy, req.StreamAuto, req.StreamAfterCopy, req.StreamText(),
+				tc.on, tc.auto, tc.wantReason, tc.wantText)
+		}
+	}
+}
+
+// A request stored before the default changed has no stream fields, or
+// stream_during_copy alone: it decodes as it ran then, off or on, and
+// not as the default.
+func TestStoredRequestKeepsItsStream(t *testing.T) {
+	for _, tc := range []struct {
+		stored string
+		on     bool
+	}{
+		{`{"id":"add-old","kind":"add-node","shard":"shard5","tables":{"name":"users"},"throttle":{}}`, false},
+		{`{"id":"add-old","kind":"add-node","shard":"shard5","tables":{"name":"users"},"throttle":{},"stream_during_copy":true}`, true},
+	} {
+		var req workflows.MigrationRequest
+		if err := json.Unmarshal([]byte(tc.stored), &req); err != nil {
+			t.Fatal(err)
+		}
+		if req.StreamDuringCopy != tc.on || req.StreamAuto {
+			t.Errorf("%s: stream during copy %v, auto %v; want %v, not auto", tc.stored, req.StreamDuringCopy, req.StreamAuto, tc.on)
 		}
 	}
 }

@@ -204,8 +204,17 @@ type MigrationRequest struct {
 	// copies beside it (backfill.Options.StreamDuringCopy): the source's
 	// slot then retains about the stream's lag of WAL, not the whole
 	// copy's. Integer and uuid primary keys only (PLAN refuses others);
-	// not with ReadFrom standby.
+	// not with ReadFrom standby. It is the decision the workflow reads: a
+	// request from the CLI without --stream-during-copy (StreamAuto) has
+	// it resolved there, before the workflow starts; a request stored
+	// before the default became "where allowed" has it false (off).
 	StreamDuringCopy bool `json:"stream_during_copy,omitempty"`
+	// StreamAuto: StreamDuringCopy was not given, so it is on where the
+	// keyspace allows it (plan.CheckOptions.StreamAuto resolves it: every
+	// table with an integer or uuid primary key, and no ReadFrom
+	// standby); StreamAfterCopy then says why it is off, when it is.
+	StreamAuto      bool   `json:"stream_auto,omitempty"`
+	StreamAfterCopy string `json:"stream_after_copy,omitempty"`
 	// GracePeriod is how long GRACE keeps the old owner current by reverse
 	// CDC before CLEANUP: nil is DefaultGracePeriod, 0 cleans up right
 	// after the cutover (no rollback after it). A pointer because 0 is a
@@ -241,6 +250,20 @@ type MigrationRequest struct {
 	// Resume is set by the workflow itself when a run continues as new
 	// (migration.go, movesPerRun); nil when a migration starts.
 	Resume *MigrationResume `json:"resume,omitempty"`
+}
+
+// StreamText says in one line when the request's moves stream: during
+// the copy or after it, and, when the default chose after, why.
+func (r MigrationRequest) StreamText() string {
+	switch {
+	case r.StreamDuringCopy && r.StreamAuto:
+		return "stream during the copy (the default where the keyspace allows it)"
+	case r.StreamDuringCopy:
+		return "stream during the copy (--stream-during-copy)"
+	case r.StreamAfterCopy != "":
+		return "stream after the copy: " + r.StreamAfterCopy
+	}
+	return "stream after the copy"
 }
 
 // Grace is the request's grace period: DefaultGracePeriod when unset.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,7 +48,8 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	fl.IntVar(&f.MaxPerShard, "max-moves-per-shard", 0, "moves a shard takes part in at once, as source or target (0: no bound)")
 	fl.BoolVar(&f.RequireApproval, "require-approval", false, "wait for reshard approve before each cutover")
 	fl.StringVar(&f.ReadFrom, "read-from", string(workflows.ReadFromPrimary), "where the copy and verify read the source's rows: primary, or standby (each source shard's standby: in reshard.yaml; the slot stays on the primary)")
-	fl.BoolVar(&f.StreamDuringCopy, "stream-during-copy", false, "start each move's stream with its copy, behind the copy gate, so that the source's slot retains about the stream's lag of WAL instead of the whole copy's (integer and uuid primary keys only; not with --read-from standby)")
+	fl.Var(optionalBool{&f.StreamDuringCopy}, "stream-during-copy", "start each move's stream with its copy, behind the copy gate, so that the source's slot retains about the stream's lag of WAL instead of the whole copy's (integer and uuid primary keys only; not with --read-from standby). Default: on where the keyspace allows it, else after the copy (the plan says why); =false: after the copy; given: refused where not allowed")
+	fl.Lookup("stream-during-copy").NoOptDefVal = "true"
 	fl.StringVar(&f.OnVerifyFail, "on-verify-fail", string(workflows.VerifyFailWait), "after a failed verify: wait (for reshard rollback or reverify) or rollback")
 	fl.DurationVar(&f.Grace, "grace", workflows.DefaultGracePeriod, "GRACE period after cutover: reverse replication keeps the old owner current for a rollback (0: clean up right after cutover, no rollback)")
 	fl.DurationVar(&f.CutoverBudget, "cutover-budget", workflows.DefaultCutoverBudget, "write-pause budget of a cutover; over it the cutover aborts and retries")
@@ -70,6 +72,28 @@ func (f *migrationFlags) register(cmd *cobra.Command, kind workflows.Kind, dryRu
 	}
 	fl.BoolVar(&f.asJSON, "json", false, "print the result as JSON")
 }
+
+// optionalBool is a boolean flag that tells unset (nil: the default)
+// from false: --flag and --flag=true set true, --flag=false false.
+type optionalBool struct{ p **bool }
+
+func (b optionalBool) String() string {
+	if b.p == nil || *b.p == nil {
+		return "auto"
+	}
+	return strconv.FormatBool(**b.p)
+}
+
+func (b optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true or false (leave the flag out for the default), not %q", s)
+	}
+	*b.p = &v
+	return nil
+}
+
+func (b optionalBool) Type() string { return "bool" }
 
 // idPattern is a migration id (request.IDPattern).
 var idPattern = request.IDPattern

@@ -66,16 +66,23 @@ func runPlan(ctx context.Context, cmd *cobra.Command, args []string, cfg *cluste
 
 // preflightPlan runs the PLAN checks of the plan (plan.Checks, as the
 // worker's PLAN does: preflight, the capacity probe, the cutover dry run);
-// it changes nothing. Problems (capacity refusals among them) are in the
+// it changes nothing on the servers. A request that leaves
+// --stream-during-copy to the default (StreamAuto) has it resolved here:
+// p.Request then says on or off, and why off. Problems (capacity refusals among them) are in the
 // report, not the error.
 func preflightPlan(ctx context.Context, cfg *clusterConfig, p *migrationPlan, walWindow time.Duration) (planReport, error) {
 	pools := newLazyShards(cfg, func(name string) error {
 		return usageError{fmt.Errorf("shard %s of topology v%d is not in the configuration %s: add its DSN under shards", name, p.From.Version, cfg.Path)}
 	})
 	defer pools.close()
-	chk, err := plan.Checks(ctx, pools.open, p.Plan, activities.PlanChecks(p.Request, walWindow, cfg.Capacity))
+	o := activities.PlanChecks(p.Request, walWindow, cfg.Capacity)
+	o.StreamAuto = p.Request.StreamAuto && p.Request.StreamDuringCopy
+	chk, err := plan.Checks(ctx, pools.open, p.Plan, o)
 	if err != nil {
 		return planReport{}, err
+	}
+	if o.StreamAuto { // resolved here, once: the workflow reads the value
+		p.Request.StreamDuringCopy, p.Request.StreamAfterCopy = chk.StreamDuringCopy, chk.StreamAfterCopy
 	}
 	return planview.NewReport(p, chk), nil
 }
