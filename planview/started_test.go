@@ -17,13 +17,14 @@ func TestStartedWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Plan{Request: workflows.MigrationRequest{ID: "add-x", Kind: workflows.KindAddNode, Shard: "shard3"},
+	p := &Plan{Request: workflows.MigrationRequest{ID: "add-x", Kind: workflows.KindAddNode, Shard: "shard3",
+		StreamAuto: true, StreamAfterCopy: "table public.tags has a text primary key"},
 		Plan: plan.Plan{From: topology.Topology{Version: 2, Ring: r}, Moved: 0.25}, Pairs: []Pair{{Source: "shard1", Target: "shard3"}}}
 	var out strings.Builder
 	if err := (Started{Plan: p, RunID: "run1", UI: "http://ui/x"}).Write(&out, false); err != nil {
 		t.Fatal(err)
 	}
-	want := "started migration add-x: " + p.Summary() + "\nworkflow  reshard-add-x\nui        http://ui/x\nfollow    reshard status add-x --watch\n"
+	want := "started migration add-x: " + p.Summary() + "\nworkflow  reshard-add-x\nstream    after the copy: table public.tags has a text primary key\nui        http://ui/x\nfollow    reshard status add-x --watch\n"
 	if out.String() != want {
 		t.Errorf("printed\n%s\nwant\n%s", out.String(), want)
 	}
@@ -48,6 +49,26 @@ func TestNextStepsAndQuoting(t *testing.T) {
 	for in, want := range map[string]string{"users:id": "users:id", "": "''", "SELECT 1": "'SELECT 1'", "it's": `'it'\''s'`, "(1,2]": "'(1,2]'"} {
 		if got := ShellQuote(in); got != want {
 			t.Errorf("ShellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// reshard plan says in one line when the moves stream, and why after the
+// copy when the default chose it.
+func TestPlanWriteSaysWhenTheMovesStream(t *testing.T) {
+	for _, tc := range []struct {
+		req  workflows.MigrationRequest
+		want string
+	}{
+		{workflows.MigrationRequest{Kind: workflows.KindAddNode, Shard: "shard3", StreamAuto: true, StreamDuringCopy: true}, "\nstream during the copy (the default where the keyspace allows it)\n"},
+		{workflows.MigrationRequest{Kind: workflows.KindAddNode, Shard: "shard3", StreamAuto: true, StreamAfterCopy: "table public.tags has a text primary key"},
+			"\nstream after the copy: table public.tags has a text primary key\n"},
+		{workflows.MigrationRequest{Kind: workflows.KindAddNode, Shard: "shard3"}, "\nstream after the copy\n"},
+	} {
+		var out strings.Builder
+		Write(&out, Report{Request: tc.req, What: "add-node shard3", Pairs: []PairReport{{Pair: Pair{Source: "shard1", Target: "shard3"}}}})
+		if !strings.Contains(out.String(), tc.want) {
+			t.Errorf("plan lacks %q:\n%s", tc.want, out.String())
 		}
 	}
 }

@@ -30,7 +30,7 @@ func Print(out io.Writer, id, link string, st workflows.MigrationState, now time
 	}
 	fmt.Fprintln(out)
 	if r.Kind != "" {
-		fmt.Fprintf(out, "%s  throttle %s\n", RequestText(r), st.ThrottleNow().Text())
+		fmt.Fprintf(out, "%s  throttle %s  %s\n", RequestText(r), st.ThrottleNow().Text(), r.StreamText())
 	}
 	if link != "" {
 		fmt.Fprintf(out, "ui %s\n", link)

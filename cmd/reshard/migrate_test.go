@@ -388,7 +388,8 @@ func TestRequestIDAndExitCodes(t *testing.T) {
 func TestStatusView(t *testing.T) {
 	start := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
 	st := workflows.MigrationState{
-		Request:     workflows.MigrationRequest{Kind: workflows.KindAddNode, Shard: "shard5", Throttle: workflows.Throttle{RowsPerSec: 100}},
+		Request: workflows.MigrationRequest{Kind: workflows.KindAddNode, Shard: "shard5", Throttle: workflows.Throttle{RowsPerSec: 100},
+			StreamAuto: true, StreamAfterCopy: "table public.tags has a text primary key"},
 		Phase:       workflows.PhaseSnapshotCopy,
 		FromVersion: 1, Version: 2, MovedFraction: 0.2,
 		Throttle: &workflows.Throttle{RowsPerSec: 25}, // changed live by reshard throttle
@@ -410,7 +411,7 @@ func TestStatusView(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"migration add-x  SNAPSHOT_COPY  topology v1 → v2  moving 20.00%",
-		"add-node shard5  throttle 25 rows/s",
+		"add-node shard5  throttle 25 rows/s  stream after the copy: table public.tags has a text primary key",
 		"shard1 → shard5", "[=====               ]  25%", "250/1000 rows", "30s", // 25 rows/s so far, 750 left
 		"FAILED: 2 mismatch(es) e.g. missing users id=42", "2.0 KiB",
 		"GRACE (paused; until 2026-01-01T10:05:10Z; reshard complete ends it now)", "passed (10 rows)", "2.412s over 2 attempts (longest 2s)",
@@ -516,6 +517,45 @@ func TestEndedBadly(t *testing.T) {
 		}
 		if code != tc.code || (tc.want != "" && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: exit %d (%v), want %d with %q", tc.phase, code, err, tc.code, tc.want)
+		}
+	}
+}
+
+// --stream-during-copy left out is the default (on where the keyspace
+// allows it, resolved by the plan's checks; off with --read-from standby,
+// saying why); given alone or =true it is on, =false off; given with
+// --read-from standby it is refused (bad input: exit 2).
+func TestStreamDuringCopyFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		on, auto bool
+		refused  string
+	}{
+		{nil, true, true, ""},
+		{[]string{"--stream-during-copy"}, true, false, ""},
+		{[]string{"--stream-during-copy=true"}, true, false, ""},
+		{[]string{"--stream-during-copy=false"}, false, false, ""},
+		{[]string{"--read-from", "standby"}, false, true, ""},
+		{[]string{"--stream-during-copy", "--read-from", "standby"}, false, false, "--stream-during-copy with --read-from standby"},
+		{[]string{"--stream-during-copy=maybe"}, false, false, "want true or false"},
+	} {
+		var f migrationFlags
+		cmd := &cobra.Command{}
+		f.register(cmd, workflows.KindAddNode, false)
+		err := cmd.ParseFlags(append([]string{"--table", "users:id"}, tc.args...))
+		var req workflows.MigrationRequest
+		if err == nil {
+			req, err = buildRequest(workflows.KindAddNode, []string{"shard5"}, f)
+		}
+		switch {
+		case tc.refused != "":
+			if err == nil || !strings.Contains(err.Error(), tc.refused) {
+				t.Errorf("%v: error %v, want one mentioning %q", tc.args, err, tc.refused)
+			}
+		case err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case req.StreamDuringCopy != tc.on || req.StreamAuto != tc.auto:
+			t.Errorf("%v: stream during copy %v, auto %v; want %v, %v", tc.args, req.StreamDuringCopy, req.StreamAuto, tc.on, tc.auto)
 		}
 	}
 }
