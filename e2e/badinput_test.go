@@ -30,7 +30,8 @@ const badSchema = `
 CREATE TABLE nopk (id bigint NOT NULL, v text);
 CREATE TABLE rinothing (id bigint PRIMARY KEY, v text);
 ALTER TABLE rinothing REPLICA IDENTITY NOTHING;
-CREATE TABLE mism (id bigint PRIMARY KEY, v text);`
+CREATE TABLE mism (id bigint PRIMARY KEY, v text);
+CREATE TABLE tagged (name text PRIMARY KEY, v int);`
 
 // cli runs the reshard binary with a configuration and returns its output
 // (stdout and stderr) and exit code.
@@ -246,6 +247,11 @@ func TestBadInput(t *testing.T) {
 			[]string{`column "v" is text on`, "but integer on shard5", "make the schema of public.mism on shard5 the same", "nothing was started"}},
 		{"schema mismatch: table missing on the target", c.config, nil, add("bad-missing", "--table", "users:id", "--table", "ghost:id"),
 			[]string{"ghost", "fix: ", "nothing was started"}},
+		// A text primary key: the copy gate cannot order it, so
+		// --stream-during-copy given is refused (left out, the default
+		// streams after the copy: below).
+		{"stream during the copy with a text key", c.config, nil, add("bad-sdc-text", "--table", "tagged:name", "--stream-during-copy"),
+			[]string{"[stream-during-copy]", "public.tagged", "of type text", "--stream-during-copy=false", "nothing was started"}},
 		{"range inverted", c.config, nil, append([]string{"move", "--range", "1000:-1000", "--to", shard(5), "--id", "bad-inverted"}, users...),
 			[]string{"lower bound must be below upper bound"}},
 		{"range wrapping", c.config, nil, append([]string{"move", "--range", "9000000000000000000:-9000000000000000000", "--to", shard(5), "--id", "bad-wrap"}, users...),
@@ -281,13 +287,20 @@ func TestBadInput(t *testing.T) {
 	if n := c.migrations(t); n != before {
 		t.Errorf("%d migration workflows started by bad input", n-before)
 	}
+	// The same keyspace without the flag is no bad input: the default
+	// streams after the copy and the plan says why in one line.
+	out, code := cli(t, c.config, nil, "plan", "add-node", shard(5), "--table", "tagged:name")
+	if code != 0 || !strings.Contains(out, "\nstream after the copy: table public.tagged has a text primary key\n") {
+		t.Errorf("plan with a text key and the default: exit %d, want 0 and the stream after the copy, saying why\n%s", code, out)
+	}
+	c.untouched(t, "")
 
 	// Overlapping migrations: the first is accepted (no worker runs it; as
 	// the first migration of a control database from before keyspaces it
 	// registers the keyspace, which fences the shards), the second is
 	// refused while the first runs, changing nothing more.
 	start := time.Now()
-	out, code := cli(t, c.config, nil, add("overlap-1", users...)...)
+	out, code = cli(t, c.config, nil, add("overlap-1", users...)...)
 	if code != 0 {
 		t.Fatalf("first add-node: exit %d\n%s", code, out)
 	}

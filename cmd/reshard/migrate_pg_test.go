@@ -97,6 +97,16 @@ func withShortWALWindow(rest, args []string) []string {
 	return append(slices.Clip(rest), "--wal-window", "200ms")
 }
 
+// mustPlan runs a plan command and wants its exit code.
+func (c *testCluster) mustPlan(t *testing.T, code int, args ...string) string {
+	t.Helper()
+	out, got := c.run(t, args...)
+	if got != code {
+		t.Errorf("reshard %s: exit %d, want %d\n%s", strings.Join(args, " "), got, code, out)
+	}
+	return out
+}
+
 func (c *testCluster) slots(t *testing.T) int64 {
 	var n int64
 	for _, db := range c.shards {
@@ -177,6 +187,25 @@ func TestInitAndPlan(t *testing.T) {
 	out, code = c.run(t, "plan", "rebalance", "--add", "shard3", "--weight", "shard1=2", "--table", "users:id", "--table", "orders:user_id")
 	if code != 0 || !strings.Contains(out, "(one shard at a time: 50.00% in 2 steps") || !strings.Contains(out, "start it with: reshard rebalance --add shard3 --weight shard1=2") {
 		t.Errorf("plan rebalance: exit %d\n%s", code, out)
+	}
+
+	// The stream during the copy: the default resolves it, once, in the
+	// plan's checks: on for integer keys, off for a text key saying why;
+	// given, it is refused for the text key (preflight: no probe).
+	if !rep.Request.StreamDuringCopy || !rep.Request.StreamAuto || rep.Request.StreamAfterCopy != "" {
+		t.Errorf("plan of integer keys: request %+v; want the stream during the copy by default", rep.Request)
+	}
+	for _, db := range c.shards {
+		db.Exec(t, `CREATE TABLE tagged (name text PRIMARY KEY, v int)`)
+	}
+	c.shards["shard1"].Exec(t, `INSERT INTO tagged SELECT 'k' || g, g FROM generate_series(1, 300) g`)
+	tagged := []string{"plan", "add-node", "shard3", "--table", "tagged:name"}
+	if out := c.mustPlan(t, 0, append(tagged, "--wal-window", "200ms")...); !strings.Contains(out, "\nstream after the copy: table public.tagged has a text primary key\n") {
+		t.Errorf("plan of a text key by default:\n%s", out)
+	}
+	if out := c.mustPlan(t, 2, append(tagged, "--stream-during-copy")...); !strings.Contains(out, "[stream-during-copy]") ||
+		!strings.Contains(out, "public.tagged") || !strings.Contains(out, "--stream-during-copy=false") {
+		t.Errorf("plan of a text key with --stream-during-copy:\n%s", out)
 	}
 
 	// A broken target: every problem printed with its fix, exit 2, nothing changed.
