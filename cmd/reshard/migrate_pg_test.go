@@ -265,6 +265,11 @@ func TestStartMigration(t *testing.T) {
 	if !strings.Contains(out, "workflow  reshard-add-one") || !strings.Contains(out, link) || !strings.Contains(out, "/user-metadata\n") {
 		t.Errorf("add-node output lacks the workflow id or %s:\n%s", link, out)
 	}
+	// Left to the default, integer keys stream during the copy: the
+	// output says so, and so do the workflow's details.
+	if !strings.Contains(out, "\nstream    during the copy (the default where the keyspace allows it)\n") {
+		t.Errorf("add-node output does not say the moves stream during the copy:\n%s", out)
+	}
 	d, err := c.tc.DescribeWorkflow(ctx, "reshard-add-one", "")
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +279,8 @@ func TestStartMigration(t *testing.T) {
 	details, _ := d.GetStaticDetails()
 	if info.GetType().GetName() != "Migration" || info.GetTaskQueue() != "reshard" ||
 		!strings.HasPrefix(summary, "add-node shard3: 2 move(s), 33.") || strings.Contains(summary, "\n") ||
-		!strings.Contains(details, "| shard1 | shard3 |") || !strings.Contains(details, "500 rows/s") {
+		!strings.Contains(details, "| shard1 | shard3 |") || !strings.Contains(details, "500 rows/s") ||
+		!strings.Contains(details, "The moves stream during the copy (the default where the keyspace allows it).") {
 		t.Errorf("workflow: type %s, queue %s\nsummary %q\ndetails:\n%s", info.GetType().GetName(), info.GetTaskQueue(), summary, details)
 	}
 	// The input carries names, never a DSN.
