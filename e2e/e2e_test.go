@@ -410,12 +410,16 @@ func (c *cluster) stopWriters() {
 	}
 }
 
+// request is a migration of the e2e keyspace as reshard's CLI starts one
+// by default: its keys are bigint, so the moves stream during their copy
+// (StreamAuto resolved on). A test of the stream after the copy, or of a
+// keyspace the copy gate cannot order, sets StreamDuringCopy false.
 func (c *cluster) request(id string) workflows.MigrationRequest {
 	return workflows.MigrationRequest{
 		ID: id, Kind: workflows.KindAddNode, Shard: shard(5), Tables: tables,
 		ChunkRows: 500, GracePeriod: new(8 * time.Second), CutoverBudget: 5 * time.Second,
 		CopySlice: 2 * time.Second, HeartbeatTimeout: 5 * time.Second, PollInterval: 500 * time.Millisecond,
-		CutoverBackoff: 2 * time.Second,
+		CutoverBackoff: 2 * time.Second, StreamDuringCopy: true, StreamAuto: true,
 	}
 }
 

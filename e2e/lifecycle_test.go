@@ -211,6 +211,8 @@ func (c *life) req(id string, kind workflows.Kind, ks string) workflows.Migratio
 	r.Tables = tables
 	if ks == "accts" {
 		r.Tables = acctsTables
+		// Text keys: the CLI's default streams after the copy.
+		r.StreamDuringCopy, r.StreamAfterCopy = false, "table public.accounts has a text primary key"
 	}
 	r.Throttle = workflows.Throttle{RowsPerSec: 100} // copies last long enough to kill the worker in them
 	return r
