@@ -404,7 +404,7 @@ func (c *cluster) startWritersWith(m *router.Metrics) {
 func (c *cluster) stopWriters() {
 	c.stopW()
 	c.stats.Wait()
-	c.t.Logf("writers: %d acknowledged, %d failed, %d fence errors after retries", c.stats.Acked.Load(), c.stats.Failed.Load(), c.stats.FenceErrors.Load())
+	c.t.Logf("writers: %d acknowledged, %d failed (by SQLSTATE: %s), %d fence errors after retries", c.stats.Acked.Load(), c.stats.Failed.Load(), c.stats.FailedByCode(), c.stats.FenceErrors.Load())
 	if c.stats.Acked.Load() == 0 {
 		c.t.Fatal("the writers acknowledged nothing")
 	}

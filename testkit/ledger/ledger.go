@@ -17,11 +17,13 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/reshard/reshard/router"
 )
@@ -207,6 +209,49 @@ type Stats struct {
 	FenceErrors atomic.Int64
 	LastErr     atomic.Pointer[error]
 	wg          sync.WaitGroup
+
+	mu     sync.Mutex
+	byCode map[string]int64 // failed writes by SQLSTATE; "" for an error without one
+}
+
+// FailedByCode returns the failed writes counted by SQLSTATE, e.g.
+// "57P01=12 08006=3 none=2" ("none": no server error, such as a refused
+// connection), most frequent first.
+func (s *Stats) FailedByCode() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	codes := make([]string, 0, len(s.byCode))
+	for c := range s.byCode {
+		codes = append(codes, c)
+	}
+	sort.Slice(codes, func(i, j int) bool {
+		if s.byCode[codes[i]] != s.byCode[codes[j]] {
+			return s.byCode[codes[i]] > s.byCode[codes[j]]
+		}
+		return codes[i] < codes[j]
+	})
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		name := c
+		if name == "" {
+			name = "none"
+		}
+		parts[i] = fmt.Sprintf("%s=%d", name, s.byCode[c])
+	}
+	return strings.Join(parts, " ")
+}
+
+func (s *Stats) countFailure(err error) {
+	var code string
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) {
+		code = pgErr.Code
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byCode == nil {
+		s.byCode = make(map[string]int64)
+	}
+	s.byCode[code]++
 }
 
 // Wait returns once every writer has stopped (after ctx ended).
@@ -278,6 +323,7 @@ func writer(ctx context.Context, r *router.Router, l *Ledger, o WriterOptions, w
 			l.Unknown(k, v)
 			if ctx.Err() == nil || !errors.Is(err, context.Canceled) {
 				st.Failed.Add(1)
+				st.countFailure(err)
 				if router.IsFenceError(err) {
 					st.FenceErrors.Add(1)
 				}
