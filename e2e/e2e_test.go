@@ -405,6 +405,9 @@ func (c *cluster) stopWriters() {
 	c.stopW()
 	c.stats.Wait()
 	c.t.Logf("writers: %d acknowledged, %d failed (by SQLSTATE: %s), %d fence errors after retries", c.stats.Acked.Load(), c.stats.Failed.Load(), c.stats.FailedByCode(), c.stats.FenceErrors.Load())
+	for _, e := range c.stats.FailureSamples() {
+		c.t.Logf("writers: first failure of %s", e)
+	}
 	if c.stats.Acked.Load() == 0 {
 		c.t.Fatal("the writers acknowledged nothing")
 	}

@@ -21,4 +21,7 @@ func TestFailedByCode(t *testing.T) {
 	if got, want := s.FailedByCode(), "57P01=2 none=1 RSF01=1"; got != want {
 		t.Fatalf("FailedByCode() = %q, want %q", got, want)
 	}
+	if got := s.FailureSamples(); len(got) != 3 || got[0] != "57P01: write key 7: "+admin.Error() || got[1] != "none: dial tcp: connection refused" {
+		t.Fatalf("FailureSamples() = %q", got)
+	}
 }

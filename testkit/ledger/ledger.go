@@ -211,7 +211,26 @@ type Stats struct {
 	wg          sync.WaitGroup
 
 	mu     sync.Mutex
-	byCode map[string]int64 // failed writes by SQLSTATE; "" for an error without one
+	byCode map[string]int64  // failed writes by SQLSTATE; "" for an error without one
+	sample map[string]string // the first failure of each SQLSTATE
+}
+
+// FailureSamples returns the first failed write's error of each SQLSTATE,
+// one "code: error" line each, in FailedByCode's order.
+func (s *Stats) FailureSamples() []string {
+	order := strings.Fields(s.FailedByCode())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(order))
+	for _, f := range order {
+		name, _, _ := strings.Cut(f, "=")
+		code := name
+		if name == "none" {
+			code = ""
+		}
+		out = append(out, name+": "+s.sample[code])
+	}
+	return out
 }
 
 // FailedByCode returns the failed writes counted by SQLSTATE, e.g.
@@ -249,7 +268,10 @@ func (s *Stats) countFailure(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.byCode == nil {
-		s.byCode = make(map[string]int64)
+		s.byCode, s.sample = make(map[string]int64), make(map[string]string)
+	}
+	if s.byCode[code] == 0 {
+		s.sample[code] = err.Error()
 	}
 	s.byCode[code]++
 }
