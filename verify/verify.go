@@ -401,6 +401,9 @@ func (d *digest) equal(o *digest) bool { return d.n == o.n && d.x == o.x && d.s.
 func (d *digest) String() string { return fmt.Sprintf("%d/%016x/%s", d.n, uint64(d.x), d.s.String()) }
 
 // digests returns the digest of (lo, hi] per moving range.
+// chunkSettings are the planner settings of a chunk's sums (digests).
+const chunkSettings = "SET LOCAL enable_indexscan = off; SET LOCAL jit = off"
+
 func digests(ctx context.Context, tx pgx.Tx, q *tableSQL, lo, hi []string) ([]*digest, error) {
 	out := make([]*digest, len(q.ranges))
 	for i := range out {
@@ -413,7 +416,13 @@ func digests(ctx context.Context, tx pgx.Tx, q *tableSQL, lo, hi []string) ([]*d
 	// 25-35 % less CPU per row on both sides of a 1.5M-row orders table of
 	// section large's shape (docs/benchmarks.md, issue #34). Only for this
 	// statement: nth and rows want the key order of the index.
-	if _, err := tx.Exec(ctx, "SET LOCAL enable_indexscan = off"); err != nil {
+	//
+	// And without JIT: the bitmap scan's estimate for a chunk of a large
+	// table (a few pages of very many, costed near random_page_cost) passes
+	// jit_above_cost, and compiling each chunk's expressions anew doubled
+	// the source's CPU in section large at 20 GB (164 s against 63 s with
+	// the index scan, whose estimate stays below the threshold).
+	if _, err := tx.Exec(ctx, chunkSettings); err != nil {
 		return nil, err
 	}
 	sql, args := q.sums(lo, hi)
@@ -440,7 +449,7 @@ func digests(ctx context.Context, tx pgx.Tx, q *tableSQL, lo, hi []string) ([]*d
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, "RESET enable_indexscan"); err != nil {
+	if _, err := tx.Exec(ctx, "RESET enable_indexscan; RESET jit"); err != nil {
 		return nil, err
 	}
 	return out, nil
