@@ -402,26 +402,24 @@ func (d *digest) String() string { return fmt.Sprintf("%d/%016x/%s", d.n, uint64
 
 // digests returns the digest of (lo, hi] per moving range.
 // chunkSettings are the planner settings of a chunk's sums (digests).
-const chunkSettings = "SET LOCAL enable_indexscan = off; SET LOCAL jit = off"
+const chunkSettings = "SET LOCAL jit = off"
 
 func digests(ctx context.Context, tx pgx.Tx, q *tableSQL, lo, hi []string) ([]*digest, error) {
 	out := make([]*digest, len(q.ranges))
 	for i := range out {
 		out[i] = &digest{}
 	}
-	// A bitmap scan of the key interval, not an index scan: the planner
-	// picks the index scan (the interval is a small part of the table), but
-	// it visits the heap one tuple at a time (heap_hot_search_buffer was 28 %
-	// of the target's profile), and the bitmap scan, a page at a time, cost
-	// 25-35 % less CPU per row on both sides of a 1.5M-row orders table of
-	// section large's shape (docs/benchmarks.md, issue #34). Only for this
-	// statement: nth and rows want the key order of the index.
+	// Without JIT: a chunk's expressions would be compiled anew for every
+	// chunk, and a chunk is too short for the compiled code to pay for it.
+	// The index scan's estimate for a chunk stays below jit_above_cost; a
+	// plan whose estimate passes it (a bitmap scan of a chunk of a 20 GB
+	// table, tried on 2026-12-04) spent twice the source's CPU with jit on.
 	//
-	// And without JIT: the bitmap scan's estimate for a chunk of a large
-	// table (a few pages of very many, costed near random_page_cost) passes
-	// jit_above_cost, and compiling each chunk's expressions anew doubled
-	// the source's CPU in section large at 20 GB (164 s against 63 s with
-	// the index scan, whose estimate stays below the threshold).
+	// The chunk is read by the planner's index scan, not a bitmap scan:
+	// the bitmap scan cost 25-35 % less CPU per row on an 855 MB table of
+	// section large's shape, but in section large at 20 GB (jit off) the
+	// source's postgres spent 103 CPU-s against 63 with the index scan, and
+	// the verify ran at 143 GiB/h against 223 (docs/benchmarks.md, issue #34).
 	if _, err := tx.Exec(ctx, chunkSettings); err != nil {
 		return nil, err
 	}
@@ -449,7 +447,7 @@ func digests(ctx context.Context, tx pgx.Tx, q *tableSQL, lo, hi []string) ([]*d
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	if _, err := tx.Exec(ctx, "RESET enable_indexscan; RESET jit"); err != nil {
+	if _, err := tx.Exec(ctx, "RESET jit"); err != nil {
 		return nil, err
 	}
 	return out, nil
