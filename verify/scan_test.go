@@ -29,20 +29,8 @@ func TestChunkSumsWithoutJIT(t *testing.T) {
 		t.Fatal(err)
 	}
 	lo, hi := []string{"100"}, []string{"1500"}
-	explain := func(tx pgx.Tx) string {
-		t.Helper()
-		sql, args := q.sums(lo, hi)
-		// With the costs: EXPLAIN prints its JIT section only then.
-		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE) "+sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
-	}
+	// With the costs: EXPLAIN prints its JIT section only then.
+	explain := func(tx pgx.Tx) string { return explainSums(ctx, t, tx, q, lo, hi, "EXPLAIN (ANALYZE) ") }
 	tx, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -71,4 +59,20 @@ func TestChunkSumsWithoutJIT(t *testing.T) {
 	if err := tx.QueryRow(ctx, `SHOW jit`).Scan(&jit); err != nil || jit != "on" {
 		t.Errorf("jit after digests: %q %v, want on", jit, err)
 	}
+}
+
+// explainSums returns the plan of q's chunk sums of (lo, hi] under
+// explain ("EXPLAIN ", "EXPLAIN (ANALYZE) "), one line per row.
+func explainSums(ctx context.Context, t *testing.T, tx pgx.Tx, q *tableSQL, lo, hi []string, explain string) string {
+	t.Helper()
+	sql, args := q.sums(lo, hi)
+	rows, err := tx.Query(ctx, explain+sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
 }

@@ -474,19 +474,7 @@ func TestChunkReadsHaveNoParallelWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := func(tx pgx.Tx) string {
-		t.Helper()
-		sql, args := q.sums(nil, nil)
-		rows, err := tx.Query(ctx, "EXPLAIN "+sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
-	}
+	plan := func(tx pgx.Tx) string { return explainSums(ctx, t, tx, q, nil, nil, "EXPLAIN ") }
 	// The pool itself plans a parallel scan: the check below can fail.
 	tx, err := pool.Begin(ctx)
 	if err != nil {
