@@ -204,7 +204,7 @@ func openSides(ctx context.Context, src *pgxpool.Pool, t tableset.Table, ranges 
 		}
 		dq.from = pt.Table.Sanitize() + " AS t"
 		// As Run's sessions (dial).
-		if _, err := pt.Tx.Exec(ctx, "SET LOCAL max_parallel_workers_per_gather = 0"); err != nil {
+		if _, err := pt.Tx.Exec(ctx, verifySessionSQL); err != nil {
 			return sides, fmt.Errorf("probe the verify of %s on the target: %w", t, err)
 		}
 		b, err := cut(ctx, pt.Tx, dq, pt.Rows, perChunk)

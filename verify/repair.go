@@ -172,7 +172,8 @@ func repairChunk(ctx context.Context, src *readTx, dst *pgxpool.Pool, q *tableSQ
 }
 
 // dial opens a dedicated connection with pgsession's settings pinned (no
-// policy may hide a target row from the delete) and parallel query off.
+// policy may hide a target row from the delete), parallel query and JIT
+// off (verifySessionSQL says the same to a transaction verify is handed).
 //
 // Parallel query off: verify already keeps the cores busy with its own
 // workers (Options.Parallel), each reading both sides at once, and a
@@ -181,6 +182,12 @@ func repairChunk(ctx context.Context, src *readTx, dst *pgxpool.Pool, q *tableSQ
 // fifth of a 1.1 GiB orders table spent 5.3 to 6.5 CPU-seconds, without
 // them 3.1 to 3.7 (3 runs each, alternating, at load 10 to 12); the
 // comparison reads the same rows either way.
+//
+// JIT off: a chunk's expressions would be compiled anew for every chunk,
+// and a chunk is too short for the compiled code to pay for it. The index
+// scan's estimate for a chunk stays below jit_above_cost; a plan whose
+// estimate passed it (a bitmap scan of a chunk of a 20 GB table, tried on
+// 2026-12-04) spent twice the source's CPU with jit on.
 func dial(ctx context.Context, pool *pgxpool.Pool, app string) (*pgx.Conn, error) {
 	cfg := pool.Config().ConnConfig.Copy()
 	pgsession.PinConfig(&cfg.Config)
@@ -188,8 +195,13 @@ func dial(ctx context.Context, pool *pgxpool.Pool, app string) (*pgx.Conn, error
 		cfg.RuntimeParams["application_name"] = app
 	}
 	cfg.RuntimeParams["max_parallel_workers_per_gather"] = "0"
+	cfg.RuntimeParams["jit"] = "off"
 	return pgx.ConnectConfig(ctx, cfg)
 }
+
+// verifySessionSQL sets dial's planner settings for the rest of a
+// transaction verify did not open itself (the capacity probe's target).
+const verifySessionSQL = "SET LOCAL max_parallel_workers_per_gather = 0; SET LOCAL jit = off"
 
 // writable are the columns a repair copies (not generated).
 func (q *tableSQL) writable() string {

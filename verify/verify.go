@@ -401,28 +401,16 @@ func (d *digest) equal(o *digest) bool { return d.n == o.n && d.x == o.x && d.s.
 func (d *digest) String() string { return fmt.Sprintf("%d/%016x/%s", d.n, uint64(d.x), d.s.String()) }
 
 // digests returns the digest of (lo, hi] per moving range.
-// chunkSettings are the planner settings of a chunk's sums (digests).
-const chunkSettings = "SET LOCAL jit = off"
-
 func digests(ctx context.Context, tx pgx.Tx, q *tableSQL, lo, hi []string) ([]*digest, error) {
 	out := make([]*digest, len(q.ranges))
 	for i := range out {
 		out[i] = &digest{}
 	}
-	// Without JIT: a chunk's expressions would be compiled anew for every
-	// chunk, and a chunk is too short for the compiled code to pay for it.
-	// The index scan's estimate for a chunk stays below jit_above_cost; a
-	// plan whose estimate passes it (a bitmap scan of a chunk of a 20 GB
-	// table, tried on 2026-12-04) spent twice the source's CPU with jit on.
-	//
-	// The chunk is read by the planner's index scan, not a bitmap scan:
-	// the bitmap scan cost 25-35 % less CPU per row on an 855 MB table of
-	// section large's shape, but in section large at 20 GB (jit off) the
-	// source's postgres spent 103 CPU-s against 63 with the index scan, and
-	// the verify ran at 143 GiB/h against 223 (docs/benchmarks.md, issue #34).
-	if _, err := tx.Exec(ctx, chunkSettings); err != nil {
-		return nil, err
-	}
+	// By the planner's index scan, not a bitmap scan: the bitmap scan cost
+	// 25-35 % less CPU per row on an 855 MB table of section large's shape,
+	// but in section large at 20 GB (jit off) the source's postgres spent
+	// 103 CPU-s against 63 with the index scan, and the verify ran at 143
+	// GiB/h against 223 (docs/benchmarks.md, issue #34).
 	sql, args := q.sums(lo, hi)
 	rows, err := tx.Query(ctx, sql, args...)
 	if err != nil {
@@ -443,14 +431,7 @@ func digests(ctx context.Context, tx pgx.Tx, q *tableSQL, lo, hi []string) ([]*d
 		}
 		out[r] = &d
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if _, err := tx.Exec(ctx, "RESET jit"); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return out, rows.Err()
 }
 
 func total(ds []*digest) *digest {
