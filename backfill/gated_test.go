@@ -370,14 +370,7 @@ func diffSorted(a, b []string) (onlyA, onlyB []string) {
 // gate rather than taken as not started.
 func TestGatedCopyRecordsEachChunkBeforeItsRead(t *testing.T) {
 	ctx := context.Background()
-	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
-	src.Exec(t, gatedDDL)
-	dst.Exec(t, gatedDDL)
-	src.Exec(t, `INSERT INTO gusers SELECT g, 'u'||g FROM generate_series(1, 1000) g; INSERT INTO gorders SELECT g, g, g FROM generate_series(1, 1000) g`)
-	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}, "source")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dst, set := gatedUsers(ctx, t, `INSERT INTO gorders SELECT g, g, g FROM generate_series(1, 1000) g`)
 	order, err := cdc.NewKeyOrder(set.Tables[0])
 	if err != nil {
 		t.Fatal(err)
@@ -440,14 +433,7 @@ func TestGatedCopyRecordsEachChunkBeforeItsRead(t *testing.T) {
 // next slice). The next run finishes the copy.
 func TestGatedCopyEndsBetweenChunks(t *testing.T) {
 	ctx := context.Background()
-	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
-	src.Exec(t, gatedDDL)
-	dst.Exec(t, gatedDDL)
-	src.Exec(t, `INSERT INTO gusers SELECT g, 'u'||g FROM generate_series(1, 1000) g`)
-	set, err := tableset.Introspect(ctx, src.Pool, tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}, "source")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dst, set := gatedUsers(ctx, t, "")
 	order, err := cdc.NewKeyOrder(set.Tables[0])
 	if err != nil {
 		t.Fatal(err)
@@ -506,15 +492,7 @@ func TestGatedCopyEndsBetweenChunks(t *testing.T) {
 // stream during the copy: 4 users rows different at VERIFY).
 func TestGatedCopyRefusesAColumnItDoesNotRead(t *testing.T) {
 	ctx := context.Background()
-	src, dst := pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
-	src.Exec(t, gatedDDL)
-	dst.Exec(t, gatedDDL)
-	src.Exec(t, `INSERT INTO gusers SELECT g, 'u'||g FROM generate_series(1, 1000) g`)
-	spec := tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}
-	set, err := tableset.Introspect(ctx, src.Pool, spec, "source")
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, dst, set := gatedUsers(ctx, t, "")
 	whole := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
 	opts := Options{Move: "addcol", Set: set, Ranges: whole, ChunkRows: 400, StreamDuringCopy: true, Retries: -1}
 	// The first chunk read, the column comes on both sides, and a write
@@ -528,13 +506,13 @@ func TestGatedCopyRefusesAColumnItDoesNotRead(t *testing.T) {
 		})
 	}
 	t.Cleanup(func() { afterGatedRead = nil })
-	_, err = Copy(ctx, src.Pool, dst.Pool, opts)
+	_, err := Copy(ctx, src.Pool, dst.Pool, opts)
 	var moved *SchemaMovedError
 	if !errors.As(err, &moved) || !strings.Contains(err.Error(), "c1") {
 		t.Fatalf("the copy with a column added under it returned %v, want a SchemaMovedError naming c1", err)
 	}
 	afterGatedRead = nil
-	if opts.Set, err = tableset.Introspect(ctx, src.Pool, spec, "source"); err != nil {
+	if opts.Set, err = tableset.Introspect(ctx, src.Pool, gusersSpec, "source"); err != nil {
 		t.Fatal(err)
 	}
 	opts.Retries = 0
@@ -544,4 +522,26 @@ func TestGatedCopyRefusesAColumnItDoesNotRead(t *testing.T) {
 	if n := dst.QueryInt64(t, `SELECT count(*) FROM gusers WHERE id > 900 AND c1 = 'v'||id`); n != 100 {
 		t.Fatalf("%d of the 100 rows written in the new column reached the target, want 100", n)
 	}
+}
+
+// gusersSpec is the set of the gated tests' gusers table.
+var gusersSpec = tableset.Spec{Name: "g", Tables: []tableset.TableSpec{{Table: "gusers", KeyColumn: "id"}}}
+
+// gatedUsers makes a source and a target of gatedDDL, loads 1,000 gusers
+// rows (and runs load, if given) on the source and returns gusersSpec's set
+// as the source has it.
+func gatedUsers(ctx context.Context, t *testing.T, load string) (src, dst *pgtest.DB, set tableset.Set) {
+	t.Helper()
+	src, dst = pgtest.NewDB(t, 0), pgtest.NewDB(t, 1)
+	src.Exec(t, gatedDDL)
+	dst.Exec(t, gatedDDL)
+	src.Exec(t, `INSERT INTO gusers SELECT g, 'u'||g FROM generate_series(1, 1000) g`)
+	if load != "" {
+		src.Exec(t, load)
+	}
+	set, err := tableset.Introspect(ctx, src.Pool, gusersSpec, "source")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, dst, set
 }
