@@ -218,17 +218,11 @@ type Stats struct {
 // FailureSamples returns the first failed write's error of each SQLSTATE,
 // one "code: error" line each, in FailedByCode's order.
 func (s *Stats) FailureSamples() []string {
-	order := strings.Fields(s.FailedByCode())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(order))
-	for _, f := range order {
-		name, _, _ := strings.Cut(f, "=")
-		code := name
-		if name == "none" {
-			code = ""
-		}
-		out = append(out, name+": "+s.sample[code])
+	var out []string
+	for _, c := range s.codesLocked() {
+		out = append(out, codeName(c)+": "+s.sample[c])
 	}
 	return out
 }
@@ -239,6 +233,16 @@ func (s *Stats) FailureSamples() []string {
 func (s *Stats) FailedByCode() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	var parts []string
+	for _, c := range s.codesLocked() {
+		parts = append(parts, fmt.Sprintf("%s=%d", codeName(c), s.byCode[c]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// codesLocked returns the SQLSTATEs of the failed writes, most frequent
+// first, then by code; s.mu is held.
+func (s *Stats) codesLocked() []string {
 	codes := make([]string, 0, len(s.byCode))
 	for c := range s.byCode {
 		codes = append(codes, c)
@@ -249,15 +253,15 @@ func (s *Stats) FailedByCode() string {
 		}
 		return codes[i] < codes[j]
 	})
-	parts := make([]string, len(codes))
-	for i, c := range codes {
-		name := c
-		if name == "" {
-			name = "none"
-		}
-		parts[i] = fmt.Sprintf("%s=%d", name, s.byCode[c])
+	return codes
+}
+
+// codeName is how FailedByCode names a SQLSTATE: "none" for no code.
+func codeName(code string) string {
+	if code == "" {
+		return "none"
 	}
-	return strings.Join(parts, " ")
+	return code
 }
 
 func (s *Stats) countFailure(err error) {
