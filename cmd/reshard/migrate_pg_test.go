@@ -71,15 +71,16 @@ func newTestCluster(t *testing.T, withTemporal bool) *testCluster {
 
 func (c *testCluster) run(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	return run(t, append([]string{args[0], "--config", c.config}, withShortWALWindow(args[1:], args)...)...)
+	args = withShortWALWindow(args)
+	return run(t, append([]string{args[0], "--config", c.config}, args[1:]...)...)
 }
 
-// withShortWALWindow adds --wal-window 200ms to rest when args is a
+// withShortWALWindow adds --wal-window 200ms to args when they are a
 // migration verb or its plan that sets no window of its own. The capacity
 // probe that every plan and start runs watches each shard's WAL for the
 // window, 2 s by default: the tests' shards are idle, and those 2 s per
 // command added up to about half a minute of the package's time.
-func withShortWALWindow(rest, args []string) []string {
+func withShortWALWindow(args []string) []string {
 	verb := args[0]
 	if verb == "plan" && len(args) > 1 {
 		verb = args[1]
@@ -87,14 +88,14 @@ func withShortWALWindow(rest, args []string) []string {
 	switch workflows.Kind(verb) {
 	case workflows.KindAddNode, workflows.KindSplit, workflows.KindRemoveNode, workflows.KindMove, workflows.KindRebalance:
 	default:
-		return rest
+		return args
 	}
 	for _, a := range args {
 		if a == "--wal-window" || strings.HasPrefix(a, "--wal-window=") {
-			return rest
+			return args
 		}
 	}
-	return append(slices.Clip(rest), "--wal-window", "200ms")
+	return append(slices.Clip(args), "--wal-window", "200ms")
 }
 
 // mustPlan runs a plan command and wants its exit code.
