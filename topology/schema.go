@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/reshard/reshard/internal/pgddl"
 	"github.com/reshard/reshard/internal/pgerr"
 )
 
@@ -347,7 +348,7 @@ BEGIN
 	RETURN (SELECT bool_and(r.settled) FROM reshard.current_ranges r WHERE r.keyspace = $1);
 END $fn$;`
 
-// migrateLockKey serializes concurrent Migrate calls (pg_advisory_xact_lock).
+// migrateLockKey serializes concurrent Migrate calls (pgddl.Locked).
 const migrateLockKey = 0x7265736861726401 // "reshard\x01"
 
 // Migrate creates or upgrades the control database's schema (migrations):
@@ -373,10 +374,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // migrateTo applies the steps up to step last (tests build older schemas
 // with it).
 func migrateTo(ctx context.Context, pool *pgxpool.Pool, last int) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLockKey)); err != nil {
-			return fmt.Errorf("migrate topology schema: lock: %w", err)
-		}
+	return pgddl.Locked(ctx, pool, migrateLockKey, 0, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS reshard;
 CREATE TABLE IF NOT EXISTS reshard.topology_schema (
 	step       integer PRIMARY KEY,
