@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/reshard/reshard/fence"
+	"github.com/reshard/reshard/internal/pgsession"
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/router"
 	"github.com/reshard/reshard/tableset"
@@ -338,5 +341,63 @@ func TestOpenPause(t *testing.T) {
 	}
 	if d, err := OpenPause(ctx, e.ctl.Pool); err != nil || d != 0 {
 		t.Fatalf("after the abort: %s %v", d, err)
+	}
+}
+
+// opensAt records the connections each pool had opened when the gates
+// (the last step before the fence) returned.
+type opensAt struct {
+	*PG
+	pools []*pgxpool.Pool
+	at    []int64
+}
+
+func (o *opensAt) Gates(ctx context.Context) error {
+	err := o.PG.Gates(ctx)
+	for _, p := range o.pools {
+		o.at = append(o.at, p.Stat().NewConnsCount())
+	}
+	return err
+}
+
+// The write pause opens no connection: the gates open, on pools that have
+// none yet, every connection the pause uses at once (the unfence step's
+// reconcile reads the control database twice side by side while the hold
+// is released), so no step inside the pause waits for a connect and its
+// authentication. Without the warm-up the fence step's reconcile connects
+// to the source inside the pause.
+func TestWritePauseOpensNoConnection(t *testing.T) {
+	ctx := context.Background()
+	e := newCutoverEnv(t)
+	fresh := func(db *pgtest.DB) *pgxpool.Pool {
+		cfg, err := pgsession.ParsePoolConfig(db.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = 8
+		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		return p
+	}
+	src, dst, ctl := fresh(e.src), fresh(e.dst), fresh(e.ctl)
+	fences := fence.Control{Pool: ctl, Store: topology.NewStore(ctl)}
+	j, err := PGJournal{Pool: ctl, Move: "m1"}.Claim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Move{ID: "m1", From: "src", To: "dst", Source: src, Target: dst, Set: e.set, Ranges: e.ranges}
+	p := NewPG(m, nil, fences, topology.CutOver(e.target, e.ranges, "src", "dst", "cutover of m1"), j)
+	p.DrainFunc = func(context.Context, string, time.Duration) error { return nil }
+	a := &opensAt{PG: p, pools: []*pgxpool.Pool{src, dst, ctl}}
+	if _, err := Run(ctx, a, j, Options{Budget: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"source", "target", "control database"} {
+		if after := a.pools[i].Stat().NewConnsCount(); after != a.at[i] {
+			t.Errorf("the %s's pool opened %d connection(s) inside the write pause (%d before the fence, %d after the unfence)", name, after-a.at[i], a.at[i], after)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package cutover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -49,11 +50,81 @@ type PG struct {
 
 var _ Actions = (*PG)(nil)
 
+// Gates runs the caller's gates, then opens the connections the write
+// pause will use (warm): nothing is fenced yet.
 func (p *PG) Gates(ctx context.Context) error {
-	if p.GatesFunc == nil {
-		return nil
+	if p.GatesFunc != nil {
+		if err := p.GatesFunc(ctx); err != nil {
+			return err
+		}
 	}
-	return p.GatesFunc(ctx)
+	return p.warm(ctx)
+}
+
+// controlPauseConns is how many control-database connections the write
+// pause uses at once: the unfence step's reconcile reads the topology and
+// the holds side by side (fence.Control.Want) while the source's hold is
+// released (UnfenceTarget). The source's and the target's steps use one
+// connection each at a time.
+const controlPauseConns = 3
+
+// warmFor bounds warm: pools shared with other moves' work (the worker's
+// pool of a shard serves its copies, verifies and cutovers) may not have
+// the connections free at once, and warm is worth no wait of its own.
+var warmFor = time.Second
+
+// warm opens, before the fence, the connections the write pause uses at
+// once, so that none is opened inside it: a new connection is a TCP
+// connect, a SCRAM exchange (PBKDF2 on both ends) and pgsession's check,
+// and in the demo's four moves into one target (2026-12-04) the pools grew
+// inside the pauses: two control-database connections opened during three
+// moves' unfence steps held one reconcile's registry-row locks on the shared
+// target for 256 ms while it waited 226 ms for its topology read, and the
+// two sibling moves' unfence steps waited 232 ms and 86 ms for those rows.
+// Acquiring the connections also refreshes them (pgxpool pings one idle
+// for over a second when it is handed out), so the pause's first
+// statements do not wait for a ping either. A pool that cannot give them
+// all within warmFor is left as it is (the pause opens what it lacks, as
+// before); a connection that cannot be opened fails the gates, before
+// anything is fenced.
+func (p *PG) warm(ctx context.Context) error {
+	need := map[*pgxpool.Pool]int{}
+	for pool, n := range map[*pgxpool.Pool]int{p.Source: 1, p.Target: 1, p.Fences.Pool: controlPauseConns} {
+		if pool != nil {
+			need[pool] = max(need[pool], n)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, warmFor)
+	defer cancel()
+	g, gctx := errgroup.WithContext(wctx)
+	for pool, n := range need {
+		g.Go(func() error { return warmPool(gctx, pool, n) })
+	}
+	err := g.Wait()
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return nil // busy pools: the pause opens what it lacks
+	}
+	if err != nil {
+		return fmt.Errorf("open the connections of the write pause: %w", err)
+	}
+	return nil
+}
+
+// warmPool holds n connections of pool at once (at most its size), then
+// releases them to it.
+func warmPool(ctx context.Context, pool *pgxpool.Pool, n int) error {
+	conns := make([]*pgxpool.Conn, min(n, int(pool.Stat().MaxConns())))
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range conns {
+		g.Go(func() (err error) { conns[i], err = pool.Acquire(gctx); return err })
+	}
+	err := g.Wait()
+	for _, c := range conns {
+		if c != nil {
+			c.Release()
+		}
+	}
+	return err
 }
 
 // HoldName names a move's cutover hold on its source.
