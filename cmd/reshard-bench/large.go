@@ -112,8 +112,8 @@ func runLarge(ctx context.Context, _ *env, r *report) error {
 			return err
 		}
 	}
-	r.add("large_table_data_gib", float64(e.tableBytes)/(1<<30), "GiB", fmt.Sprintf("orders on the source: %d rows, pg_table_size (heap and TOAST; 1 row in %d has a 3 KiB TOASTed note), indexes %s more (primary key and two secondary); disk free after the load %s",
-		lr.rows, largeToastEvery, gib(idx), diskFree(dir)))
+	r.add("large_table_data_gib", float64(e.tableBytes)/(1<<30), "GiB", fmt.Sprintf("orders on the source: %d rows, pg_table_size (heap and TOAST; 1 row in %d has a 3 KiB TOASTed note), indexes %s more (primary key and two secondary); disk free after the load %s; %s",
+		lr.rows, largeToastEvery, gib(idx), diskFree(dir), hugePages()))
 	for _, q := range []string{ordersDDL + ` WITH (autovacuum_enabled = false)`, ordersIndexes[0], ordersIndexes[1], ordersIndexes[2], `CREATE EXTENSION pg_stat_statements`} {
 		if _, err := e.dstPool.Exec(ctx, q); err != nil {
 			return fmt.Errorf("target: %s: %w", q, err)
@@ -948,6 +948,34 @@ func diskFree(dir string) string {
 		return "unknown"
 	}
 	return fmt.Sprintf("%.1f GB", float64(b)/1e9)
+}
+
+// hugePages says whether the servers' shared memory is in huge pages (the
+// servers' huge_pages is PostgreSQL's default, try: they are used when the
+// machine has them, vm.nr_hugepages). It matters here: with 4 KiB pages a
+// new backend faults in each page of shared_buffers it touches, and on this
+// VM that cost an index scan's first pass through a 1 GB shared_buffers
+// about 7 CPU-s more than its second (9.7 s against 2.5 s; with huge pages
+// 2.6 s and 2.5 s), so every fresh connection of the copy and the verify
+// paid it (2026-12-04, a scratch server, psql's index scan of a 1.1 GB table).
+func hugePages() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "huge pages unknown"
+	}
+	v := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && strings.HasPrefix(f[0], "HugePages_") {
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			v[strings.TrimSuffix(f[0], ":")] = n
+		}
+	}
+	total := v["HugePages_Total"]
+	if total == 0 {
+		return "shared memory in 4 KiB pages (vm.nr_hugepages 0)"
+	}
+	return fmt.Sprintf("huge pages: vm.nr_hugepages %d, %d of them mapped by the servers' shared memory", total, total-v["HugePages_Free"]+v["HugePages_Rsvd"])
 }
 
 // largeFigures are what the move measured, for report.
