@@ -49,7 +49,11 @@ func TestActionsAgainstWorker(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runWorker(ctx, opts, cfg, workerFlags{listen: "127.0.0.1:0"}) }()
+	// The PLAN's capacity probe watches each shard's WAL for 200 ms, as
+	// startWorker's do, not the default 2 s: the shards are idle.
+	go func() {
+		done <- runWorker(ctx, opts, cfg, workerFlags{listen: "127.0.0.1:0", walWindow: 200 * time.Millisecond})
+	}()
 	t.Cleanup(func() {
 		_ = c.tc.TerminateWorkflow(context.Background(), "reshard-act-one", "", "test ends")
 		stop()
