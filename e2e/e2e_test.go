@@ -426,6 +426,13 @@ func (c *cluster) request(id string) workflows.MigrationRequest {
 	}
 }
 
+// shortGrace is the GRACE of the make test scenarios that only need GRACE
+// to run (its reverse stream started, then cleaned up), not to last:
+// request's 8 s was most of their wait after the last cutover.
+// TestAddNodeAsLeastPrivilegedRole checks, with 3 s, that every move's
+// reverse stream starts in it.
+const shortGrace = 3 * time.Second
+
 func (c *cluster) start(req workflows.MigrationRequest) client.WorkflowRun {
 	c.t.Helper()
 	if req.Cluster == "" { // as reshard's CLI starts one: the workers check it
@@ -617,7 +624,9 @@ func TestAddNodeWithWriters(t *testing.T) {
 	c.startWorker()
 	c.startWriters()
 	started := time.Now()
-	st := c.wait(c.start(c.request("e2e_add")), 4*time.Minute)
+	req := c.request("e2e_add")
+	req.GracePeriod = new(shortGrace)
+	st := c.wait(c.start(req), 4*time.Minute)
 	c.stopWriters()
 	c.recordHistories(st, "add-node")
 	t.Logf("add-node: %s, moved %.3f of the space, moves: %s", time.Since(started).Round(time.Second), st.MovedFraction, summary(st))
@@ -1021,6 +1030,7 @@ func TestWorkerKilledMidCutover(t *testing.T) {
 	c.startWriters()
 	req := c.request("e2e_midcut")
 	req.CutoverBudget = 8 * time.Second
+	req.GracePeriod = new(shortGrace)
 	// Verify's snapshot slot, like any slot creation, waits for open write
 	// transactions: hold ours only while the move waits for approval.
 	req.RequireApproval = true
@@ -1115,6 +1125,7 @@ func TestCollisionStopsTheMoveUntilResumed(t *testing.T) {
 		c.dbs[shard(i)].Exec(t, fmt.Sprintf(`INSERT INTO payments SELECT g, g, g %% 50 FROM generate_series(1, %d) g WHERE %s`, c.users, pred))
 	}
 	req := c.request("e2e-collide")
+	req.GracePeriod = new(shortGrace)
 	req.Tables = tableset.Spec{Name: "users", Tables: append(append([]tableset.TableSpec(nil), tables.Tables...),
 		tableset.TableSpec{Table: "payments", KeyColumn: "user_id"})}
 	next, _, err := ring.PlanAddNode(c.ring, ring.Shard{Name: shard(5)}, ring.Options{VNodes: req.VNodes})
