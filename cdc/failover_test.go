@@ -20,13 +20,19 @@ import (
 // sourceEnv is an env whose source is the database postgres of server s.
 func sourceEnv(t *testing.T, s devenv.Server, move string) *env {
 	t.Helper()
+	return sourceEnvIn(t, s, "postgres", move)
+}
+
+// sourceEnvIn is sourceEnv with the source in database db of s.
+func sourceEnvIn(t *testing.T, s devenv.Server, db, move string) *env {
+	t.Helper()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, s.DSN("postgres", false))
+	pool, err := pgxpool.New(ctx, s.DSN(db, false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	e := &env{src: &pgtest.DB{Name: "postgres", Server: &s, DSN: s.DSN("postgres", false), Pool: pool}, dst: pgtest.NewDB(t, 1)}
+	e := &env{src: &pgtest.DB{Name: db, Server: &s, DSN: s.DSN(db, false), Pool: pool}, dst: pgtest.NewDB(t, 1)}
 	e.src.Exec(t, schemaSQL)
 	e.dst.Exec(t, schemaSQL)
 	if e.set, err = tableset.Introspect(ctx, e.dst.Pool, tableset.Spec{Name: "s", Tables: usersOnly}, "target"); err != nil {
@@ -48,15 +54,36 @@ func sourceEnv(t *testing.T, s devenv.Server, move string) *env {
 // A walsender that waits for its client to confirm the shutdown checkpoint
 // holds the shutdown for up to wal_sender_timeout (60 s): a planned
 // switchover hung on reshard (patroni#3522).
+//
+// The three cases share one source server: each stops it (that stop is
+// what is measured) and the next starts it again, with its source in a
+// database of its own, instead of each case running initdb for a server of
+// its own (about 2 s each on 2 cores).
 func TestSwitchoverDoesNotWaitForStream(t *testing.T) {
+	src := pgtest.OwnServer(t, "switchover")
 	for _, mode := range []string{"idle", "writing", "held"} {
-		t.Run(mode, func(t *testing.T) { testSwitchover(t, mode) })
+		t.Run(mode, func(t *testing.T) { testSwitchover(t, src, mode) })
 	}
 }
 
-func testSwitchover(t *testing.T, mode string) {
-	src := pgtest.OwnServer(t, "switchover")
-	e := sourceEnv(t, src, "switchover_"+mode) // the origin on the shared target is per server: one per subtest
+func testSwitchover(t *testing.T, src devenv.Server, mode string) {
+	pg := pgtest.PG(t)
+	if !pg.Running(context.Background(), src) { // stopped by the case before
+		if err := pg.Start(context.Background(), src); err != nil {
+			t.Fatalf("start the source again: %v", err)
+		}
+	}
+	db := "switchover_" + mode
+	admin, err := pgxpool.New(context.Background(), src.DSN("postgres", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = admin.Exec(context.Background(), "CREATE DATABASE "+db)
+	admin.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := sourceEnvIn(t, src, db, db) // slot, publication and the origin on the shared target: one per case
 	e.createSlot(t)
 	st, err := New(e.options())
 	if err != nil {
