@@ -563,8 +563,19 @@ func (a *Activities) CDCStatus(ctx context.Context, m workflows.MoveRef) (workfl
 	if err != nil {
 		return workflows.CDCStatus{}, classify(err)
 	}
-	var cur string
-	if err := src.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&cur); err != nil {
+	names, err := cdc.NamesFor(m.Spec.ID)
+	if err != nil {
+		return workflows.CDCStatus{}, classify(err)
+	}
+	// The slot's confirmed position is read with the WAL's end: until this
+	// session's stream has applied something (it has not connected yet, a
+	// copy of seconds can end first), its applied position is 0/0, and the
+	// lag from there, the whole WAL, held the move in CDC_CATCH_UP for a
+	// poll interval it did not need. What the stream has left then is what
+	// the slot has not confirmed.
+	var cur, confirmed string
+	if err := src.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, coalesce((SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = $1), '0/0')::text`,
+		names.Slot).Scan(&cur, &confirmed); err != nil {
 		return workflows.CDCStatus{}, classify(fmt.Errorf("read WAL position of %s: %w", m.Spec.Source, err))
 	}
 	end, err := pglogrepl.ParseLSN(cur)
@@ -572,9 +583,15 @@ func (a *Activities) CDCStatus(ctx context.Context, m workflows.MoveRef) (workfl
 		return workflows.CDCStatus{}, classify(err)
 	}
 	rcv, app, _ := st.Positions()
+	from := app
+	if from == 0 {
+		if from, err = pglogrepl.ParseLSN(confirmed); err != nil {
+			return workflows.CDCStatus{}, classify(err)
+		}
+	}
 	lag := int64(0)
-	if end > app {
-		lag = int64(end - app)
+	if end > from {
+		lag = int64(end - from)
 	}
 	out := workflows.CDCStatus{Received: rcv.String(), Applied: app.String(), LagBytes: lag, Target: identityRecord(st.TargetIdentity())}
 	if f, ok := st.TargetFailedOver(); ok {
