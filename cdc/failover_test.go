@@ -20,19 +20,20 @@ import (
 // sourceEnv is an env whose source is the database postgres of server s.
 func sourceEnv(t *testing.T, s devenv.Server, move string) *env {
 	t.Helper()
-	return sourceEnvIn(t, s, "postgres", move)
-}
-
-// sourceEnvIn is sourceEnv with the source in database db of s.
-func sourceEnvIn(t *testing.T, s devenv.Server, db, move string) *env {
-	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, s.DSN(db, false))
+	pool, err := pgxpool.New(context.Background(), s.DSN("postgres", false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	e := &env{src: &pgtest.DB{Name: db, Server: &s, DSN: s.DSN(db, false), Pool: pool}, dst: pgtest.NewDB(t, 1)}
+	return envWithSource(t, &pgtest.DB{Name: "postgres", Server: &s, DSN: s.DSN("postgres", false), Pool: pool}, move)
+}
+
+// envWithSource is an env whose source is src.
+func envWithSource(t *testing.T, src *pgtest.DB, move string) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{src: src, dst: pgtest.NewDB(t, 1)}
+	var err error
 	e.src.Exec(t, schemaSQL)
 	e.dst.Exec(t, schemaSQL)
 	if e.set, err = tableset.Introspect(ctx, e.dst.Pool, tableset.Spec{Name: "s", Tables: usersOnly}, "target"); err != nil {
@@ -73,17 +74,7 @@ func testSwitchover(t *testing.T, src devenv.Server, mode string) {
 			t.Fatalf("start the source again: %v", err)
 		}
 	}
-	db := "switchover_" + mode
-	admin, err := pgxpool.New(context.Background(), src.DSN("postgres", false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = admin.Exec(context.Background(), "CREATE DATABASE "+db)
-	admin.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := sourceEnvIn(t, src, db, db) // slot, publication and the origin on the shared target: one per case
+	e := envWithSource(t, pgtest.NewDBOn(t, &src), "switchover_"+mode) // slot, publication and the origin on the shared target: one per case
 	e.createSlot(t)
 	st, err := New(e.options())
 	if err != nil {

@@ -201,7 +201,13 @@ type DB struct {
 // NewDB creates a fresh, empty database on server i. Two tests never share one.
 func NewDB(t testing.TB, server int) *DB {
 	t.Helper()
-	s := Server(t, server)
+	return NewDBOn(t, Server(t, server))
+}
+
+// NewDBOn is NewDB on server s (one of a test's own: OwnServer), which
+// must be running.
+func NewDBOn(t testing.TB, s *devenv.Server) *DB {
+	t.Helper()
 	name := fmt.Sprintf("t_%s_%d", sanitize(t.Name()), dbSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -501,6 +507,26 @@ func (db *DB) Pinned(t testing.TB) *DB {
 	}
 	t.Cleanup(pool.Close)
 	return &DB{Name: db.Name, Server: db.Server, DSN: db.DSN, Pool: pool}
+}
+
+// PoolWith is a pool on the database whose sessions start with settings
+// (connection parameters: the caller's pool, set as a user might), closed
+// when the test ends.
+func (db *DB) PoolWith(t testing.TB, settings map[string]string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.DSN)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	for k, v := range settings {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgtest: pool for %s: %v", db.Name, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // ValuesTable is the DDL of a table of every type whose text form a session
