@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/reshard/reshard/ring"
 	"github.com/reshard/reshard/tableset"
@@ -24,17 +23,7 @@ func TestChunkSumsWithoutJIT(t *testing.T) {
 	db.Exec(t, `INSERT INTO items SELECT g, 'note ' || g FROM generate_series(1, 2000) g`)
 	db.Exec(t, `ANALYZE items`)
 	// A pool that compiles every statement when it can.
-	cfg, err := pgxpool.ParseConfig(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["jit"] = "on"
-	cfg.ConnConfig.RuntimeParams["jit_above_cost"] = "0"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := db.PoolWith(t, map[string]string{"jit": "on", "jit_above_cost": "0"})
 	set, err := tableset.Introspect(ctx, db.Pool, tableset.Spec{Name: "items", Tables: []tableset.TableSpec{{Table: "items", KeyColumn: "id"}}}, "source")
 	if err != nil {
 		t.Fatal(err)

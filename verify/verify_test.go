@@ -16,7 +16,6 @@ import (
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reshard/reshard/internal/promtest"
@@ -453,19 +452,8 @@ func TestChunkReadsHaveNoParallelWorkers(t *testing.T) {
 	db.Exec(t, `CREATE TABLE wide (id bigint PRIMARY KEY, v text);
 		INSERT INTO wide SELECT g, md5(g::text) FROM generate_series(1, 20000) g; ANALYZE wide`)
 	// A pool that makes every scan parallel when it can.
-	cfg, err := pgxpool.ParseConfig(db.DSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range map[string]string{"max_parallel_workers_per_gather": "4", "parallel_setup_cost": "0", "parallel_tuple_cost": "0",
-		"min_parallel_table_scan_size": "0", "min_parallel_index_scan_size": "0"} {
-		cfg.ConnConfig.RuntimeParams[k] = v
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := db.PoolWith(t, map[string]string{"max_parallel_workers_per_gather": "4", "parallel_setup_cost": "0", "parallel_tuple_cost": "0",
+		"min_parallel_table_scan_size": "0", "min_parallel_index_scan_size": "0"})
 	set, err := tableset.Introspect(ctx, db.Pool, tableset.Spec{Name: "wide", Tables: []tableset.TableSpec{{Table: "wide", KeyColumn: "id"}}}, "source")
 	if err != nil {
 		t.Fatal(err)
