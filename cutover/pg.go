@@ -88,10 +88,15 @@ var warmFor = time.Second
 // before); a connection that cannot be opened fails the gates, before
 // anything is fenced.
 func (p *PG) warm(ctx context.Context) error {
+	// By pool: two roles may share one (a test's), which then needs the
+	// larger count, not a map literal's last.
 	need := map[*pgxpool.Pool]int{}
-	for pool, n := range map[*pgxpool.Pool]int{p.Source: 1, p.Target: 1, p.Fences.Pool: controlPauseConns} {
-		if pool != nil {
-			need[pool] = max(need[pool], n)
+	for _, w := range []struct {
+		pool *pgxpool.Pool
+		n    int
+	}{{p.Source, 1}, {p.Target, 1}, {p.Fences.Pool, controlPauseConns}} {
+		if w.pool != nil {
+			need[w.pool] = max(need[w.pool], w.n)
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, warmFor)
