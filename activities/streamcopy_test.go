@@ -132,7 +132,13 @@ func TestMoveStreamsDuringCopy(t *testing.T) {
 		}
 		return lsn
 	}
-	in := workflows.CopySliceInput{Move: ref, ChunkRows: 500, MaxTime: time.Second, Throttle: workflows.Throttle{RowsPerSec: 4000}, StreamDuringCopy: true}
+	// 2,500 rows/s: the copy's 13,000-odd moving rows then last 5 s or more,
+	// so the restarted stream runs for over its 2 s status interval (the
+	// slot's confirmed position moves with its status updates) before the
+	// last sample below. At 4,000 rows/s an idle CI machine copied in four
+	// slices, the last sample 1.2 s after the restart, and the slot had
+	// not yet confirmed past L0.
+	in := workflows.CopySliceInput{Move: ref, ChunkRows: 500, MaxTime: time.Second, Throttle: workflows.Throttle{RowsPerSec: 2500}, StreamDuringCopy: true}
 	var movedDuringCopy pglogrepl.LSN
 	start := time.Now()
 	slices, killed := 0, false
