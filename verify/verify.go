@@ -285,7 +285,17 @@ func compareAll(ctx context.Context, src, dst *pgxpool.Pool, opts Options, qs []
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(n)
-	for _, c := range todo {
+	// Last chunk first. The copy has just read the source in key order
+	// (and written the target in it), so when verify starts the page cache
+	// and shared_buffers hold the tables' last pages; a table larger than
+	// them, read from its first chunk, evicts each page it will need
+	// before it gets there and reads the whole table from disk again. A
+	// 2.3 GB orders behind 2.6 GB of memory (a memory cgroup), read first
+	// in key order as the copy does: the source's backend spent 4.5 s user
+	// and 4.2-4.7 s system on the verify in key order, 4.4-4.7 s and
+	// 2.1-2.2 s in reverse (issue #34).
+	for i := len(todo) - 1; i >= 0; i-- {
+		c := todo[i]
 		if gctx.Err() != nil {
 			break
 		}

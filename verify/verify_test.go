@@ -218,8 +218,10 @@ func TestRestartContinuesWithTheNextChunk(t *testing.T) {
 	if _, err := Run(ctx, src.Pool, dst.Pool, opts); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted attempt: %v", err)
 	}
-	if !slices.Equal(first, []int{0, 1, 2}) {
-		t.Fatalf("first attempt compared %v", first)
+	// Last chunk first (compareAll).
+	last := int(dst.QueryInt64(t, `SELECT count(*) FROM reshard.verify_chunk WHERE run_id = 'move-7'`)) - 1
+	if !slices.Equal(first, []int{last, last - 1, last - 2}) {
+		t.Fatalf("first attempt compared %v, want the last three of %d chunks, last first", first, last+1)
 	}
 	var stamps []time.Time
 	rows, err := dst.Pool.Query(context.Background(), `SELECT verified_at FROM reshard.verify_chunk WHERE run_id = 'move-7' AND ok ORDER BY chunk`)
@@ -242,10 +244,10 @@ func TestRestartContinuesWithTheNextChunk(t *testing.T) {
 	}
 
 	// Second attempt, new snapshot: compares only the chunks not yet done.
-	// More rows arrive meanwhile on both sides; the plan's open last chunk
-	// covers them.
-	src.Exec(t, usersFill, n+1, n+2000)
-	dst.Exec(t, usersFill, n+1, n+2000)
+	// More rows arrive meanwhile on both sides, below every key planned;
+	// the plan's open first chunk covers them.
+	src.Exec(t, usersFill, -1999, 0)
+	dst.Exec(t, usersFill, -1999, 0)
 	var mu sync.Mutex
 	var second []int
 	opts.Progress = func(c ChunkReport) { mu.Lock(); second = append(second, c.Index); mu.Unlock() }
@@ -256,7 +258,7 @@ func TestRestartContinuesWithTheNextChunk(t *testing.T) {
 	}
 	slices.Sort(second)
 	var want []int
-	for i := 3; i < int(total); i++ {
+	for i := 0; i < int(total)-3; i++ {
 		want = append(want, i)
 	}
 	if !slices.Equal(second, want) {
@@ -267,11 +269,12 @@ func TestRestartContinuesWithTheNextChunk(t *testing.T) {
 	}
 	var sum int64
 	for i, c := range rep.Tables[0].Chunks {
-		if c.Resumed != (i < 3) {
+		done := i >= int(total)-3
+		if c.Resumed != done {
 			t.Errorf("chunk %d resumed=%v", i, c.Resumed)
 		}
-		if i < 3 && !c.VerifiedAt.Equal(stamps[i]) {
-			t.Errorf("chunk %d verified at %v, recorded %v", i, c.VerifiedAt, stamps[i])
+		if done && !c.VerifiedAt.Equal(stamps[i-int(total)+3]) {
+			t.Errorf("chunk %d verified at %v, recorded %v", i, c.VerifiedAt, stamps[i-int(total)+3])
 		}
 		sum += c.SourceRows
 	}
@@ -279,7 +282,7 @@ func TestRestartContinuesWithTheNextChunk(t *testing.T) {
 		t.Errorf("chunks cover %d rows, want %d", sum, want)
 	}
 	var again int64
-	again = dst.QueryInt64(t, `SELECT count(*) FROM reshard.verify_chunk WHERE run_id = 'move-7' AND ok AND chunk < 3 AND verified_at = ANY($1)`, stamps)
+	again = dst.QueryInt64(t, `SELECT count(*) FROM reshard.verify_chunk WHERE run_id = 'move-7' AND ok AND chunk >= $2 AND verified_at = ANY($1)`, stamps, total-3)
 	if again != 3 {
 		t.Errorf("finished chunks were re-recorded: %d of 3 keep their stamps", again)
 	}
