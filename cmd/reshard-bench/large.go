@@ -370,6 +370,7 @@ type phase struct {
 	took                   time.Duration
 	srcWAL, dstWAL         int64
 	srcCPU, dstCPU, ownCPU time.Duration
+	machine                machineCounters // the whole machine's, over the phase
 }
 
 // cpuSeconds is the phase's CPU in all.
@@ -400,9 +401,10 @@ func (lr *largeRun) meter(ctx context.Context) (func() (phase, error), error) {
 		return nil, err
 	}
 	oc0 := ownCPU()
+	m0 := readMachine()
 	start := time.Now()
 	return func() (phase, error) {
-		p := phase{took: time.Since(start), ownCPU: ownCPU() - oc0}
+		p := phase{took: time.Since(start), ownCPU: ownCPU() - oc0, machine: readMachine().minus(m0)}
 		s1, err := lsn(e.srcPool)
 		if err != nil {
 			return p, err
@@ -1000,8 +1002,8 @@ func (lr *largeRun) report(f largeFigures) {
 	n := cores()
 	perHour := func(p phase) float64 { return g / p.took.Hours() }
 	cpuNote := func(p phase) string {
-		return fmt.Sprintf("%s; CPU %.0f s in all (source's processes %.0f s, target's %.0f s, this process %.0f s) of %.0f s × %.0f cores: %.1f GiB per CPU-hour spent",
-			p.took.Round(time.Second), p.cpuSeconds(), p.srcCPU.Seconds(), p.dstCPU.Seconds(), p.ownCPU.Seconds(), p.took.Seconds(), n, g/(p.cpuSeconds()/3600))
+		return fmt.Sprintf("%s; CPU %.0f s in all (source's processes %.0f s, target's %.0f s, this process %.0f s) of %.0f s × %.0f cores: %.1f GiB per CPU-hour spent; %s",
+			p.took.Round(time.Second), p.cpuSeconds(), p.srcCPU.Seconds(), p.dstCPU.Seconds(), p.ownCPU.Seconds(), p.took.Seconds(), n, g/(p.cpuSeconds()/3600), p.machine)
 	}
 	r.add("large moved", g, "GiB", fmt.Sprintf("%d rows, the target's orders after the copy (pg_table_size: heap and TOAST), indexes %s more; a fifth of the token space of %s, the move of one source when a fifth shard joins four",
 		f.copyStats.Rows, gib(f.movedIdx), gib(lr.e.tableBytes)))
