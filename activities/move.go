@@ -211,14 +211,18 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 		in.MaxTime = 20 * time.Second
 	}
 	var until time.Time
+	copyCtx := ctx
+	var stopCopy <-chan struct{}
 	if in.StreamDuringCopy {
 		// The slice ends between chunks (the stream would hold a chunk
 		// left in flight until the next slice); the deadline stays as
-		// the backstop of a chunk that does not end.
+		// the backstop of a chunk that does not end. A cancellation (a
+		// pause or a rollback cut the slice) ends it between chunks too.
 		until = time.Now().Add(in.MaxTime)
 		in.MaxTime += gatedSliceGrace
+		copyCtx, stopCopy = context.WithoutCancel(ctx), ctx.Done()
 	}
-	sctx, cancel := context.WithTimeout(ctx, in.MaxTime)
+	sctx, cancel := context.WithTimeout(copyCtx, in.MaxTime)
 	defer cancel()
 	failover, tgt, err := a.checkTarget(ctx, in.Move, s.dst, workflows.PhaseSnapshotCopy)
 	if err != nil {
@@ -270,7 +274,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 			var err error
 			stats, err = backfill.Copy(ctx, read, s.dst, backfill.Options{Standby: standby,
 				Move: in.Move.Spec.ID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
-				Throttle: th, Progress: meter.progress, StreamDuringCopy: in.StreamDuringCopy, Until: until,
+				Throttle: th, Progress: meter.progress, StreamDuringCopy: in.StreamDuringCopy, Until: until, Stop: stopCopy,
 				Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
 			})
 			return err
@@ -280,6 +284,12 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if errors.Is(err, backfill.ErrUntil) {
 		err = context.DeadlineExceeded // the slice's end, as a deadline ends it
 		cancel()
+	}
+	if ctx.Err() != nil {
+		// Cut by a pause or a rollback: what it committed, chunk and
+		// checkpoint together, stays; the next slice goes on from it.
+		a.keepGuard(in.Move.Spec.ID, guard, false)
+		return workflows.CopyProgress{}, a.cutProgress(ctx, in, s.dst, stats)
 	}
 	done := err == nil
 	a.keepGuard(in.Move.Spec.ID, guard, done)
@@ -313,6 +323,24 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	a.rates.keep(in.Move.Spec.ID, meter, p.Done)
 	a.progressGauges(in, p)
 	return p, nil
+}
+
+// cutProgress is the error a copy slice cut by its cancellation returns: a
+// cancellation carrying the copy's progress (its checkpoints, read past the
+// cancellation, and the bytes this slice wrote), or, when the checkpoints
+// cannot be read, ctx's error alone.
+func (a *Activities) cutProgress(ctx context.Context, in workflows.CopySliceInput, dst *pgxpool.Pool, stats backfill.Stats) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	cps, err := backfill.Checkpoints(rctx, dst, in.Move.Spec.ID)
+	if err != nil {
+		return ctx.Err()
+	}
+	p := workflows.CopyProgress{Bytes: stats.Bytes, Units: stats.Units}
+	for _, c := range cps {
+		p.Rows += c.Rows
+	}
+	return temporal.NewCanceledError(p)
 }
 
 // gatedSliceGrace is how long past its time a slice of a copy beside its

@@ -95,6 +95,11 @@ type Options struct {
 	// committed, and the stream holds the changes to that chunk's keys
 	// until a later run commits it (a copy slice's end, a pause).
 	Until time.Time
+	// Stop, when closed, ends a copy beside its stream as Until does:
+	// between two chunks, the chunk read committed first. A wait for the
+	// throttle, a pause, source pressure or a turn ends at once (a copy
+	// slice cut by a pause or a rollback).
+	Stop <-chan struct{}
 	// Standby, when set, says that source is a streaming standby of the
 	// source shard: each chunk is read only once it has replayed past the
 	// slot's consistent point, and a chunk the standby cancels for a
@@ -462,16 +467,20 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 	}
 	var buf bytes.Buffer
 	var rowBytes float64 // bytes per row of the last chunk
+	// The waits between chunks end at Stop too (wctx); the reads and
+	// writes of a chunk do not.
+	wctx, stopWaits := c.untilStop(ctx)
+	defer stopWaits()
 	for {
-		if c.opts.StreamDuringCopy && !c.opts.Until.IsZero() && !time.Now().Before(c.opts.Until) {
+		if c.stopAt() {
 			// Between chunks: the writer commits what was read, and no
 			// chunk is left marked as being read for the stream to hold.
-			c.mu.Lock()
-			c.untilHit = true
-			c.mu.Unlock()
 			return nil
 		}
-		if err := c.waitClear(ctx); err != nil {
+		if err := c.waitClear(wctx); err != nil {
+			if c.stopAt() {
+				return nil
+			}
 			return err
 		}
 		n := c.throttle.ChunkRows(c.opts.ChunkRows, rowBytes)
@@ -484,7 +493,10 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 			// (TestThrottledTablesKeepTheRateInShortSlices).
 			n = max(1, n/(c.turns.copying()*c.opts.Parallel))
 		}
-		if err := c.turns.take(ctx, u.lane); err != nil {
+		if err := c.turns.take(wctx, u.lane); err != nil {
+			if c.stopAt() {
+				return nil
+			}
 			return err
 		}
 		if c.opts.StreamDuringCopy {
@@ -504,9 +516,12 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 			// The throttle waits after the chunk went to the writer, not
 			// while it is being read: the stream holds the changes of a
 			// chunk in flight.
-			d, err := c.throttle.Wait(ctx, ch.rows, len(ch.data))
+			d, err := c.throttle.Wait(wctx, ch.rows, len(ch.data))
 			c.waited("rate", d)
 			if err != nil {
+				if c.stopAt() { // the chunk is the writer's
+					return nil
+				}
 				return err
 			}
 			if ch.final {
@@ -603,6 +618,47 @@ func (c *copier) readChunk(ctx context.Context, u unit, order Order, pos positio
 }
 
 // waitClear waits while the copy is paused or the source under pressure.
+// stopAt reports (and records) that a copy beside its stream is to end
+// between chunks: Options.Until has passed or Options.Stop is closed.
+func (c *copier) stopAt() bool {
+	if !c.opts.StreamDuringCopy {
+		return false
+	}
+	stop := !c.opts.Until.IsZero() && !time.Now().Before(c.opts.Until)
+	if !stop && c.opts.Stop != nil {
+		select {
+		case <-c.opts.Stop:
+			stop = true
+		default:
+		}
+	}
+	if stop {
+		c.mu.Lock()
+		c.untilHit = true
+		c.mu.Unlock()
+	}
+	return stop
+}
+
+// untilStop is ctx, also ended by Options.Stop of a copy beside its
+// stream; release ends its watcher.
+func (c *copier) untilStop(ctx context.Context) (_ context.Context, release func()) {
+	if !c.opts.StreamDuringCopy || c.opts.Stop == nil {
+		return ctx, func() {}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-c.opts.Stop:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	return wctx, func() { cancel(); <-done }
+}
+
 func (c *copier) waitClear(ctx context.Context) error {
 	for {
 		d, err := c.opts.Pause.wait(ctx)

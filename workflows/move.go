@@ -110,6 +110,9 @@ type moveRun struct {
 	// approvalWait is how long CUTOVER waited for approve (kept out of the
 	// phase's duration metric).
 	approvalWait time.Duration
+	// cutSlice cancels the copy slice while one runs (copy): a pause or a
+	// rollback takes effect at once, not when the slice ends.
+	cutSlice workflow.CancelFunc
 }
 
 // Move drives one move through its phases.
@@ -219,6 +222,7 @@ func (m *moveRun) control(ctx workflow.Context, c MoveControl) {
 	switch c.Op {
 	case UpdatePause:
 		m.paused = true
+		m.cut(ctx, "pause")
 	case UpdateResume:
 		m.paused = false
 		if m.state.Stopped {
@@ -238,6 +242,7 @@ func (m *moveRun) control(ctx workflow.Context, c MoveControl) {
 		if m.state.Phase.CanRollBack() ||
 			m.state.Phase == PhasePlan && workflow.GetVersion(ctx, versionRollbackInPlan, workflow.DefaultVersion, 1) >= 1 {
 			m.rollbackAsked = true
+			m.cut(ctx, "rollback")
 		}
 	case UpdateComplete:
 		m.completeAsked = true
@@ -255,6 +260,25 @@ func (m *moveRun) control(ctx workflow.Context, c MoveControl) {
 	m.state.Paused = m.paused
 	m.details(ctx)
 	m.notify(ctx, true)
+}
+
+// versionPauseCutsSlice marks the runs in which a pause or a rollback
+// cancels the running copy slice; before it they waited for the slice's end
+// (up to CopySlice, 20 s by default).
+const versionPauseCutsSlice = "pause-cuts-slice"
+
+// cut cancels the running copy slice, if one runs, for a pause or a
+// rollback (why). The copy resumes from its checkpoints: each chunk and
+// its checkpoint commit in one target transaction, so a cut chunk is
+// neither counted nor half written; a copy beside its stream ends between
+// chunks instead (CopySlice), leaving no chunk for the stream to hold.
+func (m *moveRun) cut(ctx workflow.Context, why string) {
+	if m.cutSlice == nil || workflow.GetVersion(ctx, versionPauseCutsSlice, workflow.DefaultVersion, 1) < 1 {
+		return
+	}
+	workflow.GetLogger(ctx).Info("cutting the copy slice", "move", m.in.Spec.ID, "for", why)
+	m.cutSlice()
+	m.cutSlice = nil
 }
 
 func (m *moveRun) run(ctx workflow.Context) error {
@@ -645,8 +669,28 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 		in := CopySliceInput{Move: m.ref, ChunkRows: m.in.Request.ChunkRows, Throttle: m.throttle, MaxTime: slice, Adaptive: m.state.Adaptive,
 			StreamDuringCopy: m.in.Request.StreamDuringCopy}
 		var p CopyProgress
-		actx := m.waitOpts(ctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
-		if err := m.execute(ctx, actx, RetryCopy, "the copy", ActivityCopySlice, in, &p); err != nil {
+		// A pause or a rollback cancels the slice (cut); waitOpts: its
+		// future resolves once the activity has stopped writing.
+		sctx, cancel := workflow.WithCancel(ctx)
+		m.cutSlice = cancel
+		actx := m.waitOpts(sctx, fmt.Sprintf("copy slice (%s)", slice), slice+5*time.Minute, 0)
+		err := m.execute(sctx, actx, RetryCopy, "the copy", ActivityCopySlice, in, &p)
+		m.cutSlice = nil
+		wasCut := sctx.Err() != nil && ctx.Err() == nil
+		cancel() // done: no command, the activity has ended
+		var canceled *temporal.CanceledError
+		if err != nil && wasCut && errors.As(err, &canceled) {
+			// Cut: what the slice committed is in its checkpoints, and
+			// the activity reports it (CopySlice) when it could read them.
+			p = CopyProgress{}
+			if !canceled.HasDetails() || canceled.Details(&p) != nil {
+				m.slices++
+				continue // the next slice reports it
+			}
+			p.Done, p.CopyEnd = false, time.Time{}
+			err = nil
+		}
+		if err != nil {
 			return err
 		}
 		m.slices++
@@ -669,7 +713,7 @@ func (m *moveRun) copy(ctx workflow.Context) error {
 			}
 		}
 		m.details(ctx)
-		m.notify(ctx, false)
+		m.notify(ctx, wasCut) // a cut slice: status shows where the pause or rollback stopped the copy
 	}
 	// The copy's baselines stay for verify and cleanup; its rate and
 	// reason were the copy's.

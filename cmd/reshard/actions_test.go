@@ -139,6 +139,7 @@ func TestActionsAgainstWorker(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "resume act-one: resumed") {
 		t.Errorf("resume: exit %d\n%s", code, out)
 	}
+	c.pauseCutsTheSlices(t, st.State.Moves)
 	out, code = c.run(t, "rollback", "act-one")
 	if code != 0 || !strings.HasPrefix(out, "rollback act-one: rolling back") {
 		t.Fatalf("rollback: exit %d\n%s", code, out)
@@ -169,5 +170,73 @@ func TestActionsAgainstWorker(t *testing.T) {
 	}
 	if n := c.slots(t); n != 0 {
 		t.Errorf("%d replication slots left after the rollback", n)
+	}
+}
+
+// pauseCutsTheSlices pauses the migration act-one while both its moves run
+// a copy slice (50 rows/s: each would run its 20 s): the pause takes effect
+// at once, the slices cancelled within 2 s, and the rows status reports are
+// the rows the target holds (the cut slices' checkpoints are whole). On
+// main the slices ran to their end (TestActionsAgainstWorker then waited
+// for them again at the rollback).
+func (c *testCluster) pauseCutsTheSlices(t *testing.T, moves []workflows.MoveState) {
+	t.Helper()
+	slicing := func() int {
+		n := 0
+		for _, m := range moves {
+			d, err := c.tc.DescribeWorkflowExecution(context.Background(), workflows.MoveWorkflowID(workflows.MigrationWorkflowID("act-one"), m.Spec.ID), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range d.GetPendingActivities() {
+				if a.GetActivityType().GetName() == workflows.ActivityCopySlice {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for slicing() < len(moves) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after resume, %d of %d moves run a copy slice", slicing(), len(moves))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // a chunk or two into the slices
+	asked := time.Now()
+	if out, code := c.run(t, "pause", "act-one", "--request-id", "p2"); code != 0 || !strings.HasPrefix(out, "pause act-one: paused") {
+		t.Fatalf("pause while the slices run: exit %d\n%s", code, out)
+	}
+	for n := slicing(); n > 0; n = slicing() {
+		if time.Since(asked) > 2*time.Second {
+			t.Fatalf("%s after the pause, %d moves still run a copy slice: the pause waits for the slice's end", time.Since(asked).Round(time.Millisecond), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the pause took effect in %s", time.Since(asked).Round(time.Millisecond))
+	target := c.shards["shard3"]
+	onTarget := target.QueryInt64(t, `SELECT (SELECT count(*) FROM users) + (SELECT count(*) FROM orders)`)
+	var reported int64
+	for {
+		out, code := c.run(t, "status", "act-one", "--json")
+		var st statusJSON
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("status while paused: exit %d\n%s", code, out)
+		}
+		reported = 0
+		for _, m := range st.State.Moves {
+			reported += m.RowsCopied
+		}
+		if reported == onTarget || time.Since(asked) > 5*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if reported != onTarget || onTarget == 0 {
+		t.Errorf("while paused, status reports %d rows copied, the target holds %d", reported, onTarget)
+	}
+	if again := target.QueryInt64(t, `SELECT (SELECT count(*) FROM users) + (SELECT count(*) FROM orders)`); again != onTarget {
+		t.Errorf("while paused, the target's rows went from %d to %d", onTarget, again)
 	}
 }
