@@ -141,24 +141,45 @@ func TestStartWarnsWithoutWorker(t *testing.T) {
 // silentPoller polls the task queue for workflow tasks and never answers
 // them, as a worker that is there but stuck would, until the returned stop
 // (also called at cleanup). It returns once DescribeTaskQueue lists it.
+// stop fails the tasks it holds, as a stuck worker that comes back to
+// itself would: the workflow's next task goes to a real worker at once, not
+// after the held task's timeout (10 s; TestPendingRequestInStatus waited
+// for it).
 func silentPoller(t *testing.T, tc client.Client) (stop func()) {
 	t.Helper()
 	ctx := context.Background()
 	pctx, stopPoller := context.WithCancel(ctx)
 	polled := make(chan struct{})
+	var held [][]byte // task tokens; read after polled is closed
 	go func() {
 		defer close(polled)
 		for pctx.Err() == nil {
 			lctx, cancel := context.WithTimeout(pctx, 70*time.Second) // a long poll, as the SDK's
-			_, _ = tc.WorkflowService().PollWorkflowTaskQueue(lctx, &workflowservice.PollWorkflowTaskQueueRequest{
+			task, err := tc.WorkflowService().PollWorkflowTaskQueue(lctx, &workflowservice.PollWorkflowTaskQueueRequest{
 				Namespace: devenv.Namespace, Identity: "test-silent-poller",
 				TaskQueue: &taskqueuepb.TaskQueue{Name: workflows.TaskQueue, Kind: enumspb.TASK_QUEUE_KIND_NORMAL},
 			})
 			cancel()
+			if err == nil && len(task.GetTaskToken()) > 0 {
+				held = append(held, task.GetTaskToken())
+			}
 		}
 	}()
 	var once sync.Once
-	stop = func() { once.Do(func() { stopPoller(); <-polled }) }
+	stop = func() {
+		once.Do(func() {
+			stopPoller()
+			<-polled
+			for _, token := range held {
+				if _, err := tc.WorkflowService().RespondWorkflowTaskFailed(ctx, &workflowservice.RespondWorkflowTaskFailedRequest{
+					Namespace: devenv.Namespace, Identity: "test-silent-poller", TaskToken: token,
+					Cause: enumspb.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE,
+				}); err != nil {
+					t.Logf("the silent poller's held task: %v (the workflow's next task waits for its timeout)", err)
+				}
+			}
+		})
+	}
 	t.Cleanup(stop)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
