@@ -279,7 +279,11 @@ func (c *cluster) startWorker() {
 	if level == "" {
 		level = "info"
 	}
-	cmd := exec.Command(bin, append([]string{"worker", "--config", c.config, "--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-level", level}, c.workerArgs...)...)
+	// PLAN's capacity probe watches each shard's WAL for 200 ms, not 2 s,
+	// as the cmd/reshard tests' workers do: no test here reads its
+	// predictions, and each migration's PLAN waited the 2 s.
+	cmd := exec.Command(bin, append([]string{"worker", "--config", c.config, "--listen", "127.0.0.1:" + strconv.Itoa(port), "--log-level", level,
+		"--wal-window", "200ms"}, c.workerArgs...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "RESHARD_PASSWORD=")
 	if err := cmd.Start(); err != nil {
@@ -1075,13 +1079,20 @@ func TestWorkerKilledMidCutover(t *testing.T) {
 	c.killWorker()
 	c.startWorker()
 	// Let the next worker find the interrupted cutover and abort at least
-	// once more against the open transaction, then end it.
+	// once more against the open transaction (the move back in
+	// CDC_CATCH_UP after its CUTOVER: only an aborted attempt goes back),
+	// then end it. (Waiting for a second attempt in the move's state let
+	// that attempt run its whole budget against the transaction too: a
+	// move reports its attempts when its phase changes.)
 	for {
 		st, ok := c.state(run.GetID())
 		if ok {
 			for _, m := range st.Moves {
-				if m.Spec.ID == victim && m.Attempts >= 2 {
+				if m.Spec.ID == victim && abortedCutover(m) {
 					goto release
+				}
+				if m.Spec.ID == victim && m.Phase.Terminal() {
+					t.Fatalf("move %s ended %s without an aborted cutover: %s\n%s", victim, m.Phase, c.describe(run.GetID()), c.workerLogs())
 				}
 			}
 		}
@@ -1106,6 +1117,17 @@ release:
 	}
 	checkState(t, st, false)
 	c.checkData(st)
+}
+
+// abortedCutover: m's timings show a CUTOVER followed by CDC_CATCH_UP, the
+// way back of an aborted attempt.
+func abortedCutover(m workflows.MoveState) bool {
+	for i := 1; i < len(m.Timings); i++ {
+		if m.Timings[i-1].Phase == workflows.PhaseCutover && m.Timings[i].Phase == workflows.PhaseCDCCatchUp {
+			return true
+		}
+	}
+	return false
 }
 
 // TestCollisionStopsTheMoveUntilResumed: a table whose primary key is not
