@@ -211,18 +211,19 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 		in.MaxTime = 20 * time.Second
 	}
 	var until time.Time
-	copyCtx := ctx
-	var stopCopy <-chan struct{}
 	if in.StreamDuringCopy {
 		// The slice ends between chunks (the stream would hold a chunk
 		// left in flight until the next slice); the deadline stays as
-		// the backstop of a chunk that does not end. A cancellation (a
-		// pause or a rollback cut the slice) ends it between chunks too.
+		// the backstop of a chunk that does not end.
 		until = time.Now().Add(in.MaxTime)
 		in.MaxTime += gatedSliceGrace
-		copyCtx, stopCopy = context.WithoutCancel(ctx), ctx.Done()
 	}
-	sctx, cancel := context.WithTimeout(copyCtx, in.MaxTime)
+	// A cancellation (a pause or a rollback cut the slice) ends the copy
+	// between chunks (backfill.Options.Stop), not inside a chunk's commit,
+	// which the server could complete after the rollback had deleted the
+	// copy; the slice's deadline stays the backstop.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.MaxTime)
+	cut := ctx.Done()
 	defer cancel()
 	failover, tgt, err := a.checkTarget(ctx, in.Move, s.dst, workflows.PhaseSnapshotCopy)
 	if err != nil {
@@ -274,7 +275,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 			var err error
 			stats, err = backfill.Copy(ctx, read, s.dst, backfill.Options{Standby: standby,
 				Move: in.Move.Spec.ID, Set: s.srcSet, TargetSet: s.dstSet, Source: in.Move.Spec.Source, Target: in.Move.Spec.Target, Ranges: in.Move.Spec.Ranges, ChunkRows: copyChunkRows(in), TableRows: tableRows(in.Move.Spec),
-				Throttle: th, Progress: meter.progress, StreamDuringCopy: in.StreamDuringCopy, Until: until, Stop: stopCopy,
+				Throttle: th, Progress: meter.progress, StreamDuringCopy: in.StreamDuringCopy, Until: until, Stop: cut,
 				Logger: a.log.With("move", in.Move.Spec.ID), Metrics: a.metrics.Backfill,
 			})
 			return err

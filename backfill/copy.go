@@ -95,10 +95,14 @@ type Options struct {
 	// committed, and the stream holds the changes to that chunk's keys
 	// until a later run commits it (a copy slice's end, a pause).
 	Until time.Time
-	// Stop, when closed, ends a copy beside its stream as Until does:
-	// between two chunks, the chunk read committed first. A wait for the
-	// throttle, a pause, source pressure or a turn ends at once (a copy
-	// slice cut by a pause or a rollback).
+	// Stop, when closed, ends a copy between two chunks (a copy slice cut
+	// by a pause or a rollback): no chunk is read after it, a chunk read
+	// beside the stream is written first (no chunk is left for the stream
+	// to hold), one read after the copy waits for its throttle is dropped,
+	// and Copy returns ErrUntil; a wait for the throttle, a pause, source
+	// pressure or a turn ends at once. Unlike a cancelled ctx, it never
+	// cuts a chunk's commit, which the server may complete after Copy has
+	// returned.
 	Stop <-chan struct{}
 	// Standby, when set, says that source is a streaming standby of the
 	// source shard: each chunk is read only once it has replayed past the
@@ -164,11 +168,11 @@ type copier struct {
 	mu        sync.Mutex
 	stats     Stats
 	unitsDone int
-	untilHit  bool // a unit stopped at Options.Until
+	untilHit  bool // a unit stopped at Options.Until or Options.Stop
 }
 
-// ErrUntil: the copy stopped at Options.Until, between chunks, not done.
-var ErrUntil = errors.New("the copy stopped between chunks at its end time (Options.Until)")
+// ErrUntil: the copy stopped at Options.Until or Options.Stop, between chunks, not done.
+var ErrUntil = errors.New("the copy stopped between chunks at its end time (Options.Until) or when told to (Options.Stop)")
 
 // Copy copies the rows of opts.Ranges of every table of opts.Set from source
 // to target (phase SNAPSHOT_COPY), resuming from the checkpoints of opts.Move.
@@ -537,7 +541,7 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 		if err == nil {
 			c.turns.count(u.lane, int64(ch.rows))
 			var d time.Duration
-			d, err = c.throttle.Wait(ctx, ch.rows, len(ch.data))
+			d, err = c.throttle.Wait(wctx, ch.rows, len(ch.data))
 			c.waited("rate", d)
 		}
 		if err == nil {
@@ -549,6 +553,9 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 		}
 		if err != nil {
 			c.turns.give()
+			if c.stopAt() { // the chunk read is dropped: the next run reads it again
+				return nil
+			}
 			return err
 		}
 		if ch.final {
@@ -618,13 +625,11 @@ func (c *copier) readChunk(ctx context.Context, u unit, order Order, pos positio
 }
 
 // waitClear waits while the copy is paused or the source under pressure.
-// stopAt reports (and records) that a copy beside its stream is to end
-// between chunks: Options.Until has passed or Options.Stop is closed.
+// stopAt reports (and records) that the copy is to end between chunks:
+// Options.Stop is closed, or Options.Until of a copy beside its stream has
+// passed.
 func (c *copier) stopAt() bool {
-	if !c.opts.StreamDuringCopy {
-		return false
-	}
-	stop := !c.opts.Until.IsZero() && !time.Now().Before(c.opts.Until)
+	stop := c.opts.StreamDuringCopy && !c.opts.Until.IsZero() && !time.Now().Before(c.opts.Until)
 	if !stop && c.opts.Stop != nil {
 		select {
 		case <-c.opts.Stop:
@@ -640,10 +645,9 @@ func (c *copier) stopAt() bool {
 	return stop
 }
 
-// untilStop is ctx, also ended by Options.Stop of a copy beside its
-// stream; release ends its watcher.
+// untilStop is ctx, also ended by Options.Stop; release ends its watcher.
 func (c *copier) untilStop(ctx context.Context) (_ context.Context, release func()) {
-	if !c.opts.StreamDuringCopy || c.opts.Stop == nil {
+	if c.opts.Stop == nil {
 		return ctx, func() {}
 	}
 	wctx, cancel := context.WithCancel(ctx)
