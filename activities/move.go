@@ -207,17 +207,7 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err := s.firing(ctx, in.Move, false, true); err != nil {
 		return workflows.CopyProgress{}, err
 	}
-	if in.MaxTime <= 0 {
-		in.MaxTime = 20 * time.Second
-	}
-	var until time.Time
-	if in.StreamDuringCopy {
-		// The slice ends between chunks (the stream would hold a chunk
-		// left in flight until the next slice); the deadline stays as
-		// the backstop of a chunk that does not end.
-		until = time.Now().Add(in.MaxTime)
-		in.MaxTime += gatedSliceGrace
-	}
+	until := sliceEnd(&in)
 	// A cancellation (a pause or a rollback cut the slice) ends the copy
 	// between chunks (backfill.Options.Stop), not inside a chunk's commit,
 	// which the server could complete after the rollback had deleted the
@@ -238,18 +228,9 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	if err != nil {
 		return workflows.CopyProgress{}, badInput("move id: %v", err)
 	}
-	// With --read-from standby the chunks come from the source's standby;
-	// the slot, its guard and the adaptive throttle's signals stay on the
-	// primary.
-	read, fromStandby, err := a.readSource(ctx, in.Move, s.src)
+	read, standby, err := a.copyReads(ctx, in.Move, s.src)
 	if err != nil {
 		return workflows.CopyProgress{}, err
-	}
-	var standby *backfill.Standby
-	if fromStandby {
-		if standby, err = copyStandby(in.Move); err != nil {
-			return workflows.CopyProgress{}, err
-		}
 	}
 	th := backfill.NewThrottle(in.Throttle.RowsPerSec, in.Throttle.BytesPerSec)
 	meter := a.rates.meter(in.Move.Spec, th, before)
@@ -324,6 +305,38 @@ func (a *Activities) copySlice(ctx context.Context, in workflows.CopySliceInput)
 	a.rates.keep(in.Move.Spec.ID, meter, p.Done)
 	a.progressGauges(in, p)
 	return p, nil
+}
+
+// sliceEnd defaults in.MaxTime (20 s) and returns the time a copy beside
+// its stream ends its slice at (zero for a copy without it). Such a slice
+// ends between chunks (the stream would hold a chunk left in flight until
+// the next slice); in.MaxTime, the slice's deadline, grows by
+// gatedSliceGrace to stay the backstop of a chunk that does not end.
+func sliceEnd(in *workflows.CopySliceInput) time.Time {
+	if in.MaxTime <= 0 {
+		in.MaxTime = 20 * time.Second
+	}
+	if !in.StreamDuringCopy {
+		return time.Time{}
+	}
+	until := time.Now().Add(in.MaxTime)
+	in.MaxTime += gatedSliceGrace
+	return until
+}
+
+// copyReads is the pool a copy slice reads its chunks from, and, with
+// --read-from standby, the source's standby they come from; the slot, its
+// guard and the adaptive throttle's signals stay on the primary.
+func (a *Activities) copyReads(ctx context.Context, m workflows.MoveRef, primary *pgxpool.Pool) (*pgxpool.Pool, *backfill.Standby, error) {
+	read, fromStandby, err := a.readSource(ctx, m, primary)
+	if err != nil || !fromStandby {
+		return read, nil, err
+	}
+	standby, err := copyStandby(m)
+	if err != nil {
+		return nil, nil, err
+	}
+	return read, standby, nil
 }
 
 // cutProgress is the error a copy slice cut by its cancellation returns: a
