@@ -444,19 +444,7 @@ func TestGatedCopyEndsBetweenChunks(t *testing.T) {
 	t.Cleanup(func() { afterGatedRead = nil })
 	whole := []ring.Range{{Lo: ring.MinToken, Hi: ring.MaxToken}}
 	opts := Options{Move: "until", Set: set, Ranges: whole, ChunkRows: 50, StreamDuringCopy: true}
-	held := func() (holds []string, copied []string) {
-		prog, err := cdc.ReadCopyProgress(ctx, dst.Pool, "until")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := prog["public.gusers"]
-		for k := 1; k <= 1000; k++ {
-			if d, err := p.Decide(order, []string{fmt.Sprint(k)}); err != nil || d == cdc.GateHold {
-				holds = append(holds, fmt.Sprint(k))
-			}
-		}
-		return holds, p.Copied
-	}
+	held := func() (holds []string, copied []string) { return heldKeys(ctx, t, dst, "until", order) }
 	for slice := 1; slice <= 3; slice++ {
 		o := opts
 		o.Until = time.Now().Add(150 * time.Millisecond)
@@ -522,17 +510,11 @@ func TestCopyStopsBetweenChunks(t *testing.T) {
 				}
 				var progress string
 				if gated {
-					prog, err := cdc.ReadCopyProgress(ctx, dst.Pool, "stop")
-					if err != nil {
-						t.Fatal(err)
+					holds, copiedTo := heldKeys(ctx, t, dst, "stop", order)
+					if len(holds) > 0 {
+						t.Fatalf("slice %d stopped with the stream holding keys %v (copied to %v): a chunk was left in flight", slice, holds[:min(len(holds), 5)], copiedTo)
 					}
-					p := prog["public.gusers"]
-					for k := 1; k <= 1000; k++ {
-						if d, err := p.Decide(order, []string{fmt.Sprint(k)}); err != nil || d == cdc.GateHold {
-							t.Fatalf("slice %d stopped with the stream holding key %d (copied to %v): a chunk was left in flight", slice, k, p.Copied)
-						}
-					}
-					progress = fmt.Sprintf(", copied to %v, nothing held", p.Copied)
+					progress = fmt.Sprintf(", copied to %v, nothing held", copiedTo)
 				}
 				var n int64
 				if err := dst.Pool.QueryRow(ctx, `SELECT count(*) FROM gusers`).Scan(&n); err != nil || n != copied+st.Rows || gated && st.Rows == 0 {
@@ -615,4 +597,22 @@ func gatedUsers(ctx context.Context, t *testing.T, load string) (src, dst *pgtes
 		t.Fatal(err)
 	}
 	return src, dst, set
+}
+
+// heldKeys lists the keys 1..1000 of gusers that the stream of move would
+// hold (or could not decide) by its copy progress on dst, and how far the
+// copy has copied.
+func heldKeys(ctx context.Context, t *testing.T, dst *pgtest.DB, move string, order cdc.KeyOrder) (holds []string, copied []string) {
+	t.Helper()
+	prog, err := cdc.ReadCopyProgress(ctx, dst.Pool, move)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := prog["public.gusers"]
+	for k := 1; k <= 1000; k++ {
+		if d, err := p.Decide(order, []string{fmt.Sprint(k)}); err != nil || d == cdc.GateHold {
+			holds = append(holds, fmt.Sprint(k))
+		}
+	}
+	return holds, p.Copied
 }
