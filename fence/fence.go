@@ -492,6 +492,16 @@ func installTable(ctx context.Context, pool *pgxpool.Pool, t tableset.Table, l l
 			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '"+strconv.Itoa(int(registryLockTimeout.Milliseconds()))+"ms'"); err != nil {
 				return err
 			}
+			// One install of a fence identity at a time (the moves to a
+			// target install its tables' fences together): INSERT ... ON
+			// CONFLICT (tbl) arbitrates only on the primary key, and an
+			// insert that passed its check before its twin's row reached
+			// that index met the row in fence_ident and failed with 23505
+			// (TestConcurrentInstallsOfOneTable). The statements after the
+			// lock see what the install before it committed.
+			if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", "reshard.fence "+Ident(t)); err != nil {
+				return err
+			}
 			var other string
 			err := tx.QueryRow(ctx, "SELECT tbl::text FROM reshard.fence WHERE ident = $1 AND tbl <> $2::regclass", Ident(t), t.Quoted()).Scan(&other)
 			if err == nil {
