@@ -39,6 +39,11 @@ func TestProbeSourceChecksumsTheRangesChunks(t *testing.T) {
 	if st.Chunks != 2 || st.Rows >= want/2 || st.Rows <= 0 {
 		t.Errorf("probe %+v: want a chunk a worker, no more, past MaxTime", st)
 	}
+	// Those two are the first chunk and one in the plan's upper half, not
+	// the first two: a short probe samples the whole table.
+	if len(st.Taken) != 2 || st.Taken[0] != 0 || st.Taken[1] < st.Planned/2 || st.Planned < 4 {
+		t.Errorf("probe took chunks %v of %d; want the first, then one in the upper half", st.Taken, st.Planned)
+	}
 }
 
 // TestProbeReadsBothSidesAtOnce: with targets, Probe checksums the rows
