@@ -571,8 +571,13 @@ func (c *copier) read(ctx context.Context, u unit, order Order, pos position, ou
 // readChunk reads the unit's next chunk of at most n rows after pos, by
 // one statement on the source, into buf.
 func (c *copier) readChunk(ctx context.Context, u unit, order Order, pos position, n int, buf *bytes.Buffer, nCols, nExtra int) (chunk, error) {
+	return c.readBy(ctx, chunkSQL(u.table, u.parts, order, pos, n), u, order, pos, n, buf, nCols, nExtra)
+}
+
+// readBy is readChunk by the chunk statement given.
+func (c *copier) readBy(ctx context.Context, chunkStmt string, u unit, order Order, pos position, n int, buf *bytes.Buffer, nCols, nExtra int) (chunk, error) {
 	buf.Reset()
-	stmt := setOwnAppName + pagingSettings + chunkSQL(u.table, u.parts, order, pos, n)
+	stmt := setOwnAppName + pagingSettings + chunkStmt
 	if err := c.src.AcquireFunc(ctx, func(conn *pgxpool.Conn) error {
 		sb := c.opts.Standby
 		for conflicts := 0; ; conflicts++ {

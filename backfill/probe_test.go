@@ -2,8 +2,11 @@ package backfill
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/reshard/reshard/ring"
 )
 
 // TestProbeCopiesAsTheCopyAndKeepsNothing: Probe reads the moving rows in
@@ -62,5 +65,40 @@ func TestProbeCopiesAsTheCopyAndKeepsNothing(t *testing.T) {
 	}
 	if n := f.dst.QueryInt64(t, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'reshard_probe%'`); n != 0 {
 		t.Errorf("the probe left its schemas on the target")
+	}
+}
+
+// TestProbeSpreadsOverALargeTable: a table whose moving rows fill 4 chunks
+// a part is read by parts of its key space in spread order, so the probe's
+// second chunk comes from past the middle of the table, not after its
+// first; read to the end, the parts hold every moving row once.
+func TestProbeSpreadsOverALargeTable(t *testing.T) {
+	f := newFixture(t, 20000)
+	users := f.set.Tables[0]
+	inRange := int64(len(dump(t, f.src, "users", f.ranges)))
+	ctx := context.Background()
+	c := &copier{src: f.src.Pool, moving: ring.Normalize(f.ranges)}
+	u := []unit{{table: users, rng: c.moving[0], parts: c.moving, order: OrderPK}}
+	segs, spread, err := c.probeSegments(ctx, users, u, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spread || len(segs) != probeParts || segs[0].pos.pk != nil || segs[0].end == nil {
+		t.Fatalf("%d segments (spread %v), the first from %v to %v; want %d, the first from the start", len(segs), spread, segs[0].pos.pk, segs[0].end, probeParts)
+	}
+	if mid, _ := strconv.Atoi(segs[1].pos.pk[0]); mid < 20000*4/10 || segs[1].end == nil {
+		t.Errorf("the second part starts after id %v; want one near the middle of 1..20000", segs[1].pos.pk)
+	}
+	// Too few moving rows for parts of 4 chunks: from the first key on.
+	if segs, spread, err := c.probeSegments(ctx, users, u, 1000); err != nil || spread || len(segs) != 1 || segs[0].end != nil {
+		t.Errorf("chunks of 1,000: %d segments (spread %v, %v); want the table whole", len(segs), spread, err)
+	}
+
+	st, err := Probe(ctx, f.src.Pool, f.dst.Pool, users, ProbeOptions{Ranges: f.ranges, ChunkRows: 100, MinBytes: 1 << 30, MinTime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Rows != inRange || !st.AllRows || st.Segments != probeParts {
+		t.Errorf("probe %+v, want all %d rows of the ranges, once each, from %d parts", st, inRange, probeParts)
 	}
 }

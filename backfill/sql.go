@@ -101,6 +101,22 @@ func chunkSQL(t tableset.Table, parts []ring.Range, order Order, pos position, l
 // boundedChunkSQL is chunkSQL's statement, reading only up to the primary
 // key end when it is not nil (OrderPK), with no limit then.
 func boundedChunkSQL(t tableset.Table, parts []ring.Range, order Order, pos position, end []string, limit int) string {
+	lim := strconv.Itoa(limit)
+	if end != nil {
+		lim = "ALL"
+	}
+	return chunkStatement(t, parts, order, pos, end, lim)
+}
+
+// probeChunkSQL is the statement of a probe's chunk (Probe): at most limit
+// rows after pos and up to the primary key end (not bounded when nil).
+func probeChunkSQL(t tableset.Table, parts []ring.Range, pos position, end []string, limit int) string {
+	return chunkStatement(t, parts, OrderPK, pos, end, strconv.Itoa(limit))
+}
+
+// chunkStatement renders the chunk statements: the rows after pos, up to
+// end when not nil, LIMIT lim.
+func chunkStatement(t tableset.Table, parts []ring.Range, order Order, pos position, end []string, lim string) string {
 	tok := t.TokenSQL("")
 	pk := columnList("", t.PK)
 	var extras []string
@@ -122,10 +138,8 @@ func boundedChunkSQL(t tableset.Table, parts []ring.Range, order Order, pos posi
 		}
 		where += " AND " + after
 	}
-	lim := strconv.Itoa(limit)
 	if end != nil {
 		where += fmt.Sprintf(" AND (%s) <= (%s)", pk, pkLiterals(t, end))
-		lim = "ALL"
 	}
 	orderBy := pk
 	if order == OrderToken {

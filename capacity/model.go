@@ -121,6 +121,10 @@ type MoveProbe struct {
 	CopyChunks    int64  `json:"copy_chunks,omitempty"`
 	CopyOrder     string `json:"copy_order,omitempty"`
 	CopyWireBytes int64  `json:"copy_wire_bytes,omitempty"`
+	// CopyParts is how many parts of the key space the chunks were read
+	// from in turn (backfill.ProbeStats.Segments; 1 or 0: from the first
+	// key on).
+	CopyParts int `json:"copy_parts,omitempty"`
 	// VerifyRows rows (VerifyBytes) were checksummed on the source the way
 	// verify does, by VerifyWorkers at once, in VerifyTime; and at the same
 	// time, as verify reads both sides side by side with its workers on
@@ -136,6 +140,10 @@ type MoveProbe struct {
 	VerifyTargetBytes int64         `json:"verify_target_bytes,omitempty"`
 	VerifySourceBusy  time.Duration `json:"verify_source_busy,omitempty"`
 	VerifyTargetBusy  time.Duration `json:"verify_target_busy,omitempty"`
+	// VerifyChunks of the verify's VerifyPlanned chunks were checksummed,
+	// taken spread over the table (verify.ProbeStats).
+	VerifyChunks  int64 `json:"verify_chunks,omitempty"`
+	VerifyPlanned int   `json:"verify_planned,omitempty"`
 	// Load is what else ran while the probe measured.
 	Load ProbeLoad `json:"load"`
 	// FenceTime is one CREATE OR REPLACE FUNCTION of a fence-sized plpgsql
@@ -223,7 +231,7 @@ func (m Move) Measured(rows int64, elapsed time.Duration) Move {
 	m.Probe.SampleRows = rows
 	m.Probe.SampleBytes = int64(float64(rows) * float64(m.Bytes) / float64(m.Rows))
 	m.Probe.CopyTime = elapsed
-	m.Probe.CopyChunks, m.Probe.CopyOrder = 0, "the move's own copy"
+	m.Probe.CopyChunks, m.Probe.CopyOrder, m.Probe.CopyParts = 0, "the move's own copy", 0
 	return m
 }
 
@@ -728,8 +736,12 @@ func basis(m Move, share int, src ShardProbe) string {
 	if p.SampleRows == 0 {
 		return "no rows to sample: durations not calibrated"
 	}
-	s := fmt.Sprintf("%d rows of %s copied as the copy does (%d chunks by %s, written into a table rolled back) in %s (%s/s), ",
-		p.SampleRows, p.Table, p.CopyChunks, p.CopyOrder, p.CopyTime.Round(time.Millisecond), HumanBytes(int64(p.CopyRate())))
+	parts := ""
+	if p.CopyParts > 1 {
+		parts = fmt.Sprintf(", from %d parts of its key space in turn", p.CopyParts)
+	}
+	s := fmt.Sprintf("%d rows of %s copied as the copy does (%d chunks by %s%s, written into a table rolled back) in %s (%s/s), ",
+		p.SampleRows, p.Table, p.CopyChunks, p.CopyOrder, parts, p.CopyTime.Round(time.Millisecond), HumanBytes(int64(p.CopyRate())))
 	if p.VerifyTargetRows > 0 {
 		s += fmt.Sprintf("checksummed as the verify does, both sides at once (%d workers a side): %d rows on %s (busy %s, %s/s) beside %d of the copied rows on %s (busy %s, %s/s) in %s (%s/s a side)",
 			p.VerifyWorkers, p.VerifyRows, m.Source, p.VerifySourceBusy.Round(time.Millisecond), HumanBytes(int64(rate(p.VerifyBytes, p.VerifySourceBusy))),
@@ -738,6 +750,9 @@ func basis(m Move, share int, src ShardProbe) string {
 	} else {
 		s += fmt.Sprintf("%d checksummed as the verify does on %s alone (%d workers) in %s (%s/s)",
 			p.VerifyRows, m.Source, p.VerifyWorkers, p.VerifyTime.Round(time.Millisecond), HumanBytes(int64(p.VerifyRate())))
+	}
+	if p.VerifyPlanned > 0 {
+		s += fmt.Sprintf(" (%d of its %d planned chunks, spread over the table)", p.VerifyChunks, p.VerifyPlanned)
 	}
 	l := p.Load
 	s += fmt.Sprintf("; meanwhile %.1f other active sessions on %s and %.1f on %s", l.SourceActive, m.Source, l.TargetActive, m.Target)

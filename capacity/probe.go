@@ -340,7 +340,8 @@ func ProbeMove(ctx context.Context, src, dst *pgxpool.Pool, t tableset.Table, ra
 	if err != nil {
 		return p, fmt.Errorf("probe %s: %w", t, err)
 	}
-	p.SampleRows, p.CopyTime, p.CopyChunks, p.CopyOrder, p.CopyWireBytes = cp.Rows, cp.Elapsed, cp.Chunks, string(cp.Order), cp.Bytes
+	p.SampleRows, p.CopyTime, p.CopyChunks, p.CopyOrder, p.CopyWireBytes, p.CopyParts = cp.Rows, cp.Elapsed, cp.Chunks, string(cp.Order), cp.Bytes, cp.Segments
+	p.VerifyChunks, p.VerifyPlanned = vp.Chunks, vp.Planned
 	p.SampleBytes = int64(float64(p.SampleRows) * bytesPerRow)
 	p.VerifyRows, p.VerifyTime, p.VerifyWorkers = vp.Rows, vp.Elapsed, vp.Workers
 	p.VerifyBytes = int64(float64(p.VerifyRows) * bytesPerRow)
