@@ -46,19 +46,29 @@ func TestTargetFailoverInSnapshotCopy(t *testing.T) {
 		}})
 }
 
-// TestTargetFailoverInCatchUp: the target fails over as soon as a move is
-// in CDC_CATCH_UP (the copy throttled so that the moves reach it one after
-// another; the others are copying or verifying).
+// TestTargetFailoverInCatchUp: the target fails over while a move is in
+// CDC_CATCH_UP. Its stream runs beside the copy, so its catch-up lasts
+// 70-100 ms once the copy ends: the move is held there (catchUpHold: a
+// row of its ranges locked on the target, written on the source, so the
+// stream waits to apply it while the lag gate of 16 kB sees the source's
+// WAL go on), the target fails over (which ends the lock's transaction
+// with its server), and the move goes on from the promoted target. The
+// others copy, verify or cut over meanwhile. The held move must have been
+// in CDC_CATCH_UP from before the failover to after the promotion.
 func TestTargetFailoverInCatchUp(t *testing.T) {
+	const maxLag = 16 << 10
+	var hold *catchUpHold
 	runTargetScenario(t, targetScenario{id: "fo_tgt_catchup", users: 20_000,
-		tweak: func(r *workflows.MigrationRequest) { r.Throttle = workflows.Throttle{RowsPerSec: 600} },
+		tweak: func(r *workflows.MigrationRequest) {
+			r.Throttle = workflows.Throttle{RowsPerSec: 600}
+			r.MaxLagBytes = maxLag
+		},
 		land: func(c *cluster, h *haShard, run client.WorkflowRun, deadline time.Time) {
-			c.waitFor(run, deadline, "a move in CDC_CATCH_UP", func(st workflows.MigrationState) bool {
-				_, in := anyIn(st, workflows.PhaseCDCCatchUp)
-				return in
-			})
-			h.failover(c, run, false)
-		}})
+			hold = c.holdInCatchUp(run, "fo_tgt_catchup", h, maxLag, deadline)
+			hold.Failover = h.failover(c, run, false)
+			hold.release()
+		},
+		after: func(c *cluster, st workflows.MigrationState) { hold.judge(st) }})
 }
 
 // TestTargetFailoverInWritePause: the target fails over while a cutover
