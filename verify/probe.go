@@ -46,13 +46,13 @@ type ProbeStats struct {
 	// Planned is how many chunks the plan cut the source's moving rows
 	// into; Taken the planned indexes of those checksummed, in the order
 	// taken (spread.Order).
-	Planned int
-	Taken   []int
-	TargetRows   int64
-	Workers      int // a side
-	Elapsed      time.Duration
-	SourceBusy   time.Duration
-	TargetBusy   time.Duration
+	Planned    int
+	Taken      []int
+	TargetRows int64
+	Workers    int // a side
+	Elapsed    time.Duration
+	SourceBusy time.Duration
+	TargetBusy time.Duration
 }
 
 // Probe times the verify's own reads of t's moving rows as Run does them:
