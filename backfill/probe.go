@@ -68,10 +68,11 @@ type ProbeStats struct {
 
 // probeParts is how many parts of a large table's key space the copy's
 // probe reads a chunk of in turn, and probeSampleRows how many sampled keys
-// a part's bound is chosen among.
+// a part's bound is chosen among, from at least probeSamplePages pages.
 const (
-	probeParts      = 16
-	probeSampleRows = 32
+	probeParts       = 16
+	probeSampleRows  = 32
+	probeSamplePages = 16 * probeParts
 )
 
 // probeSegment is a part of the key space the copy's probe reads: the rows
@@ -142,8 +143,8 @@ func (c *copier) probeSegments(ctx context.Context, t tableset.Table, units []un
 	if len(units) != 1 || units[0].order != OrderPK {
 		return whole, false, nil
 	}
-	var est, width float64
-	if err := c.src.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, t.Quoted()).Scan(&est); err != nil {
+	var est, pages, width float64
+	if err := c.src.QueryRow(ctx, `SELECT reltuples, relpages FROM pg_class WHERE oid = $1::regclass`, t.Quoted()).Scan(&est, &pages); err != nil {
 		return nil, false, fmt.Errorf("probe the copy of %s: estimate its rows: %w", t, err)
 	}
 	for _, r := range c.moving {
@@ -156,7 +157,9 @@ func (c *copier) probeSegments(ctx context.Context, t tableset.Table, units []un
 	for i, col := range t.PK {
 		keys[i] = pgx.Identifier{col}.Sanitize() + "::text"
 	}
-	pct := min(100, max(100*probeParts*probeSampleRows/est, 0.0001))
+	// A page sample's rows come in clusters of a page: at least
+	// probeSamplePages pages, so that its quantiles are not a few pages'.
+	pct := min(100, max(100*probeParts*probeSampleRows/est, 100*probeSamplePages/max(pages, 1), 0.0001))
 	rows, err := c.src.Query(ctx, "SELECT ARRAY["+strings.Join(keys, ", ")+"]::text[] FROM "+t.Quoted()+
 		" TABLESAMPLE SYSTEM ("+strconv.FormatFloat(pct, 'f', 6, 64)+") ORDER BY "+columnList("", t.PK))
 	if err != nil {
