@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -433,11 +432,7 @@ func (c *copier) chooseOrder(ctx context.Context, t tableset.Table) (Order, erro
 	// diverged in 5 runs of 6 (none of 2 by primary key): a row that an
 	// UPDATE moved to a page already read, and whose later key change left
 	// its TOASTed value unchanged, reached the target with that value NULL.
-	var width float64
-	for _, r := range c.moving {
-		width += r.Width()
-	}
-	if width/math.Exp2(64) > 1.0/16 {
+	if ring.SpaceFraction(c.moving) > 1.0/16 {
 		return OrderPK, nil
 	}
 	ok, err := tableset.HasTokenIndex(ctx, c.src, t)
@@ -629,7 +624,6 @@ func (c *copier) readBy(ctx context.Context, chunkStmt string, u unit, order Ord
 	return ch, nil
 }
 
-// waitClear waits while the copy is paused or the source under pressure.
 // stopAt reports (and records) that the copy is to end between chunks:
 // Options.Stop is closed, or Options.Until of a copy beside its stream has
 // passed.
@@ -668,6 +662,7 @@ func (c *copier) untilStop(ctx context.Context) (_ context.Context, release func
 	return wctx, func() { cancel(); <-done }
 }
 
+// waitClear waits while the copy is paused or the source under pressure.
 func (c *copier) waitClear(ctx context.Context) error {
 	for {
 		d, err := c.opts.Pause.wait(ctx)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -143,14 +142,11 @@ func (c *copier) probeSegments(ctx context.Context, t tableset.Table, units []un
 	if len(units) != 1 || units[0].order != OrderPK {
 		return whole, false, nil
 	}
-	var est, pages, width float64
+	var est, pages float64
 	if err := c.src.QueryRow(ctx, `SELECT reltuples, relpages FROM pg_class WHERE oid = $1::regclass`, t.Quoted()).Scan(&est, &pages); err != nil {
 		return nil, false, fmt.Errorf("probe the copy of %s: estimate its rows: %w", t, err)
 	}
-	for _, r := range c.moving {
-		width += r.Width()
-	}
-	if est*width/math.Exp2(64) < 4*probeParts*float64(chunkRows) {
+	if est*ring.SpaceFraction(c.moving) < 4*probeParts*float64(chunkRows) {
 		return whole, false, nil
 	}
 	keys := make([]string, len(t.PK))

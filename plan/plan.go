@@ -232,10 +232,4 @@ func weights(after *ring.Ring, set map[string]float64) map[string]float64 {
 }
 
 // Fraction is the share of the token space m's ranges cover.
-func Fraction(m topology.PlannedMove) float64 {
-	var f float64
-	for _, r := range m.Ranges {
-		f += r.Width() / 18446744073709551616.0
-	}
-	return f
-}
+func Fraction(m topology.PlannedMove) float64 { return ring.SpaceFraction(m.Ranges) }

@@ -192,13 +192,7 @@ func (q *tableSQL) sample(pct float64) string {
 }
 
 // fraction is the share of the token space the ranges cover.
-func (q *tableSQL) fraction() float64 {
-	var w float64
-	for _, r := range q.ranges {
-		w += r.Width()
-	}
-	return w / 18446744073709551616.0
-}
+func (q *tableSQL) fraction() float64 { return ring.SpaceFraction(q.ranges) }
 
 // rangeIndex is the index of the range holding token t, or -1.
 func (q *tableSQL) rangeIndex(t int64) int {
