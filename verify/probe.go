@@ -62,8 +62,7 @@ type ProbeStats struct {
 // chunks meets the table's parts in proportion, its pages cached or not,
 // rather than its first part alone (at 20 GB a probe of the first
 // chunks, the pages loaded first, predicted 1m41s for a verify of 1m5s);
-// each
-// checksummed by Run's statement in a session of Run's (a dedicated
+// each checksummed by Run's statement in a session of Run's (a dedicated
 // connection, read-only REPEATABLE READ, no parallel workers), workers at
 // once; and, with o.Targets, at the same time on the target the rows each
 // target transaction holds, by the same statement over its table, a worker
